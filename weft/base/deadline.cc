@@ -1,0 +1,22 @@
+#include "weft/base/deadline.h"
+
+#include <algorithm>
+
+namespace weft {
+
+Deadline Deadline::after(std::optional<Seconds> timeout) {
+  if (!timeout) return never();
+  const auto now = Clock::now();
+  const Seconds left = std::max(*timeout, Seconds::zero());
+  // Saturate instead of overflowing for huge timeouts (e.g. Seconds(1e300)).
+  const Seconds room = std::chrono::duration_cast<Seconds>(Clock::time_point::max() - now);
+  if (left >= room) return never();
+  return Deadline(now + std::chrono::duration_cast<Clock::duration>(left));
+}
+
+Clock::duration Deadline::remaining() const {
+  if (is_never()) return Clock::duration::max();
+  return std::max(when_ - Clock::now(), Clock::duration::zero());
+}
+
+}  // namespace weft

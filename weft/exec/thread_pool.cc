@@ -1,0 +1,306 @@
+#include "weft/exec/thread_pool.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "weft/base/system.h"
+#include "weft/exec/internal/spin.h"
+
+namespace weft {
+namespace internal {
+namespace {
+
+using TaskPtr = std::shared_ptr<Runnable>;
+
+std::atomic<int> g_executor_counter{0};
+
+// One queue per worker. The owner and the submitters it is fed by are the only usual
+// contenders for its lock; `size` lets scans skip empty queues without locking.
+struct alignas(64) WorkerQueue {
+  std::mutex mu;
+  std::deque<TaskPtr> tasks;
+  std::atomic<std::size_t> size{0};
+};
+
+}  // namespace
+
+class ThreadPoolImpl {
+ public:
+  ThreadPoolImpl(std::size_t max_workers, ExecutorOptions options)
+      : max_workers_(max_workers == 0 ? std::min<std::size_t>(32, available_cores() + 4)
+                                      : max_workers),
+        options_(std::move(options)) {
+    if (options_.thread_name_prefix.empty()) {
+      options_.thread_name_prefix = "weft-pool" + std::to_string(g_executor_counter++);
+    }
+    queues_.reserve(max_workers_);
+    for (std::size_t i = 0; i < max_workers_; ++i) {
+      queues_.push_back(std::make_unique<WorkerQueue>());
+    }
+  }
+
+  void enqueue(TaskPtr task);
+  [[noreturn]] void reject_submit();
+  void shutdown(bool wait, bool cancel_futures);
+  std::size_t max_workers() const { return max_workers_; }
+  std::size_t num_threads() const { return started_.load(std::memory_order_acquire); }
+
+ private:
+  void worker_main(std::size_t self);
+  bool run_initializer();
+  TaskPtr find_task(std::size_t self);
+  static TaskPtr pop(WorkerQueue& queue);
+  void push(std::size_t index, TaskPtr task);
+  bool has_work() const;
+  bool should_exit() const;
+  bool take_idle_token();
+  // Starts a worker with `task` in its queue; false (task untouched) if at max_workers.
+  bool start_worker_with(TaskPtr& task);
+  void wake_one();
+  void wake_all();
+  void fail_queued(const std::exception_ptr& reason);
+  std::exception_ptr broken_error() const;
+  // Spins briefly, then sleeps until there may be work (true) or the pool is done (false).
+  bool wait_for_work();
+
+  const std::size_t max_workers_;
+  ExecutorOptions options_;
+  std::vector<std::unique_ptr<WorkerQueue>> queues_;  // one per possible worker, fixed
+
+  std::atomic<std::size_t> started_{0};  // workers started; also the live queue count
+  std::atomic<std::size_t> next_queue_{0};
+  std::atomic<std::size_t> idle_tokens_{0};  // idle workers not yet claimed by a submit
+  std::atomic<std::size_t> submits_in_flight_{0};
+  std::atomic<bool> shutdown_{false};
+  std::atomic<bool> broken_{false};
+
+  mutable std::mutex start_mu_;  // guards threads_, broken_reason_, shutdown transitions
+  std::vector<std::thread> threads_;
+  std::string broken_reason_;
+  std::mutex join_mu_;
+
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;
+  std::atomic<int> sleepers_{0};
+};
+
+void ThreadPoolImpl::enqueue(TaskPtr task) {
+  // Counting the submit before checking the flags lets workers tell "no more work will
+  // come" (shutdown and no submit in flight) from "a submit is about to push".
+  submits_in_flight_.fetch_add(1);
+  if (shutdown_.load() || broken_.load()) reject_submit();
+  if (take_idle_token() || !start_worker_with(task)) {
+    const std::size_t n = num_threads();
+    if (n == 0) reject_submit();  // shut down before the first worker could start
+    push(next_queue_.fetch_add(1, std::memory_order_relaxed) % n, std::move(task));
+  }
+  submits_in_flight_.fetch_sub(1);
+  if (sleepers_.load() > 0) wake_one();
+  // An initializer may have failed while we pushed; make sure nothing is left stranded.
+  if (broken_.load()) fail_queued(broken_error());
+}
+
+void ThreadPoolImpl::reject_submit() {
+  submits_in_flight_.fetch_sub(1);
+  // A worker may be asleep waiting for this submit to land before it can exit.
+  wake_all();
+  if (broken_.load()) std::rethrow_exception(broken_error());
+  throw ExecutorShutdown(
+      "submit() after shutdown(): this executor accepts no more work; create a new one");
+}
+
+bool ThreadPoolImpl::take_idle_token() {
+  std::size_t tokens = idle_tokens_.load(std::memory_order_relaxed);
+  while (tokens > 0) {
+    if (idle_tokens_.compare_exchange_weak(tokens, tokens - 1)) return true;
+  }
+  return false;
+}
+
+bool ThreadPoolImpl::start_worker_with(TaskPtr& task) {
+  if (started_.load(std::memory_order_acquire) >= max_workers_) return false;
+  std::lock_guard lock(start_mu_);
+  const std::size_t index = started_.load();
+  if (index >= max_workers_ || shutdown_.load()) return false;
+  // The task goes into the new worker's queue before the worker exists, so that its first
+  // look finds it instead of offering itself as idle to the next submit.
+  push(index, std::move(task));
+  try {
+    threads_.emplace_back(&ThreadPoolImpl::worker_main, this, index);
+  } catch (const std::system_error& e) {
+    if (index == 0) {
+      task = pop(*queues_[index]);
+      throw SystemError("ThreadPoolExecutor: cannot start a worker thread", e.code().value());
+    }
+    // Keep going with the workers we have: they steal from this queue.
+  }
+  started_.store(index + 1, std::memory_order_release);
+  return true;
+}
+
+void ThreadPoolImpl::push(std::size_t index, TaskPtr task) {
+  WorkerQueue& queue = *queues_[index];
+  std::lock_guard lock(queue.mu);
+  queue.tasks.push_back(std::move(task));
+  // seq_cst: pairs with the sleeper's increment of sleepers_ (see wait_for_work).
+  queue.size.fetch_add(1);
+}
+
+TaskPtr ThreadPoolImpl::pop(WorkerQueue& queue) {
+  if (queue.size.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::lock_guard lock(queue.mu);
+  if (queue.tasks.empty()) return nullptr;
+  TaskPtr task = std::move(queue.tasks.front());
+  queue.tasks.pop_front();
+  queue.size.fetch_sub(1, std::memory_order_relaxed);
+  return task;
+}
+
+TaskPtr ThreadPoolImpl::find_task(std::size_t self) {
+  if (TaskPtr task = pop(*queues_[self])) return task;
+  const std::size_t n = num_threads();
+  for (std::size_t k = 1; k < n; ++k) {
+    if (TaskPtr task = pop(*queues_[(self + k) % n])) return task;
+  }
+  return nullptr;
+}
+
+bool ThreadPoolImpl::has_work() const {
+  const std::size_t n = num_threads();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (queues_[i]->size.load() > 0) return true;
+  }
+  return false;
+}
+
+bool ThreadPoolImpl::should_exit() const {
+  return shutdown_.load() && submits_in_flight_.load() == 0 && !has_work();
+}
+
+void ThreadPoolImpl::wake_one() {
+  { std::lock_guard lock(sleep_mu_); }  // a sleeper between its check and its wait sees us
+  sleep_cv_.notify_one();
+}
+
+void ThreadPoolImpl::wake_all() {
+  { std::lock_guard lock(sleep_mu_); }
+  sleep_cv_.notify_all();
+}
+
+bool ThreadPoolImpl::wait_for_work() {
+  for (int i = 0; i < kIdleSpinRounds; ++i) {
+    if (has_work()) return true;
+    if (should_exit()) return false;
+    spin_pause(i);
+  }
+  std::unique_lock lock(sleep_mu_);
+  // Dekker-style handshake: we publish that we sleep, then look for work; a submitter
+  // publishes work, then looks for sleepers. With seq_cst on both sides one sees the other.
+  sleepers_.fetch_add(1);
+  while (!has_work() && !should_exit()) sleep_cv_.wait(lock);
+  sleepers_.fetch_sub(1);
+  return has_work() || !should_exit();
+}
+
+void ThreadPoolImpl::worker_main(std::size_t self) {
+  const std::string name = options_.thread_name_prefix + "_" + std::to_string(self);
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  if (!run_initializer()) return;
+  bool idle = false;
+  for (;;) {
+    if (TaskPtr task = find_task(self)) {
+      if (idle) {
+        take_idle_token();  // we are busy again: withdraw our offer
+        idle = false;
+      }
+      task->run();
+      continue;
+    }
+    if (!idle) {
+      idle_tokens_.fetch_add(1);
+      idle = true;
+    }
+    if (!wait_for_work()) return;
+  }
+}
+
+bool ThreadPoolImpl::run_initializer() {
+  if (!options_.initializer) return true;
+  try {
+    options_.initializer();
+    return true;
+  } catch (const std::exception& e) {
+    std::lock_guard lock(start_mu_);
+    if (broken_reason_.empty()) broken_reason_ = e.what();
+  } catch (...) {
+    std::lock_guard lock(start_mu_);
+    if (broken_reason_.empty()) broken_reason_ = "a non-standard exception";
+  }
+  broken_.store(true);
+  fail_queued(broken_error());
+  wake_all();
+  return false;
+}
+
+std::exception_ptr ThreadPoolImpl::broken_error() const {
+  std::lock_guard lock(start_mu_);
+  return std::make_exception_ptr(BrokenExecutor(
+      "a worker thread's initializer failed (" + broken_reason_ +
+      "); this ThreadPoolExecutor can no longer run tasks: fix the initializer and create a "
+      "new executor"));
+}
+
+void ThreadPoolImpl::fail_queued(const std::exception_ptr& reason) {
+  for (std::size_t i = 0; i < max_workers_; ++i) {
+    while (TaskPtr task = pop(*queues_[i])) task->abandon(reason);
+  }
+}
+
+void ThreadPoolImpl::shutdown(bool wait, bool cancel_futures) {
+  shutdown_.store(true);
+  if (cancel_futures) {
+    for (std::size_t i = 0; i < max_workers_; ++i) {
+      while (TaskPtr task = pop(*queues_[i])) task->cancel();
+    }
+  }
+  wake_all();
+  if (!wait) return;
+  std::lock_guard join_lock(join_mu_);
+  std::vector<std::thread*> to_join;
+  {
+    std::lock_guard lock(start_mu_);
+    for (auto& t : threads_) to_join.push_back(&t);
+  }
+  for (std::thread* t : to_join) {
+    // A task that shuts down its own pool cannot join its own thread; the destructor,
+    // which must run elsewhere, joins it.
+    if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
+  }
+}
+
+}  // namespace internal
+
+ThreadPoolExecutor::ThreadPoolExecutor(std::size_t max_workers, ExecutorOptions options)
+    : impl_(std::make_unique<internal::ThreadPoolImpl>(max_workers, std::move(options))) {}
+
+ThreadPoolExecutor::~ThreadPoolExecutor() { shutdown(/*wait=*/true); }
+
+void ThreadPoolExecutor::shutdown(bool wait, bool cancel_futures) {
+  impl_->shutdown(wait, cancel_futures);
+}
+
+std::size_t ThreadPoolExecutor::max_workers() const { return impl_->max_workers(); }
+std::size_t ThreadPoolExecutor::num_threads() const { return impl_->num_threads(); }
+
+void ThreadPoolExecutor::enqueue(std::shared_ptr<internal::Runnable> task) {
+  impl_->enqueue(std::move(task));
+}
+
+}  // namespace weft
