@@ -3,5 +3,6 @@
 
 #include "weft/exec/future.h"
 #include "weft/exec/map.h"
+#include "weft/exec/process_pool.h"
 #include "weft/exec/thread_pool.h"
 #include "weft/exec/wait.h"

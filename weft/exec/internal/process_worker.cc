@@ -1,0 +1,165 @@
+#include "weft/exec/internal/process_worker.h"
+
+#include <cxxabi.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <typeinfo>
+
+#include "weft/base/error.h"
+#include "weft/exec/internal/remote_task.h"
+
+namespace weft::internal {
+namespace {
+
+// Exit codes a worker uses when it cannot go on; the parent reports them as such.
+constexpr int kExitProtocolError = 70;
+constexpr int kExitIoError = 71;
+
+// Reads exactly `size` bytes; false on end-of-file before the first byte.
+bool read_full(int fd, void* data, std::size_t size) {
+  auto* p = static_cast<char*>(data);
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, p + done, size - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      if (done == 0) return false;
+      _exit(kExitIoError);  // the parent closed mid-frame
+    } else if (errno != EINTR) {
+      _exit(kExitIoError);
+    }
+  }
+  return true;
+}
+
+void write_full(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n >= 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (errno != EINTR) {
+      _exit(kExitIoError);  // the parent is gone: nobody to report to
+    }
+  }
+}
+
+std::string run_request(const std::string& payload, FrameKind& kind) {
+  ByteWriter out;
+  try {
+    ByteReader in(payload);
+    const auto trampoline = reinterpret_cast<Trampoline>(in.read<std::uint64_t>());
+    const auto fn = static_cast<std::uintptr_t>(in.read<std::uint64_t>());
+    trampoline(fn, in, out);
+    kind = FrameKind::kOk;
+  } catch (...) {
+    const auto [type, what] = describe_current_exception();
+    out = ByteWriter();
+    out.write(type);
+    out.write(what);
+    kind = FrameKind::kError;
+  }
+  return std::move(out.buffer());
+}
+
+[[noreturn]] void serve(int fd) {
+  std::string payload;
+  std::string reply;
+  for (;;) {
+    FrameHeader header;
+    if (!read_full(fd, &header, sizeof(header))) _exit(0);  // the pool shut down
+    if (header.magic != kRequestMagic || header.kind != FrameKind::kCall ||
+        header.length > kMaxPayload) {
+      _exit(kExitProtocolError);
+    }
+    payload.resize(header.length);
+    if (header.length > 0 && !read_full(fd, payload.data(), payload.size())) {
+      _exit(kExitIoError);
+    }
+    FrameKind kind;
+    const std::string result = run_request(payload, kind);
+    // Output the task printed must appear before the caller sees the result.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    reply.clear();
+    append_frame(reply, kReplyMagic, kind, result);
+    write_full(fd, reply);
+  }
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> describe_current_exception() {
+  const std::type_info* type = abi::__cxa_current_exception_type();
+  std::string name = "unknown exception";
+  if (type != nullptr) {
+    int status = 0;
+    std::unique_ptr<char, decltype(&std::free)> demangled(
+        abi::__cxa_demangle(type->name(), nullptr, nullptr, &status), &std::free);
+    name = status == 0 && demangled ? demangled.get() : type->name();
+  }
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return {name, e.what()};
+  } catch (...) {
+    return {name, "(not derived from std::exception)"};
+  }
+}
+
+void append_frame(std::string& out, std::uint32_t magic, FrameKind kind,
+                  const std::string& payload) {
+  const FrameHeader header{magic, kind, payload.size()};
+  out.append(reinterpret_cast<const char*>(&header), sizeof(header));
+  out.append(payload);
+}
+
+SpawnedWorker spawn_worker(const std::vector<int>& fds_to_close) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    throw SystemError("ProcessPoolExecutor: socketpair", errno);
+  }
+  // Buffered output would otherwise be flushed twice, once by each process.
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw SystemError("ProcessPoolExecutor: fork (lower max_workers or raise ulimit -u)", err);
+  }
+  if (pid == 0) {
+    ::close(sv[0]);
+    for (int fd : fds_to_close) ::close(fd);
+    serve(sv[1]);
+  }
+  ::close(sv[1]);
+  return {pid, sv[0]};
+}
+
+std::string describe_exit_status(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    std::string text = "exited with code " + std::to_string(code);
+    if (code == kExitProtocolError) text += " (it received a malformed request)";
+    if (code == kExitIoError) text += " (its connection to the pool broke)";
+    return text;
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+}  // namespace weft::internal
