@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/sanitizers.h"
 #include "weft/exec/wait.h"
 
 namespace weft {
@@ -131,7 +132,8 @@ TEST(ProcessPoolTest, WorkerKilledBySignalFailsItsFutureAndIsReplaced) {
     (void)f.get(10s);
     FAIL() << "expected BrokenProcessPool";
   } catch (const BrokenProcessPool& e) {
-    EXPECT_THAT(e.what(), HasSubstr("signal 11"));
+    // A sanitizer's own SEGV handler turns the signal into an exit code.
+    if (!test::kUnderSanitizer) EXPECT_THAT(e.what(), HasSubstr("signal 11"));
   }
   const pid_t after = pool.submit(my_pid).get(10s);
   EXPECT_NE(after, before);
@@ -150,7 +152,7 @@ TEST(ProcessPoolTest, WorkerThatExitsOrAbortsFailsItsFuture) {
     (void)pool.submit(die_by_abort, 0).get(10s);
     FAIL() << "expected BrokenProcessPool";
   } catch (const BrokenProcessPool& e) {
-    EXPECT_THAT(e.what(), HasSubstr("signal 6"));
+    if (!test::kUnderSanitizer) EXPECT_THAT(e.what(), HasSubstr("signal 6"));
   }
   EXPECT_EQ(pool.submit(square, 5).get(10s), 25);
 }

@@ -13,10 +13,10 @@ namespace weft::test {
 class Gate {
  public:
   void open() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-    }
+    // Notifying under the lock: a waiter cannot return, and destroy the gate, before the
+    // notification is complete.
+    std::lock_guard lock(mu_);
+    open_ = true;
     cv_.notify_all();
   }
   void wait() {

@@ -66,6 +66,7 @@ class ThreadPoolImpl {
   void wake_one();
   void wake_all();
   void fail_queued(const std::exception_ptr& reason);
+  void mark_broken(const std::string& reason);
   std::exception_ptr broken_error() const;
   // Spins briefly, then sleeps until there may be work (true) or the pool is done (false).
   bool wait_for_work();
@@ -126,22 +127,24 @@ bool ThreadPoolImpl::take_idle_token() {
 
 bool ThreadPoolImpl::start_worker_with(TaskPtr& task) {
   if (started_.load(std::memory_order_acquire) >= max_workers_) return false;
-  std::lock_guard lock(start_mu_);
+  std::unique_lock lock(start_mu_);
   const std::size_t index = started_.load();
   if (index >= max_workers_ || shutdown_.load()) return false;
   // The task goes into the new worker's queue before the worker exists, so that its first
-  // look finds it instead of offering itself as idle to the next submit.
+  // look finds it instead of offering itself as idle to the next submit; and the queue is
+  // counted live before the worker runs, so that whoever the worker's idle token reaches
+  // sees at least one queue.
   push(index, std::move(task));
+  started_.store(index + 1, std::memory_order_release);
   try {
     threads_.emplace_back(&ThreadPoolImpl::worker_main, this, index);
   } catch (const std::system_error& e) {
+    // With other workers alive they steal from this queue; with none, nothing can run.
     if (index == 0) {
-      task = pop(*queues_[index]);
-      throw SystemError("ThreadPoolExecutor: cannot start a worker thread", e.code().value());
+      lock.unlock();
+      mark_broken(std::string("no worker thread could be started: ") + e.what());
     }
-    // Keep going with the workers we have: they steal from this queue.
   }
-  started_.store(index + 1, std::memory_order_release);
   return true;
 }
 
@@ -237,24 +240,28 @@ bool ThreadPoolImpl::run_initializer() {
     options_.initializer();
     return true;
   } catch (const std::exception& e) {
-    std::lock_guard lock(start_mu_);
-    if (broken_reason_.empty()) broken_reason_ = e.what();
+    mark_broken(std::string("a worker thread's initializer failed: ") + e.what());
   } catch (...) {
+    mark_broken("a worker thread's initializer failed with a non-standard exception");
+  }
+  return false;
+}
+
+void ThreadPoolImpl::mark_broken(const std::string& reason) {
+  {
     std::lock_guard lock(start_mu_);
-    if (broken_reason_.empty()) broken_reason_ = "a non-standard exception";
+    if (broken_reason_.empty()) broken_reason_ = reason;
   }
   broken_.store(true);
   fail_queued(broken_error());
   wake_all();
-  return false;
 }
 
 std::exception_ptr ThreadPoolImpl::broken_error() const {
   std::lock_guard lock(start_mu_);
   return std::make_exception_ptr(BrokenExecutor(
-      "a worker thread's initializer failed (" + broken_reason_ +
-      "); this ThreadPoolExecutor can no longer run tasks: fix the initializer and create a "
-      "new executor"));
+      broken_reason_ + "; this ThreadPoolExecutor can no longer run tasks: fix the cause and "
+                       "create a new executor"));
 }
 
 void ThreadPoolImpl::fail_queued(const std::exception_ptr& reason) {
