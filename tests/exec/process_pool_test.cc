@@ -133,7 +133,9 @@ TEST(ProcessPoolTest, WorkerKilledBySignalFailsItsFutureAndIsReplaced) {
     FAIL() << "expected BrokenProcessPool";
   } catch (const BrokenProcessPool& e) {
     // A sanitizer's own SEGV handler turns the signal into an exit code.
-    if (!test::kUnderSanitizer) EXPECT_THAT(e.what(), HasSubstr("signal 11"));
+    if (!test::kUnderSanitizer) {
+      EXPECT_THAT(e.what(), HasSubstr("signal 11"));
+    }
   }
   const pid_t after = pool.submit(my_pid).get(10s);
   EXPECT_NE(after, before);
@@ -152,7 +154,9 @@ TEST(ProcessPoolTest, WorkerThatExitsOrAbortsFailsItsFuture) {
     (void)pool.submit(die_by_abort, 0).get(10s);
     FAIL() << "expected BrokenProcessPool";
   } catch (const BrokenProcessPool& e) {
-    if (!test::kUnderSanitizer) EXPECT_THAT(e.what(), HasSubstr("signal 6"));
+    if (!test::kUnderSanitizer) {
+      EXPECT_THAT(e.what(), HasSubstr("signal 6"));
+    }
   }
   EXPECT_EQ(pool.submit(square, 5).get(10s), 25);
 }
