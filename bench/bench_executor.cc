@@ -22,6 +22,7 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -153,9 +154,11 @@ void BM_Throughput_Async(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
+// range(1) is the arena's concurrency: 2 = one TBB worker + the caller (which runs tasks
+// in wait()), 3 = two TBB workers + the caller, the same thread count as weft's pool.
 void BM_Throughput_Tbb(benchmark::State& state) {
   const std::int64_t n = state.range(0);
-  tbb::task_arena arena(kWorkers);
+  tbb::task_arena arena(static_cast<int>(state.range(1)));
   tbb::task_group group;
   for (auto _ : state) {
     std::vector<int> results(static_cast<std::size_t>(n));
@@ -186,7 +189,13 @@ void throughput_args(benchmark::internal::Benchmark* b, std::int64_t n) {
 
 BENCHMARK(BM_Throughput_Weft)->Apply([](auto* b) { throughput_args(b, kTasks); });
 BENCHMARK(BM_Throughput_Async)->Apply([](auto* b) { throughput_args(b, kAsyncTasks); });
-BENCHMARK(BM_Throughput_Tbb)->Apply([](auto* b) { throughput_args(b, kTasks); });
+BENCHMARK(BM_Throughput_Tbb)
+    ->ArgNames({"n", "arena"})
+    ->Args({kTasks, kWorkers})
+    ->Args({kTasks, kWorkers + 1})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Throughput_MutexCv)->Apply([](auto* b) { throughput_args(b, kTasks); });
 
 // ---------------------------------------------------------------------------------------
@@ -221,6 +230,25 @@ void BM_Latency_Tbb(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// A true hand-off to a TBB worker thread: BM_Latency_Tbb's wait() runs the task on the
+// calling thread, so it measures queueing, not a round trip between threads.
+void BM_Latency_TbbEnqueue(benchmark::State& state) {
+  tbb::task_arena arena(kWorkers);
+  std::atomic<int> done{0};
+  int i = 0;
+  for (auto _ : state) {
+    arena.enqueue([&done, i] {
+      benchmark::DoNotOptimize(identity(i));
+      done.store(1, std::memory_order_release);
+      done.notify_one();
+    });
+    done.wait(0, std::memory_order_acquire);
+    done.store(0, std::memory_order_relaxed);
+    ++i;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_Latency_MutexCv(benchmark::State& state) {
   MutexCvPool pool(kWorkers);
   const auto round_trip = [&pool](int i) { return pool.submit([i] { return identity(i); }).get(); };
@@ -235,6 +263,7 @@ void BM_Latency_MutexCv(benchmark::State& state) {
 
 BENCHMARK(BM_Latency_Weft)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Latency_Tbb)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Latency_TbbEnqueue)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Latency_MutexCv)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // ---------------------------------------------------------------------------------------

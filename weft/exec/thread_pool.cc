@@ -12,22 +12,13 @@
 
 #include "weft/base/system.h"
 #include "weft/exec/internal/spin.h"
+#include "weft/exec/internal/task_queue.h"
 
 namespace weft {
 namespace internal {
 namespace {
 
-using TaskPtr = std::shared_ptr<Runnable>;
-
 std::atomic<int> g_executor_counter{0};
-
-// One queue per worker. The owner and the submitters it is fed by are the only usual
-// contenders for its lock; `size` lets scans skip empty queues without locking.
-struct alignas(64) WorkerQueue {
-  std::mutex mu;
-  std::deque<TaskPtr> tasks;
-  std::atomic<std::size_t> size{0};
-};
 
 }  // namespace
 
@@ -40,10 +31,7 @@ class ThreadPoolImpl {
     if (options_.thread_name_prefix.empty()) {
       options_.thread_name_prefix = "weft-pool" + std::to_string(g_executor_counter++);
     }
-    queues_.reserve(max_workers_);
-    for (std::size_t i = 0; i < max_workers_; ++i) {
-      queues_.push_back(std::make_unique<WorkerQueue>());
-    }
+    queues_.resize(max_workers_);  // each made when its worker starts
   }
 
   void enqueue(TaskPtr task);
@@ -56,8 +44,6 @@ class ThreadPoolImpl {
   void worker_main(std::size_t self);
   bool run_initializer();
   TaskPtr find_task(std::size_t self);
-  static TaskPtr pop(WorkerQueue& queue);
-  void push(std::size_t index, TaskPtr task);
   bool has_work() const;
   bool should_exit() const;
   bool take_idle_token();
@@ -73,14 +59,17 @@ class ThreadPoolImpl {
 
   const std::size_t max_workers_;
   ExecutorOptions options_;
-  std::vector<std::unique_ptr<WorkerQueue>> queues_;  // one per possible worker, fixed
+  // One slot per possible worker; slot i is filled before started_ exceeds i (release), so
+  // readers that saw started_ (acquire) see the queue.
+  std::vector<std::unique_ptr<TaskQueue>> queues_;
 
-  std::atomic<std::size_t> started_{0};  // workers started; also the live queue count
-  std::atomic<std::size_t> next_queue_{0};
-  std::atomic<std::size_t> idle_tokens_{0};  // idle workers not yet claimed by a submit
-  std::atomic<std::size_t> submits_in_flight_{0};
+  // The atomics are grouped by who writes them, one cache line per group: a submit's
+  // read-modify-writes must not evict the lines that spinning workers keep reading.
+  alignas(64) std::atomic<std::size_t> started_{0};  // workers started = live queues
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> broken_{false};
+  alignas(64) std::atomic<std::size_t> submits_in_flight_{0};
+  alignas(64) std::atomic<std::size_t> idle_tokens_{0};  // idle workers no submit claimed
 
   mutable std::mutex start_mu_;  // guards threads_, broken_reason_, shutdown transitions
   std::vector<std::thread> threads_;
@@ -89,7 +78,7 @@ class ThreadPoolImpl {
 
   std::mutex sleep_mu_;
   std::condition_variable sleep_cv_;
-  std::atomic<int> sleepers_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
 };
 
 void ThreadPoolImpl::enqueue(TaskPtr task) {
@@ -97,10 +86,14 @@ void ThreadPoolImpl::enqueue(TaskPtr task) {
   // come" (shutdown and no submit in flight) from "a submit is about to push".
   submits_in_flight_.fetch_add(1);
   if (shutdown_.load() || broken_.load()) reject_submit();
-  if (take_idle_token() || !start_worker_with(task)) {
+  // Idle tokens only decide whether to start a worker, so a full pool skips them.
+  const bool full = num_threads() == max_workers_;
+  if (full || take_idle_token() || !start_worker_with(task)) {
     const std::size_t n = num_threads();
     if (n == 0) reject_submit();  // shut down before the first worker could start
-    push(next_queue_.fetch_add(1, std::memory_order_relaxed) % n, std::move(task));
+    // Round robin per submitting thread: a shared counter would be one more contended line.
+    thread_local std::size_t next_queue = 0;
+    queues_[next_queue++ % n]->push(std::move(task));
   }
   submits_in_flight_.fetch_sub(1);
   if (sleepers_.load() > 0) wake_one();
@@ -134,7 +127,8 @@ bool ThreadPoolImpl::start_worker_with(TaskPtr& task) {
   // look finds it instead of offering itself as idle to the next submit; and the queue is
   // counted live before the worker runs, so that whoever the worker's idle token reaches
   // sees at least one queue.
-  push(index, std::move(task));
+  queues_[index] = std::make_unique<TaskQueue>();
+  queues_[index]->push(std::move(task));
   started_.store(index + 1, std::memory_order_release);
   try {
     threads_.emplace_back(&ThreadPoolImpl::worker_main, this, index);
@@ -148,29 +142,13 @@ bool ThreadPoolImpl::start_worker_with(TaskPtr& task) {
   return true;
 }
 
-void ThreadPoolImpl::push(std::size_t index, TaskPtr task) {
-  WorkerQueue& queue = *queues_[index];
-  std::lock_guard lock(queue.mu);
-  queue.tasks.push_back(std::move(task));
-  // seq_cst: pairs with the sleeper's increment of sleepers_ (see wait_for_work).
-  queue.size.fetch_add(1);
-}
-
-TaskPtr ThreadPoolImpl::pop(WorkerQueue& queue) {
-  if (queue.size.load(std::memory_order_relaxed) == 0) return nullptr;
-  std::lock_guard lock(queue.mu);
-  if (queue.tasks.empty()) return nullptr;
-  TaskPtr task = std::move(queue.tasks.front());
-  queue.tasks.pop_front();
-  queue.size.fetch_sub(1, std::memory_order_relaxed);
-  return task;
-}
-
 TaskPtr ThreadPoolImpl::find_task(std::size_t self) {
-  if (TaskPtr task = pop(*queues_[self])) return task;
+  if (TaskPtr task = queues_[self]->pop()) return task;
   const std::size_t n = num_threads();
   for (std::size_t k = 1; k < n; ++k) {
-    if (TaskPtr task = pop(*queues_[(self + k) % n])) return task;
+    TaskQueue& victim = *queues_[(self + k) % n];
+    if (!victim.maybe_nonempty()) continue;
+    if (TaskPtr task = victim.pop()) return task;
   }
   return nullptr;
 }
@@ -178,7 +156,7 @@ TaskPtr ThreadPoolImpl::find_task(std::size_t self) {
 bool ThreadPoolImpl::has_work() const {
   const std::size_t n = num_threads();
   for (std::size_t i = 0; i < n; ++i) {
-    if (queues_[i]->size.load() > 0) return true;
+    if (queues_[i]->maybe_nonempty()) return true;
   }
   return false;
 }
@@ -220,14 +198,14 @@ void ThreadPoolImpl::worker_main(std::size_t self) {
   for (;;) {
     if (TaskPtr task = find_task(self)) {
       if (idle) {
-        take_idle_token();  // we are busy again: withdraw our offer
+        if (num_threads() < max_workers_) take_idle_token();  // busy again: withdraw the offer
         idle = false;
       }
       task->run();
       continue;
     }
     if (!idle) {
-      idle_tokens_.fetch_add(1);
+      if (num_threads() < max_workers_) idle_tokens_.fetch_add(1);
       idle = true;
     }
     if (!wait_for_work()) return;
@@ -265,16 +243,16 @@ std::exception_ptr ThreadPoolImpl::broken_error() const {
 }
 
 void ThreadPoolImpl::fail_queued(const std::exception_ptr& reason) {
-  for (std::size_t i = 0; i < max_workers_; ++i) {
-    while (TaskPtr task = pop(*queues_[i])) task->abandon(reason);
+  for (std::size_t i = 0; i < num_threads(); ++i) {
+    while (TaskPtr task = queues_[i]->pop()) task->abandon(reason);
   }
 }
 
 void ThreadPoolImpl::shutdown(bool wait, bool cancel_futures) {
   shutdown_.store(true);
   if (cancel_futures) {
-    for (std::size_t i = 0; i < max_workers_; ++i) {
-      while (TaskPtr task = pop(*queues_[i])) task->cancel();
+    for (std::size_t i = 0; i < num_threads(); ++i) {
+      while (TaskPtr task = queues_[i]->pop()) task->cancel();
     }
   }
   wake_all();

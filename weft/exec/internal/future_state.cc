@@ -1,6 +1,10 @@
 #include "weft/exec/internal/future_state.h"
 
+#include "weft/exec/internal/futex.h"
+#include "weft/exec/internal/spin.h"
+
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <utility>
 
@@ -40,20 +44,29 @@ std::vector<const FutureStateBase*> Waiter::take(Deadline deadline) {
   return std::exchange(finished_, {});
 }
 
+FutureStateBase::~FutureStateBase() { delete watchers_.load(std::memory_order_relaxed); }
+
 bool FutureStateBase::cancel() {
-  Status expected = Status::kPending;
-  // The transition is a CAS so that a worker starting the task and a caller cancelling it
-  // agree on exactly one winner without taking the lock on the worker's hot path.
-  if (!status_.compare_exchange_strong(expected, Status::kCancelled, std::memory_order_acq_rel)) {
-    return expected == Status::kCancelled;
+  // A CAS, so that a worker starting the task and a caller cancelling it agree on exactly
+  // one winner without a lock.
+  std::uint32_t word = word_.load(std::memory_order_acquire);
+  for (;;) {
+    if (status_of(word) == Status::kCancelled) return true;
+    if (status_of(word) != Status::kPending) return false;
+    if (word_.compare_exchange_weak(word, static_cast<std::uint32_t>(Status::kCancelled))) break;
   }
-  finish(Status::kCancelled);
+  notify(word);
   return true;
 }
 
 bool FutureStateBase::set_running_or_notify_cancel() {
-  Status expected = Status::kPending;
-  return status_.compare_exchange_strong(expected, Status::kRunning, std::memory_order_acq_rel);
+  std::uint32_t word = word_.load(std::memory_order_acquire);
+  while (status_of(word) == Status::kPending) {
+    const std::uint32_t running =
+        (word & ~kStatusMask) | static_cast<std::uint32_t>(Status::kRunning);
+    if (word_.compare_exchange_weak(word, running, std::memory_order_acq_rel)) return true;
+  }
+  return false;
 }
 
 void FutureStateBase::set_exception(std::exception_ptr error) {
@@ -61,27 +74,61 @@ void FutureStateBase::set_exception(std::exception_ptr error) {
   finish(Status::kFinished);
 }
 
-void FutureStateBase::wait() const {
-  if (done()) return;
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done(); });
+void FutureStateBase::finish(Status final_status) {
+  notify(word_.exchange(static_cast<std::uint32_t>(final_status)));
 }
 
 bool FutureStateBase::wait_until(Deadline deadline) const {
-  if (done()) return true;
-  if (deadline.is_never()) {
-    wait();
-    return true;
+  // Small tasks finish within microseconds: polling that long is cheaper than the two
+  // system calls and the context switch of sleeping and being woken.
+  for (int round = 0; round < kWaitSpinRounds; ++round) {
+    if (done()) return true;
+    spin_pause(round);
   }
-  std::unique_lock lock(mu_);
-  return cv_.wait_until(lock, deadline.when(), [this] { return done(); });
+  for (;;) {
+    std::uint32_t word = word_.load(std::memory_order_acquire);
+    if (is_done(word)) return true;
+    if (deadline.expired()) return false;
+    // Announce a sleeper first, so that the finishing thread knows to make the wake call.
+    if ((word & kSleepersBit) == 0) {
+      if (!word_.compare_exchange_weak(word, word | kSleepersBit)) continue;
+      word |= kSleepersBit;
+    }
+    futex_wait(word_, word, deadline);
+  }
+}
+
+void FutureStateBase::notify(std::uint32_t old_word) {
+  if ((old_word & kSleepersBit) != 0) futex_wake_all(word_);
+  // seq_cst, pairing with watchers(): either we see the watchers a registering thread made,
+  // or it sees the final status and handles its own callback.
+  Watchers* w = watchers_.load();
+  if (w == nullptr) return;
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::shared_ptr<Waiter>> waiters;
+  {
+    std::lock_guard lock(w->mu);
+    callbacks.swap(w->callbacks);
+    waiters.swap(w->waiters);
+  }
+  for (const auto& waiter : waiters) waiter->notify(this);
+  for (auto& callback : callbacks) run_callback(callback);
+}
+
+FutureStateBase::Watchers& FutureStateBase::watchers() {
+  Watchers* w = watchers_.load();
+  if (w != nullptr) return *w;
+  auto fresh = std::make_unique<Watchers>();
+  if (watchers_.compare_exchange_strong(w, fresh.get())) return *fresh.release();
+  return *w;  // another thread made them first
 }
 
 void FutureStateBase::add_done_callback(std::function<void()> callback) {
+  Watchers& w = watchers();
   {
-    std::lock_guard lock(mu_);
-    if (!done()) {
-      callbacks_.push_back(std::move(callback));
+    std::lock_guard lock(w.mu);
+    if (!is_done(word_.load())) {
+      w.callbacks.push_back(std::move(callback));
       return;
     }
   }
@@ -89,31 +136,18 @@ void FutureStateBase::add_done_callback(std::function<void()> callback) {
 }
 
 bool FutureStateBase::add_waiter(const std::shared_ptr<Waiter>& waiter) {
-  std::lock_guard lock(mu_);
-  if (done()) return false;
-  waiters_.push_back(waiter);
+  Watchers& w = watchers();
+  std::lock_guard lock(w.mu);
+  if (is_done(word_.load())) return false;
+  w.waiters.push_back(waiter);
   return true;
 }
 
 void FutureStateBase::remove_waiter(const Waiter* waiter) {
-  std::lock_guard lock(mu_);
-  std::erase_if(waiters_, [waiter](const auto& w) { return w.get() == waiter; });
-}
-
-void FutureStateBase::finish(Status final_status) {
-  std::vector<std::function<void()>> callbacks;
-  std::vector<std::shared_ptr<Waiter>> waiters;
-  {
-    // The status is published under the lock so that a waiter that checked done() under
-    // the same lock cannot miss the notification.
-    std::lock_guard lock(mu_);
-    status_.store(final_status, std::memory_order_release);
-    callbacks.swap(callbacks_);
-    waiters.swap(waiters_);
-  }
-  cv_.notify_all();
-  for (const auto& waiter : waiters) waiter->notify(this);
-  for (auto& callback : callbacks) run_callback(callback);
+  Watchers* w = watchers_.load();
+  if (w == nullptr) return;
+  std::lock_guard lock(w->mu);
+  std::erase_if(w->waiters, [waiter](const auto& p) { return p.get() == waiter; });
 }
 
 }  // namespace weft::internal

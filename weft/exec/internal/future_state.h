@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -34,18 +35,15 @@ class Waiter {
 
 class FutureStateBase {
  public:
-  enum class Status : int { kPending, kRunning, kFinished, kCancelled };
+  enum class Status : std::uint32_t { kPending, kRunning, kFinished, kCancelled };
 
   FutureStateBase() = default;
   FutureStateBase(const FutureStateBase&) = delete;
   FutureStateBase& operator=(const FutureStateBase&) = delete;
-  virtual ~FutureStateBase() = default;
+  virtual ~FutureStateBase();
 
-  Status status() const { return status_.load(std::memory_order_acquire); }
-  bool done() const {
-    const Status s = status();
-    return s == Status::kFinished || s == Status::kCancelled;
-  }
+  Status status() const { return status_of(word_.load(std::memory_order_acquire)); }
+  bool done() const { return is_done(word_.load(std::memory_order_acquire)); }
 
   // Pending -> cancelled. False once the task runs or has finished.
   bool cancel();
@@ -55,7 +53,7 @@ class FutureStateBase {
   void set_exception(std::exception_ptr error);
 
   // Block until done; wait_until returns false if `deadline` passed first.
-  void wait() const;
+  void wait() const { wait_until(Deadline::never()); }
   bool wait_until(Deadline deadline) const;
 
   // Only valid once done() and not cancelled.
@@ -73,12 +71,29 @@ class FutureStateBase {
   void finish(Status final_status);
 
  private:
-  std::atomic<Status> status_{Status::kPending};
+  // Callbacks and wait()/as_completed() registrations: rare, so kept out of line and made
+  // on first use; most futures never have any.
+  struct Watchers {
+    std::mutex mu;
+    std::vector<std::function<void()>> callbacks;
+    std::vector<std::shared_ptr<Waiter>> waiters;
+  };
+
+  // word_ holds the Status in its low byte and kSleepersBit while a thread may sleep on it.
+  static constexpr std::uint32_t kStatusMask = 0xff;
+  static constexpr std::uint32_t kSleepersBit = 0x100;
+  static Status status_of(std::uint32_t word) { return static_cast<Status>(word & kStatusMask); }
+  static bool is_done(std::uint32_t word) {
+    const Status s = status_of(word);
+    return s == Status::kFinished || s == Status::kCancelled;
+  }
+
+  void notify(std::uint32_t old_word);
+  Watchers& watchers();
+
+  mutable std::atomic<std::uint32_t> word_{0};
   std::exception_ptr error_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::vector<std::function<void()>> callbacks_;
-  std::vector<std::shared_ptr<Waiter>> waiters_;
+  std::atomic<Watchers*> watchers_{nullptr};
 };
 
 template <class T>

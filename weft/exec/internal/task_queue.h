@@ -1,0 +1,111 @@
+// TaskQueue: one worker's queue in ThreadPoolExecutor. Any thread may push (submitters) and
+// pop (the owner, and idle workers stealing). Not public.
+//
+// The fast path is a bounded lock-free ring (Dmitry Vyukov's MPMC queue: each cell carries a
+// sequence number that says whether it is free for the producer of round k or full for the
+// consumer of round k, so producers and consumers only contend on one CAS each). When the
+// ring is full, tasks spill into a mutex-protected deque; the owner drains the ring first.
+// Replacing the mutex + deque that was here before removed lock convoys and the deque's
+// cross-thread block frees (docs/PERFORMANCE.md).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "weft/exec/internal/future_state.h"
+
+namespace weft::internal {
+
+using TaskPtr = std::shared_ptr<Runnable>;
+
+class TaskQueue {
+ public:
+  static constexpr std::size_t kRingSize = 1024;  // a power of two
+
+  TaskQueue() : cells_(new Cell[kRingSize]) {
+    for (std::size_t i = 0; i < kRingSize; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
+  }
+
+  void push(TaskPtr task) {
+    if (try_push_ring(task)) return;
+    std::lock_guard lock(overflow_mu_);
+    overflow_.push_back(std::move(task));
+    overflow_size_.fetch_add(1);
+  }
+
+  TaskPtr pop() {
+    if (TaskPtr task = try_pop_ring()) return task;
+    if (overflow_size_.load(std::memory_order_relaxed) == 0) return nullptr;
+    std::lock_guard lock(overflow_mu_);
+    if (overflow_.empty()) return nullptr;
+    TaskPtr task = std::move(overflow_.front());
+    overflow_.pop_front();
+    overflow_size_.fetch_sub(1, std::memory_order_relaxed);
+    return task;
+  }
+
+  // True if a task may be queued. seq_cst loads: the sleep/wake handshake relies on them.
+  bool maybe_nonempty() const {
+    return tail_.load() != head_.load() || overflow_size_.load() != 0;
+  }
+
+ private:
+  struct Cell {
+    std::atomic<std::size_t> seq;
+    TaskPtr task;
+  };
+
+  bool try_push_ring(TaskPtr& task) {
+    std::size_t pos = tail_.load(std::memory_order_relaxed);
+    Cell* cell;
+    for (;;) {
+      cell = &cells_[pos & (kRingSize - 1)];
+      const std::size_t seq = cell->seq.load(std::memory_order_acquire);
+      const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos);
+      if (diff == 0) {
+        // seq_cst: pairs with a sleeping worker's registration (see ThreadPoolImpl).
+        if (tail_.compare_exchange_weak(pos, pos + 1)) break;
+      } else if (diff < 0) {
+        return false;  // full
+      } else {
+        pos = tail_.load(std::memory_order_relaxed);
+      }
+    }
+    cell->task = std::move(task);
+    cell->seq.store(pos + 1, std::memory_order_release);
+    return true;
+  }
+
+  TaskPtr try_pop_ring() {
+    std::size_t pos = head_.load(std::memory_order_relaxed);
+    Cell* cell;
+    for (;;) {
+      cell = &cells_[pos & (kRingSize - 1)];
+      const std::size_t seq = cell->seq.load(std::memory_order_acquire);
+      const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos + 1);
+      if (diff == 0) {
+        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+      } else if (diff < 0) {
+        return nullptr;  // empty, or the producer of this cell has not published it yet
+      } else {
+        pos = head_.load(std::memory_order_relaxed);
+      }
+    }
+    TaskPtr task = std::move(cell->task);
+    cell->seq.store(pos + kRingSize, std::memory_order_release);
+    return task;
+  }
+
+  std::unique_ptr<Cell[]> cells_;
+  alignas(64) std::atomic<std::size_t> tail_{0};
+  alignas(64) std::atomic<std::size_t> head_{0};
+  alignas(64) std::atomic<std::size_t> overflow_size_{0};
+  std::mutex overflow_mu_;
+  std::deque<TaskPtr> overflow_;
+};
+
+}  // namespace weft::internal
