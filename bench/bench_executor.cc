@@ -13,6 +13,7 @@
 //   BM_Throughput_*  submit N tasks `return x` one by one, then wait for all of them
 //   BM_Latency_*     one submit -> result round trip at a time
 //   BM_Map_Weft      pool.map over 1,000,000 ints at chunksize 1, 1000 and 10000
+//   BM_ProcessPool_* the same three for weft::ProcessPoolExecutor(2)
 //
 // Run (about a minute):
 //   cmake --build build/release --target bench_executor
@@ -39,6 +40,7 @@
 
 #include "weft/exec/future.h"
 #include "weft/exec/map.h"
+#include "weft/exec/process_pool.h"
 #include "weft/exec/thread_pool.h"
 
 namespace {
@@ -297,7 +299,57 @@ BENCHMARK(BM_Map_Weft)
 }  // namespace
 
 // =======================================================================================
-// Process pool benchmarks: added with ProcessPoolExecutor.
+// 4. ProcessPoolExecutor: the same measurements across a process boundary (a socket write
+//    and read each way per task). Python's concurrent.futures numbers, for comparison, come
+//    from bench/peers/concurrent_futures.py.
 // =======================================================================================
+
+constexpr std::int64_t kProcessTasks = 20'000;
+
+void BM_ProcessPool_Latency(benchmark::State& state) {
+  weft::ProcessPoolExecutor pool(kWorkers);
+  int i = 0;
+  for (auto _ : state) {
+    int result = pool.submit(identity, i++).get();
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_ProcessPool_Throughput(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  weft::ProcessPoolExecutor pool(kWorkers);
+  for (auto _ : state) {
+    const std::int64_t sum = submit_all_then_get<weft::Future<int>>(
+        n, [&pool](int i) { return pool.submit(identity, i); });
+    check_sum(state, sum, n);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_ProcessPool_Map(benchmark::State& state) {
+  const auto chunksize = static_cast<std::size_t>(state.range(0));
+  std::vector<int> inputs(static_cast<std::size_t>(kMapInputs));
+  std::iota(inputs.begin(), inputs.end(), 0);
+  weft::ProcessPoolExecutor pool(kWorkers);
+  for (auto _ : state) {
+    const auto results = pool.map(
+        identity, inputs, weft::MapOptions{.timeout = std::nullopt, .chunksize = chunksize});
+    std::int64_t sum = 0;
+    for (int r : results) sum += r;
+    check_sum(state, sum, kMapInputs);
+  }
+  state.SetItemsProcessed(state.iterations() * kMapInputs);
+}
+
+BENCHMARK(BM_ProcessPool_Latency)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ProcessPool_Throughput)->Apply([](auto* b) { throughput_args(b, kProcessTasks); });
+BENCHMARK(BM_ProcessPool_Map)
+    ->ArgName("chunksize")
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

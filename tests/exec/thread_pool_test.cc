@@ -209,6 +209,18 @@ TEST(ThreadPoolTest, ManyThreadsSubmittingAtOnce) {
   EXPECT_EQ(total.load(), expected);
 }
 
+// Workers that went to sleep must always be woken by the next submit: alternate bursts
+// with pauses long enough for them to fall asleep, and bound every wait.
+TEST(ThreadPoolTest, NoLostWakeUps) {
+  ThreadPoolExecutor pool(2);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<Future<int>> fs;
+    for (int i = 0; i < round % 7 + 1; ++i) fs.push_back(pool.submit([i] { return i; }));
+    for (auto& f : fs) ASSERT_TRUE(f.wait_for(5s)) << "round " << round;
+    if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(round * 7));
+  }
+}
+
 TEST(ThreadPoolTest, SubmitRacingShutdownNeverStrandsATask) {
   for (int round = 0; round < 50; ++round) {
     ThreadPoolExecutor pool(2);

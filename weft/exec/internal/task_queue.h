@@ -48,9 +48,12 @@ class TaskQueue {
     return task;
   }
 
-  // True if a task may be queued. seq_cst loads: the sleep/wake handshake relies on them.
+  // True if a task may be queued. It reads the cell at the head rather than the tail index,
+  // so that polling workers leave the submitter's tail line alone. seq_cst loads: the
+  // sleep/wake handshake relies on them.
   bool maybe_nonempty() const {
-    return tail_.load() != head_.load() || overflow_size_.load() != 0;
+    const std::size_t head = head_.load();
+    return cells_[head & (kRingSize - 1)].seq.load() == head + 1 || overflow_size_.load() != 0;
   }
 
  private:
@@ -67,8 +70,7 @@ class TaskQueue {
       const std::size_t seq = cell->seq.load(std::memory_order_acquire);
       const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos);
       if (diff == 0) {
-        // seq_cst: pairs with a sleeping worker's registration (see ThreadPoolImpl).
-        if (tail_.compare_exchange_weak(pos, pos + 1)) break;
+        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
       } else if (diff < 0) {
         return false;  // full
       } else {
@@ -76,7 +78,9 @@ class TaskQueue {
       }
     }
     cell->task = std::move(task);
-    cell->seq.store(pos + 1, std::memory_order_release);
+    // seq_cst: the publication must be ordered before the submitter's later look at the
+    // sleeper count, pairing with a sleeping worker's registration (see ThreadPoolImpl).
+    cell->seq.store(pos + 1);
     return true;
   }
 
