@@ -1,19 +1,30 @@
 # The two commands a new user needs (see README.md):
 #   make run    install missing Debian packages, build in Release, run the demo
-#   make test   install missing Debian packages, build in Release, run every test
+#   make test   install missing Debian packages, build in Release, run every test, and the
+#               concurrency tests again under ThreadSanitizer
 # Both are idempotent and print little when there is nothing to do.
 
 PRESET ?= release
 BUILD  := build/$(PRESET)
 CTEST_JOBS ?= 2
 
-.PHONY: run test test-fast test-tsan test-asan build deps bench format clean
+.PHONY: run test race test-fast test-tsan test-asan build deps bench format clean
 
 run: build
 	@$(BUILD)/examples/sequential_vs_concurrent
 
-test: build
+test: build race
 	@ctest --test-dir $(BUILD) -j$(CTEST_JOBS) --output-on-failure --no-tests=error
+
+# The concurrency tests (label "race") again under ThreadSanitizer: part of make test, so
+# that CI catches data races, not only wrong results.
+RACE_TARGETS := future_test thread_pool_test process_pool_test
+race: deps build/tsan/CMakeCache.txt
+	@cmake --build build/tsan --target $(RACE_TARGETS) -- --quiet
+	@ctest --test-dir build/tsan -L race -j$(CTEST_JOBS) --output-on-failure --no-tests=error
+
+build/tsan/CMakeCache.txt:
+	@cmake --preset tsan >/dev/null
 
 # The quick set while developing: everything but the tests labelled slow.
 test-fast: build
