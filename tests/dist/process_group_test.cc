@@ -1,0 +1,261 @@
+// ProcessGroup behaviour beyond the values: async ordering, subgroups, point to point,
+// argument checks, timeouts and failure propagation, and every algorithm against the naive
+// gather-reduce-broadcast reference.
+#include "weft/dist/process_group.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "weft/dist.h"
+#include "weft/dist/algorithms/collectives.h"
+#include "weft/dist/transport/thread/thread_transport.h"
+
+namespace weft::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::HasSubstr;
+
+TEST(ProcessGroupTest, RankSizeAndBackend) {
+  std::atomic<int> ranks_sum{0};
+  run_threads(3, [&](ProcessGroup& pg) {
+    EXPECT_EQ(pg.size(), 3);
+    EXPECT_EQ(pg.backend_name(), "thread");
+    EXPECT_EQ(pg.name(), "world");
+    ranks_sum += pg.rank();
+  });
+  EXPECT_EQ(ranks_sum.load(), 3);
+}
+
+TEST(ProcessGroupTest, SeveralAsyncOpsCompleteInIssueOrder) {
+  run_threads(4, [](ProcessGroup& pg) {
+    std::vector<std::vector<int>> bufs(20, std::vector<int>(100, pg.rank()));
+    std::vector<std::shared_ptr<Work>> works;
+    for (auto& b : bufs) works.push_back(pg.all_reduce_async(b, ReduceOp::kSum));
+    // Completion in issue order: once the last is done, all earlier ones are.
+    works.back()->wait();
+    for (auto& w : works) EXPECT_TRUE(w->is_completed());
+    for (auto& b : bufs) EXPECT_THAT(b, testing::Each(0 + 1 + 2 + 3));
+    EXPECT_EQ(works[0]->exception(), nullptr);
+  });
+}
+
+TEST(ProcessGroupTest, SendRecvAndRecvAny) {
+  run_threads(3, [](ProcessGroup& pg) {
+    if (pg.rank() == 0) {
+      std::vector<double> a(5);
+      std::vector<double> b(5);
+      pg.recv(a, 1, /*tag=*/7);
+      pg.recv(b, 1, /*tag=*/8);
+      EXPECT_THAT(a, testing::Each(7.0));
+      EXPECT_THAT(b, testing::Each(8.0));
+      std::set<int> sources;
+      for (int i = 0; i < 2; ++i) {
+        std::vector<int> any(1);
+        const int src = pg.recv_any(any, /*tag=*/9);
+        EXPECT_EQ(any[0], 100 + src);  // the message really came from `src`
+        sources.insert(src);
+      }
+      EXPECT_EQ(sources, (std::set<int>{1, 2}));
+    } else {
+      if (pg.rank() == 1) {
+        std::vector<double> b(5, 8.0);
+        std::vector<double> a(5, 7.0);
+        pg.send(b, 0, 8);  // sent first, received second: matched by tag
+        pg.send(a, 0, 7);
+      }
+      std::vector<int> any{100 + pg.rank()};
+      pg.send(any, 0, 9);
+    }
+  });
+}
+
+TEST(ProcessGroupTest, AllGatherVAndAllToAllV) {
+  run_threads(4, [](ProcessGroup& pg) {
+    const int r = pg.rank();
+    const std::vector<std::size_t> counts{0, 1, 3, 2};
+    std::vector<int> in(counts[static_cast<std::size_t>(r)], r);
+    std::vector<int> out(6);
+    pg.all_gather_v(out, in, counts);
+    EXPECT_THAT(out, testing::ElementsAre(1, 2, 2, 2, 3, 3));
+
+    // Rank r sends j + 1 copies of r to rank j: receives (r + 1) copies from each rank.
+    std::vector<std::size_t> in_counts{1, 2, 3, 4};
+    std::vector<std::size_t> out_counts(4, static_cast<std::size_t>(r + 1));
+    std::vector<int> send(10, r);
+    std::vector<int> recv(static_cast<std::size_t>(4 * (r + 1)));
+    pg.all_to_all_v(recv, out_counts, send, in_counts);
+    std::vector<int> want;
+    for (int k = 0; k < 4; ++k) want.insert(want.end(), static_cast<std::size_t>(r + 1), k);
+    EXPECT_EQ(recv, want);
+  });
+}
+
+TEST(ProcessGroupTest, BarrierHoldsEveryoneUntilAllArrive) {
+  std::atomic<int> arrived{0};
+  run_threads(5, [&](ProcessGroup& pg) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * pg.rank()));
+    ++arrived;
+    pg.barrier();
+    EXPECT_EQ(arrived.load(), 5);
+  });
+}
+
+TEST(ProcessGroupTest, TwoSubgroupsWorkAtOnce) {
+  run_threads(4, [](ProcessGroup& pg) {
+    auto evens = pg.new_group({0, 2});
+    auto odds = pg.new_group({1, 3});
+    auto mine = pg.rank() % 2 == 0 ? evens : odds;
+    ASSERT_NE(mine, nullptr);
+    EXPECT_EQ((pg.rank() % 2 == 0 ? odds : evens), nullptr);
+    EXPECT_EQ(mine->size(), 2);
+    EXPECT_EQ(mine->rank(), pg.rank() / 2);
+    std::vector<int> v(1000, pg.rank());
+    auto sub_work = mine->all_reduce_async(v, ReduceOp::kSum);
+    std::vector<int> w(10, 1);
+    pg.all_reduce(w, ReduceOp::kSum);  // the parent, concurrently
+    sub_work->wait();
+    EXPECT_THAT(v, testing::Each(pg.rank() % 2 == 0 ? 0 + 2 : 1 + 3));
+    EXPECT_THAT(w, testing::Each(4));
+  });
+}
+
+TEST(ProcessGroupTest, SplitByColorOrderedByKey) {
+  run_threads(6, [](ProcessGroup& pg) {
+    const int color = pg.rank() % 3 == 0 ? -1 : pg.rank() % 2;
+    auto sub = pg.split(color, /*key=*/-pg.rank());
+    if (color < 0) {
+      EXPECT_EQ(sub, nullptr);
+      return;
+    }
+    ASSERT_NE(sub, nullptr);
+    // color 0: ranks 2, 4 -> by key (-rank): 4, 2. color 1: ranks 1, 5 -> 5, 1.
+    EXPECT_EQ(sub->size(), 2);
+    std::vector<int> who{pg.rank()};
+    std::vector<int> all(2);
+    sub->all_gather(all, who);
+    EXPECT_EQ(all, color == 0 ? std::vector<int>({4, 2}) : std::vector<int>({5, 1}));
+  });
+}
+
+TEST(ProcessGroupTest, InvalidArgumentsThrowBeforeCommunicating) {
+  run_threads(2, [](ProcessGroup& pg) {
+    std::vector<float> f(4);
+    std::vector<float> f8(8);
+    std::vector<int> i4(4);
+    try {
+      pg.broadcast(f, 2);
+      ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("root 2"));
+    }
+    EXPECT_THROW(pg.all_reduce(f, ReduceOp::kBXor), InvalidArgument);
+    try {
+      pg.all_gather(f, f);
+      ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("4 elements, expected 8"));
+    }
+    EXPECT_THROW(pg.all_gather(f8, i4), InvalidArgument);  // dtype mismatch
+    EXPECT_THROW(pg.reduce_scatter(f, f), InvalidArgument);
+    std::vector<float> three(3);
+    EXPECT_THROW(pg.all_to_all(three, three), InvalidArgument);
+    EXPECT_THROW(pg.send(f, 0, -1), InvalidArgument);
+    // The group is still usable.
+    pg.all_reduce(f8);
+  });
+}
+
+TEST(ProcessGroupTest, MissingRankTimesOutNamingItAndBreaksTheGroup) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_threads(3, [](ProcessGroup& pg) {
+      std::vector<float> v(10, 1.0f);
+      if (pg.rank() == 2) {
+        std::this_thread::sleep_for(3s);  // never joins
+        return;
+      }
+      pg.all_reduce(v, ReduceOp::kSum, {.timeout = 1s});
+    }, {.timeout = 1s});
+    FAIL() << "expected an error";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_reduce #0"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 had not arrived"));
+    EXPECT_THAT(e.what(), HasSubstr("group 'world'"));
+  } catch (const PeerError& e) {
+    // Another rank may have failed first with the propagated abort; it names the cause.
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 had not arrived"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s + 2s);
+}
+
+TEST(ProcessGroupTest, BrokenGroupSaysSoOnEveryLaterCall) {
+  run_threads(2, [](ProcessGroup& pg) {
+    std::vector<int> v(1);
+    if (pg.rank() == 0) {
+      EXPECT_THROW(pg.all_reduce(v, ReduceOp::kSum, {.timeout = 0.2s}), TimeoutError);
+    } else {
+      std::this_thread::sleep_for(0.5s);
+    }
+    try {
+      pg.all_reduce(v);
+      ADD_FAILURE() << "expected GroupBroken";
+    } catch (const GroupBroken& e) {
+      EXPECT_THAT(e.what(), HasSubstr("unusable"));
+    } catch (const PeerError&) {
+      // rank 1 may see the abort first; either way it does not hang
+    }
+  });
+}
+
+TEST(ProcessGroupTest, FailingRankUnblocksTheOthersAndIsRethrown) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_threads(4, [](ProcessGroup& pg) {
+      if (pg.rank() == 1) throw std::out_of_range("rank 1 gave up");
+      std::vector<int> v(5);
+      pg.all_reduce(v);  // would wait 300 s for rank 1 without the abort
+    });
+    FAIL() << "expected the rank's exception";
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(), "rank 1 gave up");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// Every algorithm's all-reduce against gather-reduce-broadcast, on random integers (exact,
+// so the comparison is bitwise) and sizes around the ring threshold.
+TEST(AlgorithmsTest, AllReduceMatchesReference) {
+  for (int n : {2, 3, 5, 7}) {
+    auto hub = std::make_shared<ThreadHub>(n);
+    std::vector<int> members(static_cast<std::size_t>(n));
+    std::iota(members.begin(), members.end(), 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        ThreadTransport t(hub, r);
+        std::mt19937 rng(static_cast<unsigned>(r + 1));
+        for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
+          std::vector<std::int32_t> a(count);
+          for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
+          std::vector<std::int32_t> b = a;
+          const Deadline d = Deadline::after(Seconds(30));
+          algorithms::all_reduce(Comm{t, members, r, Tag{1} << 32, d}, Buffer(a), ReduceOp::kSum);
+          algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(b),
+                                           ReduceOp::kSum);
+          EXPECT_EQ(a, b) << "n " << n << " count " << count;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+}
+
+}  // namespace
+}  // namespace weft::dist

@@ -1,0 +1,100 @@
+#include "weft/base/dtype.h"
+
+#include <bit>
+#include <cmath>
+
+#include "weft/base/check.h"
+
+namespace weft {
+
+// float32 <-> binary16 by bit manipulation (no F16C dependency), round to nearest even,
+// with subnormals, infinities and NaN handled.
+Half::Half(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // inf or NaN
+    bits = static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+    return;
+  }
+  if (abs >= 0x477ff000u) {  // rounds to beyond the largest half: infinity
+    bits = static_cast<std::uint16_t>(sign | 0x7c00u);
+    return;
+  }
+  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    // The subnormal unit is 2^-24; scaling by 2^24 is exact, and nearbyint rounds to
+    // nearest even. A result of 0x400 is the smallest normal, which is also its encoding.
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
+    bits = static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)));
+    return;
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the mantissa from 23 to 10 bits.
+  std::uint32_t m = abs - 0x38000000u;  // exponent rebiased
+  const std::uint32_t round_bit = 0x1000u;
+  const std::uint32_t sticky = m & 0xfffu;
+  m >>= 13;
+  if (sticky > round_bit || (sticky == round_bit && (m & 1u))) ++m;
+  bits = static_cast<std::uint16_t>(sign | m);
+}
+
+Half::operator float() const {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exp = (bits >> 10) & 0x1fu;
+  const std::uint32_t man = bits & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    const float v = static_cast<float>(man) * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+BFloat16::BFloat16(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a (quiet) NaN
+    bits = static_cast<std::uint16_t>((x >> 16) | 0x40u);
+    return;
+  }
+  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  bits = static_cast<std::uint16_t>((x + rounding) >> 16);
+}
+
+BFloat16::operator float() const {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kFloat16: return 2;
+    case DType::kBFloat16: return 2;
+    case DType::kInt8: return 1;
+    case DType::kUInt8: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+  }
+  WEFT_CHECK(false);
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+  }
+  return "unknown";
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
+}  // namespace weft

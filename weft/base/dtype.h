@@ -1,0 +1,58 @@
+// Element types shared by the collectives (weft/dist) and, later, the tensors: DType names
+// them, Half and BFloat16 are the 16-bit floating-point storage types.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace weft {
+
+enum class DType : std::uint8_t {
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kUInt8,
+  kInt32,
+  kInt64,
+};
+
+// IEEE 754 binary16, stored as its bits; converts to and from float (round to nearest even).
+struct Half {
+  std::uint16_t bits = 0;
+  Half() = default;
+  explicit Half(float f);
+  explicit operator float() const;
+};
+
+// bfloat16 (the top 16 bits of a float32), stored as its bits; round to nearest even.
+struct BFloat16 {
+  std::uint16_t bits = 0;
+  BFloat16() = default;
+  explicit BFloat16(float f);
+  explicit operator float() const;
+};
+
+std::size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
+bool is_floating(DType dtype);
+
+// The DType of a C++ element type: dtype_of<float>() == DType::kFloat32.
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
+template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
+template <> constexpr DType dtype_of<Half>() { return DType::kFloat16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::kBFloat16; }
+template <> constexpr DType dtype_of<std::int8_t>() { return DType::kInt8; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
+
+template <class T>
+concept Element = requires { dtype_of<T>(); };
+
+}  // namespace weft

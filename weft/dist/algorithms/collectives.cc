@@ -1,0 +1,225 @@
+#include "weft/dist/algorithms/collectives.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "weft/base/check.h"
+
+namespace weft::dist::algorithms {
+namespace {
+
+// Below this many bytes all-reduce uses reduce + broadcast (2 log n messages of m bytes);
+// above, the ring (2 (n - 1) messages of m / n bytes), whose bandwidth term does not grow
+// with n. docs/COLLECTIVES.md has the costs.
+constexpr std::size_t kRingAllReduceBytes = 64 * 1024;
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+std::size_t elem(const Buffer& b) { return dtype_size(b.dtype); }
+
+// Element offsets of n nearly equal blocks of `count` (the first count % n get one more).
+std::vector<std::size_t> split_offsets(std::size_t count, int n) {
+  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1, 0);
+  const std::size_t base = count / static_cast<std::size_t>(n);
+  const std::size_t extra = count % static_cast<std::size_t>(n);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+    offsets[i + 1] = offsets[i] + base + (i < extra ? 1 : 0);
+  }
+  return offsets;
+}
+
+std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> offsets(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+  return offsets;
+}
+
+// Ring reduce-scatter over blocks [offsets[i], offsets[i+1]) of `acc` (in place). After it,
+// this rank's block (rank + shift + 1) mod n is fully reduced.
+void ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
+                         const std::vector<std::size_t>& offsets, ReduceOp op, int shift,
+                         int step_base) {
+  const int n = c.size();
+  const std::size_t es = dtype_size(dtype);
+  std::size_t max_block = 0;
+  for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
+  std::vector<std::byte> incoming(max_block * es);
+  const int next = mod(c.rank + 1, n);
+  const int prev = mod(c.rank - 1, n);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
+    const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
+    const std::size_t send_count = offsets[send_block + 1] - offsets[send_block];
+    const std::size_t recv_count = offsets[recv_block + 1] - offsets[recv_block];
+    c.send(next, step_base + s, acc + offsets[send_block] * es, send_count * es);
+    c.recv(prev, step_base + s, incoming.data(), recv_count * es);
+    reduce_into(acc + offsets[recv_block] * es, incoming.data(), recv_count, dtype, op);
+  }
+}
+
+// Ring all-gather of blocks in place in `out`; this rank starts owning block
+// (rank + shift) mod n.
+void ring_all_gather(const Comm& c, std::byte* out, std::size_t es,
+                     const std::vector<std::size_t>& offsets, int shift, int step_base) {
+  const int n = c.size();
+  const int next = mod(c.rank + 1, n);
+  const int prev = mod(c.rank - 1, n);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
+    const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
+    c.send(next, step_base + s, out + offsets[send_block] * es,
+           (offsets[send_block + 1] - offsets[send_block]) * es);
+    c.recv(prev, step_base + s, out + offsets[recv_block] * es,
+           (offsets[recv_block + 1] - offsets[recv_block]) * es);
+  }
+}
+
+}  // namespace
+
+void broadcast(const Comm& c, Buffer buf, int root) {
+  const int n = c.size();
+  const int vr = mod(c.rank - root, n);  // rank relative to the root
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      c.recv(mod(vr - mask + root, n), 0, buf.data, buf.size_bytes());
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) c.send(mod(vr + mask + root, n), 0, buf.data, buf.size_bytes());
+  }
+}
+
+void reduce(const Comm& c, Buffer buf, int root, ReduceOp op) {
+  const int n = c.size();
+  const int vr = mod(c.rank - root, n);
+  std::vector<std::byte> acc(buf.bytes(), buf.bytes() + buf.size_bytes());
+  std::vector<std::byte> incoming(buf.size_bytes());
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      c.send(mod(vr - mask + root, n), 0, acc.data(), acc.size());
+      return;  // non-roots keep their input
+    }
+    if (vr + mask < n) {
+      c.recv(mod(vr + mask + root, n), 0, incoming.data(), incoming.size());
+      reduce_into(acc.data(), incoming.data(), buf.count, buf.dtype, op);
+    }
+  }
+  if (!acc.empty()) std::memcpy(buf.data, acc.data(), acc.size());
+}
+
+void all_reduce(const Comm& c, Buffer buf, ReduceOp op) {
+  const int n = c.size();
+  if (n == 1) return;
+  if (buf.size_bytes() < kRingAllReduceBytes || buf.count < static_cast<std::size_t>(n)) {
+    // The reduced values travel from the root unchanged, so every rank ends bitwise equal.
+    reduce(c, buf, 0, op);
+    const Comm second{c.transport, c.members, c.rank, c.tag + 1, c.deadline};
+    broadcast(second, buf, 0);
+    return;
+  }
+  const auto offsets = split_offsets(buf.count, n);
+  ring_reduce_scatter(c, buf.bytes(), buf.dtype, offsets, op, /*shift=*/0, /*step_base=*/0);
+  // Rank r now owns block r + 1: all-gather starting from there.
+  ring_all_gather(c, buf.bytes(), elem(buf), offsets, /*shift=*/1, /*step_base=*/n);
+}
+
+void reduce_scatter(const Comm& c, Buffer out, Buffer in, ReduceOp op) {
+  const int n = c.size();
+  const std::size_t es = elem(in);
+  std::vector<std::byte> acc(in.bytes(), in.bytes() + in.size_bytes());
+  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1);
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(n); ++i) offsets[i] = i * out.count;
+  // shift -1: rank r ends owning block r.
+  ring_reduce_scatter(c, acc.data(), in.dtype, offsets, op, /*shift=*/-1, /*step_base=*/0);
+  const std::size_t mine = offsets[static_cast<std::size_t>(c.rank)];
+  if (out.count > 0) std::memmove(out.data, acc.data() + mine * es, out.count * es);
+}
+
+void all_gather_v(const Comm& c, Buffer out, Buffer in, const std::vector<std::size_t>& counts) {
+  const std::size_t es = elem(in);
+  const auto offsets = prefix_offsets(counts);
+  // memmove: `in` may already be this rank's block of `out` (in place).
+  if (in.count > 0) {
+    std::memmove(out.bytes() + offsets[static_cast<std::size_t>(c.rank)] * es, in.data,
+                 in.size_bytes());
+  }
+  ring_all_gather(c, out.bytes(), es, offsets, /*shift=*/0, /*step_base=*/0);
+}
+
+void gather(const Comm& c, Buffer out, Buffer in, int root) {
+  if (c.rank != root) {
+    c.send(root, 0, in.data, in.size_bytes());
+    return;
+  }
+  const std::size_t block = in.size_bytes();
+  if (block > 0) std::memmove(out.bytes() + static_cast<std::size_t>(root) * block, in.data, block);
+  for (int peer = 0; peer < c.size(); ++peer) {
+    if (peer != root) c.recv(peer, 0, out.bytes() + static_cast<std::size_t>(peer) * block, block);
+  }
+}
+
+void scatter(const Comm& c, Buffer out, Buffer in, int root) {
+  const std::size_t block = out.size_bytes();
+  if (c.rank != root) {
+    c.recv(root, 0, out.data, block);
+    return;
+  }
+  for (int peer = 0; peer < c.size(); ++peer) {
+    if (peer != root) c.send(peer, 0, in.bytes() + static_cast<std::size_t>(peer) * block, block);
+  }
+  if (block > 0) std::memmove(out.data, in.bytes() + static_cast<std::size_t>(root) * block, block);
+}
+
+void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts,
+                  Buffer in, const std::vector<std::size_t>& in_counts) {
+  const int n = c.size();
+  const std::size_t es = elem(in);
+  const auto in_off = prefix_offsets(in_counts);
+  const auto out_off = prefix_offsets(out_counts);
+  // With out == in, receiving block k would overwrite data not sent yet: send from a copy.
+  std::vector<std::byte> copy;
+  const std::byte* src = in.bytes();
+  if (in.data == out.data && in.size_bytes() > 0) {
+    copy.assign(in.bytes(), in.bytes() + in.size_bytes());
+    src = copy.data();
+  }
+  const auto me = static_cast<std::size_t>(c.rank);
+  if (in_counts[me] > 0) {
+    std::memmove(out.bytes() + out_off[me] * es, src + in_off[me] * es, in_counts[me] * es);
+  }
+  for (int s = 1; s < n; ++s) {
+    const auto to = static_cast<std::size_t>(mod(c.rank + s, n));
+    const auto from = static_cast<std::size_t>(mod(c.rank - s, n));
+    c.send(static_cast<int>(to), 0, src + in_off[to] * es, in_counts[to] * es);
+    c.recv(static_cast<int>(from), 0, out.bytes() + out_off[from] * es, out_counts[from] * es);
+  }
+}
+
+void barrier(const Comm& c) {
+  const int n = c.size();
+  for (int k = 1, step = 0; k < n; k <<= 1, ++step) {
+    c.send(mod(c.rank + k, n), step, nullptr, 0);
+    c.recv(mod(c.rank - k, n), step, nullptr, 0);
+  }
+}
+
+void reference_all_reduce(const Comm& c, Buffer buf, ReduceOp op) {
+  const int n = c.size();
+  const std::size_t bytes = buf.size_bytes();
+  if (c.rank != 0) {
+    c.send(0, 0, buf.data, bytes);
+    c.recv(0, 1, buf.data, bytes);
+    return;
+  }
+  std::vector<std::byte> incoming(bytes);
+  for (int peer = 1; peer < n; ++peer) {
+    c.recv(peer, 0, incoming.data(), bytes);
+    reduce_into(buf.data, incoming.data(), buf.count, buf.dtype, op);
+  }
+  for (int peer = 1; peer < n; ++peer) c.send(peer, 1, buf.data, bytes);
+}
+
+}  // namespace weft::dist::algorithms

@@ -1,0 +1,40 @@
+// The collective algorithms, written once against Transport (through Comm) and used by
+// every backend. Buffers are already validated by ProcessGroup; 16-bit floats arrive
+// widened to float32 for the reducing ones. Costs (alpha: latency per message, beta: time
+// per byte, n ranks, m bytes) are in docs/COLLECTIVES.md.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "weft/dist/algorithms/comm.h"
+#include "weft/dist/buffer.h"
+#include "weft/dist/reduce_op.h"
+
+namespace weft::dist::algorithms {
+
+// Binomial tree from `root`: ceil(log2 n) rounds.
+void broadcast(const Comm& c, Buffer buf, int root);
+// Binomial tree towards `root`; only the root's `buf` receives the result.
+void reduce(const Comm& c, Buffer buf, int root, ReduceOp op);
+// Reduce + broadcast for small buffers, ring reduce-scatter + all-gather for large ones.
+void all_reduce(const Comm& c, Buffer buf, ReduceOp op);
+// Ring reduce-scatter: `in` holds n blocks of out.count elements; rank r gets block r.
+void reduce_scatter(const Comm& c, Buffer out, Buffer in, ReduceOp op);
+// Ring all-gather of blocks of (possibly different) sizes: block r is `in`, at offset
+// sum(counts[0..r)) of `out`.
+void all_gather_v(const Comm& c, Buffer out, Buffer in, const std::vector<std::size_t>& counts);
+// Direct: every rank sends to (or receives from) the root.
+void gather(const Comm& c, Buffer out, Buffer in, int root);
+void scatter(const Comm& c, Buffer out, Buffer in, int root);
+// Pairwise exchange in n - 1 rounds; counts in elements, per peer.
+void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts,
+                  Buffer in, const std::vector<std::size_t>& in_counts);
+// Dissemination: ceil(log2 n) rounds of empty messages.
+void barrier(const Comm& c);
+
+// The naive reference every algorithm is tested against: gather to rank 0, reduce there in
+// rank order, broadcast back.
+void reference_all_reduce(const Comm& c, Buffer buf, ReduceOp op);
+
+}  // namespace weft::dist::algorithms

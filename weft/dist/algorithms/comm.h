@@ -1,0 +1,33 @@
+// Comm: what a collective algorithm sees of its group for one operation: the members'
+// global ranks, this rank's place among them, the transport, the operation's tag and its
+// deadline. Algorithms number their messages with `step` so that each (peer, step) pair is
+// a distinct tag within the operation.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "weft/base/deadline.h"
+#include "weft/dist/transport/transport.h"
+
+namespace weft::dist {
+
+struct Comm {
+  Transport& transport;
+  const std::vector<int>& members;  // global rank of each group rank
+  int rank;                         // this rank, in the group
+  Tag tag;                          // the operation's tag; steps are added to it
+  Deadline deadline;
+
+  int size() const { return static_cast<int>(members.size()); }
+  void send(int peer, int step, const void* data, std::size_t bytes) const {
+    transport.send(members[static_cast<std::size_t>(peer)], tag + static_cast<Tag>(step),
+                   {static_cast<const std::byte*>(data), bytes}, deadline);
+  }
+  void recv(int peer, int step, void* data, std::size_t bytes) const {
+    transport.recv(members[static_cast<std::size_t>(peer)], tag + static_cast<Tag>(step),
+                   {static_cast<std::byte*>(data), bytes}, deadline);
+  }
+};
+
+}  // namespace weft::dist

@@ -1,0 +1,422 @@
+#include "weft/dist/process_group.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "weft/dist/algorithms/collectives.h"
+#include "weft/dist/internal/op_queue.h"
+#include "weft/exec/internal/future_state.h"
+
+namespace weft::dist {
+
+struct ProcessGroup::OpCall {
+  Comm comm;
+  std::uint64_t seq;
+};
+
+namespace {
+
+// Tag layout: [group id: 32][p2p flag: 1][sequence: 19][step: 12]. Sequence numbers wrap
+// harmlessly: operations of one group run one at a time, so no two in flight share one.
+constexpr Tag kP2PFlag = Tag{1} << 31;
+constexpr int kStepBits = 12;
+
+Tag collective_tag(std::uint32_t group, std::uint64_t seq) {
+  return (Tag{group} << 32) | ((seq & 0x7ffff) << kStepBits);
+}
+
+Tag p2p_tag(std::uint32_t group, int tag) {
+  return (Tag{group} << 32) | kP2PFlag | static_cast<Tag>(tag);
+}
+
+std::uint32_t mix(std::uint64_t x) {  // splitmix64's finalizer, folded to 32 bits
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<std::uint32_t>(x ^ (x >> 32));
+}
+
+bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+template <class H>
+void widen_typed(const void* in, float* out, std::size_t n) {
+  const H* h = static_cast<const H*>(in);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(h[i]);
+}
+
+template <class H>
+void narrow_typed(const float* in, void* out, std::size_t n) {
+  H* h = static_cast<H*>(out);
+  for (std::size_t i = 0; i < n; ++i) h[i] = H(in[i]);
+}
+
+std::vector<float> widen(const Buffer& b) {
+  std::vector<float> wide(b.count);
+  if (b.dtype == DType::kFloat16) widen_typed<Half>(b.data, wide.data(), b.count);
+  if (b.dtype == DType::kBFloat16) widen_typed<BFloat16>(b.data, wide.data(), b.count);
+  return wide;
+}
+
+void narrow(const std::vector<float>& wide, const Buffer& b) {
+  if (b.dtype == DType::kFloat16) narrow_typed<Half>(wide.data(), b.data, b.count);
+  if (b.dtype == DType::kBFloat16) narrow_typed<BFloat16>(wide.data(), b.data, b.count);
+}
+
+// Runs a reducing algorithm `run(in, out, op)`: 16-bit floats on float32 copies (so partial
+// sums stay float32), kAvg as kSum followed by a division where the result lands.
+template <class Run>
+void reducing(Buffer out, Buffer in, ReduceOp op, std::size_t n, bool result_here, Run run) {
+  const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  if (!is_half(in.dtype)) {
+    run(out, in, base);
+    if (op == ReduceOp::kAvg && result_here) finish_average(out.data, out.count, out.dtype, n);
+    return;
+  }
+  std::vector<float> wide_in = widen(in);
+  std::vector<float> wide_out = in.data == out.data ? std::vector<float>() : widen(out);
+  std::vector<float>& wo = in.data == out.data ? wide_in : wide_out;
+  run(Buffer(wo.data(), out.count, DType::kFloat32), Buffer(wide_in.data(), in.count, DType::kFloat32),
+      base);
+  if (!result_here) return;
+  if (op == ReduceOp::kAvg) finish_average(wo.data(), out.count, DType::kFloat32, n);
+  narrow(wo, out);
+}
+
+std::size_t sum(const std::vector<std::size_t>& v) {
+  return std::accumulate(v.begin(), v.end(), std::size_t{0});
+}
+
+[[noreturn]] void invalid(const std::string& op, const std::string& what) {
+  throw InvalidArgument("dist::" + op + ": " + what);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int> members,
+                           std::string backend_name, GroupOptions options)
+    : transport_(std::move(transport)),
+      members_(std::move(members)),
+      rank_(-1),
+      backend_(std::move(backend_name)),
+      options_(std::move(options)),
+      queue_(std::make_unique<internal::OpQueue>()) {
+  const auto it = std::find(members_.begin(), members_.end(), transport_->rank());
+  if (it == members_.end()) {
+    throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(transport_->rank()) +
+                          " is not among the group's members");
+  }
+  rank_ = static_cast<int>(it - members_.begin());
+}
+
+ProcessGroup::~ProcessGroup() { queue_.reset(); }
+
+Seconds ProcessGroup::timeout() const {
+  std::lock_guard lock(mu_);
+  return options_.timeout;
+}
+
+void ProcessGroup::set_timeout(Seconds timeout) {
+  std::lock_guard lock(mu_);
+  options_.timeout = timeout;
+}
+
+std::string ProcessGroup::describe() const {
+  return "group '" + options_.name + "' (backend " + backend_ + ", rank " + std::to_string(rank_) +
+         " of " + std::to_string(size()) + ")";
+}
+
+std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, bool collective,
+                                          std::function<void(const OpCall&)> body) {
+  auto state = std::make_shared<weft::internal::FutureState<void>>();
+  auto work = std::make_shared<Work>(Future<void>(state));
+  std::lock_guard lock(mu_);
+  if (!broken_.empty()) {
+    throw GroupBroken("dist::" + std::string(op) + " on " + describe() +
+                      ": the group is unusable after an earlier failure (" + broken_ +
+                      "); create a new process group");
+  }
+  const std::uint64_t seq = collective ? next_seq_++ : 0;
+  const Seconds timeout = options.timeout.value_or(options_.timeout);
+  queue_->push([this, op, state, seq, timeout, body = std::move(body)] {
+    {
+      std::lock_guard run_lock(mu_);
+      if (!broken_.empty()) {
+        state->set_exception(std::make_exception_ptr(GroupBroken(
+            "dist::" + std::string(op) + " on " + describe() +
+            ": not run, the group broke earlier (" + broken_ + ")")));
+        return;
+      }
+    }
+    const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, seq),
+                           Deadline::after(timeout)},
+                      seq};
+    try {
+      body(call);
+      state->set_value();
+    } catch (const PeerTimeout& e) {
+      const auto it = std::find(members_.begin(), members_.end(), e.peer());
+      const std::string missing =
+          it == members_.end() ? "no rank sent" : "rank " + std::to_string(it - members_.begin());
+      std::ostringstream msg;
+      msg << "dist::" << op << " #" << seq << " on " << describe() << " timed out after "
+          << timeout.count() << " s: " << missing
+          << " had not arrived. Check that every rank makes the same calls in the same order, "
+             "or raise the timeout (GroupOptions::timeout, OpOptions::timeout)";
+      fail(msg.str());
+      state->set_exception(std::make_exception_ptr(TimeoutError(msg.str())));
+    } catch (const std::exception& e) {
+      const std::string msg =
+          "dist::" + std::string(op) + " #" + std::to_string(seq) + " on " + describe() +
+          " failed: " + e.what();
+      fail(msg);
+      state->set_exception(std::current_exception());
+    }
+  });
+  return work;
+}
+
+void ProcessGroup::fail(const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (broken_.empty()) broken_ = reason;
+  }
+  // Tell every other rank now rather than let each wait for its own timeout.
+  transport_->abort("rank " + std::to_string(transport_->rank()) + " failed: " + reason);
+}
+
+void ProcessGroup::check_root(const char* op, int root) const {
+  if (root < 0 || root >= size()) {
+    invalid(op, "root " + std::to_string(root) + " is not a rank of the group (0 to " +
+                    std::to_string(size() - 1) + ")");
+  }
+}
+
+void ProcessGroup::check_reduce(const char* op, const Buffer& buf, ReduceOp kind) const {
+  if (is_bitwise(kind) && is_floating(buf.dtype)) {
+    invalid(op, "reduce op " + std::string(reduce_op_name(kind)) + " is bitwise and needs an "
+                "integer dtype, got " + std::string(dtype_name(buf.dtype)));
+  }
+}
+
+void ProcessGroup::check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const {
+  if (a.dtype != b.dtype) {
+    invalid(op, "output dtype " + std::string(dtype_name(a.dtype)) + " differs from input dtype " +
+                    std::string(dtype_name(b.dtype)));
+  }
+}
+
+void ProcessGroup::check_tag(const char* op, int tag) const {
+  if (tag < 0) invalid(op, "tag " + std::to_string(tag) + " is negative (0 <= tag < 2^31)");
+}
+
+namespace {
+void check_count(const char* op, const char* what, std::size_t expected, std::size_t actual) {
+  if (expected != actual) {
+    invalid(op, std::string(what) + " has " + std::to_string(actual) + " elements, expected " +
+                    std::to_string(expected));
+  }
+}
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::broadcast_async(Buffer buf, int src, OpOptions o) {
+  check_root("broadcast", src);
+  return issue("broadcast", o, true,
+               [buf, src](const OpCall& c) { algorithms::broadcast(c.comm, buf, src); });
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, OpOptions o) {
+  check_reduce("all_reduce", buf, op);
+  const auto n = static_cast<std::size_t>(size());
+  return issue("all_reduce", o, true, [buf, op, n](const OpCall& c) {
+    reducing(buf, buf, op, n, true,
+             [&](Buffer out, Buffer, ReduceOp r) { algorithms::all_reduce(c.comm, out, r); });
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp op, OpOptions o) {
+  check_root("reduce", dst);
+  check_reduce("reduce", buf, op);
+  const auto n = static_cast<std::size_t>(size());
+  const bool root = dst == rank_;
+  return issue("reduce", o, true, [buf, dst, op, n, root](const OpCall& c) {
+    reducing(buf, buf, op, n, root,
+             [&](Buffer out, Buffer, ReduceOp r) { algorithms::reduce(c.comm, out, dst, r); });
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOptions o) {
+  check_same_dtype("all_gather", out, in);
+  check_count("all_gather", "out", in.count * static_cast<std::size_t>(size()), out.count);
+  std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
+  return issue("all_gather", o, true, [out, in, counts](const OpCall& c) {
+    algorithms::all_gather_v(c.comm, out, in, counts);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
+                                                       const std::vector<std::size_t>& counts,
+                                                       OpOptions o) {
+  check_same_dtype("all_gather_v", out, in);
+  check_count("all_gather_v", "counts", static_cast<std::size_t>(size()), counts.size());
+  check_count("all_gather_v", "in", counts[static_cast<std::size_t>(rank_)], in.count);
+  check_count("all_gather_v", "out", sum(counts), out.count);
+  return issue("all_gather_v", o, true, [out, in, counts](const OpCall& c) {
+    algorithms::all_gather_v(c.comm, out, in, counts);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst, OpOptions o) {
+  check_root("gather", dst);
+  if (dst == rank_) {
+    check_same_dtype("gather", out, in);
+    check_count("gather", "out (on the root)", in.count * static_cast<std::size_t>(size()),
+                out.count);
+  }
+  return issue("gather", o, true,
+               [out, in, dst](const OpCall& c) { algorithms::gather(c.comm, out, in, dst); });
+}
+
+std::shared_ptr<Work> ProcessGroup::scatter_async(Buffer out, Buffer in, int src, OpOptions o) {
+  check_root("scatter", src);
+  if (src == rank_) {
+    check_same_dtype("scatter", out, in);
+    check_count("scatter", "in (on the root)", out.count * static_cast<std::size_t>(size()),
+                in.count);
+  }
+  return issue("scatter", o, true,
+               [out, in, src](const OpCall& c) { algorithms::scatter(c.comm, out, in, src); });
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, ReduceOp op,
+                                                         OpOptions o) {
+  check_same_dtype("reduce_scatter", out, in);
+  check_reduce("reduce_scatter", in, op);
+  check_count("reduce_scatter", "in", out.count * static_cast<std::size_t>(size()), in.count);
+  const auto n = static_cast<std::size_t>(size());
+  return issue("reduce_scatter", o, true, [out, in, op, n](const OpCall& c) {
+    reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
+      algorithms::reduce_scatter(c.comm, wo, wi, r);
+    });
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOptions o) {
+  check_same_dtype("all_to_all", out, in);
+  check_count("all_to_all", "out", in.count, out.count);
+  const auto n = static_cast<std::size_t>(size());
+  if (in.count % n != 0) {
+    invalid("all_to_all", "in has " + std::to_string(in.count) +
+                              " elements, not divisible by the group size " + std::to_string(n));
+  }
+  std::vector<std::size_t> counts(n, in.count / n);
+  return issue("all_to_all", o, true, [out, in, counts](const OpCall& c) {
+    algorithms::all_to_all_v(c.comm, out, counts, in, counts);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
+                                                       const std::vector<std::size_t>& out_counts,
+                                                       Buffer in,
+                                                       const std::vector<std::size_t>& in_counts,
+                                                       OpOptions o) {
+  check_same_dtype("all_to_all_v", out, in);
+  check_count("all_to_all_v", "out_counts", static_cast<std::size_t>(size()), out_counts.size());
+  check_count("all_to_all_v", "in_counts", static_cast<std::size_t>(size()), in_counts.size());
+  check_count("all_to_all_v", "out", sum(out_counts), out.count);
+  check_count("all_to_all_v", "in", sum(in_counts), in.count);
+  return issue("all_to_all_v", o, true, [out, out_counts, in, in_counts](const OpCall& c) {
+    algorithms::all_to_all_v(c.comm, out, out_counts, in, in_counts);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
+  return issue("barrier", o, true, [](const OpCall& c) { algorithms::barrier(c.comm); });
+}
+
+std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpOptions o) {
+  check_root("send", dst);
+  check_tag("send", tag);
+  const Tag t = p2p_tag(id_, tag);
+  const int global = members_[static_cast<std::size_t>(dst)];
+  return issue("send", o, false, [this, buf, global, t](const OpCall& c) {
+    transport_->send(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpOptions o) {
+  check_root("recv", src);
+  check_tag("recv", tag);
+  const Tag t = p2p_tag(id_, tag);
+  const int global = members_[static_cast<std::size_t>(src)];
+  return issue("recv", o, false, [this, buf, global, t](const OpCall& c) {
+    transport_->recv(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+  });
+}
+
+int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
+  check_tag("recv_any", tag);
+  const Tag t = p2p_tag(id_, tag);
+  auto source = std::make_shared<int>(-1);
+  issue("recv_any", o, false, [this, buf, t, source](const OpCall& c) {
+    const int global = transport_->recv_any(t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+    const auto it = std::find(members_.begin(), members_.end(), global);
+    *source = static_cast<int>(it - members_.begin());
+  })->wait();
+  return *source;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(std::vector<int> group_ranks,
+                                                          std::string name) {
+  std::vector<int> globals;
+  for (int r : group_ranks) globals.push_back(members_[static_cast<std::size_t>(r)]);
+  auto sub = std::make_shared<ProcessGroup>(transport_, std::move(globals), backend_,
+                                            GroupOptions{timeout(), std::move(name)});
+  return sub;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
+  std::set<int> seen;
+  for (int r : ranks) {
+    check_root("new_group", r);
+    if (!seen.insert(r).second) invalid("new_group", "rank " + std::to_string(r) + " is listed twice");
+  }
+  std::uint32_t index;
+  {
+    std::lock_guard lock(mu_);
+    index = subgroups_++;
+  }
+  if (!seen.contains(rank_)) return nullptr;
+  auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index));
+  sub->id_ = mix((std::uint64_t{id_} << 32) | index);
+  return sub;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
+  std::uint32_t index;
+  {
+    std::lock_guard lock(mu_);
+    index = subgroups_++;
+  }
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<std::int64_t> mine{color, key};
+  std::vector<std::int64_t> all(2 * n);
+  all_gather(all, mine);
+  if (color < 0) return nullptr;
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (all[2 * r] == color) ranks.push_back(static_cast<int>(r));
+  }
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](int a, int b) { return all[2 * static_cast<std::size_t>(a) + 1] <
+                                              all[2 * static_cast<std::size_t>(b) + 1]; });
+  auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index) + ":" +
+                                      std::to_string(color));
+  sub->id_ = mix((std::uint64_t{id_} << 32) ^ (std::uint64_t{index} << 16) ^
+                 static_cast<std::uint32_t>(color));
+  return sub;
+}
+
+}  // namespace weft::dist

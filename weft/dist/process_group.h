@@ -1,0 +1,188 @@
+// dist::ProcessGroup: ranks that cooperate through collectives, with torch.distributed's
+// names and meaning.
+//
+//   weft::dist::run_threads(4, [](weft::dist::ProcessGroup& pg) {
+//     std::vector<float> v{float(pg.rank())};
+//     pg.all_reduce(v, weft::dist::ReduceOp::kSum);   // v[0] == 0 + 1 + 2 + 3 on every rank
+//   });
+//
+// Contract, for every operation:
+//   - It is collective over the group (except send/recv): every rank calls the same
+//     operations in the same order, with matching sizes, dtypes and roots.
+//   - Arguments are checked on the calling rank before anything is sent: a wrong root, a
+//     size mismatch or a bitwise op on floats throws dist::InvalidArgument naming the
+//     expected and actual values, and leaves the group usable.
+//   - The _async form queues the operation and returns a Work; operations of one group run
+//     one at a time in issue order. The blocking form is the async one plus Work::wait().
+//     Buffers must stay valid and untouched until the Work completes.
+//   - Each operation has a deadline: the group's timeout (300 s unless set) or OpOptions's,
+//     counted from when it starts. Past it, dist::TimeoutError names the operation, its
+//     sequence number, the group and the rank that had not arrived. After any failure the
+//     group (and its transport) is broken: the other ranks are told at once (PeerError),
+//     and every later call throws dist::GroupBroken instead of hanging.
+//   - Zero-element buffers are legal. float16/bfloat16 reductions accumulate in float32.
+//
+// Thread-safety: a group may be used from several threads; operations are issued in the
+// order the calls enter the group.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/base/deadline.h"
+#include "weft/dist/buffer.h"
+#include "weft/dist/errors.h"
+#include "weft/dist/reduce_op.h"
+#include "weft/dist/transport/transport.h"
+#include "weft/dist/work.h"
+
+namespace weft::dist {
+
+namespace internal {
+class OpQueue;
+}
+
+inline constexpr Seconds kDefaultTimeout{300};
+
+struct GroupOptions {
+  Seconds timeout = kDefaultTimeout;  // per operation
+  std::string name = "world";
+};
+
+struct OpOptions {
+  std::optional<Seconds> timeout;  // overrides the group's timeout for this operation
+};
+
+class ProcessGroup {
+ public:
+  // Made by backends (run_threads, init_process_group): a group of `members` (global ranks of
+  // `transport`, in group-rank order), which must include transport->rank().
+  ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int> members,
+               std::string backend_name, GroupOptions options = {});
+  // Waits for queued operations to finish (each is bounded by its deadline).
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  const std::string& backend_name() const { return backend_; }
+  const std::string& name() const { return options_.name; }
+  Seconds timeout() const;
+  void set_timeout(Seconds timeout);
+
+  void broadcast(Buffer buf, int src, OpOptions o = {}) { broadcast_async(buf, src, o)->wait(); }
+  void all_reduce(Buffer buf, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
+    all_reduce_async(buf, op, o)->wait();
+  }
+  // Only `dst` receives the result in `buf`; other ranks' buffers are left as they were.
+  void reduce(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
+    reduce_async(buf, dst, op, o)->wait();
+  }
+  // out.count == size() * in.count; rank r's `in` lands at out[r * in.count]. `in` may be
+  // that very slice of `out` (in place).
+  void all_gather(Buffer out, Buffer in, OpOptions o = {}) { all_gather_async(out, in, o)->wait(); }
+  // counts[r] elements from rank r, packed in rank order: counts[rank()] == in.count and
+  // out.count == sum(counts).
+  void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
+                    OpOptions o = {}) {
+    all_gather_v_async(out, in, counts, o)->wait();
+  }
+  // On `dst`, out.count == size() * in.count; elsewhere `out` is ignored (may be empty).
+  void gather(Buffer out, Buffer in, int dst, OpOptions o = {}) {
+    gather_async(out, in, dst, o)->wait();
+  }
+  // On `src`, in.count == size() * out.count; elsewhere `in` is ignored (may be empty).
+  void scatter(Buffer out, Buffer in, int src, OpOptions o = {}) {
+    scatter_async(out, in, src, o)->wait();
+  }
+  // in.count == size() * out.count; rank r receives the reduction of every rank's block r.
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
+    reduce_scatter_async(out, in, op, o)->wait();
+  }
+  // in and out hold size() equal blocks; block j of `in` goes to rank j, and block i of
+  // `out` comes from rank i. out may equal in.
+  void all_to_all(Buffer out, Buffer in, OpOptions o = {}) { all_to_all_async(out, in, o)->wait(); }
+  // As all_to_all with in_counts[j] elements for rank j and out_counts[i] from rank i.
+  void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                    const std::vector<std::size_t>& in_counts, OpOptions o = {}) {
+    all_to_all_v_async(out, out_counts, in, in_counts, o)->wait();
+  }
+  void barrier(OpOptions o = {}) { barrier_async(o)->wait(); }
+  // Point to point, matched by (source, tag) in order; 0 <= tag < 2^31. A send does not wait
+  // for the matching recv.
+  void send(Buffer buf, int dst, int tag = 0, OpOptions o = {}) {
+    send_async(buf, dst, tag, o)->wait();
+  }
+  void recv(Buffer buf, int src, int tag = 0, OpOptions o = {}) {
+    recv_async(buf, src, tag, o)->wait();
+  }
+  // Receives from whichever rank sends first with `tag`; returns its rank.
+  int recv_any(Buffer buf, int tag = 0, OpOptions o = {});
+
+  std::shared_ptr<Work> broadcast_async(Buffer buf, int src, OpOptions o = {});
+  std::shared_ptr<Work> all_reduce_async(Buffer buf, ReduceOp op = ReduceOp::kSum,
+                                         OpOptions o = {});
+  std::shared_ptr<Work> reduce_async(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum,
+                                     OpOptions o = {});
+  std::shared_ptr<Work> all_gather_async(Buffer out, Buffer in, OpOptions o = {});
+  std::shared_ptr<Work> all_gather_v_async(Buffer out, Buffer in,
+                                           const std::vector<std::size_t>& counts,
+                                           OpOptions o = {});
+  std::shared_ptr<Work> gather_async(Buffer out, Buffer in, int dst, OpOptions o = {});
+  std::shared_ptr<Work> scatter_async(Buffer out, Buffer in, int src, OpOptions o = {});
+  std::shared_ptr<Work> reduce_scatter_async(Buffer out, Buffer in, ReduceOp op = ReduceOp::kSum,
+                                             OpOptions o = {});
+  std::shared_ptr<Work> all_to_all_async(Buffer out, Buffer in, OpOptions o = {});
+  std::shared_ptr<Work> all_to_all_v_async(Buffer out, const std::vector<std::size_t>& out_counts,
+                                           Buffer in, const std::vector<std::size_t>& in_counts,
+                                           OpOptions o = {});
+  std::shared_ptr<Work> barrier_async(OpOptions o = {});
+  std::shared_ptr<Work> send_async(Buffer buf, int dst, int tag = 0, OpOptions o = {});
+  std::shared_ptr<Work> recv_async(Buffer buf, int src, int tag = 0, OpOptions o = {});
+
+  // A subgroup of this group's `ranks` (in this group's numbering, in the order given).
+  // Collective over this group: every rank calls it, in the same order as other group
+  // creations; returns nullptr on ranks not in `ranks`. Subgroups run their operations
+  // concurrently with this group's.
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+  // Splits this group by `color` (ranks with equal colors form one group, ordered by `key`,
+  // then by rank). Collective over this group. A negative color joins no group (nullptr).
+  std::shared_ptr<ProcessGroup> split(int color, int key = 0);
+
+ private:
+  struct OpCall;
+  std::shared_ptr<Work> issue(const char* op, OpOptions options, bool collective,
+                              std::function<void(const OpCall&)> body);
+  void check_root(const char* op, int root) const;
+  void check_reduce(const char* op, const Buffer& buf, ReduceOp op_kind) const;
+  void check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const;
+  void check_tag(const char* op, int tag) const;
+  // Marks the group broken and aborts the transport, so that peers fail at once too.
+  void fail(const std::string& reason);
+  std::shared_ptr<ProcessGroup> make_subgroup(std::vector<int> group_ranks, std::string name);
+  std::string describe() const;
+
+  std::shared_ptr<Transport> transport_;
+  std::vector<int> members_;
+  int rank_;
+  std::string backend_;
+  GroupOptions options_;
+
+  std::uint32_t id_ = 0;  // distinguishes this group's messages from other groups'
+
+  mutable std::mutex mu_;        // guards the fields below, and makes issue order queue order
+  std::uint64_t next_seq_ = 0;   // collective sequence number
+  std::uint32_t subgroups_ = 0;  // group creations so far
+  std::string broken_;           // why the group is unusable; empty while it is fine
+  std::unique_ptr<internal::OpQueue> queue_;
+};
+
+}  // namespace weft::dist

@@ -1,0 +1,109 @@
+#include "weft/dist/reduce_op.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "weft/base/check.h"
+
+namespace weft::dist {
+namespace {
+
+// One loop per (type, op) so that the compiler vectorises each; the switch is outside.
+template <class T, class F>
+void apply(T* acc, const T* in, std::size_t count, F f) {
+  for (std::size_t i = 0; i < count; ++i) acc[i] = f(acc[i], in[i]);
+}
+
+template <class T>
+void reduce_typed(T* acc, const T* in, std::size_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a + b); });
+    case ReduceOp::kProduct:
+      return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a * b); });
+    case ReduceOp::kMin: return apply(acc, in, count, [](T a, T b) { return std::min(a, b); });
+    case ReduceOp::kMax: return apply(acc, in, count, [](T a, T b) { return std::max(a, b); });
+    case ReduceOp::kBAnd:
+    case ReduceOp::kBOr:
+    case ReduceOp::kBXor:
+      if constexpr (std::is_integral_v<T>) {
+        if (op == ReduceOp::kBAnd) {
+          return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a & b); });
+        }
+        if (op == ReduceOp::kBOr) {
+          return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a | b); });
+        }
+        return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a ^ b); });
+      }
+      break;
+  }
+  WEFT_CHECK(false && "bitwise reduction of a floating-point type");
+}
+
+template <class T>
+void divide(T* acc, std::size_t count, std::size_t n) {
+  for (std::size_t i = 0; i < count; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
+}
+
+}  // namespace
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kBAnd: return "band";
+    case ReduceOp::kBOr: return "bor";
+    case ReduceOp::kBXor: return "bxor";
+  }
+  return "unknown";
+}
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor;
+}
+
+void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return reduce_typed(static_cast<float*>(acc), static_cast<const float*>(in), count, op);
+    case DType::kFloat64:
+      return reduce_typed(static_cast<double*>(acc), static_cast<const double*>(in), count, op);
+    case DType::kInt8:
+      return reduce_typed(static_cast<std::int8_t*>(acc), static_cast<const std::int8_t*>(in),
+                          count, op);
+    case DType::kUInt8:
+      return reduce_typed(static_cast<std::uint8_t*>(acc), static_cast<const std::uint8_t*>(in),
+                          count, op);
+    case DType::kInt32:
+      return reduce_typed(static_cast<std::int32_t*>(acc), static_cast<const std::int32_t*>(in),
+                          count, op);
+    case DType::kInt64:
+      return reduce_typed(static_cast<std::int64_t*>(acc), static_cast<const std::int64_t*>(in),
+                          count, op);
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      break;
+  }
+  WEFT_CHECK(false && "16-bit floats are widened to float32 before reducing");
+}
+
+void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n) {
+  switch (dtype) {
+    case DType::kFloat32: return divide(static_cast<float*>(acc), count, n);
+    case DType::kFloat64: return divide(static_cast<double*>(acc), count, n);
+    case DType::kInt8: return divide(static_cast<std::int8_t*>(acc), count, n);
+    case DType::kUInt8: return divide(static_cast<std::uint8_t*>(acc), count, n);
+    case DType::kInt32: return divide(static_cast<std::int32_t*>(acc), count, n);
+    case DType::kInt64: return divide(static_cast<std::int64_t*>(acc), count, n);
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      break;
+  }
+  WEFT_CHECK(false && "16-bit floats are widened to float32 before reducing");
+}
+
+}  // namespace weft::dist

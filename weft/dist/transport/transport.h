@@ -1,0 +1,55 @@
+// Transport: the small point-to-point interface every collective algorithm is written
+// against (weft/dist/algorithms). A backend provides one Transport per rank; the thread
+// backend's lives in transport/thread, the tcp backend's in transport/tcp.
+//
+// Messages are matched by (source rank, tag) in the order they were sent. Sends are eager:
+// send() returns without waiting for the receiver to post a receive, so two ranks that send
+// to each other and then receive cannot deadlock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "weft/base/deadline.h"
+#include "weft/dist/errors.h"
+
+namespace weft::dist {
+
+using Tag = std::uint64_t;
+
+// Thrown by Transport::recv when the deadline passes; says which rank did not send.
+class PeerTimeout : public TimeoutError {
+ public:
+  PeerTimeout(int peer, const std::string& what) : TimeoutError(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;  // this rank in the whole job
+  virtual int size() const = 0;  // ranks in the whole job
+
+  // Queues `bytes` for `peer` under `tag`. Throws PeerError if the peer is known to be gone.
+  virtual void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) = 0;
+
+  // Blocks for the next message from `peer` under `tag` and copies it into `out`, whose size
+  // must equal the message's (else PeerError: the ranks disagree about the operation).
+  // Throws PeerTimeout when `deadline` passes, PeerError if the peer failed.
+  virtual void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
+
+  // As recv, from whichever peer sends first under `tag`; returns that peer.
+  virtual int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
+
+  // Makes every pending and later call on every rank of this transport fail with
+  // PeerError(reason): a rank that failed tells the others instead of leaving them waiting.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace weft::dist

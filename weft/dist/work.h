@@ -1,0 +1,32 @@
+// dist::Work: the handle an _async collective returns.
+#pragma once
+
+#include <exception>
+#include <memory>
+
+#include "weft/base/deadline.h"
+#include "weft/exec/future.h"
+
+namespace weft::dist {
+
+// Completes when its operation has finished on this rank (its buffers may then be read and
+// reused). Operations of one group complete in the order they were issued. Thread-safe.
+class Work {
+ public:
+  explicit Work(Future<void> done) : done_(std::move(done)) {}
+
+  // Blocks until the operation finished; rethrows its error (TimeoutError, PeerError, ...).
+  // Never blocks longer than the operation's own timeout plus the operations queued before.
+  void wait() const { done_.get(); }
+  // As wait(), but throws dist::TimeoutError if not finished within `timeout`; the operation
+  // itself goes on until its own deadline.
+  void wait(Seconds timeout) const;
+  bool is_completed() const { return done_.done(); }
+  // The operation's error once completed, nullptr if it succeeded or is still running.
+  std::exception_ptr exception() const;
+
+ private:
+  Future<void> done_;
+};
+
+}  // namespace weft::dist
