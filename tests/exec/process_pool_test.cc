@@ -231,6 +231,35 @@ TEST(ProcessPoolTest, MapRethrowsFirstFailureWhenReached) {
   EXPECT_THAT(got, testing::ElementsAre(0, 1, 2));
 }
 
+TEST(ProcessPoolTest, ShutdownIsQuickWithSeveralPoolsAlive) {
+  ProcessPoolExecutor other(2);  // its workers must not hold the first pool's sockets
+  const auto start = Clock::now();
+  {
+    ProcessPoolExecutor pool(4);
+    EXPECT_EQ(pool.submit(square, 3).get(), 9);
+  }
+  EXPECT_LT(Clock::now() - start, 900ms);  // no worker waited out its exit grace
+  EXPECT_EQ(other.submit(square, 4).get(), 16);
+}
+
+TEST(ProcessPoolTest, CancelCallbackMaySubmitAgain) {
+  ProcessPoolExecutor pool(1);
+  Future<int> running = pool.submit(sleep_then, 100);
+  Future<int> pending = pool.submit(square, 2);
+  Future<int> resubmitted;
+  pending.add_done_callback([&](const Future<int>& f) {
+    if (f.cancelled()) {
+      try {
+        resubmitted = pool.submit(square, 3);
+      } catch (const ExecutorShutdown&) {
+        // the callback may run during shutdown(cancel_futures): refused, not deadlocked
+      }
+    }
+  });
+  pool.shutdown(/*wait=*/true, /*cancel_futures=*/true);
+  EXPECT_TRUE(pending.cancelled() || pending.done());
+}
+
 TEST(ProcessPoolTest, NoZombiesAfterShutdown) {
   std::vector<pid_t> pids;
   {

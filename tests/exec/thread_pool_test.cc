@@ -221,6 +221,63 @@ TEST(ThreadPoolTest, NoLostWakeUps) {
   }
 }
 
+TEST(ThreadPoolTest, TaskThatShutsDownItsOwnPoolDoesNotDeadlock) {
+  std::atomic<bool> returned{false};
+  {
+    ThreadPoolExecutor pool(2);
+    pool.submit([&] {
+          pool.shutdown(/*wait=*/true);  // a worker cannot wait for itself: returns at once
+          returned = true;
+        })
+        .get(5s);
+  }
+  EXPECT_TRUE(returned.load());
+}
+
+TEST(ThreadPoolTest, RunsInSubmissionOrderEvenPastTheRingCapacity) {
+  ThreadPoolExecutor pool(1);
+  test::Gate gate;
+  Future<void> blocker = pool.submit([&gate] { gate.wait(); });
+  std::vector<int> order;
+  std::vector<Future<void>> fs;
+  for (int i = 0; i < 5000; ++i) fs.push_back(pool.submit([&order, i] { order.push_back(i); }));
+  gate.open();
+  for (auto& f : fs) f.get();
+  std::vector<int> want(5000);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(order, want);
+}
+
+TEST(ThreadPoolTest, GetOnATemporaryReturnsAValue) {
+  ThreadPoolExecutor pool(1);
+  int sum = 0;
+  for (int x : pool.submit([] { return std::vector<int>{1, 2, 3}; }).get()) sum += x;
+  EXPECT_EQ(sum, 6);
+}
+
+TEST(ThreadPoolTest, ShutdownRacingSubmitsWithSleepingWorkers) {
+  for (int round = 0; round < 30; ++round) {
+    ThreadPoolExecutor pool(4);
+    std::vector<Future<int>> warm;
+    for (int i = 0; i < 8; ++i) warm.push_back(pool.submit([i] { return i; }));
+    for (auto& f : warm) f.get();
+    std::this_thread::sleep_for(2ms);  // let the workers fall asleep
+    std::vector<Future<int>> accepted;
+    std::thread submitter([&] {
+      for (int i = 0; i < 50; ++i) {
+        try {
+          accepted.push_back(pool.submit([i] { return i; }));
+        } catch (const ExecutorShutdown&) {
+          break;
+        }
+      }
+    });
+    pool.shutdown(/*wait=*/true);  // must return: no worker may be left asleep
+    submitter.join();
+    for (auto& f : accepted) EXPECT_TRUE(f.wait_for(5s));
+  }
+}
+
 TEST(ThreadPoolTest, SubmitRacingShutdownNeverStrandsATask) {
   for (int round = 0; round < 50; ++round) {
     ThreadPoolExecutor pool(2);

@@ -140,7 +140,7 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
   }
   const std::uint64_t seq = collective ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
-  queue_->push([this, op, state, seq, timeout, body = std::move(body)] {
+  queue_->push([this, op, state, seq, timeout, collective, body = std::move(body)] {
     {
       std::lock_guard run_lock(mu_);
       if (!broken_.empty()) {
@@ -153,18 +153,17 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
     const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, seq),
                            Deadline::after(timeout)},
                       seq};
+    if (collective) transport_->note_arrival(call.comm.tag, size());
     try {
       body(call);
       state->set_value();
     } catch (const PeerTimeout& e) {
-      const auto it = std::find(members_.begin(), members_.end(), e.peer());
-      const std::string missing =
-          it == members_.end() ? "no rank sent" : "rank " + std::to_string(it - members_.begin());
       std::ostringstream msg;
       msg << "dist::" << op << " #" << seq << " on " << describe() << " timed out after "
-          << timeout.count() << " s: " << missing
-          << " had not arrived. Check that every rank makes the same calls in the same order, "
-             "or raise the timeout (GroupOptions::timeout, OpOptions::timeout)";
+          << timeout.count() << " s: "
+          << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
+          << ". Check that every rank makes the same calls in the same order, or raise the "
+             "timeout (GroupOptions::timeout, OpOptions::timeout)";
       fail(msg.str());
       state->set_exception(std::make_exception_ptr(TimeoutError(msg.str())));
     } catch (const std::exception& e) {
@@ -176,6 +175,26 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
     }
   });
   return work;
+}
+
+std::string ProcessGroup::group_rank_of(int global) const {
+  const auto it = std::find(members_.begin(), members_.end(), global);
+  return std::to_string(it - members_.begin());
+}
+
+std::string ProcessGroup::waited_for(int global_peer) const {
+  if (global_peer < 0) return "no rank sent";
+  return "rank " + group_rank_of(global_peer) + " had not sent";
+}
+
+std::string ProcessGroup::missing_ranks(Tag op_tag, int global_peer) const {
+  const auto missing = transport_->not_arrived(op_tag, members_);
+  if (!missing || missing->empty()) {
+    return "waiting for rank " + group_rank_of(global_peer) + ", whose own peers may be late";
+  }
+  std::string list;
+  for (int g : *missing) list += (list.empty() ? "" : ", ") + group_rank_of(g);
+  return (missing->size() == 1 ? "rank " : "ranks ") + list + " had not arrived";
 }
 
 void ProcessGroup::fail(const std::string& reason) {

@@ -169,6 +169,9 @@ class ProcessGroup {
   void fail(const std::string& reason);
   std::shared_ptr<ProcessGroup> make_subgroup(std::vector<int> group_ranks, std::string name);
   std::string describe() const;
+  std::string group_rank_of(int global) const;
+  std::string waited_for(int global_peer) const;
+  std::string missing_ranks(Tag op_tag, int global_peer) const;
 
   std::shared_ptr<Transport> transport_;
   std::vector<int> members_;

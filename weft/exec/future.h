@@ -41,21 +41,36 @@ class [[nodiscard]] Future {
   // Blocks until the task finished and returns its result (a reference into the shared
   // state, valid while any handle lives). Rethrows the task's exception with its original
   // type; throws weft::CancelledError if the future was cancelled.
-  decltype(auto) get() const {
+  decltype(auto) get() const& {
     state().wait();
     return result();
   }
+  // On a temporary future (`pool.submit(f).get()`), a copy of the result: a reference into
+  // the shared state would dangle once the temporary is gone, as in a range-for over it.
+  auto get() const&& requires(!std::is_void_v<T> && std::copy_constructible<T>) {
+    state().wait();
+    return T(result());
+  }
+  void get() const&& requires std::is_void_v<T> {
+    state().wait();
+    result();
+  }
   // As get(), but throws weft::TimeoutError if the result is not there within `timeout`.
-  decltype(auto) get(Seconds timeout) const {
-    if (!state().wait_until(Deadline::after(timeout))) {
-      throw TimeoutError("Future::get: the result was not ready within " +
-                         std::to_string(timeout.count()) +
-                         " s; wait longer or check that the executor is still running");
-    }
+  decltype(auto) get(Seconds timeout) const& {
+    wait_or_throw(timeout);
     return result();
+  }
+  auto get(Seconds timeout) const&& requires(!std::is_void_v<T> && std::copy_constructible<T>) {
+    wait_or_throw(timeout);
+    return T(result());
+  }
+  void get(Seconds timeout) const&& requires std::is_void_v<T> {
+    wait_or_throw(timeout);
+    result();
   }
 
   void wait() const { state().wait(); }
+
   // True if the future is done (finished or cancelled) within `timeout`.
   bool wait_for(Seconds timeout) const { return state().wait_until(Deadline::after(timeout)); }
 
@@ -103,6 +118,13 @@ class [[nodiscard]] Future {
   State& state() const {
     WEFT_CHECK(state_ != nullptr);
     return *state_;
+  }
+  void wait_or_throw(Seconds timeout) const {
+    if (!state().wait_until(Deadline::after(timeout))) {
+      throw TimeoutError("Future::get: the result was not ready within " +
+                         std::to_string(timeout.count()) +
+                         " s; wait longer or check that the executor is still running");
+    }
   }
   void throw_if_cancelled() const {
     if (cancelled()) throw CancelledError("the future was cancelled before its task ran");

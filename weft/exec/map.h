@@ -5,8 +5,10 @@
 #include <exception>
 #include <iterator>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
+#include "weft/base/check.h"
 #include "weft/base/deadline.h"
 #include "weft/base/error.h"
 #include "weft/exec/future.h"
@@ -29,11 +31,15 @@ struct ChunkResult {
   std::exception_ptr error;
 };
 
-// An input range over map's results in input order. Reading an element blocks until its
-// chunk is done; reading the first element that threw rethrows its exception. Destroying
-// the range cancels the chunks that have not started. Single-pass; not thread-safe.
+// map's results in input order, readable by index (at) or by iterating. Reading an element
+// blocks until its chunk is done; reading an element that threw rethrows its exception.
+// Destroying the range cancels the chunks that have not started. Not thread-safe.
 template <class R>
 class MapResults {
+  static_assert(!std::is_same_v<R, bool>,
+                "map results of type bool are not supported (std::vector<bool> packs bits, so "
+                "results could not be handed out by reference): return char or int");
+
  public:
   MapResults(std::vector<Future<ChunkResult<R>>> chunks, std::size_t chunksize, std::size_t size,
              Deadline deadline)
@@ -51,6 +57,7 @@ class MapResults {
     const ChunkResult<R>& chunk = wait_chunk(i / chunksize_);
     const std::size_t offset = i % chunksize_;
     if (offset < chunk.values.size()) return chunk.values[offset];
+    WEFT_CHECK(chunk.error != nullptr);  // a chunk stops short only at a failing element
     std::rethrow_exception(chunk.error);
   }
 

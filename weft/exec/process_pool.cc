@@ -39,10 +39,9 @@ struct Worker {
   std::string inbox;    // reply bytes received so far
 };
 
-// Waits up to kExitGrace for `pid`, then kills and reaps it; returns the wait status.
-int reap(pid_t pid) {
+// Waits until `give_up` for `pid` to exit, then kills and reaps it; returns the wait status.
+int reap(pid_t pid, std::chrono::steady_clock::time_point give_up) {
   int status = 0;
-  const auto give_up = std::chrono::steady_clock::now() + kExitGrace;
   while (std::chrono::steady_clock::now() < give_up) {
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid || (r < 0 && errno != EINTR)) return status;
@@ -52,6 +51,10 @@ int reap(pid_t pid) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return status;
+}
+
+std::chrono::steady_clock::time_point grace_from_now() {
+  return std::chrono::steady_clock::now() + kExitGrace;
 }
 
 }  // namespace
@@ -72,7 +75,6 @@ class ProcessPoolImpl {
  private:
   void io_loop();
   void wake();
-  std::vector<int> open_fds() const;
   void start_worker(std::size_t i);
   void dispatch();
   void flush(Worker& w);
@@ -84,10 +86,12 @@ class ProcessPoolImpl {
   void mark_broken(const std::string& reason);
   bool finished() const;
   void stop_workers();
+  static void close_worker_socket(Worker& w);
 
   std::vector<Worker> workers_;  // owned by the I/O thread once it runs
   int wake_fd_ = -1;
   std::thread io_thread_;
+  std::thread::id io_thread_id_;  // set once the thread runs; read without joining it
 
   mutable std::mutex mu_;
   std::deque<TaskPtr> pending_;  // guarded by mu_
@@ -101,23 +105,33 @@ ProcessPoolImpl::ProcessPoolImpl(std::size_t max_workers)
     : workers_(max_workers == 0 ? available_cores() : max_workers) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw SystemError("ProcessPoolExecutor: eventfd", errno);
+  PoolFds::instance().add(wake_fd_);
   pids_.assign(workers_.size(), -1);
   try {
     for (std::size_t i = 0; i < workers_.size(); ++i) start_worker(i);
+    io_thread_ = std::thread([this] { io_loop(); });
   } catch (...) {
     stop_workers();
+    PoolFds::instance().remove(wake_fd_);
     ::close(wake_fd_);
     throw;
   }
-  io_thread_ = std::thread([this] { io_loop(); });
+  io_thread_id_ = io_thread_.get_id();
 }
 
 ProcessPoolImpl::~ProcessPoolImpl() {
   shutdown(/*wait=*/true, /*cancel_futures=*/false);
+  PoolFds::instance().remove(wake_fd_);
   ::close(wake_fd_);
 }
 
 void ProcessPoolImpl::enqueue(TaskPtr task) {
+  if (task->request().size() > kMaxPayload) {
+    throw InvalidArgument("ProcessPoolExecutor::submit: the encoded arguments take " +
+                          std::to_string(task->request().size()) +
+                          " bytes, more than a message may carry (4 GiB); pass less data "
+                          "per task, for example through map with a smaller chunksize");
+  }
   {
     std::lock_guard lock(mu_);
     if (shutdown_) {
@@ -138,32 +152,23 @@ void ProcessPoolImpl::wake() {
 }
 
 void ProcessPoolImpl::shutdown(bool wait, bool cancel_futures) {
+  std::deque<TaskPtr> cancelled;
   {
     std::lock_guard lock(mu_);
     shutdown_ = true;
-    if (cancel_futures) {
-      for (auto& task : pending_) task->cancel();
-      pending_.clear();
-    }
+    if (cancel_futures) cancelled.swap(pending_);
   }
+  // Outside the lock: cancelling runs done-callbacks, which may call back into the pool.
+  for (auto& task : cancelled) task->cancel();
   wake();
-  if (!wait) return;
+  // A done-callback runs on the I/O thread, which cannot wait for itself to finish.
+  if (!wait || std::this_thread::get_id() == io_thread_id_) return;
   std::lock_guard join_lock(join_mu_);
-  if (io_thread_.joinable() && io_thread_.get_id() != std::this_thread::get_id()) {
-    io_thread_.join();
-  }
-}
-
-std::vector<int> ProcessPoolImpl::open_fds() const {
-  std::vector<int> fds{wake_fd_};
-  for (const Worker& w : workers_) {
-    if (w.fd >= 0) fds.push_back(w.fd);
-  }
-  return fds;
+  if (io_thread_.joinable()) io_thread_.join();
 }
 
 void ProcessPoolImpl::start_worker(std::size_t i) {
-  const SpawnedWorker spawned = spawn_worker(open_fds());
+  const SpawnedWorker spawned = spawn_worker();
   // Non-blocking, so that a stopped or slow worker can never stall the I/O thread.
   ::fcntl(spawned.fd, F_SETFL, ::fcntl(spawned.fd, F_GETFL) | O_NONBLOCK);
   workers_[i] = Worker{.pid = spawned.pid, .fd = spawned.fd};
@@ -248,9 +253,9 @@ void ProcessPoolImpl::receive(std::size_t i) {
   const bool eof = read_available(w);
   if (!handle_replies(w)) {
     ::kill(w.pid, SIGKILL);
-    on_death(i, reap(w.pid), " (it sent a malformed reply and was killed)");
+    on_death(i, reap(w.pid, grace_from_now()), " (it sent a malformed reply and was killed)");
   } else if (eof) {
-    on_death(i, reap(w.pid), "");
+    on_death(i, reap(w.pid, grace_from_now()), "");
   }
 }
 
@@ -314,9 +319,9 @@ void ProcessPoolImpl::on_death(std::size_t i, int status, const std::string& ext
   // A reply that arrived just before the death still completes its task.
   read_available(w);
   handle_replies(w);
-  ::close(w.fd);
+  close_worker_socket(w);
   if (w.task) {
-    std::move(w.task)->fail(std::make_exception_ptr(BrokenProcessPool(
+    w.task->fail(std::make_exception_ptr(BrokenProcessPool(
         what + " while running this task; the pool replaced the worker and keeps serving")));
   }
   workers_[i] = Worker{};
@@ -348,16 +353,23 @@ void ProcessPoolImpl::mark_broken(const std::string& reason) {
 }
 
 void ProcessPoolImpl::stop_workers() {
-  // Closing a worker's socket is its signal to exit; then reap it (killing stragglers).
+  // Closing a worker's socket is its signal to exit. Close them all first, then give all the
+  // workers one shared grace period, then kill whoever is left.
+  for (Worker& w : workers_) close_worker_socket(w);
+  const auto give_up = grace_from_now();
   for (Worker& w : workers_) {
-    if (w.fd >= 0) ::close(w.fd);
-  }
-  for (std::size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i].pid > 0) reap(workers_[i].pid);
-    workers_[i] = Worker{};
+    if (w.pid > 0) reap(w.pid, give_up);
+    w = Worker{};
   }
   std::lock_guard lock(mu_);
   pids_.assign(pids_.size(), -1);
+}
+
+void ProcessPoolImpl::close_worker_socket(Worker& w) {
+  if (w.fd < 0) return;
+  PoolFds::instance().remove(w.fd);
+  ::close(w.fd);
+  w.fd = -1;
 }
 
 }  // namespace internal

@@ -51,16 +51,12 @@ concept PlainFunction =
     requires(F& f) { +f; } && std::is_pointer_v<decltype(+std::declval<F&>())> &&
     std::is_function_v<std::remove_pointer_t<decltype(+std::declval<F&>())>>;
 
-template <class T>
-inline constexpr bool kSendable =
-    Serializable<T> && !std::is_same_v<std::decay_t<T>, std::vector<bool>>;
-
 // Parameters are received by value or by const reference; a non-const reference could
 // never send its changes back.
 template <class P>
 inline constexpr bool kValidParameter =
     !(std::is_lvalue_reference_v<P> && !std::is_const_v<std::remove_reference_t<P>>) &&
-    kSendable<std::decay_t<P>>;
+    Serializable<std::decay_t<P>>;
 }  // namespace internal
 
 class ProcessPoolExecutor {
@@ -110,7 +106,7 @@ class ProcessPoolExecutor {
                   "ProcessPoolExecutor: every parameter must be taken by value or const "
                   "reference and be serializable: a trivially copyable type without "
                   "pointers, std::string, or std::vector of those");
-    static_assert(std::is_void_v<R> || internal::kSendable<R>,
+    static_assert(std::is_void_v<R> || Serializable<R>,
                   "ProcessPoolExecutor: the result type must be void or serializable: a "
                   "trivially copyable type without pointers, std::string, or std::vector of "
                   "those");
@@ -126,7 +122,7 @@ class ProcessPoolExecutor {
   template <class R, class P, class Range>
   auto map_function(R (*fn)(P), const Range& inputs, MapOptions options) {
     using A = std::decay_t<P>;
-    static_assert(internal::kValidParameter<P> && internal::kSendable<R>,
+    static_assert(internal::kValidParameter<P> && Serializable<R>,
                   "ProcessPoolExecutor::map: the parameter and result must be serializable");
     if (options.chunksize == 0) throw InvalidArgument("map: chunksize must be at least 1");
     const Deadline deadline = Deadline::after(options.timeout);

@@ -3,9 +3,10 @@
 //   - trivially copyable types that are not pointers (copied byte for byte),
 //   - std::string,
 //   - std::vector<T> of a serializable T.
-// Anything else is rejected at compile time by the weft::Serializable concept. A trivially
-// copyable struct that holds pointers passes the check but its pointers are meaningless in
-// the other process: do not send such structs.
+// Anything else (pointers, std::string_view, std::span, std::reference_wrapper, other
+// containers) is rejected at compile time by the weft::Serializable concept. A trivially
+// copyable struct of your own that holds pointers passes the check, but its pointers are
+// meaningless in the other process: do not send such structs.
 //
 // Format: trivially copyable values as their bytes; strings and vectors as a uint64 element
 // count followed by the elements. ByteReader checks every length against the bytes left
@@ -14,6 +15,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -29,6 +32,15 @@ struct IsSerializable
                          !std::is_member_pointer_v<T>> {};
 template <>
 struct IsSerializable<std::string> : std::true_type {};
+// Trivially copyable, but views of memory in this process: meaningless in another.
+template <class C, class Tr>
+struct IsSerializable<std::basic_string_view<C, Tr>> : std::false_type {};
+template <class T, std::size_t N>
+struct IsSerializable<std::span<T, N>> : std::false_type {};
+template <class T>
+struct IsSerializable<std::reference_wrapper<T>> : std::false_type {};
+template <>
+struct IsSerializable<std::vector<bool>> : std::false_type {};  // packed bits, no data()
 template <class T>
 struct IsSerializable<std::vector<T>> : IsSerializable<T> {};
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -20,6 +19,9 @@ namespace {
 
 std::atomic<int> g_executor_counter{0};
 
+// The pool whose worker this thread is, if any.
+thread_local const void* t_current_pool = nullptr;
+
 }  // namespace
 
 class ThreadPoolImpl {
@@ -32,10 +34,24 @@ class ThreadPoolImpl {
       options_.thread_name_prefix = "weft-pool" + std::to_string(g_executor_counter++);
     }
     queues_.resize(max_workers_);  // each made when its worker starts
+    threads_.reserve(max_workers_);  // so that starting a worker never reallocates
   }
 
   void enqueue(TaskPtr task);
   [[noreturn]] void reject_submit();
+
+  // Ends a submit's count in submits_in_flight_ on every path out of enqueue, exceptions
+  // included (a count left behind would keep the workers from ever exiting).
+  class InFlight {
+   public:
+    explicit InFlight(ThreadPoolImpl& pool) : pool_(pool) {}
+    ~InFlight();
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    ThreadPoolImpl& pool_;
+  };
   void shutdown(bool wait, bool cancel_futures);
   std::size_t max_workers() const { return max_workers_; }
   std::size_t num_threads() const { return started_.load(std::memory_order_acquire); }
@@ -85,6 +101,7 @@ void ThreadPoolImpl::enqueue(TaskPtr task) {
   // Counting the submit before checking the flags lets workers tell "no more work will
   // come" (shutdown and no submit in flight) from "a submit is about to push".
   submits_in_flight_.fetch_add(1);
+  InFlight in_flight(*this);
   if (shutdown_.load() || broken_.load()) reject_submit();
   // Idle tokens only decide whether to start a worker, so a full pool skips them.
   const bool full = num_threads() == max_workers_;
@@ -95,16 +112,22 @@ void ThreadPoolImpl::enqueue(TaskPtr task) {
     thread_local std::size_t next_queue = 0;
     queues_[next_queue++ % n]->push(std::move(task));
   }
-  submits_in_flight_.fetch_sub(1);
-  if (sleepers_.load() > 0) wake_one();
+}
+
+ThreadPoolImpl::InFlight::~InFlight() {
+  pool_.submits_in_flight_.fetch_sub(1);
+  // During shutdown every sleeper may be waiting for this submit to land before it exits:
+  // wake them all, not one.
+  if (pool_.shutdown_.load()) {
+    pool_.wake_all();
+  } else if (pool_.sleepers_.load() > 0) {
+    pool_.wake_one();
+  }
   // An initializer may have failed while we pushed; make sure nothing is left stranded.
-  if (broken_.load()) fail_queued(broken_error());
+  if (pool_.broken_.load()) pool_.fail_queued(pool_.broken_error());
 }
 
 void ThreadPoolImpl::reject_submit() {
-  submits_in_flight_.fetch_sub(1);
-  // A worker may be asleep waiting for this submit to land before it can exit.
-  wake_all();
   if (broken_.load()) std::rethrow_exception(broken_error());
   throw ExecutorShutdown(
       "submit() after shutdown(): this executor accepts no more work; create a new one");
@@ -191,6 +214,7 @@ bool ThreadPoolImpl::wait_for_work() {
 }
 
 void ThreadPoolImpl::worker_main(std::size_t self) {
+  t_current_pool = this;
   const std::string name = options_.thread_name_prefix + "_" + std::to_string(self);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   if (!run_initializer()) return;
@@ -256,17 +280,17 @@ void ThreadPoolImpl::shutdown(bool wait, bool cancel_futures) {
     }
   }
   wake_all();
-  if (!wait) return;
-  std::lock_guard join_lock(join_mu_);
+  // A task of this pool cannot wait for the pool to finish (it is part of what would be
+  // waited for); it returns at once and the destructor, which runs elsewhere, joins.
+  if (!wait || t_current_pool == this) return;
+  std::lock_guard join_lock(join_mu_);  // only threads outside the pool take it
   std::vector<std::thread*> to_join;
   {
     std::lock_guard lock(start_mu_);
     for (auto& t : threads_) to_join.push_back(&t);
   }
   for (std::thread* t : to_join) {
-    // A task that shuts down its own pool cannot join its own thread; the destructor,
-    // which must run elsewhere, joins it.
-    if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
+    if (t->joinable()) t->join();
   }
 }
 

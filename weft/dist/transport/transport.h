@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "weft/base/deadline.h"
 #include "weft/dist/errors.h"
@@ -46,6 +48,16 @@ class Transport {
 
   // As recv, from whichever peer sends first under `tag`; returns that peer.
   virtual int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
+
+  // The arrival board, for naming the ranks a timed-out collective waited for: a rank notes
+  // that it entered the collective tagged `op` (of a group of `group_size` ranks), and on a
+  // timeout asks which of `ranks` (global) have not. Transports that cannot tell return
+  // std::nullopt (the default); the timeout then names the rank it was waiting on.
+  virtual void note_arrival(Tag /*op*/, int /*group_size*/) {}
+  virtual std::optional<std::vector<int>> not_arrived(Tag /*op*/,
+                                                      const std::vector<int>& /*ranks*/) {
+    return std::nullopt;
+  }
 
   // Makes every pending and later call on every rank of this transport fail with
   // PeerError(reason): a rank that failed tells the others instead of leaving them waiting.

@@ -138,22 +138,33 @@ class TaskState final : public FutureState<R>, public Runnable {
     if (!this->set_running_or_notify_cancel()) return;
     try {
       if constexpr (std::is_void_v<R>) {
-        fn_();
+        (*fn_)();
+        release();
         this->set_value();
       } else {
-        this->set_value(fn_());
+        auto value = (*fn_)();
+        release();
+        this->set_value(std::move(value));
       }
     } catch (...) {
+      release();
       this->set_exception(std::current_exception());
     }
   }
   void abandon(std::exception_ptr reason) override {
-    if (this->set_running_or_notify_cancel()) this->set_exception(std::move(reason));
+    if (this->set_running_or_notify_cancel()) {
+      release();
+      this->set_exception(std::move(reason));
+    }
   }
   bool cancel() override { return FutureState<R>::cancel(); }
 
  private:
-  Fn fn_;
+  // The callable and its bound arguments are freed as soon as they have run, not when the
+  // last Future goes: futures may be kept long after, and may even be captured by it.
+  void release() { fn_.reset(); }
+
+  std::optional<Fn> fn_;
 };
 
 }  // namespace weft::internal

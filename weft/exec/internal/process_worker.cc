@@ -124,13 +124,32 @@ void append_frame(std::string& out, std::uint32_t magic, FrameKind kind,
   out.append(payload);
 }
 
-SpawnedWorker spawn_worker(const std::vector<int>& fds_to_close) {
+PoolFds& PoolFds::instance() {
+  static PoolFds registry;
+  return registry;
+}
+
+void PoolFds::add(int fd) {
+  std::lock_guard lock(mu_);
+  fds_.insert(fd);
+}
+
+void PoolFds::remove(int fd) {
+  std::lock_guard lock(mu_);
+  fds_.erase(fd);
+}
+
+SpawnedWorker spawn_worker() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw SystemError("ProcessPoolExecutor: socketpair", errno);
   }
-  // Buffered output would otherwise be flushed twice, once by each process.
-  std::fflush(nullptr);
+  PoolFds& registry = PoolFds::instance();
+  // Held across the fork, so that no pool registers a descriptor the child would miss.
+  std::lock_guard lock(registry.mu_);
+  // Buffered output would otherwise be printed twice, once by each process.
+  std::fflush(stdout);
+  std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -140,10 +159,11 @@ SpawnedWorker spawn_worker(const std::vector<int>& fds_to_close) {
   }
   if (pid == 0) {
     ::close(sv[0]);
-    for (int fd : fds_to_close) ::close(fd);
+    for (int fd : registry.fds_) ::close(fd);
     serve(sv[1]);
   }
   ::close(sv[1]);
+  registry.fds_.insert(sv[0]);
   return {pid, sv[0]};
 }
 

@@ -10,8 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
-#include <vector>
 
 namespace weft::internal {
 
@@ -36,10 +37,26 @@ struct SpawnedWorker {
   int fd;  // the parent's end of the socket pair
 };
 
+// Every descriptor the process pools of this process hold (eventfds, parent-side sockets).
+// A new worker closes them all, so that no worker keeps another worker's socket open: a
+// worker must see end-of-file when its pool closes its socket, and its pool must see
+// end-of-file when it dies.
+class PoolFds {
+ public:
+  static PoolFds& instance();
+  void add(int fd);
+  void remove(int fd);
+
+ private:
+  friend SpawnedWorker spawn_worker();
+  std::mutex mu_;
+  std::set<int> fds_;
+};
+
 // Forks a worker process that serves requests on a socket until it reads end-of-file.
-// The child closes `fds_to_close` (the parent's other descriptors for this pool) first.
-// Throws weft::SystemError if the socket pair or the fork fails.
-SpawnedWorker spawn_worker(const std::vector<int>& fds_to_close);
+// Throws weft::SystemError if the socket pair or the fork fails. The parent's end of the
+// socket is registered in PoolFds; close it with PoolFds::remove then close().
+SpawnedWorker spawn_worker();
 
 // "was killed by signal 9 (Killed)" / "exited with code 3", from a waitpid status.
 std::string describe_exit_status(int status);

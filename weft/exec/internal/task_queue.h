@@ -4,7 +4,8 @@
 // The fast path is a bounded lock-free ring (Dmitry Vyukov's MPMC queue: each cell carries a
 // sequence number that says whether it is free for the producer of round k or full for the
 // consumer of round k, so producers and consumers only contend on one CAS each). When the
-// ring is full, tasks spill into a mutex-protected deque; the owner drains the ring first.
+// ring is full, tasks spill into a mutex-protected deque, and keep going there until it is
+// drained, so the order stays first in, first out.
 // Replacing the mutex + deque that was here before removed lock convoys and the deque's
 // cross-thread block frees (docs/PERFORMANCE.md).
 #pragma once
@@ -31,7 +32,9 @@ class TaskQueue {
   }
 
   void push(TaskPtr task) {
-    if (try_push_ring(task)) return;
+    // While tasks wait in the overflow, new ones queue behind them there: pop drains the
+    // ring first, so ring pushes would overtake (and could starve) the overflowed tasks.
+    if (overflow_size_.load() == 0 && try_push_ring(task)) return;
     std::lock_guard lock(overflow_mu_);
     overflow_.push_back(std::move(task));
     overflow_size_.fetch_add(1);
@@ -92,7 +95,8 @@ class TaskQueue {
       const std::size_t seq = cell->seq.load(std::memory_order_acquire);
       const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos + 1);
       if (diff == 0) {
-        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+        // seq_cst, so that maybe_nonempty's seq_cst load of head_ is never stale.
+        if (head_.compare_exchange_weak(pos, pos + 1)) break;
       } else if (diff < 0) {
         return nullptr;  // empty, or the producer of this cell has not published it yet
       } else {

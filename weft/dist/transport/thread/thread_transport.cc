@@ -1,5 +1,6 @@
 #include "weft/dist/transport/thread/thread_transport.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace weft::dist {
@@ -84,6 +85,26 @@ void ThreadHub::abort(const std::string& reason) {
     { std::lock_guard lock(box->mu); }  // a waiter between its check and its wait sees it
     box->cv.notify_all();
   }
+}
+
+void ThreadHub::note_arrival(Tag op, int rank, int group_size) {
+  std::lock_guard lock(arrivals_mu_);
+  std::vector<int>& in = arrivals_[op];
+  in.push_back(rank);
+  // Everyone arrived: nothing left to report for this collective.
+  if (static_cast<int>(in.size()) == group_size) arrivals_.erase(op);
+}
+
+std::vector<int> ThreadHub::not_arrived(Tag op, const std::vector<int>& ranks) {
+  std::lock_guard lock(arrivals_mu_);
+  const auto it = arrivals_.find(op);
+  std::vector<int> missing;
+  for (int r : ranks) {
+    if (it == arrivals_.end() || std::find(it->second.begin(), it->second.end(), r) == it->second.end()) {
+      missing.push_back(r);
+    }
+  }
+  return missing;
 }
 
 void ThreadHub::check_aborted() const {

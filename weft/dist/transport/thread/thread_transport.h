@@ -26,6 +26,8 @@ class ThreadHub {
   void recv(int to, int from, Tag tag, std::span<std::byte> out, Deadline deadline);
   int recv_any(int to, Tag tag, std::span<std::byte> out, Deadline deadline);
   void abort(const std::string& reason);
+  void note_arrival(Tag op, int rank, int group_size);
+  std::vector<int> not_arrived(Tag op, const std::vector<int>& ranks);
 
  private:
   struct Mailbox {
@@ -37,6 +39,8 @@ class ThreadHub {
   static void take(std::deque<std::vector<std::byte>>& queue, int from, std::span<std::byte> out);
 
   std::vector<std::unique_ptr<Mailbox>> boxes_;
+  std::mutex arrivals_mu_;
+  std::map<Tag, std::vector<int>> arrivals_;  // ranks inside each unfinished collective
   mutable std::mutex abort_mu_;
   std::string abort_reason_;  // non-empty once aborted; guarded by abort_mu_
   std::atomic<bool> aborted_{false};
@@ -58,6 +62,10 @@ class ThreadTransport final : public Transport {
     return hub_->recv_any(rank_, tag, out, deadline);
   }
   void abort(const std::string& reason) override { hub_->abort(reason); }
+  void note_arrival(Tag op, int group_size) override { hub_->note_arrival(op, rank_, group_size); }
+  std::optional<std::vector<int>> not_arrived(Tag op, const std::vector<int>& ranks) override {
+    return hub_->not_arrived(op, ranks);
+  }
 
  private:
   std::shared_ptr<ThreadHub> hub_;
