@@ -9,7 +9,7 @@
 //   MutexCv   MutexCvPool below: one std::deque<std::function<void()>> under one mutex and
 //             a condition variable, std::packaged_task futures (the classic baseline)
 //
-// Three measurements, each reporting items_per_second:
+// Four groups of measurements, each reporting items_per_second:
 //   BM_Throughput_*  submit N tasks `return x` one by one, then wait for all of them
 //   BM_Latency_*     one submit -> result round trip at a time
 //   BM_Map_Weft      pool.map over 1,000,000 ints at chunksize 1, 1000 and 10000

@@ -8,9 +8,6 @@ set(WEFT_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
 if(WEFT_WERROR)
   list(APPEND WEFT_WARNINGS -Werror)
 endif()
-if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-  list(APPEND WEFT_WARNINGS -Wthread-safety)
-endif()
 
 if(WEFT_SANITIZE)
   string(REPLACE ";" "," _weft_san "${WEFT_SANITIZE}")

@@ -26,11 +26,6 @@ class Gate {
       std::abort();
     }
   }
-  bool is_open() {
-    std::lock_guard lock(mu_);
-    return open_;
-  }
-
  private:
   std::mutex mu_;
   std::condition_variable cv_;
