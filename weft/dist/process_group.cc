@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "weft/dist/algorithms/collectives.h"
+#include "weft/dist/internal/call_check.h"
 #include "weft/dist/internal/op_queue.h"
 #include "weft/exec/internal/future_state.h"
 
@@ -17,6 +18,8 @@ struct ProcessGroup::OpCall {
 };
 
 namespace {
+
+using Sig = internal::CallSignature;
 
 // Tag layout: [group id: 32][p2p flag: 1][sequence: 19][step: 12]. Sequence numbers wrap
 // harmlessly: operations of one group run one at a time, so no two in flight share one.
@@ -128,8 +131,10 @@ std::string ProcessGroup::describe() const {
          " of " + std::to_string(size()) + ")";
 }
 
-std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, bool collective,
+std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
+                                          std::optional<internal::CallSignature> signature,
                                           std::function<void(const OpCall&)> body) {
+  const bool collective = signature.has_value();
   auto state = std::make_shared<weft::internal::FutureState<void>>();
   auto work = std::make_shared<Work>(Future<void>(state));
   std::lock_guard lock(mu_);
@@ -140,7 +145,8 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
   }
   const std::uint64_t seq = collective ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
-  queue_->push([this, op, state, seq, timeout, collective, body = std::move(body)] {
+  queue_->push([this, op, state, seq, timeout, collective, signature = std::move(signature),
+                body = std::move(body)] {
     {
       std::lock_guard run_lock(mu_);
       if (!broken_.empty()) {
@@ -155,6 +161,9 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
                       seq};
     if (collective) transport_->note_arrival(call.comm.tag, size());
     try {
+      if (collective && internal::call_checks_enabled()) {
+        internal::check_call(call.comm, *signature, seq, options_.name);
+      }
       body(call);
       state->set_value();
     } catch (const PeerTimeout& e) {
@@ -166,6 +175,12 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options, boo
              "timeout (GroupOptions::timeout, OpOptions::timeout)";
       fail(msg.str());
       state->set_exception(std::make_exception_ptr(TimeoutError(msg.str())));
+    } catch (const CollectiveMismatch& e) {
+      // Every rank found the mismatch from the same exchanged signatures; aborting the
+      // transport would only replace their precise errors with PeerError.
+      std::lock_guard broken_lock(mu_);
+      if (broken_.empty()) broken_ = e.what();
+      state->set_exception(std::current_exception());
     } catch (const std::exception& e) {
       const std::string msg =
           "dist::" + std::string(op) + " #" + std::to_string(seq) + " on " + describe() +
@@ -242,14 +257,14 @@ void check_count(const char* op, const char* what, std::size_t expected, std::si
 
 std::shared_ptr<Work> ProcessGroup::broadcast_async(Buffer buf, int src, OpOptions o) {
   check_root("broadcast", src);
-  return issue("broadcast", o, true,
+  return issue("broadcast", o, Sig{"broadcast", buf.dtype, buf.count, src, {}},
                [buf, src](const OpCall& c) { algorithms::broadcast(c.comm, buf, src); });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, OpOptions o) {
   check_reduce("all_reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
-  return issue("all_reduce", o, true, [buf, op, n](const OpCall& c) {
+  return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op}, [buf, op, n](const OpCall& c) {
     reducing(buf, buf, op, n, true,
              [&](Buffer out, Buffer, ReduceOp r) { algorithms::all_reduce(c.comm, out, r); });
   });
@@ -260,7 +275,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp o
   check_reduce("reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
   const bool root = dst == rank_;
-  return issue("reduce", o, true, [buf, dst, op, n, root](const OpCall& c) {
+  return issue("reduce", o, Sig{"reduce", buf.dtype, buf.count, dst, op}, [buf, dst, op, n, root](const OpCall& c) {
     reducing(buf, buf, op, n, root,
              [&](Buffer out, Buffer, ReduceOp r) { algorithms::reduce(c.comm, out, dst, r); });
   });
@@ -270,7 +285,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOp
   check_same_dtype("all_gather", out, in);
   check_count("all_gather", "out", in.count * static_cast<std::size_t>(size()), out.count);
   std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
-  return issue("all_gather", o, true, [out, in, counts](const OpCall& c) {
+  return issue("all_gather", o, Sig{"all_gather", in.dtype, in.count, -1, {}}, [out, in, counts](const OpCall& c) {
     algorithms::all_gather_v(c.comm, out, in, counts);
   });
 }
@@ -282,7 +297,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
   check_count("all_gather_v", "counts", static_cast<std::size_t>(size()), counts.size());
   check_count("all_gather_v", "in", counts[static_cast<std::size_t>(rank_)], in.count);
   check_count("all_gather_v", "out", sum(counts), out.count);
-  return issue("all_gather_v", o, true, [out, in, counts](const OpCall& c) {
+  return issue("all_gather_v", o, Sig{"all_gather_v", in.dtype, out.count, -1, {}}, [out, in, counts](const OpCall& c) {
     algorithms::all_gather_v(c.comm, out, in, counts);
   });
 }
@@ -294,7 +309,7 @@ std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst,
     check_count("gather", "out (on the root)", in.count * static_cast<std::size_t>(size()),
                 out.count);
   }
-  return issue("gather", o, true,
+  return issue("gather", o, Sig{"gather", in.dtype, in.count, dst, {}},
                [out, in, dst](const OpCall& c) { algorithms::gather(c.comm, out, in, dst); });
 }
 
@@ -305,7 +320,7 @@ std::shared_ptr<Work> ProcessGroup::scatter_async(Buffer out, Buffer in, int src
     check_count("scatter", "in (on the root)", out.count * static_cast<std::size_t>(size()),
                 in.count);
   }
-  return issue("scatter", o, true,
+  return issue("scatter", o, Sig{"scatter", out.dtype, out.count, src, {}},
                [out, in, src](const OpCall& c) { algorithms::scatter(c.comm, out, in, src); });
 }
 
@@ -315,7 +330,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, 
   check_reduce("reduce_scatter", in, op);
   check_count("reduce_scatter", "in", out.count * static_cast<std::size_t>(size()), in.count);
   const auto n = static_cast<std::size_t>(size());
-  return issue("reduce_scatter", o, true, [out, in, op, n](const OpCall& c) {
+  return issue("reduce_scatter", o, Sig{"reduce_scatter", out.dtype, out.count, -1, op}, [out, in, op, n](const OpCall& c) {
     reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
       algorithms::reduce_scatter(c.comm, wo, wi, r);
     });
@@ -331,7 +346,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOp
                               " elements, not divisible by the group size " + std::to_string(n));
   }
   std::vector<std::size_t> counts(n, in.count / n);
-  return issue("all_to_all", o, true, [out, in, counts](const OpCall& c) {
+  return issue("all_to_all", o, Sig{"all_to_all", in.dtype, in.count, -1, {}}, [out, in, counts](const OpCall& c) {
     algorithms::all_to_all_v(c.comm, out, counts, in, counts);
   });
 }
@@ -346,13 +361,13 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
   check_count("all_to_all_v", "in_counts", static_cast<std::size_t>(size()), in_counts.size());
   check_count("all_to_all_v", "out", sum(out_counts), out.count);
   check_count("all_to_all_v", "in", sum(in_counts), in.count);
-  return issue("all_to_all_v", o, true, [out, out_counts, in, in_counts](const OpCall& c) {
+  return issue("all_to_all_v", o, Sig{"all_to_all_v", in.dtype, Sig::kAnyCount, -1, {}}, [out, out_counts, in, in_counts](const OpCall& c) {
     algorithms::all_to_all_v(c.comm, out, out_counts, in, in_counts);
   });
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
-  return issue("barrier", o, true, [](const OpCall& c) { algorithms::barrier(c.comm); });
+  return issue("barrier", o, Sig{"barrier", DType::kUInt8, 0, -1, {}}, [](const OpCall& c) { algorithms::barrier(c.comm); });
 }
 
 std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpOptions o) {
@@ -360,7 +375,7 @@ std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpO
   check_tag("send", tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(dst)];
-  return issue("send", o, false, [this, buf, global, t](const OpCall& c) {
+  return issue("send", o, std::nullopt, [this, buf, global, t](const OpCall& c) {
     transport_->send(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
   });
 }
@@ -370,7 +385,7 @@ std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpO
   check_tag("recv", tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(src)];
-  return issue("recv", o, false, [this, buf, global, t](const OpCall& c) {
+  return issue("recv", o, std::nullopt, [this, buf, global, t](const OpCall& c) {
     transport_->recv(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
   });
 }
@@ -379,7 +394,7 @@ int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
   check_tag("recv_any", tag);
   const Tag t = p2p_tag(id_, tag);
   auto source = std::make_shared<int>(-1);
-  issue("recv_any", o, false, [this, buf, t, source](const OpCall& c) {
+  issue("recv_any", o, std::nullopt, [this, buf, t, source](const OpCall& c) {
     const int global = transport_->recv_any(t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
     const auto it = std::find(members_.begin(), members_.end(), global);
     *source = static_cast<int>(it - members_.begin());

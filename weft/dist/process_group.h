@@ -39,6 +39,7 @@
 #include "weft/base/deadline.h"
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
+#include "weft/dist/internal/call_check.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/transport/transport.h"
 #include "weft/dist/work.h"
@@ -159,7 +160,9 @@ class ProcessGroup {
 
  private:
   struct OpCall;
-  std::shared_ptr<Work> issue(const char* op, OpOptions options, bool collective,
+  // Queues `body`; collectives carry the signature debug mode compares across ranks.
+  std::shared_ptr<Work> issue(const char* op, OpOptions options,
+                              std::optional<internal::CallSignature> signature,
                               std::function<void(const OpCall&)> body);
   void check_root(const char* op, int root) const;
   void check_reduce(const char* op, const Buffer& buf, ReduceOp op_kind) const;

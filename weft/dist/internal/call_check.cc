@@ -1,0 +1,93 @@
+#include "weft/dist/internal/call_check.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "weft/dist/algorithms/collectives.h"
+
+namespace weft::dist::internal {
+namespace {
+
+// Algorithms use steps below this; the signature exchange uses the ones above.
+constexpr int kCheckStepBase = 2048;
+
+// The fixed-size form of a signature on the wire.
+struct WireSignature {
+  char op[24];
+  std::int32_t dtype;
+  std::int32_t root;
+  std::int32_t reduce;  // -1: none
+  std::int32_t pad;
+  std::uint64_t count;
+  std::uint64_t seq;
+};
+
+WireSignature to_wire(const CallSignature& s, std::uint64_t seq) {
+  WireSignature w{};
+  std::strncpy(w.op, s.op.c_str(), sizeof(w.op) - 1);
+  w.dtype = static_cast<std::int32_t>(s.dtype);
+  w.root = s.root;
+  w.reduce = s.reduce ? static_cast<std::int32_t>(*s.reduce) : -1;
+  w.count = s.count;
+  w.seq = seq;
+  return w;
+}
+
+std::string describe(const WireSignature& w) {
+  CallSignature s;
+  s.op = std::string(w.op, strnlen(w.op, sizeof(w.op)));
+  s.dtype = static_cast<DType>(w.dtype);
+  s.count = w.count;
+  s.root = w.root;
+  if (w.reduce >= 0) s.reduce = static_cast<ReduceOp>(w.reduce);
+  return s.describe() + " as collective #" + std::to_string(w.seq);
+}
+
+bool same(const WireSignature& a, const WireSignature& b) {
+  return std::strncmp(a.op, b.op, sizeof(a.op)) == 0 && a.dtype == b.dtype && a.root == b.root &&
+         a.reduce == b.reduce && a.count == b.count && a.seq == b.seq;
+}
+
+}  // namespace
+
+std::string CallSignature::describe() const {
+  std::string out = op + "(";
+  if (count != kAnyCount) out += "count=" + std::to_string(count) + ", ";
+  out += "dtype=" + std::string(dtype_name(dtype));
+  if (root >= 0) out += ", root=" + std::to_string(root);
+  if (reduce) out += ", op=" + std::string(reduce_op_name(*reduce));
+  return out + ")";
+}
+
+bool call_checks_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("WEFT_DIST_DEBUG");
+    return v != nullptr && std::string_view(v) == "detail";
+  }();
+  return enabled;
+}
+
+void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
+                const std::string& group) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  WireSignature own = to_wire(mine, seq);
+  std::vector<WireSignature> all(n);
+  const std::size_t words = sizeof(WireSignature) / sizeof(std::uint64_t);
+  static_assert(sizeof(WireSignature) % sizeof(std::uint64_t) == 0);
+  const Comm check{comm.transport, comm.members, comm.rank,
+                   comm.tag + static_cast<Tag>(kCheckStepBase), comm.deadline};
+  algorithms::all_gather_v(check, Buffer(all.data(), n * words, DType::kInt64),
+                           Buffer(&own, words, DType::kInt64), std::vector<std::size_t>(n, words));
+  bool agree = true;
+  for (const auto& w : all) agree = agree && same(w, all[0]);
+  if (agree) return;
+  std::string msg = "dist: ranks of group '" + group + "' called different collectives:";
+  for (std::size_t r = 0; r < n; ++r) msg += "\n  rank " + std::to_string(r) + ": " + describe(all[r]);
+  msg += "\nEvery rank must call the same collectives, with the same sizes, dtypes and roots, in "
+         "the same order.";
+  throw CollectiveMismatch(msg);
+}
+
+}  // namespace weft::dist::internal

@@ -1,0 +1,39 @@
+// Debug mode (WEFT_DIST_DEBUG=detail): before each collective, the ranks exchange a
+// signature of the call and all throw CollectiveMismatch, listing every rank's call, if they
+// disagree, instead of hanging or mixing up data. Off by default; when off it costs one
+// branch per operation. Not public.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "weft/dist/algorithms/comm.h"
+#include "weft/dist/buffer.h"
+#include "weft/dist/reduce_op.h"
+
+namespace weft::dist::internal {
+
+// What must agree across ranks for one collective call.
+struct CallSignature {
+  static constexpr std::size_t kAnyCount = static_cast<std::size_t>(-1);  // varies by rank
+
+  std::string op;
+  DType dtype = DType::kFloat32;
+  std::size_t count = 0;
+  int root = -1;                     // -1: the op has no root
+  std::optional<ReduceOp> reduce;    // empty: the op does not reduce
+
+  std::string describe() const;      // "all_reduce(count=10, dtype=float32, op=sum)"
+};
+
+// True when WEFT_DIST_DEBUG=detail (read once per process).
+bool call_checks_enabled();
+
+// Exchanges `mine` with every rank of `comm` (on steps reserved for it) and throws
+// CollectiveMismatch on every rank if any rank's signature or sequence number differs.
+void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
+                const std::string& group);
+
+}  // namespace weft::dist::internal
