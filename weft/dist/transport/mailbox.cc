@@ -1,0 +1,89 @@
+#include "weft/dist/transport/mailbox.h"
+
+#include <cstring>
+
+namespace weft::dist {
+
+void Mailbox::deliver(int from, Tag tag, std::vector<std::byte> message) {
+  {
+    std::lock_guard lock(mu_);
+    messages_[{from, tag}].push_back(std::move(message));
+  }
+  cv_.notify_all();
+}
+
+void Mailbox::take(Queue& queue, int from, std::span<std::byte> out) {
+  std::vector<std::byte>& message = queue.front();
+  if (message.size() != out.size()) {
+    throw PeerError("rank " + std::to_string(from) + " sent " + std::to_string(message.size()) +
+                    " bytes where " + std::to_string(out.size()) +
+                    " were expected: the ranks called different operations or sizes (run "
+                    "with WEFT_DIST_DEBUG=detail to see each rank's call)");
+  }
+  if (!out.empty()) std::memcpy(out.data(), message.data(), out.size());
+  queue.pop_front();
+}
+
+void Mailbox::throw_if_failed(int from) const {
+  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+  const auto it = failed_peers_.find(from);
+  if (it != failed_peers_.end()) throw PeerError(it->second);
+}
+
+void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  const auto key = std::make_pair(from, tag);
+  bool have = false;
+  const auto ready = [&] {
+    const auto it = messages_.find(key);
+    have = it != messages_.end() && !it->second.empty();
+    return have || !abort_reason_.empty() || failed_peers_.contains(from);
+  };
+  if (!cv_.wait_until(lock, deadline.when(), ready)) {
+    throw PeerTimeout(from, "no message from rank " + std::to_string(from) + " in time");
+  }
+  if (!have) throw_if_failed(from);
+  const auto it = messages_.find(key);
+  take(it->second, from, out);
+  if (it->second.empty()) messages_.erase(it);
+}
+
+int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto found = messages_.end();
+  const auto ready = [&] {
+    for (auto it = messages_.begin(); it != messages_.end(); ++it) {
+      if (it->first.second == tag && !it->second.empty()) {
+        found = it;
+        return true;
+      }
+    }
+    return !abort_reason_.empty();
+  };
+  if (!cv_.wait_until(lock, deadline.when(), ready)) {
+    throw PeerTimeout(-1, "no message from any rank in time");
+  }
+  if (found == messages_.end()) throw PeerError(abort_reason_);
+  const int from = found->first.first;
+  take(found->second, from, out);
+  if (found->second.empty()) messages_.erase(found);
+  return from;
+}
+
+void Mailbox::fail_peer(int from, const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    failed_peers_.emplace(from, reason);
+  }
+  cv_.notify_all();
+}
+
+void Mailbox::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace weft::dist

@@ -1,0 +1,43 @@
+// Mailbox: the messages delivered to one rank and not yet received, matched by (source,
+// tag) in arrival order. Shared by the transports: the thread backend keeps one per rank,
+// the tcp backend one per process, fed by its connection readers. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/dist/transport/transport.h"
+
+namespace weft::dist {
+
+class Mailbox {
+ public:
+  void deliver(int from, Tag tag, std::vector<std::byte> message);
+  // As Transport::recv / recv_any (PeerTimeout, PeerError).
+  void recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline);
+  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline);
+  // Later receives from `from` that find no message fail with PeerError(reason); messages
+  // it sent before failing can still be received.
+  void fail_peer(int from, const std::string& reason);
+  // Every pending and later receive fails with PeerError(reason). The first reason stays.
+  void abort(const std::string& reason);
+
+ private:
+  using Queue = std::deque<std::vector<std::byte>>;
+  static void take(Queue& queue, int from, std::span<std::byte> out);
+  void throw_if_failed(int from) const;  // requires mu_
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, Tag>, Queue> messages_;  // guarded by mu_
+  std::map<int, std::string> failed_peers_;        // guarded by mu_
+  std::string abort_reason_;                       // guarded by mu_; non-empty once aborted
+};
+
+}  // namespace weft::dist
