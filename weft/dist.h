@@ -8,3 +8,4 @@
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/run_threads.h"
 #include "weft/dist/work.h"
+#include "weft/dist/init.h"

@@ -17,8 +17,11 @@ class ConnectionClosed : public weft::Error {
   using weft::Error::Error;
 };
 
-// A connected TCP stream. Move-only; closes its descriptor on destruction. TCP_NODELAY is
-// set. Not thread-safe, except that one thread may send while another receives.
+// A connected TCP stream. Move-only; closes its descriptor on destruction. Sockets made by
+// connect() and accept() are close-on-exec, non-blocking underneath (waits are poll()s
+// bounded by the caller's deadline) and have TCP_NODELAY set. Writes use MSG_NOSIGNAL, so a
+// closed peer is an exception, never SIGPIPE. Not thread-safe, except that one thread may
+// send while another receives, and shutdown() may be called from any thread.
 class Socket {
  public:
   Socket() = default;
@@ -40,6 +43,13 @@ class Socket {
   // still missing) or weft::TimeoutError.
   void recv_all(std::span<std::byte> out, Deadline deadline);
 
+  // Non-blocking variants for poll()-driven loops (they never wait, whatever the socket's
+  // mode). send_some returns how many bytes the kernel took now (possibly 0); recv_some
+  // returns how many bytes were read (0: nothing available yet). Both throw ConnectionClosed
+  // when the peer closed or reset the connection, and weft::SystemError on other failures.
+  std::size_t send_some(std::span<const std::byte> bytes);
+  std::size_t recv_some(std::span<std::byte> out);
+
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
   // Shuts both directions down, so that a thread blocked in recv_all on this socket returns.
@@ -52,11 +62,14 @@ class Socket {
   int fd_ = -1;
 };
 
-// A listening TCP socket.
+// A listening TCP socket. Its descriptor is non-blocking and close-on-exec, so that it can
+// sit in a poll() set (fd()). Not thread-safe.
 class Listener {
  public:
-  // Binds host:port (port 0: the system picks a free one, see port()). The default host is
-  // the loopback address: listening on other interfaces is an explicit choice.
+  // Binds host:port (port 0: the system picks a free one, see port()) with SO_REUSEADDR.
+  // The default host is the loopback address: listening on other interfaces is an explicit
+  // choice ("0.0.0.0", "::", or "" for every interface). Throws weft::SystemError naming
+  // host:port if the address cannot be bound, weft::InvalidArgument for a bad port or host.
   static Listener bind(const std::string& host = "127.0.0.1", int port = 0, int backlog = 128);
 
   Listener() = default;
@@ -66,6 +79,8 @@ class Listener {
   int port() const { return port_; }
   // Waits for a connection until `deadline` (weft::TimeoutError).
   Socket accept(Deadline deadline);
+  // A pending connection, or an invalid Socket when none is waiting; never blocks.
+  Socket try_accept();
   int fd() const { return socket_.fd(); }
   void close() { socket_.close(); }
 

@@ -29,6 +29,8 @@ class Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // Sets `key` to `desired` if its value is `expected` (an absent key matches an empty
   // `expected`); returns the value `key` holds afterwards, as torch's compare_set does.
+  // Like torch, an absent key with a non-empty `expected` stays absent and the call returns
+  // `expected` (docs/STORES.md).
   virtual std::string compare_set(const std::string& key, const std::string& expected,
                                   const std::string& desired) = 0;
   // Waits until every key exists (weft::TimeoutError names the missing ones).

@@ -1,0 +1,214 @@
+// The value checks every collective test runs, on any backend: each rank calls these with
+// its ProcessGroup, and every operation is compared with values computed here by plain loops
+// (world sizes, every dtype and reduce op, counts 0, 1, 7, 1000 and 40,000).
+#pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "weft/dist.h"
+
+namespace weft::dist::test {
+
+inline const std::vector<std::size_t> kCounts = {0, 1, 7, 1000, 40'000};  // 40k floats: ring path
+
+// The value rank r contributes at index i: small integers, exact in every dtype.
+inline double input(int r, std::size_t i) { return static_cast<double>((r + static_cast<int>(i)) % 3 + 1); }
+
+template <class T>
+T to(double x) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return T(static_cast<float>(x));
+  } else {
+    return static_cast<T>(x);
+  }
+}
+
+template <class T>
+double from(T x) {
+  return static_cast<double>(static_cast<float>(x));
+}
+template <>
+inline double from<double>(double x) {
+  return x;
+}
+template <>
+inline double from<std::int64_t>(std::int64_t x) {
+  return static_cast<double>(x);
+}
+
+template <class T>
+std::vector<T> inputs(int r, std::size_t count) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = to<T>(input(r, i));
+  return v;
+}
+
+// The expected reduction, with the arithmetic the implementation promises: integers in
+// their own type, 16-bit floats in float32, rounded once at the end.
+template <class T>
+T expected(ReduceOp op, int n, std::size_t i) {
+  using Acc = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
+                                 T>;
+  Acc acc = static_cast<Acc>(input(0, i));
+  for (int r = 1; r < n; ++r) {
+    const Acc v = static_cast<Acc>(input(r, i));
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc = static_cast<Acc>(acc + v); break;
+      case ReduceOp::kProduct: acc = static_cast<Acc>(acc * v); break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kBAnd:
+      case ReduceOp::kBOr:
+      case ReduceOp::kBXor:
+        if constexpr (std::is_integral_v<Acc>) {
+          if (op == ReduceOp::kBAnd) acc = static_cast<Acc>(acc & v);
+          if (op == ReduceOp::kBOr) acc = static_cast<Acc>(acc | v);
+          if (op == ReduceOp::kBXor) acc = static_cast<Acc>(acc ^ v);
+        }
+        break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = static_cast<Acc>(acc / static_cast<Acc>(n));
+  return to<T>(static_cast<double>(acc));
+}
+
+template <class T>
+std::vector<ReduceOp> ops_for() {
+  std::vector<ReduceOp> ops{ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kAvg};
+  if (!is_floating(dtype_of<T>())) {
+    ops.insert(ops.end(), {ReduceOp::kBAnd, ReduceOp::kBOr, ReduceOp::kBXor});
+  }
+  return ops;
+}
+
+template <class T>
+void expect_equal(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(from(got[i]), from(want[i])) << what << " at " << i;
+  }
+}
+
+template <class T>
+void reducing_ops(ProcessGroup& pg) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  for (std::size_t count : kCounts) {
+    for (ReduceOp op : ops_for<T>()) {
+      const std::string what = std::string(dtype_name(dtype_of<T>())) + " " +
+                               std::string(reduce_op_name(op)) + " count " +
+                               std::to_string(count) + " n " + std::to_string(n);
+      std::vector<T> want(count);
+      for (std::size_t i = 0; i < count; ++i) want[i] = expected<T>(op, n, i);
+
+      std::vector<T> v = inputs<T>(r, count);
+      pg.all_reduce(v, op);
+      expect_equal(v, want, "all_reduce " + what);
+
+      for (int root = 0; root < n; root += std::max(1, n - 1)) {
+        std::vector<T> w = inputs<T>(r, count);
+        pg.reduce(w, root, op);
+        expect_equal(w, r == root ? want : inputs<T>(r, count), "reduce " + what);
+      }
+
+      // reduce_scatter: rank k contributes input(k, i) at i of every block.
+      const std::size_t block = count / 8 + 1;
+      std::vector<T> in(block * static_cast<std::size_t>(n));
+      for (std::size_t b = 0; b < static_cast<std::size_t>(n); ++b) {
+        for (std::size_t i = 0; i < block; ++i) in[b * block + i] = to<T>(input(r, b + i));
+      }
+      std::vector<T> out(block);
+      pg.reduce_scatter(out, in, op);
+      std::vector<T> want_rs(block);
+      for (std::size_t i = 0; i < block; ++i) {
+        want_rs[i] = expected<T>(op, n, static_cast<std::size_t>(r) + i);
+      }
+      expect_equal(out, want_rs, "reduce_scatter " + what);
+    }
+  }
+}
+
+template <class T>
+void data_movement_ops(ProcessGroup& pg) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  const auto un = static_cast<std::size_t>(n);
+  for (std::size_t count : kCounts) {
+    const std::string what = std::string(dtype_name(dtype_of<T>())) + " count " +
+                             std::to_string(count) + " n " + std::to_string(n);
+    for (int root = 0; root < n; ++root) {
+      std::vector<T> b = r == root ? inputs<T>(root, count) : std::vector<T>(count);
+      pg.broadcast(b, root);
+      expect_equal(b, inputs<T>(root, count), "broadcast " + what);
+    }
+    std::vector<T> want_all;
+    for (int k = 0; k < n; ++k) {
+      auto part = inputs<T>(k, count);
+      want_all.insert(want_all.end(), part.begin(), part.end());
+    }
+    std::vector<T> mine = inputs<T>(r, count);
+    std::vector<T> gathered(count * un);
+    pg.all_gather(gathered, mine);
+    expect_equal(gathered, want_all, "all_gather " + what);
+
+    // In place: this rank's input already sits in its slot of the output.
+    std::vector<T> in_place(count * un);
+    std::copy_n(mine.begin(), count, in_place.begin() + static_cast<long>(count * static_cast<std::size_t>(r)));
+    pg.all_gather(in_place, Buffer(in_place.data() + count * static_cast<std::size_t>(r), count,
+                                   dtype_of<T>()));
+    expect_equal(in_place, want_all, "all_gather in place " + what);
+
+    const int root = n - 1;
+    std::vector<T> g(r == root ? count * un : 0);
+    pg.gather(g, mine, root);
+    if (r == root) expect_equal(g, want_all, "gather " + what);
+
+    std::vector<T> s(count);
+    std::vector<T> source = r == root ? want_all : std::vector<T>();
+    pg.scatter(s, source, root);
+    expect_equal(s, inputs<T>(r, count), "scatter " + what);
+
+    // all_to_all: block j of rank k's input is input(k * 10 + j, i).
+    const std::size_t block = count / un;
+    std::vector<T> a2a_in(block * un), a2a_out(block * un), want_a2a(block * un);
+    for (std::size_t j = 0; j < un; ++j) {
+      for (std::size_t i = 0; i < block; ++i) {
+        a2a_in[j * block + i] = to<T>(input(r * 10 + static_cast<int>(j), i));
+        want_a2a[j * block + i] = to<T>(input(static_cast<int>(j) * 10 + r, i));
+      }
+    }
+    pg.all_to_all(a2a_out, a2a_in);
+    expect_equal(a2a_out, want_a2a, "all_to_all " + what);
+    pg.all_to_all(a2a_in, a2a_in);
+    expect_equal(a2a_in, want_a2a, "all_to_all in place " + what);
+  }
+}
+
+// Every check above for one dtype.
+template <class T>
+void all_checks(ProcessGroup& pg) {
+  reducing_ops<T>(pg);
+  data_movement_ops<T>(pg);
+}
+
+inline void all_checks_every_dtype(ProcessGroup& pg) {
+  all_checks<float>(pg);
+  all_checks<double>(pg);
+  all_checks<Half>(pg);
+  all_checks<BFloat16>(pg);
+  all_checks<std::int8_t>(pg);
+  all_checks<std::uint8_t>(pg);
+  all_checks<std::int32_t>(pg);
+  all_checks<std::int64_t>(pg);
+}
+
+}  // namespace weft::dist::test

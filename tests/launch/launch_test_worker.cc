@@ -1,0 +1,148 @@
+// A worker for weftrun's tests: what it does is chosen by its first argument.
+//   env               prints the launcher's variables, one NAME=value a line, and whether
+//                     MASTER_PORT is taken (port_taken=1) by the store weftrun started
+//   args A...         prints each argument as arg=A
+//   spam N            prints N numbered lines to stdout and N/4 to stderr, each written in
+//                     two pieces, so that a launcher that tears lines shows it
+//   partial           prints a last line without '\n'
+//   long N            prints one line of N 'a's
+//   fail R CODE       rank R exits with CODE after 300 ms; the others print pid= and sleep
+//   signal R SIG      rank R kills itself with SIG; the others print pid= and sleep
+//   flaky             exits 3 in the first attempt (WEFT_RESTART_COUNT=0), then 0
+//   sleep             prints "ready pid=P" and sleeps
+//   ignore-term       ignores SIGTERM, prints "ready pid=P" and sleeps
+//   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none)
+// Arguments after those are ignored: tests add a unique tag to find the processes later.
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr unsigned kSleepSeconds = 60;  // far longer than any test waits
+
+int rank() {
+  const char* r = std::getenv("RANK");
+  return r != nullptr ? std::atoi(r) : -1;
+}
+
+void write_all(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n <= 0) std::_Exit(99);
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+bool port_taken(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool taken = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
+                     errno == EADDRINUSE;
+  ::close(fd);
+  return taken;
+}
+
+int print_env() {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+        "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND", "WEFT_JOB_TOKEN",
+        "WEFT_RESTART_COUNT", "WEFT_STORE_HOSTED"}) {
+    const char* value = std::getenv(name);
+    std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
+  }
+  const char* port = std::getenv("MASTER_PORT");
+  std::printf("port_taken=%d\n", port != nullptr && port_taken(std::atoi(port)) ? 1 : 0);
+  return 0;
+}
+
+int spam(int lines) {
+  const std::string filler(100, 'x');
+  for (int i = 0; i < lines; ++i) {
+    const std::string line = "rank=" + std::to_string(rank()) + " line=" + std::to_string(i) +
+                             " " + filler + "\n";
+    const int fd = i % 4 == 3 ? 2 : 1;
+    write_all(fd, line.substr(0, line.size() / 2));
+    write_all(fd, line.substr(line.size() / 2));
+  }
+  return 0;
+}
+
+[[noreturn]] void sleep_forever() {
+  std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  ::sleep(kSleepSeconds);
+  std::_Exit(0);
+}
+
+int list_fds() {
+  std::string fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 98;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd <= 2 || fd == ::dirfd(dir)) continue;
+    char target[256] = {};
+    const std::string link = "/proc/self/fd/" + std::string(e->d_name);
+    [[maybe_unused]] const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    fds += ' ';
+    fds += e->d_name;
+    fds += "->";
+    fds += target;
+  }
+  ::closedir(dir);
+  std::printf("fds=%s\n", fds.empty() ? " none" : fds.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const auto arg = [&](int i) { return i < argc ? std::atoi(argv[i]) : 0; };
+  if (mode == "env") return print_env();
+  if (mode == "args") {
+    for (int i = 2; i < argc; ++i) std::printf("arg=%s\n", argv[i]);
+    return 0;
+  }
+  if (mode == "spam") return spam(arg(2));
+  if (mode == "partial") {
+    std::printf("no newline at the end");
+    return 0;
+  }
+  if (mode == "long") {
+    std::printf("%s\n", std::string(static_cast<std::size_t>(arg(2)), 'a').c_str());
+    return 0;
+  }
+  if (mode == "fail" || mode == "signal") {
+    if (rank() != arg(2)) sleep_forever();
+    ::usleep(300 * 1000);  // time for the others to start: they must be stopped
+    if (mode == "signal") ::kill(::getpid(), arg(3));
+    return arg(3);
+  }
+  if (mode == "flaky") {
+    const char* count = std::getenv("WEFT_RESTART_COUNT");
+    std::printf("attempt %s\n", count != nullptr ? count : "?");
+    return count != nullptr && std::string(count) == "0" ? 3 : 0;
+  }
+  if (mode == "sleep") sleep_forever();
+  if (mode == "ignore-term") {
+    ::signal(SIGTERM, SIG_IGN);
+    sleep_forever();
+  }
+  if (mode == "fds") return list_fds();
+  std::fprintf(stderr, "launch_test_worker: unknown mode '%s'\n", mode.c_str());
+  return 64;
+}

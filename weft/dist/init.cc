@@ -1,0 +1,179 @@
+#include "weft/dist/init.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "weft/dist/backends/registry.h"
+#include "weft/store/file_store.h"
+#include "weft/store/prefix_store.h"
+#include "weft/store/tcp_store.h"
+
+namespace weft::dist {
+namespace {
+
+constexpr const char* kDefaultBackend = "tcp";
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, BackendFactory> factories;
+};
+
+Registry& raw_registry() {
+  static Registry r;
+  return r;
+}
+
+// The registry with the built-in backends in it. They are added on first lookup, through
+// register_backend, which uses the raw registry (so the once-flag is not re-entered).
+Registry& registry() {
+  static std::once_flag builtins;
+  std::call_once(builtins, [] { internal::register_builtin_backends(); });
+  return raw_registry();
+}
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+[[noreturn]] void missing(const std::string& what, const std::string& hint) {
+  throw InvalidArgument("dist::init_process_group: " + what + " is not set; " + hint);
+}
+
+int parse_int(const std::string& name, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const int v = std::stoi(value, &used);
+    if (used == value.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw InvalidArgument("dist::init_process_group: " + name + "='" + value +
+                        "' is not an integer");
+}
+
+int from_env_or(int given, const char* name, const std::string& hint) {
+  if (given >= 0) return given;
+  const auto v = env(name);
+  if (!v) missing(name, hint);
+  return parse_int(name, *v);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+struct Endpoint {
+  std::string host;
+  int port;
+};
+
+// "tcp://host:port" or, for env://, MASTER_ADDR and MASTER_PORT.
+Endpoint store_endpoint(const std::string& method) {
+  const std::string hint = "run under weftrun, or set MASTER_ADDR and MASTER_PORT";
+  if (method == "env://") {
+    const auto addr = env("MASTER_ADDR");
+    if (!addr) missing("MASTER_ADDR", hint);
+    const auto port = env("MASTER_PORT");
+    if (!port) missing("MASTER_PORT", hint);
+    return {*addr, parse_int("MASTER_PORT", *port)};
+  }
+  const std::string rest = method.substr(6);  // after "tcp://"
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos) {
+    throw InvalidArgument("dist::init_process_group: init_method '" + method +
+                          "' needs a port: tcp://host:port");
+  }
+  return {rest.substr(0, colon), parse_int("the port of " + method, rest.substr(colon + 1))};
+}
+
+std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
+                                         const std::string& token, Seconds timeout) {
+  if (method.rfind("file://", 0) == 0) {
+    auto fs = std::make_shared<store::FileStore>(method.substr(7));
+    fs->set_timeout(timeout);
+    return fs;
+  }
+  if (method != "env://" && method.rfind("tcp://", 0) != 0) {
+    throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
+                          "'; use env://, tcp://host:port or file:///path");
+  }
+  const Endpoint at = store_endpoint(method);
+  store::TCPStoreOptions o;
+  o.host = at.host;
+  o.port = at.port;
+  o.token = token;
+  o.timeout = timeout;
+  // Under weftrun the launcher hosts the store; run by hand, rank 0 does, on the master
+  // address itself (loopback unless the user named another interface).
+  o.is_server = rank == 0 && env("WEFT_STORE_HOSTED") != "1";
+  o.bind_host = at.host;
+  return std::make_shared<store::TCPStore>(o);
+}
+
+std::string this_host(const std::string& method) {
+  if (const auto host = env("WEFT_HOST")) return *host;
+  if (method.rfind("file://", 0) == 0) return "127.0.0.1";
+  const Endpoint at = store_endpoint(method);
+  if (is_loopback(at.host)) return "127.0.0.1";
+  throw InvalidArgument("dist::init_process_group: the job spans hosts (MASTER_ADDR=" + at.host +
+                        "); set WEFT_HOST to the address other hosts reach this one at");
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  Registry& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  r.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> registered_backends() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  return names;
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
+  const std::string backend = !options.backend.empty() ? options.backend
+                                                       : env("WEFT_BACKEND").value_or(kDefaultBackend);
+  if (backend == "thread") {
+    throw InvalidArgument("dist::init_process_group: the thread backend runs ranks as threads of "
+                          "one process; call weft::dist::run_threads(n, fn) instead");
+  }
+  BackendFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    const auto it = r.factories.find(backend);
+    if (it == r.factories.end()) {
+      std::string known;
+      for (const auto& [name, f] : r.factories) known += (known.empty() ? "" : ", ") + name;
+      throw InvalidArgument("dist::init_process_group: unknown backend '" + backend +
+                            "'; registered backends: " + known);
+    }
+    factory = it->second;
+  }
+  const std::string hint = "run under weftrun, or set RANK and WORLD_SIZE";
+  BackendContext context;
+  context.rank = from_env_or(options.rank, "RANK", hint);
+  context.world_size = from_env_or(options.world_size, "WORLD_SIZE", hint);
+  if (context.world_size < 1 || context.rank < 0 || context.rank >= context.world_size) {
+    throw InvalidArgument("dist::init_process_group: rank " + std::to_string(context.rank) +
+                          " is not in [0, world size " + std::to_string(context.world_size) + ")");
+  }
+  const std::string method = options.init_method.empty() ? "env://" : options.init_method;
+  context.timeout = options.timeout.value_or(kDefaultTimeout);
+  context.token = env("WEFT_JOB_TOKEN").value_or("");
+  context.host = this_host(method);
+  // Keys of an earlier attempt (weftrun --max-restarts) must not leak into this one.
+  auto base = make_store(method, context.rank, context.token, context.timeout);
+  context.store = std::make_shared<store::PrefixStore>(
+      "attempt" + env("WEFT_RESTART_COUNT").value_or("0"), base);
+  return factory(context);
+}
+
+}  // namespace weft::dist

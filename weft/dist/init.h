@@ -1,0 +1,55 @@
+// init_process_group: how processes started by weftrun (or by hand) find each other and form
+// the world group, with torch.distributed's init methods and environment variables.
+//
+//   auto world = weft::dist::init_process_group();          // everything from the environment
+//   auto world = weft::dist::init_process_group({.backend = "tcp",
+//                                                .init_method = "tcp://10.0.0.1:29500",
+//                                                .rank = 3, .world_size = 8});
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/base/deadline.h"
+#include "weft/dist/process_group.h"
+#include "weft/store/store.h"
+
+namespace weft::dist {
+
+struct InitOptions {
+  std::string backend;        // empty: $WEFT_BACKEND, else the default, "tcp"
+  std::string init_method;    // empty: "env://"; also "tcp://host:port" and "file:///path"
+  int rank = -1;              // -1: $RANK
+  int world_size = -1;        // -1: $WORLD_SIZE
+  std::optional<Seconds> timeout;  // rendezvous and per-operation timeout; default 300 s
+};
+
+// Rendezvous through the init method's store, then builds the world group on the chosen
+// backend. Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+// (torchrun's names) plus WEFT_BACKEND, WEFT_JOB_TOKEN, WEFT_HOST, WEFT_RESTART_COUNT and
+// WEFT_STORE_HOSTED (set by weftrun). A missing variable, a bad value or an unknown backend
+// throws dist::InvalidArgument with one line saying what to set. Blocks until every rank has
+// joined or the timeout passes (weft::TimeoutError).
+std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
+
+// What a backend gets to build the world group from.
+struct BackendContext {
+  int rank = 0;
+  int world_size = 1;
+  std::shared_ptr<store::Store> store;  // the job's store, private to this attempt
+  std::string token;                    // the job token (may be empty when run by hand)
+  std::string host;                     // the address peers reach this rank at
+  Seconds timeout{300};
+};
+
+using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)>;
+
+// Makes `name` available to init_process_group. The built-in backends (tcp; later shm and
+// mpi) are registered in weft/dist/backends/registry.cc. Thread-safe.
+void register_backend(const std::string& name, BackendFactory factory);
+std::vector<std::string> registered_backends();
+
+}  // namespace weft::dist

@@ -1,0 +1,199 @@
+#include "weft/launch/internal/worker_group.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "weft/base/check.h"
+#include "weft/base/error.h"
+
+namespace weft::launch::internal {
+namespace {
+
+// After SIGKILL, how long to wait for the workers before giving up on them.
+constexpr Seconds kKillWait{5.0};
+// Once every worker has exited, how long to keep reading output still in the pipes, or
+// held open by processes the workers left behind (which reap() then kills).
+constexpr Seconds kDrainWait{1.0};
+// The longest poll: a backstop only, since SIGCHLD and output wake the loop.
+constexpr int kMaxPollMillis = 1000;
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+std::string seconds_text(Seconds s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", s.count());
+  return text;
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out,
+                         OutputStream& err)
+    : spec_(std::move(spec)), signals_(signals), out_(out), err_(err) {
+  WEFT_CHECK_EQ(spec_.workers.size(), spec_.ranks.size());
+}
+
+GroupOutcome WorkerGroup::run() {
+  start_all();
+  while (!finished()) {
+    poll_once();
+    on_signals();
+    on_exits();
+    on_deadlines();
+  }
+  finish();
+  return outcome_;
+}
+
+void WorkerGroup::start_all() {
+  workers_.reserve(spec_.workers.size());
+  for (std::size_t i = 0; i < spec_.workers.size(); ++i) {
+    WorkerProcess::Started started = WorkerProcess::start(spec_.workers[i]);
+    // Appended piecewise: "[" + std::to_string(...) trips g++ 12's bogus -Wrestrict.
+    std::string prefix = "[";
+    prefix += std::to_string(spec_.ranks[i]);
+    prefix += "] ";
+    workers_.push_back(Worker{std::move(started.process),
+                              Stream{std::move(started.stdout_fd), LinePrefixer(prefix), &out_},
+                              Stream{std::move(started.stderr_fd), LinePrefixer(prefix), &err_}});
+  }
+}
+
+void WorkerGroup::poll_once() {
+  std::vector<pollfd> fds{pollfd{signals_.fd(), POLLIN, 0}};
+  std::vector<Stream*> streams;
+  for (Worker& w : workers_) {
+    for (Stream* s : {&w.out, &w.err}) {
+      if (!s->fd) continue;
+      fds.push_back(pollfd{s->fd.get(), POLLIN, 0});
+      streams.push_back(s);
+    }
+  }
+  const int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+  if (ready < 0 && errno != EINTR) throw SystemError("poll on the workers' output", errno);
+  if (ready <= 0) return;
+  // One read per stream per round: a chatty worker cannot starve the others.
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    if (fds[i + 1].revents != 0) read_stream(*streams[i]);
+  }
+}
+
+int WorkerGroup::poll_timeout_ms() const {
+  auto timeout = std::chrono::milliseconds(kMaxPollMillis);
+  // Only deadlines that still lead somewhere: a passed one would make poll spin.
+  const bool killing = kill_at_ && !give_up_at_ && live_count() > 0;
+  for (const auto& deadline : {killing ? kill_at_ : std::nullopt, give_up_at_, drain_until_}) {
+    if (!deadline) continue;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline->remaining());
+    timeout = std::min(timeout, left);
+  }
+  return static_cast<int>(timeout.count());
+}
+
+void WorkerGroup::read_stream(Stream& stream) {
+  char buffer[kReadChunk];
+  const ssize_t n = ::read(stream.fd.get(), buffer, sizeof(buffer));
+  if (n > 0) {
+    stream.sink->write(stream.lines.feed(std::string_view(buffer, static_cast<std::size_t>(n))));
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    close_stream(stream);
+  }
+}
+
+void WorkerGroup::close_stream(Stream& stream) {
+  if (!stream.fd) return;
+  stream.sink->write(stream.lines.finish());
+  stream.fd.reset();
+}
+
+void WorkerGroup::on_signals() {
+  for (const int sig : signals_.take()) {
+    if (sig == SIGCHLD) continue;  // on_exits() looks at every worker anyway
+    if (outcome_.kind == GroupOutcome::Kind::kInterrupted) {
+      err_.log("received " + signal_name(sig) + " again; killing the workers now (SIGKILL)");
+      kill_all();
+      continue;
+    }
+    outcome_ = GroupOutcome{.kind = GroupOutcome::Kind::kInterrupted, .signal = sig};
+    err_.log("received " + signal_name(sig) + "; forwarding it to " +
+             std::to_string(live_count()) + " workers (SIGKILL after " +
+             seconds_text(spec_.stop_grace) + ")");
+    stop_all(sig);
+  }
+}
+
+void WorkerGroup::on_exits() {
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = workers_[i];
+    if (w.done || !w.process.exited()) continue;
+    w.done = true;
+    // Only the first failure counts: the others are usually its consequence (or ours).
+    if (!w.process.status().ok() && outcome_.kind == GroupOutcome::Kind::kSucceeded) {
+      outcome_ = GroupOutcome{.kind = GroupOutcome::Kind::kFailed,
+                              .rank = spec_.ranks[i],
+                              .status = w.process.status()};
+      stop_all(SIGTERM);
+    }
+  }
+}
+
+void WorkerGroup::on_deadlines() {
+  if (kill_at_ && !give_up_at_ && kill_at_->expired() && live_count() > 0) {
+    err_.log(std::to_string(live_count()) + " workers still running " +
+             seconds_text(spec_.stop_grace) + " after being told to stop; killing them (SIGKILL)");
+    kill_all();
+  }
+  if (!give_up_at_ || !give_up_at_->expired()) return;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i].done) continue;
+    err_.log("rank " + std::to_string(spec_.ranks[i]) + " (pid " +
+             std::to_string(workers_[i].process.pid()) +
+             ") did not exit after SIGKILL; leaving it behind");
+    workers_[i].done = true;
+  }
+}
+
+void WorkerGroup::stop_all(int sig) {
+  for (Worker& w : workers_) {
+    if (!w.done) w.process.signal_group(sig);
+  }
+  if (!kill_at_) kill_at_ = Deadline::after(spec_.stop_grace);
+}
+
+void WorkerGroup::kill_all() {
+  for (Worker& w : workers_) {
+    if (!w.done) w.process.signal_group(SIGKILL);
+  }
+  if (!give_up_at_) give_up_at_ = Deadline::after(kKillWait);
+}
+
+int WorkerGroup::live_count() const {
+  return static_cast<int>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.done; }));
+}
+
+bool WorkerGroup::finished() {
+  if (live_count() > 0) return false;
+  if (!drain_until_) drain_until_ = Deadline::after(kDrainWait);
+  const bool open = std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+    return static_cast<bool>(w.out.fd) || static_cast<bool>(w.err.fd);
+  });
+  return !open || drain_until_->expired();
+}
+
+void WorkerGroup::finish() {
+  for (Worker& w : workers_) {
+    close_stream(w.out);
+    close_stream(w.err);
+    // One given up on after SIGKILL has been waited for long enough already.
+    w.process.reap(w.process.exited() ? Seconds(5.0) : Seconds(0));
+  }
+}
+
+}  // namespace weft::launch::internal

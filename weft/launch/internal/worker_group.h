@@ -1,0 +1,84 @@
+// One attempt of a job on this node: starts every local worker, relays their output,
+// forwards signals, and on the first failure stops the rest. launcher.cc decides what
+// happens next (restart or exit).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "weft/base/deadline.h"
+#include "weft/launch/internal/exit_status.h"
+#include "weft/launch/internal/line_prefixer.h"
+#include "weft/launch/internal/output_stream.h"
+#include "weft/launch/internal/signal_pipe.h"
+#include "weft/launch/internal/worker_process.h"
+
+namespace weft::launch::internal {
+
+struct GroupOutcome {
+  enum class Kind { kSucceeded, kFailed, kInterrupted };
+  Kind kind = Kind::kSucceeded;
+  int rank = -1;       // kFailed: the first rank seen failing
+  ExitStatus status;   // kFailed: how it ended
+  int signal = 0;      // kInterrupted: the signal weftrun received
+};
+
+struct GroupSpec {
+  std::vector<SpawnRequest> workers;  // one per local rank
+  std::vector<int> ranks;             // their global ranks, for the "[rank] " prefixes
+  Seconds stop_grace{5.0};            // SIGTERM (or the forwarded signal) .. SIGKILL
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err);
+
+  // Starts the workers and returns once every one has exited (and been reaped):
+  // - a worker exiting non-zero or killed by a signal, first of all, makes the outcome
+  //   kFailed; the others get SIGTERM, and SIGKILL once stop_grace has passed;
+  // - SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher is forwarded to every
+  //   worker, with the same SIGKILL deadline, and makes the outcome kInterrupted; a second
+  //   one kills them at once.
+  // Blocks at most as long as the workers run plus stop_grace plus a few seconds. Throws
+  // weft::SystemError if a worker cannot be started; those started are then killed.
+  GroupOutcome run();
+
+ private:
+  struct Stream {
+    UniqueFd fd;
+    LinePrefixer lines;
+    OutputStream* sink;
+  };
+  struct Worker {
+    WorkerProcess process;
+    Stream out;
+    Stream err;
+    bool done = false;  // exited, or given up on after SIGKILL
+  };
+
+  void start_all();
+  void poll_once();
+  int poll_timeout_ms() const;
+  void read_stream(Stream& stream);
+  void close_stream(Stream& stream);
+  void on_signals();
+  void on_exits();
+  void on_deadlines();
+  void stop_all(int sig);
+  void kill_all();
+  bool finished();
+  void finish();
+  int live_count() const;
+
+  GroupSpec spec_;
+  SignalPipe& signals_;
+  OutputStream& out_;
+  OutputStream& err_;
+  std::vector<Worker> workers_;
+  GroupOutcome outcome_;
+  std::optional<Deadline> kill_at_;     // SIGKILL the survivors then
+  std::optional<Deadline> give_up_at_;  // after SIGKILL, stop waiting for them then
+  std::optional<Deadline> drain_until_;  // all exited: read what is left until then
+};
+
+}  // namespace weft::launch::internal

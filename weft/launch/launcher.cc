@@ -1,0 +1,103 @@
+#include "weft/launch/launcher.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/base/check.h"
+#include "weft/launch/internal/output_stream.h"
+#include "weft/launch/internal/signal_pipe.h"
+#include "weft/launch/internal/worker_group.h"
+#include "weft/launch/worker_env.h"
+
+extern char** environ;
+
+namespace weft::launch {
+namespace {
+
+using internal::GroupOutcome;
+
+// With fd 0, 1 or 2 closed, a pipe could take its number and then be closed by execve
+// (close-on-exec) in the very worker meant to write to it.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int null_fd = ::open("/dev/null", O_RDWR);  // takes the lowest free number: fd
+    if (null_fd >= 0 && null_fd != fd) ::close(null_fd);
+  }
+}
+
+internal::GroupSpec group_spec(const JobPlan& plan, int master_port, int restart_count) {
+  const LaunchOptions& o = plan.options;
+  std::vector<std::string> argv{o.program};
+  argv.insert(argv.end(), o.args.begin(), o.args.end());
+  internal::GroupSpec spec{.stop_grace = o.stop_grace};
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    const EnvVars vars = worker_variables(plan, master_port, local, restart_count);
+    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars)});
+    spec.ranks.push_back(o.node_rank * o.nproc_per_node + local);
+  }
+  return spec;
+}
+
+// The store's port, after starting the store when this node hosts it.
+int start_store(const JobPlan& plan, const RendezvousFactory& start_rendezvous,
+                std::unique_ptr<RendezvousHost>& store) {
+  if (!plan.hosts_store) return plan.options.master_port;
+  if (!start_rendezvous) {
+    throw InvalidArgument("launch: node 0 hosts the job's store, but no RendezvousFactory was "
+                          "given; pass one that starts the store");
+  }
+  store = start_rendezvous(plan.bind_host, plan.options.master_port, plan.token);
+  WEFT_CHECK(store != nullptr);
+  return store->port();
+}
+
+// What to say, and which code to return, once an attempt failed with no restart left.
+int give_up(const LaunchOptions& o, const GroupOutcome& outcome, internal::OutputStream& err) {
+  const int code = outcome.status.shell_code();
+  std::string line = "rank " + std::to_string(outcome.rank) + " " + outcome.status.describe() +
+                     "; exiting with code " + std::to_string(code);
+  if (o.max_restarts > 0) line += " (all " + std::to_string(o.max_restarts) + " restarts used)";
+  err.log(line);
+  return code;
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvous) {
+  const JobPlan plan = plan_job(options, std::getenv("WEFT_JOB_TOKEN"), std::getenv("PATH"));
+  ensure_standard_fds();
+  internal::OutputStream out(STDOUT_FILENO);
+  internal::OutputStream err(STDERR_FILENO);
+  // Before the store starts: a Ctrl-C from then on is forwarded, not fatal to us alone.
+  internal::SignalPipe signals;
+  std::unique_ptr<RendezvousHost> store;
+  const int master_port = start_store(plan, start_rendezvous, store);
+  const std::string n = std::to_string(options.nproc_per_node);
+  for (int restart = 0;; ++restart) {
+    internal::WorkerGroup group(group_spec(plan, master_port, restart), signals, out, err);
+    const GroupOutcome outcome = group.run();
+    switch (outcome.kind) {
+      case GroupOutcome::Kind::kSucceeded:
+        return 0;
+      case GroupOutcome::Kind::kInterrupted:
+        err.log("stopped all " + n + " workers after " + internal::signal_name(outcome.signal) +
+                "; exiting with code " + std::to_string(128 + outcome.signal));
+        return 128 + outcome.signal;
+      case GroupOutcome::Kind::kFailed:
+        if (restart >= options.max_restarts) return give_up(options, outcome, err);
+        err.log("rank " + std::to_string(outcome.rank) + " " + outcome.status.describe() +
+                "; restarting all " + n + " workers (restart " + std::to_string(restart + 1) +
+                " of " + std::to_string(options.max_restarts) + ")");
+        break;
+    }
+  }
+}
+
+}  // namespace weft::launch

@@ -1,0 +1,43 @@
+#include "weft/launch/worker_env.h"
+
+#include <string_view>
+
+namespace weft::launch {
+
+EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank,
+                         int restart_count) {
+  const LaunchOptions& o = plan.options;
+  const int rank = o.node_rank * o.nproc_per_node + local_rank;
+  EnvVars vars = {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"NODE_RANK", std::to_string(o.node_rank)},
+      {"MASTER_ADDR", plan.master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+      {"WEFT_JOB_TOKEN", plan.token},
+      {"WEFT_RESTART_COUNT", std::to_string(restart_count)},
+      // Rank 0 must connect to the store node 0's launcher hosts, not start its own.
+      {"WEFT_STORE_HOSTED", "1"},
+  };
+  if (!o.backend.empty()) vars.emplace_back("WEFT_BACKEND", o.backend);
+  return vars;
+}
+
+std::vector<std::string> merge_environment(const char* const* base, const EnvVars& vars) {
+  std::vector<std::string> env;
+  for (const char* const* p = base; p != nullptr && *p != nullptr; ++p) {
+    const std::string_view entry(*p);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [key, value] : vars) replaced = replaced || name == key;
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  return env;
+}
+
+}  // namespace weft::launch

@@ -1,0 +1,26 @@
+// The environment contract between weftrun and its workers (docs/LAUNCHER.md has the
+// table). The names are torchrun's, so programs written for torchrun find what they expect.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/launch/launch_options.h"
+
+namespace weft::launch {
+
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// The variables weftrun sets for the worker with `local_rank` on this node: RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK,
+// MASTER_ADDR, MASTER_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always
+// "1": the launcher hosts the store) and WEFT_BACKEND when --backend was given. `master_port` is the port the store really listens on.
+EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank,
+                         int restart_count);
+
+// `base` ("NAME=value" strings, as in environ; null-terminated, may be null) with every
+// variable in `vars` set: an inherited variable of the same name is replaced, not repeated.
+std::vector<std::string> merge_environment(const char* const* base, const EnvVars& vars);
+
+}  // namespace weft::launch
