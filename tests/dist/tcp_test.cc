@@ -1,6 +1,5 @@
 // The tcp backend with ranks as forked processes: every collective's values, a killed rank,
-// a rank that never arrives. (tests/dist/CMakeLists.txt also runs the value checks under
-// weftrun.)
+// a rank that never arrives. (tcp_worker.cc runs the value checks under weftrun.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,14 +17,6 @@ namespace weft::dist {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Under weftrun (RANK set) this is one rank of the job; otherwise it has nothing to do.
-TEST(TcpWorker, AllCollectives) {
-  if (std::getenv("RANK") == nullptr) GTEST_SKIP() << "run under weftrun";
-  auto pg = init_process_group({.backend = "tcp"});
-  EXPECT_EQ(pg->backend_name(), "tcp");
-  test::all_checks_every_dtype(*pg);
-}
 
 class TcpTest : public testing::TestWithParam<int> {};
 
