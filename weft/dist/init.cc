@@ -95,10 +95,6 @@ std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
     fs->set_timeout(timeout);
     return fs;
   }
-  if (method != "env://" && method.rfind("tcp://", 0) != 0) {
-    throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
-                          "'; use env://, tcp://host:port or file:///path");
-  }
   const Endpoint at = store_endpoint(method);
   store::TCPStoreOptions o;
   o.host = at.host;
@@ -166,6 +162,10 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                           " is not in [0, world size " + std::to_string(context.world_size) + ")");
   }
   const std::string method = options.init_method.empty() ? "env://" : options.init_method;
+  if (method != "env://" && method.rfind("tcp://", 0) != 0 && method.rfind("file://", 0) != 0) {
+    throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
+                          "'; use env://, tcp://host:port or file:///path");
+  }
   context.timeout = options.timeout.value_or(kDefaultTimeout);
   context.token = env("WEFT_JOB_TOKEN").value_or("");
   context.host = this_host(method);

@@ -1,0 +1,90 @@
+// init_process_group: its one-line errors, and each init method with ranks as processes.
+#include "weft/dist/init.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tests/support/forked_ranks.h"
+#include "weft/dist.h"
+#include "weft/net/socket.h"
+
+namespace weft::dist {
+namespace {
+
+using testing::HasSubstr;
+
+std::string init_error(InitOptions options) {
+  try {
+    init_process_group(std::move(options));
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class InitErrorTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND"}) {
+      ::unsetenv(v);
+    }
+  }
+};
+
+TEST_F(InitErrorTest, MissingVariablesSayWhatToSet) {
+  EXPECT_THAT(init_error({}), HasSubstr("RANK is not set; run under weftrun, or set RANK"));
+  ::setenv("RANK", "0", 1);
+  EXPECT_THAT(init_error({}), HasSubstr("WORLD_SIZE is not set"));
+  ::setenv("WORLD_SIZE", "2", 1);
+  EXPECT_THAT(init_error({}), HasSubstr("MASTER_ADDR is not set"));
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  EXPECT_THAT(init_error({}), HasSubstr("MASTER_PORT is not set"));
+}
+
+TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
+  EXPECT_THAT(init_error({.backend = "nccl", .rank = 0, .world_size = 1}),
+              HasSubstr("unknown backend 'nccl'; registered backends: tcp"));
+  EXPECT_THAT(init_error({.backend = "thread", .rank = 0, .world_size = 1}),
+              HasSubstr("run_threads"));
+  EXPECT_THAT(init_error({.init_method = "udp://x", .rank = 0, .world_size = 1}),
+              HasSubstr("unknown init_method 'udp://x'"));
+  EXPECT_THAT(init_error({.rank = 3, .world_size = 2}), HasSubstr("rank 3 is not in [0, world size 2)"));
+  ::setenv("RANK", "two", 1);
+  EXPECT_THAT(init_error({.world_size = 2}), HasSubstr("RANK='two' is not an integer"));
+}
+
+TEST(InitTest, FileInitMethod) {
+  char dir[] = "/tmp/weft-init-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string method = std::string("file://") + dir + "/store";
+  const auto exits = weft::test::run_forked_ranks(3, [&](int rank) {
+    auto pg = init_process_group({.backend = "tcp", .init_method = method, .rank = rank,
+                                  .world_size = 3});
+    std::vector<int> v{rank};
+    pg->all_reduce(v);
+    return v[0] == 3 ? 0 : 1;
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+  std::remove((std::string(dir) + "/store").c_str());
+  ::rmdir(dir);
+}
+
+TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStore) {
+  // A free port of our own (the harness's store sits on MASTER_PORT): bound, then released.
+  const int port = net::Listener::bind("127.0.0.1", 0).port();
+  const std::string method = "tcp://127.0.0.1:" + std::to_string(port);
+  const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+    ::unsetenv("WEFT_STORE_HOSTED");  // run by hand: rank 0 hosts the store itself
+    ::unsetenv("WEFT_JOB_TOKEN");
+    auto pg = init_process_group({.init_method = method, .rank = rank, .world_size = 2});
+    std::vector<int> v{rank + 1};
+    pg->all_reduce(v);
+    return v[0] == 3 ? 0 : 1;
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+}  // namespace
+}  // namespace weft::dist
