@@ -264,5 +264,53 @@ TEST(AlgorithmsTest, AllReduceMatchesReference) {
   }
 }
 
+// Reduce-scatter (ring), all-gather (ring) and broadcast (binomial) against their naive
+// forms built on the reference all-reduce: random integers, bitwise, roots other than 0.
+TEST(AlgorithmsTest, RingAndTreeAlgorithmsMatchNaiveForms) {
+  for (int n : {1, 2, 3, 6}) {
+    auto hub = std::make_shared<ThreadHub>(n);
+    std::vector<int> members(static_cast<std::size_t>(n));
+    std::iota(members.begin(), members.end(), 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        ThreadTransport t(hub, r);
+        const Deadline d = Deadline::after(Seconds(30));
+        Tag tag = Tag{1} << 32;
+        const auto comm = [&] { return Comm{t, members, r, tag += 4096, d}; };
+        std::mt19937 rng(static_cast<unsigned>(r + 7));
+        for (std::size_t block : {0u, 1u, 5u, 3000u}) {
+          const auto un = static_cast<std::size_t>(n);
+          std::vector<std::int64_t> in(block * un);
+          for (auto& x : in) x = static_cast<std::int64_t>(rng() % 100);
+          // reduce_scatter == my block of all_reduce(in)
+          std::vector<std::int64_t> rs(block);
+          algorithms::reduce_scatter(comm(), Buffer(rs), Buffer(in), ReduceOp::kSum);
+          std::vector<std::int64_t> full = in;
+          algorithms::reference_all_reduce(comm(), Buffer(full), ReduceOp::kSum);
+          EXPECT_TRUE(std::equal(rs.begin(), rs.end(), full.begin() + static_cast<long>(block * static_cast<std::size_t>(r))));
+          // all_gather == all_reduce of a buffer that is zero outside my block
+          std::vector<std::int64_t> mine(in.begin(), in.begin() + static_cast<long>(block));
+          std::vector<std::int64_t> gathered(block * un);
+          algorithms::all_gather_v(comm(), Buffer(gathered), Buffer(mine),
+                                   std::vector<std::size_t>(un, block));
+          std::vector<std::int64_t> sparse(block * un, 0);
+          std::copy(mine.begin(), mine.end(), sparse.begin() + static_cast<long>(block * static_cast<std::size_t>(r)));
+          algorithms::reference_all_reduce(comm(), Buffer(sparse), ReduceOp::kSum);
+          EXPECT_EQ(gathered, sparse);
+          // broadcast from the last rank == all_reduce of a buffer only the root fills
+          const int root = n - 1;
+          std::vector<std::int64_t> b = r == root ? mine : std::vector<std::int64_t>(block, 0);
+          std::vector<std::int64_t> want = b;
+          algorithms::broadcast(comm(), Buffer(b), root);
+          algorithms::reference_all_reduce(comm(), Buffer(want), ReduceOp::kSum);
+          EXPECT_EQ(b, want) << "n " << n << " block " << block;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+}
+
 }  // namespace
 }  // namespace weft::dist
