@@ -75,15 +75,34 @@ TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStore) {
   // A free port of our own (the harness's store sits on MASTER_PORT): bound, then released.
   const int port = net::Listener::bind("127.0.0.1", 0).port();
   const std::string method = "tcp://127.0.0.1:" + std::to_string(port);
-  const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+  // Four ranks: rank 0 is done with the store long before rank 3, which must still reach it.
+  const auto exits = weft::test::run_forked_ranks(4, [&](int rank) {
     ::unsetenv("WEFT_STORE_HOSTED");  // run by hand: rank 0 hosts the store itself
     ::unsetenv("WEFT_JOB_TOKEN");
-    auto pg = init_process_group({.init_method = method, .rank = rank, .world_size = 2});
+    auto pg = init_process_group({.init_method = method, .rank = rank, .world_size = 4});
     std::vector<int> v{rank + 1};
     pg->all_reduce(v);
-    return v[0] == 3 ? 0 : 1;
+    return v[0] == 10 ? 0 : 1;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+TEST(InitTest, OversizedBufferIsRejectedBeforeAnythingIsSent) {
+  const auto exits = weft::test::run_forked_ranks(1, [](int) {
+    auto pg = init_process_group({.backend = "tcp"});
+    float dummy = 0;
+    // 8 GiB claimed, nothing allocated: the check must come before any byte is touched.
+    Buffer huge(&dummy, std::size_t{1} << 31, DType::kFloat32);
+    try {
+      pg->broadcast(huge, 0);
+    } catch (const InvalidArgument& e) {
+      std::vector<int> v{1};
+      pg->all_reduce(v);  // the group is still usable
+      return std::string(e.what()).find("message limit") != std::string::npos ? 0 : 3;
+    }
+    return 2;
+  });
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].code;
 }
 
 }  // namespace

@@ -146,6 +146,42 @@ TEST(ProcessGroupTest, SplitByColorOrderedByKey) {
   });
 }
 
+// A split and a later new_group with the same members are different groups: their
+// messages must not mix, even when both work at once.
+TEST(ProcessGroupTest, SplitAndNewGroupOfTheSameRanksStayApart) {
+  run_threads(4, [](ProcessGroup& pg) {
+    auto halves = pg.split(pg.rank() < 2 ? 0 : 1);
+    auto upper = pg.new_group({2, 3});
+    if (pg.rank() < 2) return;
+    std::vector<int> a(4000, 1);
+    std::vector<int> b(4000, 10);
+    auto wa = halves->all_reduce_async(a, ReduceOp::kSum);
+    auto wb = upper->all_reduce_async(b, ReduceOp::kSum);
+    wa->wait();
+    wb->wait();
+    EXPECT_THAT(a, testing::Each(2));
+    EXPECT_THAT(b, testing::Each(20));
+  });
+}
+
+// A rank that fails with an operation still queued: the operation never runs on its freed
+// buffer, and the others are told at once instead of waiting for their timeout.
+TEST(ProcessGroupTest, GroupDestroyedWithQueuedWorkAbortsPeers) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(run_threads(3, [](ProcessGroup& pg) {
+                 std::vector<int> v(10, 1);
+                 if (pg.rank() == 1) {
+                   pg.barrier_async();
+                   pg.all_reduce_async(v);  // queued behind it, never waited for
+                   throw std::runtime_error("rank 1 gives up");
+                 }
+                 pg.all_reduce(v);
+                 pg.all_reduce(v);
+               }),
+               std::runtime_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
 TEST(ProcessGroupTest, InvalidArgumentsThrowBeforeCommunicating) {
   run_threads(2, [](ProcessGroup& pg) {
     std::vector<float> f(4);

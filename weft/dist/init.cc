@@ -19,17 +19,15 @@ struct Registry {
   std::map<std::string, BackendFactory> factories;
 };
 
-Registry& raw_registry() {
-  static Registry r;
-  return r;
-}
-
-// The registry with the built-in backends in it. They are added on first lookup, through
-// register_backend, which uses the raw registry (so the once-flag is not re-entered).
+// The registry, with the built-in backends added on first use.
 Registry& registry() {
+  static Registry r;
   static std::once_flag builtins;
-  std::call_once(builtins, [] { internal::register_builtin_backends(); });
-  return raw_registry();
+  std::call_once(builtins, [] {
+    std::lock_guard lock(r.mu);
+    internal::register_builtin_backends(r.factories);
+  });
+  return r;
 }
 
 std::optional<std::string> env(const char* name) {
@@ -85,7 +83,11 @@ Endpoint store_endpoint(const std::string& method) {
     throw InvalidArgument("dist::init_process_group: init_method '" + method +
                           "' needs a port: tcp://host:port");
   }
-  return {rest.substr(0, colon), parse_int("the port of " + method, rest.substr(colon + 1))};
+  std::string host = rest.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // tcp://[::1]:29500
+  }
+  return {host, parse_int("the port of " + method, rest.substr(colon + 1))};
 }
 
 std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
@@ -120,7 +122,7 @@ std::string this_host(const std::string& method) {
 }  // namespace
 
 void register_backend(const std::string& name, BackendFactory factory) {
-  Registry& r = raw_registry();
+  Registry& r = registry();
   std::lock_guard lock(r.mu);
   r.factories[name] = std::move(factory);
 }
@@ -169,6 +171,12 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   context.timeout = options.timeout.value_or(kDefaultTimeout);
   context.token = env("WEFT_JOB_TOKEN").value_or("");
   context.host = this_host(method);
+  // Closed by default: a job reachable from other hosts must be joined with its token.
+  if (context.token.empty() && !is_loopback(context.host)) {
+    throw InvalidArgument("dist::init_process_group: this job listens on " + context.host +
+                          ", beyond this host, without a job token; set WEFT_JOB_TOKEN to the "
+                          "same secret on every rank (weftrun --token does)");
+  }
   // Keys of an earlier attempt (weftrun --max-restarts) must not leak into this one.
   auto base = make_store(method, context.rank, context.token, context.timeout);
   context.store = std::make_shared<store::PrefixStore>(

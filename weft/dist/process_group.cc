@@ -114,7 +114,22 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int
   rank_ = static_cast<int>(it - members_.begin());
 }
 
-ProcessGroup::~ProcessGroup() { queue_.reset(); }
+ProcessGroup::~ProcessGroup() {
+  bool unfinished;
+  {
+    std::lock_guard lock(mu_);
+    unfinished = outstanding_ > 0;
+    // Operations not started yet must not run: their buffers may already be gone (the
+    // group is usually destroyed while its caller unwinds).
+    if (broken_.empty()) broken_ = "the process group was destroyed";
+  }
+  // The peers of an operation that will never complete here must not wait for it.
+  if (unfinished) {
+    transport_->abort("rank " + std::to_string(transport_->rank()) + " destroyed " + describe() +
+                      " with operations unfinished");
+  }
+  queue_.reset();
+}
 
 Seconds ProcessGroup::timeout() const {
   std::lock_guard lock(mu_);
@@ -134,7 +149,6 @@ std::string ProcessGroup::describe() const {
 std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
                                           std::optional<internal::CallSignature> signature,
                                           std::function<void(const OpCall&)> body) {
-  const bool collective = signature.has_value();
   auto state = std::make_shared<weft::internal::FutureState<void>>();
   auto work = std::make_shared<Work>(Future<void>(state));
   std::lock_guard lock(mu_);
@@ -143,53 +157,67 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
                       ": the group is unusable after an earlier failure (" + broken_ +
                       "); create a new process group");
   }
-  const std::uint64_t seq = collective ? next_seq_++ : 0;
+  const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
-  queue_->push([this, op, state, seq, timeout, collective, signature = std::move(signature),
-                body = std::move(body)] {
+  ++outstanding_;
+  queue_->push([this, state, run = OpRun{op, seq, timeout, std::move(signature),
+                                          std::move(body)}] {
+    const std::exception_ptr error = run_op(run);
     {
-      std::lock_guard run_lock(mu_);
-      if (!broken_.empty()) {
-        state->set_exception(std::make_exception_ptr(GroupBroken(
-            "dist::" + std::string(op) + " on " + describe() +
-            ": not run, the group broke earlier (" + broken_ + ")")));
-        return;
-      }
+      // Before completing the Work: its waiter may destroy the group right after.
+      std::lock_guard done_lock(mu_);
+      --outstanding_;
     }
-    const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, seq),
-                           Deadline::after(timeout)},
-                      seq};
-    if (collective) transport_->note_arrival(call.comm.tag, size());
-    try {
-      if (collective && internal::call_checks_enabled()) {
-        internal::check_call(call.comm, *signature, seq, options_.name);
-      }
-      body(call);
+    if (error) {
+      state->set_exception(error);
+    } else {
       state->set_value();
-    } catch (const PeerTimeout& e) {
-      std::ostringstream msg;
-      msg << "dist::" << op << " #" << seq << " on " << describe() << " timed out after "
-          << timeout.count() << " s: "
-          << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
-          << ". Check that every rank makes the same calls in the same order, or raise the "
-             "timeout (GroupOptions::timeout, OpOptions::timeout)";
-      fail(msg.str());
-      state->set_exception(std::make_exception_ptr(TimeoutError(msg.str())));
-    } catch (const CollectiveMismatch& e) {
-      // Every rank found the mismatch from the same exchanged signatures; aborting the
-      // transport would only replace their precise errors with PeerError.
-      std::lock_guard broken_lock(mu_);
-      if (broken_.empty()) broken_ = e.what();
-      state->set_exception(std::current_exception());
-    } catch (const std::exception& e) {
-      const std::string msg =
-          "dist::" + std::string(op) + " #" + std::to_string(seq) + " on " + describe() +
-          " failed: " + e.what();
-      fail(msg);
-      state->set_exception(std::current_exception());
     }
   });
   return work;
+}
+
+// Runs one operation on the queue thread; returns its error, or nullptr on success.
+std::exception_ptr ProcessGroup::run_op(const OpRun& run) {
+  {
+    std::lock_guard run_lock(mu_);
+    if (!broken_.empty()) {
+      return std::make_exception_ptr(GroupBroken("dist::" + std::string(run.op) + " on " +
+                                                 describe() + ": not run, the group broke "
+                                                 "earlier (" + broken_ + ")"));
+    }
+  }
+  const bool collective = run.signature.has_value();
+  const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, run.seq),
+                         Deadline::after(run.timeout)},
+                    run.seq};
+  if (collective) transport_->note_arrival(call.comm.tag, size());
+  try {
+    if (collective && internal::call_checks_enabled()) {
+      internal::check_call(call.comm, *run.signature, run.seq, options_.name);
+    }
+    run.body(call);
+    return nullptr;
+  } catch (const PeerTimeout& e) {
+    std::ostringstream msg;
+    msg << "dist::" << run.op << " #" << run.seq << " on " << describe() << " timed out after "
+        << run.timeout.count() << " s: "
+        << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
+        << ". Check that every rank makes the same calls in the same order, or raise the "
+           "timeout (GroupOptions::timeout, OpOptions::timeout)";
+    fail(msg.str());
+    return std::make_exception_ptr(TimeoutError(msg.str()));
+  } catch (const CollectiveMismatch& e) {
+    // Every rank found the mismatch from the same exchanged signatures; aborting the
+    // transport would only replace their precise errors with PeerError.
+    std::lock_guard broken_lock(mu_);
+    if (broken_.empty()) broken_ = e.what();
+    return std::current_exception();
+  } catch (const std::exception& e) {
+    fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
+         " failed: " + e.what());
+    return std::current_exception();
+  }
 }
 
 std::string ProcessGroup::group_rank_of(int global) const {
@@ -242,6 +270,19 @@ void ProcessGroup::check_same_dtype(const char* op, const Buffer& a, const Buffe
   }
 }
 
+void ProcessGroup::check_fits(const char* op, std::initializer_list<Buffer> buffers) const {
+  const std::size_t limit = transport_->max_message_bytes();
+  for (const Buffer& b : buffers) {
+    // 16-bit floats travel widened to float32 in the reducing operations.
+    const std::size_t bytes = b.size_bytes() * (is_half(b.dtype) ? 2 : 1);
+    if (bytes > limit) {
+      invalid(op, "a buffer of " + std::to_string(b.size_bytes()) + " bytes exceeds the " +
+                      backend_ + " backend's message limit of " + std::to_string(limit) +
+                      " bytes; split it into several operations");
+    }
+  }
+}
+
 void ProcessGroup::check_tag(const char* op, int tag) const {
   if (tag < 0) invalid(op, "tag " + std::to_string(tag) + " is negative (0 <= tag < 2^31)");
 }
@@ -256,12 +297,14 @@ void check_count(const char* op, const char* what, std::size_t expected, std::si
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroup::broadcast_async(Buffer buf, int src, OpOptions o) {
+  check_fits("broadcast", {buf});
   check_root("broadcast", src);
   return issue("broadcast", o, Sig{"broadcast", buf.dtype, buf.count, src, {}},
                [buf, src](const OpCall& c) { algorithms::broadcast(c.comm, buf, src); });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, OpOptions o) {
+  check_fits("all_reduce", {buf});
   check_reduce("all_reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
   return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op}, [buf, op, n](const OpCall& c) {
@@ -271,6 +314,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, Op
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp op, OpOptions o) {
+  check_fits("reduce", {buf});
   check_root("reduce", dst);
   check_reduce("reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
@@ -282,6 +326,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp o
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOptions o) {
+  check_fits("all_gather", {in});
   check_same_dtype("all_gather", out, in);
   check_count("all_gather", "out", in.count * static_cast<std::size_t>(size()), out.count);
   std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
@@ -293,6 +338,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOp
 std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
                                                        const std::vector<std::size_t>& counts,
                                                        OpOptions o) {
+  check_fits("all_gather_v", {in});
   check_same_dtype("all_gather_v", out, in);
   check_count("all_gather_v", "counts", static_cast<std::size_t>(size()), counts.size());
   check_count("all_gather_v", "in", counts[static_cast<std::size_t>(rank_)], in.count);
@@ -303,6 +349,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
 }
 
 std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst, OpOptions o) {
+  check_fits("gather", {in});
   check_root("gather", dst);
   if (dst == rank_) {
     check_same_dtype("gather", out, in);
@@ -314,6 +361,7 @@ std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst,
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter_async(Buffer out, Buffer in, int src, OpOptions o) {
+  check_fits("scatter", {out});
   check_root("scatter", src);
   if (src == rank_) {
     check_same_dtype("scatter", out, in);
@@ -326,6 +374,7 @@ std::shared_ptr<Work> ProcessGroup::scatter_async(Buffer out, Buffer in, int src
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, ReduceOp op,
                                                          OpOptions o) {
+  check_fits("reduce_scatter", {in});
   check_same_dtype("reduce_scatter", out, in);
   check_reduce("reduce_scatter", in, op);
   check_count("reduce_scatter", "in", out.count * static_cast<std::size_t>(size()), in.count);
@@ -338,6 +387,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, 
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOptions o) {
+  check_fits("all_to_all", {in});
   check_same_dtype("all_to_all", out, in);
   check_count("all_to_all", "out", in.count, out.count);
   const auto n = static_cast<std::size_t>(size());
@@ -356,6 +406,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
                                                        Buffer in,
                                                        const std::vector<std::size_t>& in_counts,
                                                        OpOptions o) {
+  check_fits("all_to_all_v", {in});
   check_same_dtype("all_to_all_v", out, in);
   check_count("all_to_all_v", "out_counts", static_cast<std::size_t>(size()), out_counts.size());
   check_count("all_to_all_v", "in_counts", static_cast<std::size_t>(size()), in_counts.size());
@@ -371,6 +422,7 @@ std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
 }
 
 std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpOptions o) {
+  check_fits("send", {buf});
   check_root("send", dst);
   check_tag("send", tag);
   const Tag t = p2p_tag(id_, tag);
@@ -381,6 +433,7 @@ std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpO
 }
 
 std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpOptions o) {
+  check_fits("recv", {buf});
   check_root("recv", src);
   check_tag("recv", tag);
   const Tag t = p2p_tag(id_, tag);
@@ -448,8 +501,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
                                               all[2 * static_cast<std::size_t>(b) + 1]; });
   auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index) + ":" +
                                       std::to_string(color));
-  sub->id_ = mix((std::uint64_t{id_} << 32) ^ (std::uint64_t{index} << 16) ^
-                 static_cast<std::uint32_t>(color));
+  // The creation index alone tells groups apart: groups of one split have disjoint members.
+  sub->id_ = mix((std::uint64_t{id_} << 32) | index);
   return sub;
 }
 

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -160,6 +161,14 @@ class ProcessGroup {
 
  private:
   struct OpCall;
+  struct OpRun {
+    const char* op;
+    std::uint64_t seq;
+    Seconds timeout;
+    std::optional<internal::CallSignature> signature;  // set for collectives
+    std::function<void(const OpCall&)> body;
+  };
+  std::exception_ptr run_op(const OpRun& run);
   // Queues `body`; collectives carry the signature debug mode compares across ranks.
   std::shared_ptr<Work> issue(const char* op, OpOptions options,
                               std::optional<internal::CallSignature> signature,
@@ -168,6 +177,7 @@ class ProcessGroup {
   void check_reduce(const char* op, const Buffer& buf, ReduceOp op_kind) const;
   void check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const;
   void check_tag(const char* op, int tag) const;
+  void check_fits(const char* op, std::initializer_list<Buffer> buffers) const;
   // Marks the group broken and aborts the transport, so that peers fail at once too.
   void fail(const std::string& reason);
   std::shared_ptr<ProcessGroup> make_subgroup(std::vector<int> group_ranks, std::string name);
@@ -188,6 +198,7 @@ class ProcessGroup {
   std::uint64_t next_seq_ = 0;   // collective sequence number
   std::uint32_t subgroups_ = 0;  // group creations so far
   std::string broken_;           // why the group is unusable; empty while it is fine
+  int outstanding_ = 0;          // operations issued and not yet completed
   std::unique_ptr<internal::OpQueue> queue_;
 };
 

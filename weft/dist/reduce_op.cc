@@ -1,6 +1,7 @@
 #include "weft/dist/reduce_op.h"
 
 #include <algorithm>
+#include <functional>
 #include <type_traits>
 
 #include "weft/base/check.h"
@@ -14,14 +15,26 @@ void apply(T* acc, const T* in, std::size_t count, F f) {
   for (std::size_t i = 0; i < count; ++i) acc[i] = f(acc[i], in[i]);
 }
 
+// Integer sums and products wrap around (two's complement) instead of overflowing, which is
+// undefined for signed types: computed in the unsigned type of the same width.
+template <class T, class Op>
+T wrap(T a, T b, Op op) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<decltype(a + b)>;
+    return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
+  } else {
+    return static_cast<T>(op(a, b));
+  }
+}
+
 template <class T>
 void reduce_typed(T* acc, const T* in, std::size_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a + b); });
+      return apply(acc, in, count, [](T a, T b) { return wrap(a, b, std::plus<>()); });
     case ReduceOp::kProduct:
-      return apply(acc, in, count, [](T a, T b) { return static_cast<T>(a * b); });
+      return apply(acc, in, count, [](T a, T b) { return wrap(a, b, std::multiplies<>()); });
     case ReduceOp::kMin: return apply(acc, in, count, [](T a, T b) { return std::min(a, b); });
     case ReduceOp::kMax: return apply(acc, in, count, [](T a, T b) { return std::max(a, b); });
     case ReduceOp::kBAnd:

@@ -6,8 +6,9 @@
 
 namespace weft::dist::internal {
 
-void register_builtin_backends() {
-  register_backend("tcp", make_tcp_backend);
+void register_builtin_backends(std::map<std::string, BackendFactory>& factories) {
+  // emplace: a backend the user registered under the same name first is kept.
+  factories.emplace("tcp", make_tcp_backend);
 }
 
 }  // namespace weft::dist::internal

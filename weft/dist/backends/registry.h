@@ -1,10 +1,14 @@
-// Registers the built-in backends; init_process_group calls it once. Not public.
+// Adds the built-in backends to the registry; init_process_group calls it once, under the
+// registry lock. Not public.
 #pragma once
+
+#include <map>
+#include <string>
 
 #include "weft/dist/init.h"
 
 namespace weft::dist::internal {
 
-void register_builtin_backends();
+void register_builtin_backends(std::map<std::string, BackendFactory>& factories);
 
 }  // namespace weft::dist::internal

@@ -32,7 +32,9 @@ struct CallSignature {
 bool call_checks_enabled();
 
 // Exchanges `mine` with every rank of `comm` (on steps reserved for it) and throws
-// CollectiveMismatch on every rank if any rank's signature or sequence number differs.
+// CollectiveMismatch on every rank if any rank's signature differs. Ranks at different
+// sequence numbers use different tags and never meet here: they time out instead, and the
+// timeout names the rank that had not arrived.
 void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
                 const std::string& group);
 

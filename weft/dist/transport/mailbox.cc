@@ -51,14 +51,21 @@ void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadlin
 int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
   std::unique_lock lock(mu_);
   auto found = messages_.end();
-  const auto ready = [&] {
-    for (auto it = messages_.begin(); it != messages_.end(); ++it) {
+  // Scan from the rank after the last one served, wrapping around, so that a busy low rank
+  // cannot starve the others.
+  const auto scan = [&](auto begin, auto end) {
+    for (auto it = begin; it != end; ++it) {
       if (it->first.second == tag && !it->second.empty()) {
         found = it;
         return true;
       }
     }
-    return !abort_reason_.empty();
+    return false;
+  };
+  const auto ready = [&] {
+    const auto middle = messages_.lower_bound({next_any_, Tag{0}});
+    return scan(middle, messages_.end()) || scan(messages_.begin(), middle) ||
+           !abort_reason_.empty();
   };
   if (!cv_.wait_until(lock, deadline.when(), ready)) {
     throw PeerTimeout(-1, "no message from any rank in time");
@@ -67,6 +74,7 @@ int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
   const int from = found->first.first;
   take(found->second, from, out);
   if (found->second.empty()) messages_.erase(found);
+  next_any_ = from + 1;
   return from;
 }
 

@@ -38,6 +38,7 @@ class Mailbox {
   std::map<std::pair<int, Tag>, Queue> messages_;  // guarded by mu_
   std::map<int, std::string> failed_peers_;        // guarded by mu_
   std::string abort_reason_;                       // guarded by mu_; non-empty once aborted
+  int next_any_ = 0;  // recv_any looks from this rank on first; guarded by mu_
 };
 
 }  // namespace weft::dist

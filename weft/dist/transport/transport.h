@@ -59,6 +59,9 @@ class Transport {
     return std::nullopt;
   }
 
+  // The largest message send() takes; ProcessGroup rejects larger buffers up front.
+  virtual std::size_t max_message_bytes() const { return static_cast<std::size_t>(-1); }
+
   // Makes every pending and later call on every rank of this transport fail with
   // PeerError(reason): a rank that failed tells the others instead of leaving them waiting.
   virtual void abort(const std::string& reason) = 0;

@@ -91,7 +91,9 @@ int WorkerGroup::poll_timeout_ms() const {
   for (const auto& deadline : {killing ? kill_at_ : std::nullopt, give_up_at_, drain_until_}) {
     if (!deadline) continue;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline->remaining());
-    timeout = std::min(timeout, left);
+    // A deadline already passed but still pending (a worker that ignores SIGKILL keeps its
+    // pipe open): wake every 10 ms rather than spin.
+    timeout = std::min(timeout, std::max(left, std::chrono::milliseconds(10)));
   }
   return static_cast<int>(timeout.count());
 }

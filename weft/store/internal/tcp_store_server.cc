@@ -9,10 +9,17 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <thread>
 
 #include "weft/base/error.h"
 
 namespace weft::store::internal {
+namespace {
+
+// A hello carries a token of at most 256 bytes plus its length prefix.
+constexpr std::size_t kMaxHelloBytes = 512;
+
+}  // namespace
 namespace {
 
 using namespace std::chrono_literals;
@@ -67,8 +74,10 @@ void TCPStoreServer::run() {
     const short listen_events = accepting ? POLLIN : 0;
     fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listener_.fd(), listen_events, 0}});
     for (const auto& c : conns_) fds.push_back(pollfd{c->socket.fd(), events(*c), 0});
-    if (::poll(fds.data(), fds.size(), poll_millis()) < 0 && errno != EINTR) {
-      throw SystemError("TCPStore server: poll", errno);  // only a bug gets here
+    if (::poll(fds.data(), fds.size(), poll_millis()) < 0) {
+      // EINTR, or a transient ENOMEM: try again shortly; throwing would end the process.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
     if (fds[0].revents != 0) wake_drain();
     if (stop_.load()) break;
@@ -146,10 +155,8 @@ void TCPStoreServer::on_ready(Conn& c, short revents) {
     } else if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
       c.dead = true;  // hung up while its request waits: nobody is left to answer
     }
-  } catch (const net::ConnectionClosed&) {
-    c.dead = true;
-  } catch (const SystemError&) {
-    c.dead = true;
+  } catch (const std::exception&) {
+    c.dead = true;  // as in pump: only this connection ends
   }
 }
 
@@ -166,9 +173,9 @@ void TCPStoreServer::pump(Conn& c) {
     }
   } catch (const ProtocolError& e) {
     fail(c, e.code(), e.what());
-  } catch (const net::ConnectionClosed&) {
-    c.dead = true;
-  } catch (const SystemError&) {
+  } catch (const std::exception&) {
+    // The peer closed, an OS call failed, or memory ran out: this connection ends, the
+    // server and every other client go on.
     c.dead = true;
   }
 }
@@ -180,6 +187,13 @@ bool TCPStoreServer::read_frame(Conn& c, FrameHeader& header) {
     std::size_t want = kHeaderBytes;
     if (c.in.size() >= kHeaderBytes) {
       header = decode_header(c.in);
+      // Before the hello, a client is nobody: it may not make the server buffer more than a
+      // hello's worth (a token of at most a few hundred bytes).
+      if (!c.authed && header.length > kMaxHelloBytes) {
+        throw ProtocolError(ErrorCode::kHelloExpected,
+                            "the first frame must be a hello of at most " +
+                                std::to_string(kMaxHelloBytes) + " bytes");
+      }
       want += header.length;
     }
     if (c.in.size() == want) return true;

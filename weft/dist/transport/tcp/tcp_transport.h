@@ -33,8 +33,12 @@ struct TcpTransportOptions {
 class TcpTransport final : public Transport {
  public:
   // Connects this rank with every other; blocks until the mesh is complete or
-  // connect_timeout passes (weft::TimeoutError naming the ranks not connected).
-  TcpTransport(int rank, int world_size, store::Store& store, TcpTransportOptions options);
+  // connect_timeout passes (weft::TimeoutError naming the higher ranks not connected, or
+  // the lower rank it could not reach).
+  // Keeps `store` alive as long as the transport: when rank 0 hosts it, other ranks may
+  // still be reading addresses from it after rank 0's own mesh is complete.
+  TcpTransport(int rank, int world_size, std::shared_ptr<store::Store> store,
+               TcpTransportOptions options);
   // Closes every connection and joins the readers.
   ~TcpTransport() override;
 
@@ -44,24 +48,30 @@ class TcpTransport final : public Transport {
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
+  std::size_t max_message_bytes() const override;
 
  private:
   struct Peer {
     net::Socket socket;
-    std::mutex send_mu;
+    std::timed_mutex send_mu;
     std::thread reader;
+    // A send that failed part-way leaves the stream out of step: nothing more may be sent.
+    std::atomic<bool> poisoned{false};
   };
 
-  void connect_mesh(store::Store& store, Deadline deadline);
+  void connect_mesh(Deadline deadline);
   void accept_higher(net::Listener& listener, Deadline deadline);
-  void connect_lower(store::Store& store, Deadline deadline);
+  bool accept_one(net::Listener& listener, Deadline deadline);
+  void connect_lower(Deadline deadline);
   void read_loop(int peer);
+  static void poison(Peer& p);
   void send_frame(int peer, std::uint32_t kind, Tag tag, std::span<const std::byte> bytes,
                   Deadline deadline);
 
   int rank_;
   int world_size_;
   TcpTransportOptions options_;
+  std::shared_ptr<store::Store> store_;
   Mailbox mailbox_;
   std::vector<std::unique_ptr<Peer>> peers_;  // index: rank; null for this rank
   std::atomic<bool> closing_{false};

@@ -23,11 +23,13 @@ void ThreadHub::note_arrival(Tag op, int rank, int group_size) {
 std::vector<int> ThreadHub::not_arrived(Tag op, const std::vector<int>& ranks) {
   std::lock_guard lock(arrivals_mu_);
   const auto it = arrivals_.find(op);
+  // No entry: everyone arrived (the entry is dropped then), and the delay is elsewhere.
+  if (it == arrivals_.end()) return {};
   std::vector<int> missing;
   for (int r : ranks) {
-    const bool in = it != arrivals_.end() &&
-                    std::find(it->second.begin(), it->second.end(), r) != it->second.end();
-    if (!in) missing.push_back(r);
+    if (std::find(it->second.begin(), it->second.end(), r) == it->second.end()) {
+      missing.push_back(r);
+    }
   }
   return missing;
 }
