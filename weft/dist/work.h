@@ -19,7 +19,8 @@ class Work {
   // Never blocks longer than the operation's own timeout plus the operations queued before.
   void wait() const { done_.get(); }
   // As wait(), but throws dist::TimeoutError if not finished within `timeout`; the operation
-  // itself goes on until its own deadline.
+  // itself goes on until its own deadline, and until it completes its buffers are still in
+  // use: do not free or reuse them after this throws.
   void wait(Seconds timeout) const;
   bool is_completed() const { return done_.done(); }
   // The operation's error once completed, nullptr if it succeeded or is still running.

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "weft/base/check.h"
@@ -22,6 +23,27 @@ struct MapOptions {
   // Elements per submitted task. Larger chunks cut per-task overhead for cheap functions.
   std::size_t chunksize = 1;
 };
+
+namespace internal {
+
+// Hands `inputs` to `submit_chunk` as vectors of at most `chunksize` elements (converted to
+// A), in order; returns how many elements there were. Throws InvalidArgument for chunksize 0.
+template <class A, class Range, class SubmitChunk>
+std::size_t split_into_chunks(const Range& inputs, std::size_t chunksize,
+                              SubmitChunk submit_chunk) {
+  if (chunksize == 0) throw InvalidArgument("map: chunksize must be at least 1");
+  std::vector<A> chunk;
+  std::size_t size = 0;
+  for (const auto& item : inputs) {
+    chunk.push_back(static_cast<A>(item));
+    ++size;
+    if (chunk.size() == chunksize) submit_chunk(std::exchange(chunk, {}));
+  }
+  if (!chunk.empty()) submit_chunk(std::move(chunk));
+  return size;
+}
+
+}  // namespace internal
 
 // The results of one chunk of a map: the values of its leading elements, and the error of
 // the element after them if one threw (the chunk stops at its first failing element).

@@ -124,27 +124,18 @@ class ProcessPoolExecutor {
     using A = std::decay_t<P>;
     static_assert(internal::kValidParameter<P> && Serializable<R>,
                   "ProcessPoolExecutor::map: the parameter and result must be serializable");
-    if (options.chunksize == 0) throw InvalidArgument("map: chunksize must be at least 1");
     const Deadline deadline = Deadline::after(options.timeout);
     std::vector<Future<ChunkResult<R>>> chunks;
-    std::vector<A> chunk;
-    std::size_t size = 0;
-    const auto flush = [&] {
-      ByteWriter request;
-      internal::write_call_header(request, &internal::remote_chunk<R, P>, fn);
-      request.write(chunk);
-      auto task =
-          std::make_shared<internal::RemoteTask<ChunkResult<R>>>(std::move(request.buffer()));
-      chunks.emplace_back(task);
-      enqueue(std::move(task));
-      chunk.clear();
-    };
-    for (const auto& item : inputs) {
-      chunk.push_back(static_cast<A>(item));
-      ++size;
-      if (chunk.size() == options.chunksize) flush();
-    }
-    if (!chunk.empty()) flush();
+    const std::size_t size = internal::split_into_chunks<A>(
+        inputs, options.chunksize, [&](std::vector<A> items) {
+          ByteWriter request;
+          internal::write_call_header(request, &internal::remote_chunk<R, P>, fn);
+          request.write(items);
+          auto task =
+              std::make_shared<internal::RemoteTask<ChunkResult<R>>>(std::move(request.buffer()));
+          chunks.emplace_back(task);
+          enqueue(std::move(task));
+        });
     return MapResults<R>(std::move(chunks), options.chunksize, size, deadline);
   }
 

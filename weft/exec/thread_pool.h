@@ -72,32 +72,23 @@ class ThreadPoolExecutor {
     using A = std::ranges::range_value_t<Range>;
     using R = std::decay_t<std::invoke_result_t<F&, const A&>>;
     static_assert(!std::is_void_v<R>, "map needs a function that returns a value");
-    if (options.chunksize == 0) throw InvalidArgument("map: chunksize must be at least 1");
     const Deadline deadline = Deadline::after(options.timeout);
     std::vector<Future<ChunkResult<R>>> chunks;
-    std::vector<A> chunk;
-    std::size_t size = 0;
-    const auto flush = [&] {
-      chunks.push_back(submit(
-          [f](const std::vector<A>& items) {
-            ChunkResult<R> out;
-            out.values.reserve(items.size());
-            try {
-              for (const A& item : items) out.values.push_back(f(item));
-            } catch (...) {
-              out.error = std::current_exception();
-            }
-            return out;
-          },
-          std::move(chunk)));
-      chunk = {};
-    };
-    for (const auto& item : inputs) {
-      chunk.push_back(item);
-      ++size;
-      if (chunk.size() == options.chunksize) flush();
-    }
-    if (!chunk.empty()) flush();
+    const std::size_t size = internal::split_into_chunks<A>(
+        inputs, options.chunksize, [&](std::vector<A> items) {
+          chunks.push_back(submit(
+              [f](const std::vector<A>& chunk) {
+                ChunkResult<R> out;
+                out.values.reserve(chunk.size());
+                try {
+                  for (const A& item : chunk) out.values.push_back(f(item));
+                } catch (...) {
+                  out.error = std::current_exception();
+                }
+                return out;
+              },
+              std::move(items)));
+        });
     return MapResults<R>(std::move(chunks), options.chunksize, size, deadline);
   }
 
