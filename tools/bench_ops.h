@@ -1,0 +1,42 @@
+// weft-bench's operations: buffers, timing and checks for one size. Not a library API.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "weft/dist.h"
+
+namespace weft::tools {
+
+struct BenchOptions {
+  std::string op;
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = 64 << 20;
+  double factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  DType dtype = DType::kFloat32;
+  dist::ReduceOp redop = dist::ReduceOp::kSum;
+  bool check = false;
+};
+
+struct SizeResult {
+  std::size_t bytes = 0;  // of the largest buffer
+  std::size_t count = 0;  // its elements
+  int root = -1;
+  double time_us = 0;     // median over iterations, slowest rank
+  double algbw = 0;       // GB/s
+  double busbw = 0;       // GB/s
+  long wrong = 0;         // elements that differ from the expected values, all ranks
+};
+
+std::vector<std::string> bench_op_names();
+DType parse_dtype(const std::string& name);
+dist::ReduceOp parse_redop(const std::string& name);
+
+// Times `o.op` at `bytes` (rounded down to whole elements, and to a multiple of the group
+// size where the operation splits its buffer); collective over `pg`.
+SizeResult bench_size(dist::ProcessGroup& pg, const BenchOptions& o, std::size_t bytes);
+
+}  // namespace weft::tools

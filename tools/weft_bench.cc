@@ -1,0 +1,126 @@
+// weft-bench: collective benchmarks with nccl-tests' conventions (sizes swept from -b to -e
+// by factor -f; time, algbw and busbw per size; the average busbw last).
+//
+//   weftrun --nproc-per-node 2 build/release/tools/weft-bench all_reduce -b 8 -e 64M -f 4
+//   build/release/tools/weft-bench broadcast --threads 4 --check
+//
+// size is the bytes of the largest buffer of the operation (the output for all_gather, the
+// input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
+// timed iterations on the slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n for
+// all_reduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 otherwise.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_ops.h"
+#include "weft/dist.h"
+
+namespace {
+
+using weft::dist::ProcessGroup;
+using weft::tools::BenchOptions;
+
+std::size_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  const double value = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  const std::map<std::string, double> scale{{"", 1}, {"K", 1 << 10}, {"M", 1 << 20},
+                                            {"G", 1 << 30}};
+  const auto it = scale.find(unit);
+  if (it == scale.end()) throw CLI::ValidationError("size '" + text + "': use a number with K, M or G");
+  return static_cast<std::size_t>(value * it->second);
+}
+
+void print_header(const BenchOptions& o, const ProcessGroup& pg) {
+  std::printf("# weft-bench %s  backend %s  ranks %d  dtype %s  redop %s  warmup %d  iters %d\n",
+              o.op.c_str(), pg.backend_name().c_str(), pg.size(),
+              std::string(weft::dtype_name(o.dtype)).c_str(),
+              std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
+  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong");
+  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+// Runs the sweep on this rank; rank 0 prints. Returns the number of wrong elements seen.
+long run(ProcessGroup& pg, const BenchOptions& o) {
+  if (pg.rank() == 0) print_header(o, pg);
+  double busbw_sum = 0;
+  int sizes = 0;
+  long wrong_total = 0;
+  for (std::size_t size = o.min_bytes; size <= o.max_bytes;
+       size = std::max(size + 1, static_cast<std::size_t>(static_cast<double>(size) * o.factor))) {
+    const weft::tools::SizeResult r = weft::tools::bench_size(pg, o, size);
+    wrong_total += r.wrong;
+    busbw_sum += r.busbw;
+    ++sizes;
+    if (pg.rank() == 0) {
+      std::printf("  %12zu %12zu %9s %7s %5d %10.2f %8.3f %8.3f %7ld\n", r.bytes, r.count,
+                  std::string(weft::dtype_name(o.dtype)).c_str(),
+                  std::string(weft::dist::reduce_op_name(o.redop)).c_str(), r.root,
+                  r.time_us, r.algbw, r.busbw, o.check ? r.wrong : 0L);
+      std::fflush(stdout);
+    }
+  }
+  if (pg.rank() == 0) {
+    std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %.3f GB/s\n", sizes > 0 ? busbw_sum / sizes : 0.0);
+  }
+  return wrong_total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("weft-bench: collective benchmarks, nccl-tests' conventions", "weft-bench");
+  BenchOptions o;
+  std::string min = "8", max = "64M", dtype = "float32", redop = "sum", backend;
+  int threads = 0;
+  app.add_option("op", o.op, "all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
+                             "all_to_all, barrier or sendrecv")
+      ->required()
+      ->check(CLI::IsMember(weft::tools::bench_op_names()));
+  app.add_option("-b,--min-bytes", min, "Smallest size, e.g. 8, 1K, 4M (default 8)");
+  app.add_option("-e,--max-bytes", max, "Largest size (default 64M)");
+  app.add_option("-f,--step-factor", o.factor, "Size multiplier between steps (default 2)")
+      ->check(CLI::Range(1.01, 1e6));
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size (default 20)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup-iters", o.warmup, "Untimed iterations first (default 5)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("-d,--datatype", dtype, "float32, float64, float16, bfloat16, int8, uint8, "
+                                         "int32 or int64 (default float32)");
+  app.add_option("-o,--op", redop, "sum, prod, min, max, avg, band, bor or bxor (default sum)");
+  app.add_option("--backend", backend, "Backend under weftrun (default: WEFT_BACKEND or tcp)");
+  app.add_option("--threads", threads, "Run N ranks as threads (the thread backend) instead "
+                                       "of joining a weftrun job")
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    o.min_bytes = parse_size(min);
+    o.max_bytes = parse_size(max);
+    if (o.op == "barrier") o.min_bytes = o.max_bytes = 0;  // no buffer: one line
+    o.dtype = weft::tools::parse_dtype(dtype);
+    o.redop = weft::tools::parse_redop(redop);
+    long wrong = 0;
+    if (threads > 0) {
+      weft::dist::run_threads(threads, [&](ProcessGroup& pg) {
+        const long w = run(pg, o);
+        if (pg.rank() == 0) wrong = w;
+      });
+    } else {
+      auto pg = weft::dist::init_process_group({.backend = backend});
+      wrong = run(*pg, o);
+    }
+    return wrong == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft-bench: %s\n", e.what());
+    return 2;
+  }
+}
