@@ -1,5 +1,5 @@
 // The tcp backend with ranks as forked processes: every collective's values, a killed rank,
-// a rank that never arrives. (tcp_worker.cc runs the value checks under weftrun.)
+// a rank that never arrives. (dist_worker.cc runs the value checks under weftrun.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>

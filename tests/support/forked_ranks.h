@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,12 +27,25 @@ struct RankExit {
   int code = -1;        // exit code, or the signal number
 };
 
+// The store of the last run, kept so that a test can read what the ranks published.
+inline std::unique_ptr<store::TCPStore>& last_job_store() {
+  static std::unique_ptr<store::TCPStore> store;
+  return store;
+}
+
+inline std::string last_job_value(const std::string& key) {
+  last_job_store()->set_timeout(Seconds(5));
+  return last_job_store()->get(key);
+}
+
 inline std::vector<RankExit> run_forked_ranks(int n, const std::function<int(int)>& fn,
                                               std::chrono::seconds limit = std::chrono::seconds(60)) {
   store::TCPStoreOptions options;
   options.is_server = true;
   options.token = "test-job-token";
-  store::TCPStore server(options);
+  last_job_store().reset();
+  last_job_store() = std::make_unique<store::TCPStore>(options);
+  store::TCPStore& server = *last_job_store();
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < n; ++r) {

@@ -1,0 +1,81 @@
+// The shm backend's transport: ranks are processes on one host, and each owns a shared-memory
+// segment holding one ring per peer (the messages that peer sends it). A sender copies into
+// the receiver's ring; the receiver's drain thread moves whole messages into its Mailbox, so
+// sends stay eager (a full ring is drained whatever the receiving rank is doing). Waiting is
+// a short spin, then a futex on the rank's doorbell word. A peer that dies is noticed within
+// about 100 ms (its /proc entry) and fails receives from it with PeerError.
+//
+// This is the correct, simple shared-memory path (one copy in, one copy out); the fast paths
+// the shm issue asks for (single-copy reduce-scatter, cache-line slots for tiny messages)
+// build on its segments. Layout: docs/COLLECTIVES.md.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/dist/transport/mailbox.h"
+#include "weft/dist/transport/shm/shm_segment.h"
+#include "weft/dist/transport/transport.h"
+#include "weft/store/store.h"
+
+namespace weft::dist {
+
+namespace shm {
+struct Control;
+struct Ring;
+}  // namespace shm
+
+struct ShmTransportOptions {
+  std::size_t ring_bytes = 1 << 20;  // per ordered pair of ranks
+  Seconds connect_timeout{300};
+};
+
+class ShmTransport final : public Transport {
+ public:
+  // Creates this rank's segment, exchanges names through `store`, maps every peer's, and
+  // unlinks its own once all ranks have mapped theirs. Blocks until then or the timeout.
+  ShmTransport(int rank, int world_size, std::shared_ptr<store::Store> store,
+               ShmTransportOptions options);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_size_; }
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
+  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  void abort(const std::string& reason) override;
+
+ private:
+  struct Inbound;  // the drain thread's state for one ring
+
+  shm::Control& control(int rank) const;
+  shm::Ring& ring(int to, int from) const;  // in `to`'s segment, written by `from`
+  std::byte* ring_data(int to, int from) const;
+  void ring_doorbell(int rank);
+  // Waits until `rank`'s doorbell moves past `seen`, `deadline`, or about 100 ms.
+  void wait_doorbell(int rank, std::uint32_t seen, Deadline deadline);
+  bool peer_alive(int peer) const;
+  void write_message(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline);
+  void drain_loop();
+  bool drain(int from, Inbound& in);
+  void check_peers();
+
+  int rank_;
+  int world_size_;
+  ShmTransportOptions options_;
+  std::shared_ptr<store::Store> store_;
+  std::size_t segment_bytes_;
+  std::vector<shm::Segment> segments_;  // index: rank
+  std::vector<std::unique_ptr<std::mutex>> send_mu_;  // whole messages per peer
+  std::vector<std::unique_ptr<Inbound>> inbound_;
+  std::vector<std::atomic<bool>> dead_;
+  Mailbox mailbox_;
+  std::atomic<bool> closing_{false};
+  std::thread drainer_;
+};
+
+}  // namespace weft::dist
