@@ -1,0 +1,124 @@
+// The process backends (tcp, shm) with ranks as forked processes: every collective's values,
+// a rank killed in the middle of large all-reduces, a rank that never arrives (absent on
+// tcp, stopped with SIGSTOP on shm), and for shm a clean /dev/shm after each.
+// (dist_worker.cc runs the value checks under weftrun too.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "tests/dist/collective_checks.h"
+#include "tests/support/forked_ranks.h"
+#include "weft/dist.h"
+
+namespace weft::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+// For shm: whether a segment the last job's ranks published is still in /dev/shm.
+bool shm_segments_left(const std::string& backend, int n) {
+  if (backend != "shm") return false;
+  for (int r = 0; r < n; ++r) {
+    const std::string path =
+        "/dev/shm" + weft::test::last_job_value("attempt0/shm/name/" + std::to_string(r));
+    struct stat st{};
+    if (::stat(path.c_str(), &st) == 0) return true;
+  }
+  return false;
+}
+
+void expect_all_exited_zero(const std::vector<weft::test::RankExit>& exits) {
+  for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+class ValuesTest : public testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ValuesTest, AllCollectivesAsProcesses) {
+  const auto [backend, n] = GetParam();
+  expect_all_exited_zero(weft::test::run_forked_ranks(n, [&](int) {
+    auto pg = init_process_group({.backend = backend, .timeout = Seconds(60)});
+    test::all_checks<float>(*pg);
+    test::all_checks<BFloat16>(*pg);
+    test::all_checks<std::int64_t>(*pg);
+    return testing::Test::HasFailure() ? 1 : 0;
+  }));
+  EXPECT_FALSE(shm_segments_left(backend, n));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ValuesTest,
+                         testing::Combine(testing::Values("tcp", "shm"),
+                                          testing::Values(1, 2, 3, 4)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) + "_" +
+                                  std::to_string(std::get<1>(p.param)) + "ranks";
+                         });
+
+class FailureTest : public testing::TestWithParam<std::string> {};
+
+// Rank 1 is killed in the middle of a series of large all-reduces: the others fail with
+// PeerError naming it, well within the 10 s timeout plus 2 s.
+TEST_P(FailureTest, KilledRankFailsTheOthers) {
+  const std::string backend = GetParam();
+  const auto exits = weft::test::run_forked_ranks(3, [&](int rank) {
+    auto pg = init_process_group({.backend = backend, .timeout = Seconds(10)});
+    std::vector<float> v(1 << 20, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      for (int i = 0; i < 50; ++i) {
+        if (rank == 1 && i == 3) ::raise(SIGKILL);
+        pg->all_reduce(v);
+      }
+    } catch (const PeerError& e) {
+      const bool quick = std::chrono::steady_clock::now() - start < 12s;
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return quick && std::string(e.what()).find("rank 1") != std::string::npos ? 0 : 3;
+    }
+    return 2;  // should not have completed
+  });
+  EXPECT_FALSE(exits[1].exited);
+  EXPECT_EQ(exits[1].code, SIGKILL);
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].code;
+  EXPECT_TRUE(exits[2].exited && exits[2].code == 0) << exits[2].code;
+  EXPECT_FALSE(shm_segments_left(backend, 3));
+}
+
+// Rank 1 never calls the collective (on shm it is stopped with SIGSTOP, and the harness
+// kills it at the end): rank 0 times out within the timeout plus 2 s, naming it.
+TEST_P(FailureTest, MissingRankTimesOutNamingIt) {
+  const std::string backend = GetParam();
+  const auto exits = weft::test::run_forked_ranks(
+      2,
+      [&](int rank) {
+        auto pg = init_process_group({.backend = backend, .timeout = Seconds(60)});
+        if (rank == 1) {
+          if (backend == "shm") ::raise(SIGSTOP);
+          std::this_thread::sleep_for(3s);
+          return 0;
+        }
+        std::vector<int> v(8);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          pg->all_reduce(v, ReduceOp::kSum, {.timeout = 1s});
+        } catch (const TimeoutError& e) {
+          const bool in_time = std::chrono::steady_clock::now() - start < 3s;
+          const bool named = std::string(e.what()).find("rank 1") != std::string::npos;
+          return in_time && named ? 0 : 3;
+        }
+        return 2;
+      },
+      std::chrono::seconds(5));
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].code;
+  EXPECT_FALSE(shm_segments_left(backend, 2));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FailureTest, testing::Values("tcp", "shm"),
+                         [](const auto& p) { return p.param; });
+
+}  // namespace
+}  // namespace weft::dist
