@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs, in one go on this machine, the same sweep (all_reduce and broadcast of float32 with
+# sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and thread backends, Open MPI
+# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, with 2 and
+# 4 ranks, and prints one table per op and rank count with the ratios to Open MPI.
+#
+#   bench/collectives/compare.sh            (after make test or make run built the tree)
+#
+# Peers come from Debian: openmpi-bin + libopenmpi-dev (mpicxx, mpirun), python3-torch (gloo).
+# A missing peer is reported and left out of the table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/release
+cmake --build "$build" --target weft-bench weftrun -- --quiet
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+have_mpi=0
+if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
+  mpicxx -O3 -std=c++17 bench/collectives/mpi_bench.cc -o "$out/mpi_bench" && have_mpi=1
+else
+  echo "compare: Open MPI not installed (apt-get install openmpi-bin libopenmpi-dev): left out" >&2
+fi
+have_gloo=0
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  have_gloo=1
+else
+  echo "compare: torch not installed for /usr/bin/python3 (apt-get install python3-torch): left out" >&2
+fi
+
+# weft-bench lines -> "op size time_us busbw"
+weft_lines() {  # op
+  sed -e 's/^\[[0-9]*\] //' | awk -v op="$1" '$1 ~ /^[0-9]+$/ {print op, $1, $6, $8}'
+}
+
+for n in 2 4; do
+  for op in all_reduce broadcast barrier; do
+    "$build/tools/weft-bench" "$op" --threads "$n" -b 4 -e 64M -f 4 | weft_lines "$op" \
+      > "$out/thread.$op.$n"
+    "$build/tools/weftrun" --nproc-per-node "$n" --backend shm "$build/tools/weft-bench" "$op" \
+      -b 4 -e 64M -f 4 | weft_lines "$op" > "$out/shm.$op.$n"
+  done
+  if [ "$have_mpi" = 1 ]; then
+    mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
+      "$out/mpi_bench" all_reduce broadcast barrier > "$out/mpi.$n"
+  fi
+  if [ "$have_gloo" = 1 ]; then
+    /usr/bin/python3 bench/collectives/gloo_bench.py "$n" all_reduce broadcast barrier \
+      2>/dev/null > "$out/gloo.$n"
+  fi
+done
+python3 bench/collectives/compare_table.py "$out"

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Prints compare.sh's results as one table per (op, ranks): time and busbw of each
+implementation at each size, and weft shm's ratio to Open MPI (time: <1 is faster)."""
+import collections
+import os
+import sys
+
+
+def read(path, op=None):
+    rows = {}
+    if not os.path.exists(path):
+        return rows
+    for line in open(path):
+        parts = line.split()
+        if len(parts) != 4 or (op and parts[0] != op):
+            continue
+        rows[(parts[0], int(parts[1]))] = (float(parts[2]), float(parts[3]))
+    return rows
+
+
+def main(out):
+    for n in (2, 4):
+        impls = collections.OrderedDict()
+        for op in ("all_reduce", "broadcast", "barrier"):
+            for name in ("shm", "thread"):
+                impls.setdefault(name, {}).update(read(f"{out}/{name}.{op}.{n}"))
+        impls["ompi"] = read(f"{out}/mpi.{n}")
+        impls["gloo"] = read(f"{out}/gloo.{n}")
+        for op in ("all_reduce", "broadcast", "barrier"):
+            sizes = sorted({s for rows in impls.values() for (o, s) in rows if o == op})
+            print(f"\n{op}, {n} ranks: time (us) / busbw (GB/s)")
+            header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls) + f"{'shm/ompi':>10}"
+            print(header)
+            for size in sizes:
+                line = f"{size:>10}"
+                for rows in impls.values():
+                    t = rows.get((op, size))
+                    line += f"{t[0]:>11.2f} /{t[1]:>6.2f}" if t else f"{'-':>20}"
+                shm, ompi = impls["shm"].get((op, size)), impls["ompi"].get((op, size))
+                line += f"{shm[0] / ompi[0]:>10.1f}" if shm and ompi and ompi[0] > 0 else f"{'-':>10}"
+                print(line)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

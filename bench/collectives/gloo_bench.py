@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The torch.distributed gloo side of bench/collectives/compare.sh: all_reduce (float sum),
+broadcast and barrier swept like weft-bench, printing "op size time_us busbw" lines (median of
+the timed iterations on the slowest rank; nccl-tests' busbw).
+
+    python3 bench/collectives/gloo_bench.py NRANKS all_reduce broadcast barrier
+"""
+import os
+import statistics
+import sys
+import time
+
+
+def worker(rank, n, ops, port):
+    import torch
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    for op in ops:
+        size = 4
+        while size <= 64 << 20:
+            count = 0 if op == "barrier" else size // 4
+            t = torch.ones(max(count, 1), dtype=torch.float32)
+            times = []
+            for it in range(25):
+                dist.barrier()
+                start = time.perf_counter()
+                if op == "all_reduce":
+                    dist.all_reduce(t)
+                elif op == "broadcast":
+                    dist.broadcast(t, 0)
+                else:
+                    dist.barrier()
+                if it >= 5:
+                    times.append((time.perf_counter() - start) * 1e6)
+            us = torch.tensor([statistics.median(times)])
+            dist.all_reduce(us, op=dist.ReduceOp.MAX)
+            us = us.item()
+            algbw = count * 4 / (us * 1e3) if us > 0 else 0
+            factor = 2 * (n - 1) / n if op == "all_reduce" else 1
+            if rank == 0:
+                print(f"{op} {count * 4} {us:.3f} {algbw * factor:.3f}", flush=True)
+            if op == "barrier":
+                break
+            size *= 4
+    dist.destroy_process_group()
+
+
+def main():
+    import torch.multiprocessing as mp
+    n = int(sys.argv[1])
+    mp.spawn(worker, args=(n, sys.argv[2:], 29600 + os.getpid() % 1000), nprocs=n)
+
+
+if __name__ == "__main__":
+    main()

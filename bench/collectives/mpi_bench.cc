@@ -1,0 +1,59 @@
+// The Open MPI side of bench/collectives/compare.sh: MPI_Allreduce (float sum), MPI_Bcast and
+// MPI_Barrier swept over sizes like weft-bench, printing "op size time_us busbw" lines (median
+// of the timed iterations on the slowest rank; nccl-tests' busbw). Built by compare.sh with
+// mpicxx; not part of weft's build.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+double median_slowest(std::vector<double>& times) {
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  double local = times[times.size() / 2];
+  double slowest = 0;
+  MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+void sweep(const std::string& op, int rank, int n, int iters, int warmup) {
+  for (std::size_t bytes = 4; bytes <= (std::size_t{64} << 20); bytes *= 4) {
+    const std::size_t count = op == "barrier" ? 0 : bytes / sizeof(float);
+    std::vector<float> buf(std::max<std::size_t>(count, 1), 1.0f);
+    std::vector<double> times;
+    for (int it = 0; it < warmup + iters; ++it) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = MPI_Wtime();
+      if (op == "all_reduce") {
+        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      } else if (op == "broadcast") {
+        MPI_Bcast(buf.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
+      if (it >= warmup) times.push_back((MPI_Wtime() - start) * 1e6);
+    }
+    const double us = median_slowest(times);
+    const double algbw = us > 0 ? static_cast<double>(count * sizeof(float)) / (us * 1e3) : 0;
+    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : 1.0;
+    if (rank == 0) std::printf("%s %zu %.3f %.3f\n", op.c_str(), count * sizeof(float), us, algbw * factor);
+    if (op == "barrier") break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  for (int i = 1; i < argc; ++i) sweep(argv[i], rank, n, 20, 5);
+  MPI_Finalize();
+  return 0;
+}
