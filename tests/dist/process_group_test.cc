@@ -48,6 +48,28 @@ TEST(ProcessGroupTest, SeveralAsyncOpsCompleteInIssueOrder) {
   });
 }
 
+// A blocking call on an idle group runs on the caller's thread; an operation issued by
+// another thread meanwhile must still run after it, in issue order, on every rank.
+TEST(ProcessGroupTest, OperationIssuedDuringAnInlineCallWaitsForIt) {
+  run_threads(2, [](ProcessGroup& pg) {
+    std::vector<int> first(1000, 1);
+    std::vector<int> second(1000, pg.rank() + 1);
+    std::shared_ptr<Work> later;
+    // Both ranks issue the blocking call first and the async one second. Rank 0 issues the
+    // second while its blocking call is still waiting for rank 1 (which joins at 150 ms).
+    std::thread other([&] {
+      std::this_thread::sleep_for(pg.rank() == 0 ? 50ms : 250ms);
+      later = pg.all_reduce_async(second, ReduceOp::kMax);
+    });
+    if (pg.rank() == 1) std::this_thread::sleep_for(150ms);
+    pg.all_reduce(first, ReduceOp::kSum);
+    other.join();
+    later->wait();
+    EXPECT_THAT(first, testing::Each(2));
+    EXPECT_THAT(second, testing::Each(2));
+  });
+}
+
 TEST(ProcessGroupTest, SendRecvAndRecvAny) {
   run_threads(3, [](ProcessGroup& pg) {
     if (pg.rank() == 0) {

@@ -34,6 +34,9 @@ Tag p2p_tag(std::uint32_t group, int tag) {
   return (Tag{group} << 32) | kP2PFlag | static_cast<Tag>(tag);
 }
 
+// The group whose blocking call this thread is making, if any (see issue()).
+thread_local const ProcessGroup* t_blocking_group = nullptr;
+
 std::uint32_t mix(std::uint64_t x) {  // splitmix64's finalizer, folded to 32 bits
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -114,6 +117,12 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int
   rank_ = static_cast<int>(it - members_.begin());
 }
 
+ProcessGroup::Blocking::Blocking(const ProcessGroup* group) : previous_(t_blocking_group) {
+  t_blocking_group = group;
+}
+
+ProcessGroup::Blocking::~Blocking() { t_blocking_group = previous_; }
+
 ProcessGroup::~ProcessGroup() {
   bool unfinished;
   {
@@ -151,7 +160,7 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
                                           std::function<void(const OpCall&)> body) {
   auto state = std::make_shared<weft::internal::FutureState<void>>();
   auto work = std::make_shared<Work>(Future<void>(state));
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (!broken_.empty()) {
     throw GroupBroken("dist::" + std::string(op) + " on " + describe() +
                       ": the group is unusable after an earlier failure (" + broken_ +
@@ -159,22 +168,41 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
+  OpRun run{op, seq, timeout, std::move(signature), std::move(body)};
   ++outstanding_;
-  queue_->push([this, state, run = OpRun{op, seq, timeout, std::move(signature),
-                                          std::move(body)}] {
-    const std::exception_ptr error = run_op(run);
+  if (t_blocking_group == this && outstanding_ == 1) {
+    // A blocking call on an idle group runs right here: handing it to the queue thread and
+    // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
+    inline_running_ = true;
+    lock.unlock();
+    complete(*state, run_op(run), /*was_inline=*/true);
+    return work;
+  }
+  queue_->push([this, state, run = std::move(run)] {
     {
-      // Before completing the Work: its waiter may destroy the group right after.
-      std::lock_guard done_lock(mu_);
-      --outstanding_;
+      // Issued after an operation that runs on its caller's thread: keep issue order.
+      std::unique_lock wait_lock(mu_);
+      inline_done_.wait(wait_lock, [this] { return !inline_running_; });
     }
-    if (error) {
-      state->set_exception(error);
-    } else {
-      state->set_value();
-    }
+    complete(*state, run_op(run), /*was_inline=*/false);
   });
   return work;
+}
+
+void ProcessGroup::complete(weft::internal::FutureState<void>& state, std::exception_ptr error,
+                            bool was_inline) {
+  {
+    // Before completing the Work: its waiter may destroy the group right after.
+    std::lock_guard done_lock(mu_);
+    --outstanding_;
+    if (was_inline) inline_running_ = false;
+  }
+  if (was_inline) inline_done_.notify_all();
+  if (error) {
+    state.set_exception(error);
+  } else {
+    state.set_value();
+  }
 }
 
 // Runs one operation on the queue thread; returns its error, or nullptr on success.

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,6 +45,7 @@
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/transport/transport.h"
 #include "weft/dist/work.h"
+#include "weft/exec/internal/future_state.h"
 
 namespace weft::dist {
 
@@ -80,51 +82,51 @@ class ProcessGroup {
   Seconds timeout() const;
   void set_timeout(Seconds timeout);
 
-  void broadcast(Buffer buf, int src, OpOptions o = {}) { broadcast_async(buf, src, o)->wait(); }
+  void broadcast(Buffer buf, int src, OpOptions o = {}) { Blocking b(this); broadcast_async(buf, src, o)->wait(); }
   void all_reduce(Buffer buf, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    all_reduce_async(buf, op, o)->wait();
+    Blocking b(this); all_reduce_async(buf, op, o)->wait();
   }
   // Only `dst` receives the result in `buf`; other ranks' buffers are left as they were.
   void reduce(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    reduce_async(buf, dst, op, o)->wait();
+    Blocking b(this); reduce_async(buf, dst, op, o)->wait();
   }
   // out.count == size() * in.count; rank r's `in` lands at out[r * in.count]. `in` may be
   // that very slice of `out` (in place).
-  void all_gather(Buffer out, Buffer in, OpOptions o = {}) { all_gather_async(out, in, o)->wait(); }
+  void all_gather(Buffer out, Buffer in, OpOptions o = {}) { Blocking b(this); all_gather_async(out, in, o)->wait(); }
   // counts[r] elements from rank r, packed in rank order: counts[rank()] == in.count and
   // out.count == sum(counts).
   void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
                     OpOptions o = {}) {
-    all_gather_v_async(out, in, counts, o)->wait();
+    Blocking b(this); all_gather_v_async(out, in, counts, o)->wait();
   }
   // On `dst`, out.count == size() * in.count; elsewhere `out` is ignored (may be empty).
   void gather(Buffer out, Buffer in, int dst, OpOptions o = {}) {
-    gather_async(out, in, dst, o)->wait();
+    Blocking b(this); gather_async(out, in, dst, o)->wait();
   }
   // On `src`, in.count == size() * out.count; elsewhere `in` is ignored (may be empty).
   void scatter(Buffer out, Buffer in, int src, OpOptions o = {}) {
-    scatter_async(out, in, src, o)->wait();
+    Blocking b(this); scatter_async(out, in, src, o)->wait();
   }
   // in.count == size() * out.count; rank r receives the reduction of every rank's block r.
   void reduce_scatter(Buffer out, Buffer in, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    reduce_scatter_async(out, in, op, o)->wait();
+    Blocking b(this); reduce_scatter_async(out, in, op, o)->wait();
   }
   // in and out hold size() equal blocks; block j of `in` goes to rank j, and block i of
   // `out` comes from rank i. out may equal in.
-  void all_to_all(Buffer out, Buffer in, OpOptions o = {}) { all_to_all_async(out, in, o)->wait(); }
+  void all_to_all(Buffer out, Buffer in, OpOptions o = {}) { Blocking b(this); all_to_all_async(out, in, o)->wait(); }
   // As all_to_all with in_counts[j] elements for rank j and out_counts[i] from rank i.
   void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
                     const std::vector<std::size_t>& in_counts, OpOptions o = {}) {
-    all_to_all_v_async(out, out_counts, in, in_counts, o)->wait();
+    Blocking b(this); all_to_all_v_async(out, out_counts, in, in_counts, o)->wait();
   }
-  void barrier(OpOptions o = {}) { barrier_async(o)->wait(); }
+  void barrier(OpOptions o = {}) { Blocking b(this); barrier_async(o)->wait(); }
   // Point to point, matched by (source, tag) in order; 0 <= tag < 2^31. A send does not wait
   // for the matching recv.
   void send(Buffer buf, int dst, int tag = 0, OpOptions o = {}) {
-    send_async(buf, dst, tag, o)->wait();
+    Blocking b(this); send_async(buf, dst, tag, o)->wait();
   }
   void recv(Buffer buf, int src, int tag = 0, OpOptions o = {}) {
-    recv_async(buf, src, tag, o)->wait();
+    Blocking b(this); recv_async(buf, src, tag, o)->wait();
   }
   // Receives from whichever rank sends first with `tag`; returns its rank.
   int recv_any(Buffer buf, int tag = 0, OpOptions o = {});
@@ -160,6 +162,19 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
 
  private:
+  // Marks this thread as making a blocking call on `group` for the call's duration, so that
+  // issue() may run the operation on this thread (defined in process_group.cc).
+  class Blocking {
+   public:
+    explicit Blocking(const ProcessGroup* group);
+    ~Blocking();
+    Blocking(const Blocking&) = delete;
+    Blocking& operator=(const Blocking&) = delete;
+
+   private:
+    const ProcessGroup* previous_;
+  };
+
   struct OpCall;
   struct OpRun {
     const char* op;
@@ -169,6 +184,8 @@ class ProcessGroup {
     std::function<void(const OpCall&)> body;
   };
   std::exception_ptr run_op(const OpRun& run);
+  void complete(weft::internal::FutureState<void>& state, std::exception_ptr error,
+                bool was_inline);
   // Queues `body`; collectives carry the signature debug mode compares across ranks.
   std::shared_ptr<Work> issue(const char* op, OpOptions options,
                               std::optional<internal::CallSignature> signature,
@@ -199,6 +216,8 @@ class ProcessGroup {
   std::uint32_t subgroups_ = 0;  // group creations so far
   std::string broken_;           // why the group is unusable; empty while it is fine
   int outstanding_ = 0;          // operations issued and not yet completed
+  bool inline_running_ = false;  // an operation runs on its caller's thread
+  std::condition_variable inline_done_;
   std::unique_ptr<internal::OpQueue> queue_;
 };
 
