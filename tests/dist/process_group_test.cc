@@ -80,12 +80,15 @@ TEST(ProcessGroupTest, SendRecvAndRecvAny) {
       EXPECT_THAT(a, testing::Each(7.0));
       EXPECT_THAT(b, testing::Each(8.0));
       std::set<int> sources;
-      for (int i = 0; i < 2; ++i) {
-        std::vector<int> any(1);
-        const int src = pg.recv_any(any, /*tag=*/9);
-        EXPECT_EQ(any[0], 100 + src);  // the message really came from `src`
-        sources.insert(src);
-      }
+      std::vector<int> any(1);
+      const int src = pg.recv_any(any, /*tag=*/9);
+      EXPECT_EQ(any[0], 100 + src);  // the message really came from `src`
+      sources.insert(src);
+      std::vector<int> any2(1);
+      auto work = pg.recv_any_async(any2, /*tag=*/9);
+      work->wait();
+      EXPECT_EQ(any2[0], 100 + work->source_rank());
+      sources.insert(work->source_rank());
       EXPECT_EQ(sources, (std::set<int>{1, 2}));
     } else {
       if (pg.rank() == 1) {

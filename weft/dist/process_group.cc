@@ -471,16 +471,25 @@ std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpO
   });
 }
 
-int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
+std::shared_ptr<Work> ProcessGroup::recv_any_async(Buffer buf, int tag, OpOptions o) {
+  check_fits("recv_any", {buf});
   check_tag("recv_any", tag);
   const Tag t = p2p_tag(id_, tag);
   auto source = std::make_shared<int>(-1);
-  issue("recv_any", o, std::nullopt, [this, buf, t, source](const OpCall& c) {
+  auto work = issue("recv_any", o, std::nullopt, [this, buf, t, source](const OpCall& c) {
     const int global = transport_->recv_any(t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
     const auto it = std::find(members_.begin(), members_.end(), global);
     *source = static_cast<int>(it - members_.begin());
-  })->wait();
-  return *source;
+  });
+  work->source_ = std::move(source);  // before anyone else holds the Work
+  return work;
+}
+
+int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
+  Blocking b(this);
+  auto work = recv_any_async(buf, tag, o);
+  work->wait();
+  return work->source_rank();
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(std::vector<int> group_ranks,

@@ -151,6 +151,8 @@ class ProcessGroup {
   std::shared_ptr<Work> barrier_async(OpOptions o = {});
   std::shared_ptr<Work> send_async(Buffer buf, int dst, int tag = 0, OpOptions o = {});
   std::shared_ptr<Work> recv_async(Buffer buf, int src, int tag = 0, OpOptions o = {});
+  // The sender is Work::source_rank() once the Work completes.
+  std::shared_ptr<Work> recv_any_async(Buffer buf, int tag = 0, OpOptions o = {});
 
   // A subgroup of this group's `ranks` (in this group's numbering, in the order given).
   // Collective over this group: every rank calls it, in the same order as other group

@@ -25,9 +25,14 @@ class Work {
   bool is_completed() const { return done_.done(); }
   // The operation's error once completed, nullptr if it succeeded or is still running.
   std::exception_ptr exception() const;
+  // For recv_any_async: the rank the message came from, once completed; -1 before that, on
+  // failure, and for every other operation.
+  int source_rank() const { return done_.done() && source_ && !exception() ? *source_ : -1; }
 
  private:
+  friend class ProcessGroup;
   Future<void> done_;
+  std::shared_ptr<const int> source_;  // written by the operation before it completes
 };
 
 }  // namespace weft::dist
