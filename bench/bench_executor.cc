@@ -280,11 +280,13 @@ BENCHMARK(BM_Latency_MutexCv)->Unit(benchmark::kMicrosecond)->UseRealTime();
 // 3. weft's map: 1,000,000 ints, results read back in order and summed.
 // ---------------------------------------------------------------------------------------
 
-void BM_Map_Weft(benchmark::State& state) {
+// pool.map over kMapInputs ints at chunksize range(0), results summed in order; both pools.
+template <class Pool>
+void map_benchmark(benchmark::State& state) {
   const auto chunksize = static_cast<std::size_t>(state.range(0));
   std::vector<int> inputs(static_cast<std::size_t>(kMapInputs));
   std::iota(inputs.begin(), inputs.end(), 0);
-  weft::ThreadPoolExecutor pool(kWorkers);
+  Pool pool(kWorkers);
   for (auto _ : state) {
     const auto results = pool.map(
         identity, inputs, weft::MapOptions{.timeout = std::nullopt, .chunksize = chunksize});
@@ -294,6 +296,8 @@ void BM_Map_Weft(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * kMapInputs);
 }
+
+void BM_Map_Weft(benchmark::State& state) { map_benchmark<weft::ThreadPoolExecutor>(state); }
 
 BENCHMARK(BM_Map_Weft)
     ->ArgName("chunksize")
@@ -336,18 +340,7 @@ void BM_ProcessPool_Throughput(benchmark::State& state) {
 }
 
 void BM_ProcessPool_Map(benchmark::State& state) {
-  const auto chunksize = static_cast<std::size_t>(state.range(0));
-  std::vector<int> inputs(static_cast<std::size_t>(kMapInputs));
-  std::iota(inputs.begin(), inputs.end(), 0);
-  weft::ProcessPoolExecutor pool(kWorkers);
-  for (auto _ : state) {
-    const auto results = pool.map(
-        identity, inputs, weft::MapOptions{.timeout = std::nullopt, .chunksize = chunksize});
-    std::int64_t sum = 0;
-    for (int r : results) sum += r;
-    check_sum(state, sum, kMapInputs);
-  }
-  state.SetItemsProcessed(state.iterations() * kMapInputs);
+  map_benchmark<weft::ProcessPoolExecutor>(state);
 }
 
 BENCHMARK(BM_ProcessPool_Latency)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -7,11 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <mutex>
-#include <set>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "weft/dist.h"
@@ -193,16 +194,17 @@ TEST(ProcessGroupTest, SplitAndNewGroupOfTheSameRanksStayApart) {
 // buffer, and the others are told at once instead of waiting for their timeout.
 TEST(ProcessGroupTest, GroupDestroyedWithQueuedWorkAbortsPeers) {
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(run_threads(3, [](ProcessGroup& pg) {
-                 std::vector<int> v(10, 1);
-                 if (pg.rank() == 1) {
-                   pg.barrier_async();
-                   pg.all_reduce_async(v);  // queued behind it, never waited for
-                   throw std::runtime_error("rank 1 gives up");
-                 }
-                 pg.all_reduce(v);
-                 pg.all_reduce(v);
-               }),
+  EXPECT_THROW(run_threads(3,
+                           [](ProcessGroup& pg) {
+                             std::vector<int> v(10, 1);
+                             if (pg.rank() == 1) {
+                               pg.barrier_async();
+                               pg.all_reduce_async(v);  // queued behind it, never waited for
+                               throw std::runtime_error("rank 1 gives up");
+                             }
+                             pg.all_reduce(v);
+                             pg.all_reduce(v);
+                           }),
                std::runtime_error);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
@@ -297,31 +299,40 @@ TEST(ProcessGroupTest, FailingRankUnblocksTheOthersAndIsRethrown) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
+// Runs `fn(transport, members, rank)` on n threads over one ThreadHub: the algorithms
+// alone, without ProcessGroup.
+void on_thread_transports(int n,
+                          const std::function<void(Transport&, const std::vector<int>&, int)>& fn) {
+  auto hub = std::make_shared<ThreadHub>(n);
+  std::vector<int> members(static_cast<std::size_t>(n));
+  std::iota(members.begin(), members.end(), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadTransport t(hub, r);
+      fn(t, members, r);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
 // Every algorithm's all-reduce against gather-reduce-broadcast, on random integers (exact,
 // so the comparison is bitwise) and sizes around the ring threshold.
 TEST(AlgorithmsTest, AllReduceMatchesReference) {
   for (int n : {2, 3, 5, 7}) {
-    auto hub = std::make_shared<ThreadHub>(n);
-    std::vector<int> members(static_cast<std::size_t>(n));
-    std::iota(members.begin(), members.end(), 0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        ThreadTransport t(hub, r);
-        std::mt19937 rng(static_cast<unsigned>(r + 1));
-        for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
-          std::vector<std::int32_t> a(count);
-          for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
-          std::vector<std::int32_t> b = a;
-          const Deadline d = Deadline::after(Seconds(30));
-          algorithms::all_reduce(Comm{t, members, r, Tag{1} << 32, d}, Buffer(a), ReduceOp::kSum);
-          algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(b),
-                                           ReduceOp::kSum);
-          EXPECT_EQ(a, b) << "n " << n << " count " << count;
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    on_thread_transports(n, [n](Transport& t, const std::vector<int>& members, int r) {
+      std::mt19937 rng(static_cast<unsigned>(r + 1));
+      for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
+        std::vector<std::int32_t> a(count);
+        for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
+        std::vector<std::int32_t> b = a;
+        const Deadline d = Deadline::after(Seconds(30));
+        algorithms::all_reduce(Comm{t, members, r, Tag{1} << 32, d}, Buffer(a), ReduceOp::kSum);
+        algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(b),
+                                         ReduceOp::kSum);
+        EXPECT_EQ(a, b) << "n " << n << " count " << count;
+      }
+    });
   }
 }
 
@@ -329,47 +340,42 @@ TEST(AlgorithmsTest, AllReduceMatchesReference) {
 // forms built on the reference all-reduce: random integers, bitwise, roots other than 0.
 TEST(AlgorithmsTest, RingAndTreeAlgorithmsMatchNaiveForms) {
   for (int n : {1, 2, 3, 6}) {
-    auto hub = std::make_shared<ThreadHub>(n);
-    std::vector<int> members(static_cast<std::size_t>(n));
-    std::iota(members.begin(), members.end(), 0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        ThreadTransport t(hub, r);
-        const Deadline d = Deadline::after(Seconds(30));
-        Tag tag = Tag{1} << 32;
-        const auto comm = [&] { return Comm{t, members, r, tag += 4096, d}; };
-        std::mt19937 rng(static_cast<unsigned>(r + 7));
-        for (std::size_t block : {0u, 1u, 5u, 3000u}) {
-          const auto un = static_cast<std::size_t>(n);
-          std::vector<std::int64_t> in(block * un);
-          for (auto& x : in) x = static_cast<std::int64_t>(rng() % 100);
-          // reduce_scatter == my block of all_reduce(in)
-          std::vector<std::int64_t> rs(block);
-          algorithms::reduce_scatter(comm(), Buffer(rs), Buffer(in), ReduceOp::kSum);
-          std::vector<std::int64_t> full = in;
-          algorithms::reference_all_reduce(comm(), Buffer(full), ReduceOp::kSum);
-          EXPECT_TRUE(std::equal(rs.begin(), rs.end(), full.begin() + static_cast<long>(block * static_cast<std::size_t>(r))));
-          // all_gather == all_reduce of a buffer that is zero outside my block
-          std::vector<std::int64_t> mine(in.begin(), in.begin() + static_cast<long>(block));
-          std::vector<std::int64_t> gathered(block * un);
-          algorithms::all_gather_v(comm(), Buffer(gathered), Buffer(mine),
-                                   std::vector<std::size_t>(un, block));
-          std::vector<std::int64_t> sparse(block * un, 0);
-          std::copy(mine.begin(), mine.end(), sparse.begin() + static_cast<long>(block * static_cast<std::size_t>(r)));
-          algorithms::reference_all_reduce(comm(), Buffer(sparse), ReduceOp::kSum);
-          EXPECT_EQ(gathered, sparse);
-          // broadcast from the last rank == all_reduce of a buffer only the root fills
-          const int root = n - 1;
-          std::vector<std::int64_t> b = r == root ? mine : std::vector<std::int64_t>(block, 0);
-          std::vector<std::int64_t> want = b;
-          algorithms::broadcast(comm(), Buffer(b), root);
-          algorithms::reference_all_reduce(comm(), Buffer(want), ReduceOp::kSum);
-          EXPECT_EQ(b, want) << "n " << n << " block " << block;
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    on_thread_transports(n, [n](Transport& t, const std::vector<int>& members, int r) {
+      const Deadline d = Deadline::after(Seconds(30));
+      Tag tag = Tag{1} << 32;
+      const auto comm = [&] { return Comm{t, members, r, tag += 4096, d}; };
+      std::mt19937 rng(static_cast<unsigned>(r + 7));
+      for (std::size_t block : {0u, 1u, 5u, 3000u}) {
+        const auto un = static_cast<std::size_t>(n);
+        std::vector<std::int64_t> in(block * un);
+        for (auto& x : in) x = static_cast<std::int64_t>(rng() % 100);
+        // reduce_scatter == my block of all_reduce(in)
+        std::vector<std::int64_t> rs(block);
+        algorithms::reduce_scatter(comm(), Buffer(rs), Buffer(in), ReduceOp::kSum);
+        std::vector<std::int64_t> full = in;
+        algorithms::reference_all_reduce(comm(), Buffer(full), ReduceOp::kSum);
+        EXPECT_TRUE(
+            std::equal(rs.begin(), rs.end(),
+                       full.begin() + static_cast<long>(block * static_cast<std::size_t>(r))));
+        // all_gather == all_reduce of a buffer that is zero outside my block
+        std::vector<std::int64_t> mine(in.begin(), in.begin() + static_cast<long>(block));
+        std::vector<std::int64_t> gathered(block * un);
+        algorithms::all_gather_v(comm(), Buffer(gathered), Buffer(mine),
+                                 std::vector<std::size_t>(un, block));
+        std::vector<std::int64_t> sparse(block * un, 0);
+        std::copy(mine.begin(), mine.end(),
+                  sparse.begin() + static_cast<long>(block * static_cast<std::size_t>(r)));
+        algorithms::reference_all_reduce(comm(), Buffer(sparse), ReduceOp::kSum);
+        EXPECT_EQ(gathered, sparse);
+        // broadcast from the last rank == all_reduce of a buffer only the root fills
+        const int root = n - 1;
+        std::vector<std::int64_t> b = r == root ? mine : std::vector<std::int64_t>(block, 0);
+        std::vector<std::int64_t> want = b;
+        algorithms::broadcast(comm(), Buffer(b), root);
+        algorithms::reference_all_reduce(comm(), Buffer(want), ReduceOp::kSum);
+        EXPECT_EQ(b, want) << "n " << n << " block " << block;
+      }
+    });
   }
 }
 

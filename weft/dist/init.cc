@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <numeric>
 
 #include "weft/dist/backends/registry.h"
 #include "weft/store/file_store.h"
@@ -120,6 +121,16 @@ std::string this_host(const std::string& method) {
 }
 
 }  // namespace
+
+std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transport,
+                                               std::string backend_name,
+                                               const BackendContext& context) {
+  std::vector<int> members(static_cast<std::size_t>(context.world_size));
+  std::iota(members.begin(), members.end(), 0);
+  return std::make_shared<ProcessGroup>(std::move(transport), std::move(members),
+                                        std::move(backend_name),
+                                        GroupOptions{context.timeout, "world"});
+}
 
 void register_backend(const std::string& name, BackendFactory factory) {
   Registry& r = registry();

@@ -47,6 +47,12 @@ struct BackendContext {
 
 using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)>;
 
+// For backends: the world group (every rank of `transport`, in rank order) over a transport
+// the backend has connected.
+std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transport,
+                                               std::string backend_name,
+                                               const BackendContext& context);
+
 // Makes `name` available to init_process_group. The built-in backends (tcp; later shm and
 // mpi) are registered in weft/dist/backends/registry.cc. Thread-safe.
 void register_backend(const std::string& name, BackendFactory factory);

@@ -180,7 +180,8 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
   }
   queue_->push([this, state, run = std::move(run)] {
     {
-      // Issued after an operation that runs on its caller's thread: keep issue order.
+      // Issued after an operation that runs on its caller's thread: keep issue order. No
+      // deadline here because that operation has its own, which ends this wait too.
       std::unique_lock wait_lock(mu_);
       inline_done_.wait(wait_lock, [this] { return !inline_running_; });
     }

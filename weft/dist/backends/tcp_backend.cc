@@ -1,7 +1,5 @@
 #include "weft/dist/backends/tcp_backend.h"
 
-#include <numeric>
-
 #include "weft/dist/transport/tcp/tcp_transport.h"
 
 namespace weft::dist::internal {
@@ -11,12 +9,9 @@ std::shared_ptr<ProcessGroup> make_tcp_backend(const BackendContext& context) {
   options.listen_host = context.host;
   options.token = context.token;
   options.connect_timeout = context.timeout;
-  auto transport = std::make_shared<TcpTransport>(context.rank, context.world_size,
-                                                  context.store, options);
-  std::vector<int> members(static_cast<std::size_t>(context.world_size));
-  std::iota(members.begin(), members.end(), 0);
-  return std::make_shared<ProcessGroup>(std::move(transport), std::move(members), "tcp",
-                                        GroupOptions{context.timeout, "world"});
+  return make_world_group(
+      std::make_shared<TcpTransport>(context.rank, context.world_size, context.store, options),
+      "tcp", context);
 }
 
 }  // namespace weft::dist::internal
