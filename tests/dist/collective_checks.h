@@ -200,7 +200,64 @@ void all_checks(ProcessGroup& pg) {
   data_movement_ops<T>(pg);
 }
 
+// Large buffers (several chunks of the shm engine, slices of uneven length) whose values
+// differ at every index, so that a chunk or slice put in the wrong place is seen.
+template <class T>
+void large_checks(ProcessGroup& pg) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t count = 1'000'003;
+  auto value = [](int rank, std::size_t i) { return static_cast<T>(i + static_cast<std::size_t>(rank)); };
+  auto filled = [&](int rank, std::size_t len, std::size_t from = 0) {
+    std::vector<T> v(len);
+    for (std::size_t i = 0; i < len; ++i) v[i] = value(rank, from + i);
+    return v;
+  };
+  const T ranks_sum = static_cast<T>(n * (n - 1) / 2);
+  std::vector<T> summed(count);
+  for (std::size_t i = 0; i < count; ++i) summed[i] = static_cast<T>(static_cast<T>(n) * static_cast<T>(i) + ranks_sum);
+  const std::string what = std::string(dtype_name(dtype_of<T>())) + " large n " + std::to_string(n);
+
+  std::vector<T> v = filled(r, count);
+  pg.all_reduce(v);
+  expect_equal(v, summed, "all_reduce " + what);
+  v = filled(r, count);
+  pg.reduce(v, n - 1);
+  expect_equal(v, r == n - 1 ? summed : filled(r, count), "reduce " + what);
+  v = filled(r, count);
+  pg.broadcast(v, n - 1);
+  expect_equal(v, filled(n - 1, count), "broadcast " + what);
+
+  const std::size_t block = count / un;
+  std::vector<T> in = filled(r, block * un), out(block);
+  pg.reduce_scatter(out, in);
+  expect_equal(out, std::vector<T>(summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r)),
+                                   summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r + 1))),
+               "reduce_scatter " + what);
+
+  std::vector<T> gathered(block * un), want_gathered;
+  for (int k = 0; k < n; ++k) {
+    auto part = filled(k, block);
+    want_gathered.insert(want_gathered.end(), part.begin(), part.end());
+  }
+  std::vector<T> mine = filled(r, block);
+  pg.all_gather(gathered, mine);
+  expect_equal(gathered, want_gathered, "all_gather " + what);
+
+  // all_to_all: rank k sends filled(k, block, j * block) to rank j.
+  std::vector<T> a2a = filled(r, block * un), want_a2a;
+  for (int k = 0; k < n; ++k) {
+    auto part = filled(k, block, block * static_cast<std::size_t>(r));
+    want_a2a.insert(want_a2a.end(), part.begin(), part.end());
+  }
+  pg.all_to_all(a2a, a2a);
+  expect_equal(a2a, want_a2a, "all_to_all in place " + what);
+}
+
 inline void all_checks_every_dtype(ProcessGroup& pg) {
+  large_checks<float>(pg);
+  large_checks<std::int64_t>(pg);
   all_checks<float>(pg);
   all_checks<double>(pg);
   all_checks<Half>(pg);

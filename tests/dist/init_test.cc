@@ -71,7 +71,8 @@ TEST(InitTest, FileInitMethod) {
   ::rmdir(dir);
 }
 
-TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStore) {
+// With no backend named, ranks that find themselves on one host choose shm.
+TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStoreDefaultsToShm) {
   // A free port of our own (the harness's store sits on MASTER_PORT): bound, then released.
   const int port = net::Listener::bind("127.0.0.1", 0).port();
   const std::string method = "tcp://127.0.0.1:" + std::to_string(port);
@@ -79,7 +80,9 @@ TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStore) {
   const auto exits = weft::test::run_forked_ranks(4, [&](int rank) {
     ::unsetenv("WEFT_STORE_HOSTED");  // run by hand: rank 0 hosts the store itself
     ::unsetenv("WEFT_JOB_TOKEN");
+    ::unsetenv("WEFT_BACKEND");
     auto pg = init_process_group({.init_method = method, .rank = rank, .world_size = 4});
+    if (pg->backend_name() != "shm") return 2;
     std::vector<int> v{rank + 1};
     pg->all_reduce(v);
     return v[0] == 10 ? 0 : 1;

@@ -46,6 +46,7 @@ TEST_P(ValuesTest, AllCollectivesAsProcesses) {
     test::all_checks<float>(*pg);
     test::all_checks<BFloat16>(*pg);
     test::all_checks<std::int64_t>(*pg);
+    test::large_checks<float>(*pg);
     return testing::Test::HasFailure() ? 1 : 0;
   }));
   EXPECT_FALSE(shm_segments_left(backend, n));

@@ -1,6 +1,9 @@
 #include "weft/dist/init.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -13,7 +16,9 @@
 namespace weft::dist {
 namespace {
 
-constexpr const char* kDefaultBackend = "tcp";
+// With no backend named: shm when every rank runs on this host, else tcp.
+constexpr const char* kOneHostBackend = "shm";
+constexpr const char* kMultiHostBackend = "tcp";
 
 struct Registry {
   std::mutex mu;
@@ -120,6 +125,40 @@ std::string this_host(const std::string& method) {
                         "); set WEFT_HOST to the address other hosts reach this one at");
 }
 
+// Names this machine (and this boot of it): ranks with equal ids share /dev/shm.
+std::string machine_id() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return std::string(name) + "/" + boot;
+}
+
+// Every rank publishes its machine id and reads all others': one host or several.
+bool all_on_this_host(store::Store& store, int rank, int world_size, Seconds timeout) {
+  const std::string mine = machine_id();
+  store.set("host/" + std::to_string(rank), mine);
+  for (int r = 0; r < world_size; ++r) {
+    const std::string key = "host/" + std::to_string(r);
+    store.wait({key}, timeout);
+    if (store.get(key) != mine) return false;
+  }
+  return true;
+}
+
+BackendFactory find_backend(const std::string& backend) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  const auto it = r.factories.find(backend);
+  if (it == r.factories.end()) {
+    std::string known;
+    for (const auto& [name, f] : r.factories) known += (known.empty() ? "" : ", ") + name;
+    throw InvalidArgument("dist::init_process_group: unknown backend '" + backend +
+                          "'; registered backends: " + known);
+  }
+  return it->second;
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transport,
@@ -147,25 +186,13 @@ std::vector<std::string> registered_backends() {
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
-  const std::string backend = !options.backend.empty() ? options.backend
-                                                       : env("WEFT_BACKEND").value_or(kDefaultBackend);
+  std::string backend = !options.backend.empty() ? options.backend
+                                                 : env("WEFT_BACKEND").value_or("");
   if (backend == "thread") {
     throw InvalidArgument("dist::init_process_group: the thread backend runs ranks as threads of "
                           "one process; call weft::dist::run_threads(n, fn) instead");
   }
-  BackendFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mu);
-    const auto it = r.factories.find(backend);
-    if (it == r.factories.end()) {
-      std::string known;
-      for (const auto& [name, f] : r.factories) known += (known.empty() ? "" : ", ") + name;
-      throw InvalidArgument("dist::init_process_group: unknown backend '" + backend +
-                            "'; registered backends: " + known);
-    }
-    factory = it->second;
-  }
+  if (!backend.empty()) find_backend(backend);  // an unknown name fails before rendezvous
   const std::string hint = "run under weftrun, or set RANK and WORLD_SIZE";
   BackendContext context;
   context.rank = from_env_or(options.rank, "RANK", hint);
@@ -192,7 +219,12 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   auto base = make_store(method, context.rank, context.token, context.timeout);
   context.store = std::make_shared<store::PrefixStore>(
       "attempt" + env("WEFT_RESTART_COUNT").value_or("0"), base);
-  return factory(context);
+  if (backend.empty()) {
+    backend = all_on_this_host(*context.store, context.rank, context.world_size, context.timeout)
+                  ? kOneHostBackend
+                  : kMultiHostBackend;
+  }
+  return find_backend(backend)(context);
 }
 
 }  // namespace weft::dist

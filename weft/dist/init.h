@@ -20,7 +20,8 @@
 namespace weft::dist {
 
 struct InitOptions {
-  std::string backend;        // empty: $WEFT_BACKEND, else the default, "tcp"
+  std::string backend;        // empty: $WEFT_BACKEND, else "shm" when every rank runs on
+                              // this host and "tcp" when the job spans hosts
   std::string init_method;    // empty: "env://"; also "tcp://host:port" and "file:///path"
   int rank = -1;              // -1: $RANK
   int world_size = -1;        // -1: $WORLD_SIZE
@@ -53,8 +54,8 @@ std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transp
                                                std::string backend_name,
                                                const BackendContext& context);
 
-// Makes `name` available to init_process_group. The built-in backends (tcp; later shm and
-// mpi) are registered in weft/dist/backends/registry.cc. Thread-safe.
+// Makes `name` available to init_process_group. The built-in backends (shm, tcp) are
+// registered in weft/dist/backends/registry.cc. Thread-safe.
 void register_backend(const std::string& name, BackendFactory factory);
 std::vector<std::string> registered_backends();
 

@@ -115,6 +115,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int
                           " is not among the group's members");
   }
   rank_ = static_cast<int>(it - members_.begin());
+  std::vector<int> all_ranks(static_cast<std::size_t>(transport_->size()));
+  std::iota(all_ranks.begin(), all_ranks.end(), 0);
+  if (members_ == all_ranks) direct_ = transport_->take_direct_collectives();
 }
 
 ProcessGroup::Blocking::Blocking(const ProcessGroup* group) : previous_(t_blocking_group) {
@@ -329,16 +332,22 @@ std::shared_ptr<Work> ProcessGroup::broadcast_async(Buffer buf, int src, OpOptio
   check_fits("broadcast", {buf});
   check_root("broadcast", src);
   return issue("broadcast", o, Sig{"broadcast", buf.dtype, buf.count, src, {}},
-               [buf, src](const OpCall& c) { algorithms::broadcast(c.comm, buf, src); });
+               [buf, src, d = direct_.get()](const OpCall& c) {
+                 if (d != nullptr) return d->broadcast(buf, src, c.comm.deadline);
+                 algorithms::broadcast(c.comm, buf, src);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, OpOptions o) {
   check_fits("all_reduce", {buf});
   check_reduce("all_reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
-  return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op}, [buf, op, n](const OpCall& c) {
-    reducing(buf, buf, op, n, true,
-             [&](Buffer out, Buffer, ReduceOp r) { algorithms::all_reduce(c.comm, out, r); });
+  return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op},
+               [buf, op, n, d = direct_.get()](const OpCall& c) {
+    reducing(buf, buf, op, n, true, [&](Buffer out, Buffer, ReduceOp r) {
+      if (d != nullptr) return d->all_reduce(out, r, c.comm.deadline);
+      algorithms::all_reduce(c.comm, out, r);
+    });
   });
 }
 
@@ -348,9 +357,12 @@ std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp o
   check_reduce("reduce", buf, op);
   const auto n = static_cast<std::size_t>(size());
   const bool root = dst == rank_;
-  return issue("reduce", o, Sig{"reduce", buf.dtype, buf.count, dst, op}, [buf, dst, op, n, root](const OpCall& c) {
-    reducing(buf, buf, op, n, root,
-             [&](Buffer out, Buffer, ReduceOp r) { algorithms::reduce(c.comm, out, dst, r); });
+  return issue("reduce", o, Sig{"reduce", buf.dtype, buf.count, dst, op},
+               [buf, dst, op, n, root, d = direct_.get()](const OpCall& c) {
+    reducing(buf, buf, op, n, root, [&](Buffer out, Buffer, ReduceOp r) {
+      if (d != nullptr) return d->reduce(out, dst, r, c.comm.deadline);
+      algorithms::reduce(c.comm, out, dst, r);
+    });
   });
 }
 
@@ -359,7 +371,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOp
   check_same_dtype("all_gather", out, in);
   check_count("all_gather", "out", in.count * static_cast<std::size_t>(size()), out.count);
   std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
-  return issue("all_gather", o, Sig{"all_gather", in.dtype, in.count, -1, {}}, [out, in, counts](const OpCall& c) {
+  return issue("all_gather", o, Sig{"all_gather", in.dtype, in.count, -1, {}},
+               [out, in, counts, d = direct_.get()](const OpCall& c) {
+    if (d != nullptr) return d->all_gather(out, in, c.comm.deadline);
     algorithms::all_gather_v(c.comm, out, in, counts);
   });
 }
@@ -408,8 +422,10 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, 
   check_reduce("reduce_scatter", in, op);
   check_count("reduce_scatter", "in", out.count * static_cast<std::size_t>(size()), in.count);
   const auto n = static_cast<std::size_t>(size());
-  return issue("reduce_scatter", o, Sig{"reduce_scatter", out.dtype, out.count, -1, op}, [out, in, op, n](const OpCall& c) {
+  return issue("reduce_scatter", o, Sig{"reduce_scatter", out.dtype, out.count, -1, op},
+               [out, in, op, n, d = direct_.get()](const OpCall& c) {
     reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
+      if (d != nullptr) return d->reduce_scatter(wo, wi, r, c.comm.deadline);
       algorithms::reduce_scatter(c.comm, wo, wi, r);
     });
   });
@@ -425,7 +441,9 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOp
                               " elements, not divisible by the group size " + std::to_string(n));
   }
   std::vector<std::size_t> counts(n, in.count / n);
-  return issue("all_to_all", o, Sig{"all_to_all", in.dtype, in.count, -1, {}}, [out, in, counts](const OpCall& c) {
+  return issue("all_to_all", o, Sig{"all_to_all", in.dtype, in.count, -1, {}},
+               [out, in, counts, d = direct_.get()](const OpCall& c) {
+    if (d != nullptr) return d->all_to_all(out, in, c.comm.deadline);
     algorithms::all_to_all_v(c.comm, out, counts, in, counts);
   });
 }
@@ -447,7 +465,11 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
-  return issue("barrier", o, Sig{"barrier", DType::kUInt8, 0, -1, {}}, [](const OpCall& c) { algorithms::barrier(c.comm); });
+  return issue("barrier", o, Sig{"barrier", DType::kUInt8, 0, -1, {}},
+               [d = direct_.get()](const OpCall& c) {
+                 if (d != nullptr) return d->barrier(c.comm.deadline);
+                 algorithms::barrier(c.comm);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpOptions o) {

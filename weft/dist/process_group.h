@@ -221,6 +221,8 @@ class ProcessGroup {
   bool inline_running_ = false;  // an operation runs on its caller's thread
   std::condition_variable inline_done_;
   std::unique_ptr<internal::OpQueue> queue_;
+  // The transport's own collectives for the group of all its ranks (shm), else nullptr.
+  std::unique_ptr<DirectCollectives> direct_;
 };
 
 }  // namespace weft::dist

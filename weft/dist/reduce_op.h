@@ -27,6 +27,9 @@ bool is_bitwise(ReduceOp op);
 // finish_average). Float16 and bfloat16 are not reduced here: the collectives widen them to
 // float32 first so that partial sums are kept in float32.
 void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op);
+// out[i] = a[i] (op) b[i]; out may be a or b (element for element), not overlap otherwise.
+void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
+                 ReduceOp op);
 
 // acc[i] /= n, for kAvg after the sum.
 void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n);

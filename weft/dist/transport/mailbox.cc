@@ -94,4 +94,9 @@ void Mailbox::abort(const std::string& reason) {
   cv_.notify_all();
 }
 
+std::string Mailbox::abort_reason() {
+  std::lock_guard lock(mu_);
+  return abort_reason_;
+}
+
 }  // namespace weft::dist

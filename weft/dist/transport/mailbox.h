@@ -27,6 +27,8 @@ class Mailbox {
   void fail_peer(int from, const std::string& reason);
   // Every pending and later receive fails with PeerError(reason). The first reason stays.
   void abort(const std::string& reason);
+  // Why the mailbox was aborted; empty if it was not.
+  std::string abort_reason();
 
  private:
   using Queue = std::deque<std::vector<std::byte>>;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "weft/base/deadline.h"
 #include "weft/dist/errors.h"
+#include "weft/dist/transport/direct_collectives.h"
 
 namespace weft::dist {
 
@@ -58,6 +60,10 @@ class Transport {
                                                       const std::vector<int>& /*ranks*/) {
     return std::nullopt;
   }
+
+  // Collectives over all of this transport's ranks that bypass send/recv, for the group of
+  // all ranks in rank order; handed out once (later calls get nullptr). nullptr by default.
+  virtual std::unique_ptr<DirectCollectives> take_direct_collectives() { return nullptr; }
 
   // The largest message send() takes; ProcessGroup rejects larger buffers up front.
   virtual std::size_t max_message_bytes() const { return static_cast<std::size_t>(-1); }

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "weft/dist/transport/shm/shm_collectives.h"
+
 namespace weft::dist {
 namespace shm {
 
@@ -98,7 +100,8 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
       options_(options),
       store_(std::move(store)),
       segment_bytes_(sizeof(Control) +
-                     static_cast<std::size_t>(world_size) * ring_stride(options.ring_bytes)),
+                     static_cast<std::size_t>(world_size) * ring_stride(options.ring_bytes) +
+                     shm::Collectives::region_bytes()),
       dead_(static_cast<std::size_t>(world_size)) {
   const auto n = static_cast<std::size_t>(world_size);
   segments_.resize(n);
@@ -127,6 +130,8 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
     send_mu_.push_back(std::make_unique<std::mutex>());
     inbound_.push_back(std::make_unique<Inbound>());
   }
+  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_,
+                                                    [this](int peer) { check_peer(peer); });
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -148,6 +153,36 @@ Ring& ShmTransport::ring(int to, int from) const {
 
 std::byte* ShmTransport::ring_data(int to, int from) const {
   return reinterpret_cast<std::byte*>(&ring(to, from)) + sizeof(Ring);
+}
+
+// The collective engine's region, after the rings.
+std::byte* ShmTransport::collective_region(int rank) const {
+  return reinterpret_cast<std::byte*>(&ring(rank, 0)) +
+         static_cast<std::size_t>(world_size_) * ring_stride(options_.ring_bytes);
+}
+
+std::vector<std::byte*> ShmTransport::collective_regions() const {
+  std::vector<std::byte*> regions;
+  for (int r = 0; r < world_size_; ++r) regions.push_back(collective_region(r));
+  return regions;
+}
+
+std::unique_ptr<DirectCollectives> ShmTransport::take_direct_collectives() {
+  return std::move(collectives_);
+}
+
+void ShmTransport::check_peer(int peer) {
+  if (aborted_.load()) throw PeerError(mailbox_.abort_reason());
+  if (dead_[static_cast<std::size_t>(peer)].load()) {
+    throw PeerError("rank " + std::to_string(peer) + " (pid " + std::to_string(control(peer).pid) +
+                    ") died (crashed or was killed)");
+  }
+}
+
+// After the mailbox holds the reason: wakes this rank's collective waiters to read it.
+void ShmTransport::mark_aborted() {
+  aborted_.store(true);
+  shm::Collectives::wake_all(collective_regions());
 }
 
 void ShmTransport::ring_doorbell(int rank) {
@@ -233,6 +268,7 @@ int ShmTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline)
 
 void ShmTransport::abort(const std::string& reason) {
   mailbox_.abort(reason);
+  mark_aborted();
   const Deadline soon = Deadline::after(Seconds(1));
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_ || dead_[static_cast<std::size_t>(p)].load()) continue;
@@ -295,6 +331,7 @@ bool ShmTransport::drain(int from, Inbound& in) {
       if (in.header.tag == shm::kAbortTag) {
         mailbox_.abort(std::string(reinterpret_cast<const char*>(in.payload.data()),
                                    in.payload.size()));
+        mark_aborted();
       } else {
         mailbox_.deliver(from, in.header.tag, std::move(in.payload));
       }
@@ -310,6 +347,7 @@ void ShmTransport::check_peers() {
       dead_[static_cast<std::size_t>(p)].store(true);
       mailbox_.fail_peer(p, "rank " + std::to_string(p) + " (pid " +
                                 std::to_string(control(p).pid) + ") died (crashed or was killed)");
+      shm::Collectives::wake_all(collective_regions());
     }
   }
 }

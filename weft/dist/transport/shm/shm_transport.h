@@ -5,9 +5,9 @@
 // a short spin, then a futex on the rank's doorbell word. A peer that dies is noticed within
 // about 100 ms (its /proc entry) and fails receives from it with PeerError.
 //
-// This is the correct, simple shared-memory path (one copy in, one copy out); the fast paths
-// the shm issue asks for (single-copy reduce-scatter, cache-line slots for tiny messages)
-// build on its segments. Layout: docs/COLLECTIVES.md.
+// The rings carry point-to-point messages and the collectives of subgroups. The group of all
+// ranks runs its collectives on the engine in shm_collectives.h instead, over a region of the
+// same segments (take_direct_collectives). Layout: docs/COLLECTIVES.md.
 #pragma once
 
 #include <atomic>
@@ -48,6 +48,8 @@ class ShmTransport final : public Transport {
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
+  // The engine over every rank's collective region; the first caller gets it.
+  std::unique_ptr<DirectCollectives> take_direct_collectives() override;
 
  private:
   struct Inbound;  // the drain thread's state for one ring
@@ -59,6 +61,11 @@ class ShmTransport final : public Transport {
   // Waits until `rank`'s doorbell moves past `seen`, `deadline`, or about 100 ms.
   void wait_doorbell(int rank, std::uint32_t seen, Deadline deadline);
   bool peer_alive(int peer) const;
+  std::byte* collective_region(int rank) const;
+  std::vector<std::byte*> collective_regions() const;
+  // Throws PeerError if the job aborted or `peer` died: the engine's waits call it.
+  void check_peer(int peer);
+  void mark_aborted();
   void write_message(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline);
   void drain_loop();
   bool drain(int from, Inbound& in);
@@ -75,6 +82,8 @@ class ShmTransport final : public Transport {
   std::vector<std::atomic<bool>> dead_;
   Mailbox mailbox_;
   std::atomic<bool> closing_{false};
+  std::atomic<bool> aborted_{false};
+  std::unique_ptr<DirectCollectives> collectives_;
   std::thread drainer_;
 };
 

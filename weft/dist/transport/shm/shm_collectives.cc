@@ -1,0 +1,347 @@
+#include "weft/dist/transport/shm/shm_collectives.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "weft/dist/transport/transport.h"
+
+namespace weft::dist::shm {
+
+// The first cache line of a region: the last step its rank published, and how many threads
+// (of any rank) sleep waiting for it to move.
+struct alignas(64) Collectives::Line {
+  std::atomic<std::uint32_t> published;
+  std::atomic<std::uint32_t> waiters;
+};
+
+namespace {
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+// All-reduce of at most this many bytes runs in one step: every rank reads every rank's
+// whole buffer. Above it, each rank reduces one slice (two steps per chunk). Measured: see
+// docs/COLLECTIVES.md.
+constexpr std::size_t kOneStepAllReduceMax = std::size_t{16} << 10;
+// Waiting: checks of the flag before yielding (when every rank has a core of its own), then
+// how long to keep yielding before sleeping on the futex. Measured (docs/COLLECTIVES.md):
+// spinning only helps while the peer runs on another core; with more ranks than cores it
+// steals the core from the rank being waited for, so oversubscribed ranks yield at once.
+// Sleeping costs about 25 us per wake-up, so ranks yield for a while before they sleep.
+constexpr int kSpinChecks = 100;
+constexpr auto kYieldFor = std::chrono::milliseconds(1);
+constexpr auto kSleepSlice = std::chrono::milliseconds(100);
+constexpr std::size_t kReduceBlockBytes = 4096;
+
+bool reached(std::uint32_t published, std::uint32_t step) {
+  return static_cast<std::int32_t>(published - step) >= 0;  // wraps after 2^31 steps
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Futexes on shared memory: not the _PRIVATE variants.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, Clock::duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec rel{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &rel, nullptr,
+            0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
+}  // namespace
+
+std::size_t Collectives::region_bytes() { return sizeof(Line) + kSlots * kSlotBytes; }
+
+void Collectives::wake_all(const std::vector<std::byte*>& regions) {
+  for (std::byte* region : regions) {
+    if (region != nullptr) futex_wake(reinterpret_cast<Line*>(region)->published);
+  }
+}
+
+Collectives::Collectives(std::vector<std::byte*> regions, int rank,
+                         std::function<void(int)> check_peer)
+    : regions_(std::move(regions)), rank_(rank), check_peer_(std::move(check_peer)) {
+  cpu_set_t cpus;
+  const bool oversubscribed = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+                              CPU_COUNT(&cpus) < size();
+  spin_checks_ = oversubscribed ? 0 : kSpinChecks;
+}
+
+Collectives::Line& Collectives::line(int rank) const {
+  return *reinterpret_cast<Line*>(regions_[static_cast<std::size_t>(rank)]);
+}
+
+std::byte* Collectives::stage(int rank, std::uint32_t step) const {
+  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotBytes;
+}
+
+std::byte* Collectives::begin_step(Deadline deadline) {
+  wait_all(step_ + 2 - kSlots, deadline);
+  ++step_;
+  return stage(rank_, step_);
+}
+
+void Collectives::publish() {
+  Line& mine = line(rank_);
+  // seq_cst on both sides (here and in wait_for): a sleeper counts itself before re-reading
+  // `published`, so either it sees the new step or we see it and wake it.
+  mine.published.store(step_, std::memory_order_seq_cst);
+  if (mine.waiters.load(std::memory_order_seq_cst) > 0) futex_wake(mine.published);
+}
+
+void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
+  Line& l = line(rank);
+  for (int i = 0; i < spin_checks_; ++i) {
+    if (reached(l.published.load(std::memory_order_acquire), step)) return;
+    cpu_relax();
+  }
+  const auto start = Clock::now();
+  for (;;) {
+    const std::uint32_t seen = l.published.load(std::memory_order_acquire);
+    if (reached(seen, step)) return;
+    check_peer_(rank);
+    if (deadline.expired()) {
+      throw PeerTimeout(rank, "rank " + std::to_string(rank) + " did not reach the collective");
+    }
+    if (Clock::now() - start < kYieldFor) {
+      ::sched_yield();
+      continue;
+    }
+    l.waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (l.published.load(std::memory_order_seq_cst) == seen) {
+      futex_wait(l.published, seen, std::min<Clock::duration>(deadline.remaining(), kSleepSlice));
+    }
+    l.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void Collectives::wait_all(std::uint32_t step, Deadline deadline) {
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank_) wait_for(r, step, deadline);
+  }
+}
+
+std::size_t Collectives::block_chunk(std::size_t element_bytes) const {
+  const std::size_t per_block = kSlotBytes / static_cast<std::size_t>(size());
+  const std::size_t aligned = per_block / 64 * 64;  // blocks start on cache lines
+  return std::max<std::size_t>(1, aligned / element_bytes);
+}
+
+// Block by block, so that a block written to `out` is still in L1 when it is copied to
+// `also_out`. `out` may be one of the sources; the first two are combined in one pass, and
+// when `out` is a later source the block is reduced in an L1 buffer first.
+void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
+                                       const std::function<const std::byte*(int)>& src,
+                                       std::size_t count, DType dtype, ReduceOp op) const {
+  alignas(64) std::byte scratch[kReduceBlockBytes];
+  const std::size_t esz = dtype_size(dtype);
+  const std::size_t per_block = kReduceBlockBytes / esz;
+  bool out_is_late_source = false;
+  for (int q = 2; q < size(); ++q) out_is_late_source |= src(q) == out;
+  for (std::size_t first = 0; first < count; first += per_block) {
+    const std::size_t n = std::min(per_block, count - first);
+    const std::size_t at = first * esz;
+    std::byte* acc = out_is_late_source ? scratch : out + at;
+    if (size() == 1) {
+      copy_bytes(acc, src(0) + at, n * esz);
+    } else {
+      reduce_pair(acc, src(0) + at, src(1) + at, n, dtype, op);
+    }
+    for (int q = 2; q < size(); ++q) reduce_into(acc, src(q) + at, n, dtype, op);
+    copy_bytes(out + at, acc, n * esz);
+    if (also_out != nullptr) std::memcpy(also_out + at, acc, n * esz);
+  }
+}
+
+void Collectives::barrier(Deadline deadline) {
+  begin_step(deadline);
+  publish();
+  wait_all(step_, deadline);
+}
+
+void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
+  const std::size_t total = buf.size_bytes();
+  for (std::size_t off = 0; off < total; off += kSlotBytes) {
+    const std::size_t len = std::min(kSlotBytes, total - off);
+    std::byte* mine = begin_step(deadline);
+    if (rank_ == root) std::memcpy(mine, buf.bytes() + off, len);
+    publish();
+    if (rank_ == root) continue;
+    wait_for(root, step_, deadline);
+    std::memcpy(buf.bytes() + off, stage(root, step_), len);
+  }
+}
+
+void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
+  const std::size_t esz = dtype_size(buf.dtype);
+  const std::size_t chunk = kSlotBytes / esz;
+  for (std::size_t first = 0; first < buf.count; first += chunk) {
+    const std::size_t count = std::min(chunk, buf.count - first);
+    std::byte* mine = begin_step(deadline);
+    std::memcpy(mine, buf.bytes() + first * esz, count * esz);
+    publish();
+    if (rank_ != root) continue;
+    wait_all(step_, deadline);
+    const std::uint32_t s = step_;
+    reduce_in_rank_order(buf.bytes() + first * esz, nullptr, [&](int q) { return stage(q, s); },
+                         count, buf.dtype, op);
+  }
+}
+
+void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
+  if (size() == 1 || buf.count == 0) return;
+  if (buf.size_bytes() <= kOneStepAllReduceMax) {
+    all_reduce_one_step(buf, op, deadline);
+  } else {
+    all_reduce_sliced(buf, op, deadline);
+  }
+}
+
+// Every rank publishes its whole buffer and reduces all of them: one step, n reads each.
+void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline) {
+  std::byte* mine = begin_step(deadline);
+  std::memcpy(mine, buf.data, buf.size_bytes());
+  publish();
+  wait_all(step_, deadline);
+  const std::uint32_t s = step_;
+  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return stage(q, s); }, buf.count,
+                       buf.dtype, op);
+}
+
+// Reduce-scatter then all-gather, chunk by chunk: rank r owns slice r. In the first step of
+// a chunk every rank stages its part of every other slice and rank r reduces its slice (its
+// own data plus the others' stages) into its next half; in the second step every rank
+// copies each reduced slice out of its owner's stage. Each element is read from memory
+// once and written once per rank; the stages stay in cache.
+void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) {
+  const std::size_t esz = dtype_size(buf.dtype);
+  const auto n = static_cast<std::size_t>(size());
+  const std::size_t slice = (buf.count + n - 1) / n;
+  const std::size_t chunk = block_chunk(esz);
+  struct Range {
+    std::size_t first, count;
+  };
+  for (std::size_t at = 0; at < slice; at += chunk) {
+    auto range = [&](int q) {
+      const std::size_t end = std::min(buf.count, (static_cast<std::size_t>(q) + 1) * slice);
+      const std::size_t first = std::min(end, static_cast<std::size_t>(q) * slice + at);
+      return Range{first, std::min(chunk, end - first)};
+    };
+    std::byte* mine = begin_step(deadline);
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank_) continue;
+      const Range r = range(q);
+      std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + r.first * esz,
+                  r.count * esz);
+    }
+    publish();
+    wait_all(step_, deadline);
+    const std::uint32_t s = step_;
+    const Range own = range(rank_);
+    // Into this rank's next half (free: every rank has published s) and its own buffer.
+    reduce_in_rank_order(
+        stage(rank_, s + 1), buf.bytes() + own.first * esz,
+        [&](int q) {
+          return q == rank_ ? buf.bytes() + own.first * esz
+                            : stage(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
+        },
+        own.count, buf.dtype, op);
+    begin_step(deadline);
+    publish();
+    wait_all(step_, deadline);
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank_) continue;
+      const Range r = range(q);
+      std::memcpy(buf.bytes() + r.first * esz, stage(q, step_), r.count * esz);
+    }
+  }
+}
+
+void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) {
+  const std::size_t esz = dtype_size(out.dtype);
+  const std::size_t chunk = block_chunk(esz);
+  const std::size_t block = out.count;
+  for (std::size_t at = 0; at < block; at += chunk) {
+    const std::size_t count = std::min(chunk, block - at);
+    auto input = [&](int q) {
+      return in.bytes() + (static_cast<std::size_t>(q) * block + at) * esz;
+    };
+    std::byte* mine = begin_step(deadline);
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_) std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
+    }
+    publish();
+    wait_all(step_, deadline);
+    const std::uint32_t s = step_;
+    // Block by block, so `out` may overlap this rank's block of `in`.
+    reduce_in_rank_order(
+        out.bytes() + at * esz, nullptr,
+        [&](int q) {
+          return q == rank_ ? input(q) : stage(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
+        },
+        count, out.dtype, op);
+  }
+}
+
+void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
+  const std::size_t block = in.size_bytes();
+  for (std::size_t off = 0; off < block; off += kSlotBytes) {
+    const std::size_t len = std::min(kSlotBytes, block - off);
+    std::byte* mine = begin_step(deadline);
+    std::memcpy(mine, in.bytes() + off, len);
+    publish();
+    wait_all(step_, deadline);
+    for (int q = 0; q < size(); ++q) {
+      std::byte* dst = out.bytes() + static_cast<std::size_t>(q) * block + off;
+      copy_bytes(dst, q == rank_ ? in.bytes() + off : stage(q, step_), len);
+    }
+  }
+}
+
+void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
+  const auto n = static_cast<std::size_t>(size());
+  const std::size_t esz = dtype_size(in.dtype);
+  const std::size_t block = in.count / n;
+  const std::size_t chunk = block_chunk(esz);
+  for (std::size_t at = 0; at < block; at += chunk) {
+    const std::size_t count = std::min(chunk, block - at);
+    auto offset = [&](int q) { return (static_cast<std::size_t>(q) * block + at) * esz; };
+    std::byte* mine = begin_step(deadline);
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_) {
+        std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
+                    count * esz);
+      }
+    }
+    publish();
+    wait_all(step_, deadline);
+    for (int q = 0; q < size(); ++q) {
+      const std::byte* src = q == rank_ ? in.bytes() + offset(q)
+                                        : stage(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;
+      copy_bytes(out.bytes() + offset(q), src, count * esz);
+    }
+  }
+}
+
+}  // namespace weft::dist::shm

@@ -1,0 +1,75 @@
+// The shm transport's collective engine (DirectCollectives): every rank owns a region of
+// its shared-memory segment holding one step line and a stage of two halves. A collective
+// is a sequence of steps; in step s each rank
+//   1. waits until every rank has published step s - 1 (so nobody still reads the half of
+//      its stage that step s reuses: a rank publishes s - 1 only after finishing s - 2),
+//   2. writes what the others need into stage half s % 2 and publishes s,
+//   3. waits for the ranks it reads from to publish s, and reads their halves directly.
+// Small messages are one step (a few cache-line transfers, no system call); large ones are
+// chunked through the stage so that chunks stay in cache while they cross between cores,
+// and reductions run in rank order (identical results everywhere). Waiting spins, then
+// yields, then sleeps on a futex (docs/COLLECTIVES.md has the layout, the algorithm table
+// and the measurements behind the constants).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "weft/dist/transport/direct_collectives.h"
+
+namespace weft::dist::shm {
+
+class Collectives final : public DirectCollectives {
+ public:
+  static constexpr std::size_t kSlots = 16;
+  static constexpr std::size_t kSlotBytes = (std::size_t{512} << 10) / kSlots;
+  // Bytes of shared memory one rank's region takes (64-byte aligned).
+  static std::size_t region_bytes();
+  // Wakes every sleeper on any of `regions` (each rank's), so that they re-check their peers:
+  // used when the job aborts.
+  static void wake_all(const std::vector<std::byte*>& regions);
+
+  // `regions[r]` is rank r's region, mapped here and zero-filled at creation.
+  // `check_peer(r)` throws PeerError if the job aborted or rank r died.
+  Collectives(std::vector<std::byte*> regions, int rank, std::function<void(int)> check_peer);
+
+  void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) override;
+  void broadcast(Buffer buf, int root, Deadline deadline) override;
+  void reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) override;
+  void all_gather(Buffer out, Buffer in, Deadline deadline) override;
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) override;
+  void all_to_all(Buffer out, Buffer in, Deadline deadline) override;
+  void barrier(Deadline deadline) override;
+
+ private:
+  struct Line;
+  int size() const { return static_cast<int>(regions_.size()); }
+  Line& line(int rank) const;
+  std::byte* stage(int rank, std::uint32_t step) const;
+  // Starts the next step: waits for the reuse condition and returns this rank's half.
+  std::byte* begin_step(Deadline deadline);
+  void publish();
+  // Until `rank` (every other rank) has published `step`.
+  void wait_for(int rank, std::uint32_t step, Deadline deadline);
+  void wait_all(std::uint32_t step, Deadline deadline);
+  // The per-block chunk (in elements) when every rank's stage half holds one per rank.
+  std::size_t block_chunk(std::size_t element_bytes) const;
+  // out = src(0) op src(1) op ... op src(n - 1) over `count` elements, also into `also_out`
+  // unless it is null. `out` may alias a source element for element.
+  void reduce_in_rank_order(std::byte* out, std::byte* also_out,
+                            const std::function<const std::byte*(int)>& src, std::size_t count,
+                            DType dtype, ReduceOp op) const;
+  void all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline);
+  void all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline);
+
+  std::vector<std::byte*> regions_;
+  int rank_;
+  std::function<void(int)> check_peer_;
+  int spin_checks_;          // 0 when there are more ranks than this process's cores
+  std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
+};
+
+}  // namespace weft::dist::shm
