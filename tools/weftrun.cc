@@ -76,6 +76,10 @@ void add_options(CLI::App& app, LaunchOptions& o, Flags& f) {
                                   "The job's shared secret, passed as WEFT_JOB_TOKEN. Default:\n"
                                   "$WEFT_JOB_TOKEN, else a random one (one node only). Prefer\n"
                                   "the variable: other users can read command lines (ps)");
+  app.add_option("--bind-to", o.bind_to,
+                 "core: each worker on a CPU of its own (as mpirun), when\n"
+                 "there are no more workers than CPUs; none: not bound\n"
+                 "(default none: measured faster, docs/LAUNCHER.md)");
   app.add_option("--stop-grace", f.stop_grace,
                  "Seconds that workers being stopped get between SIGTERM (or\n"
                  "the forwarded signal) and SIGKILL (default 5)");

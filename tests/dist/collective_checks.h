@@ -255,7 +255,41 @@ void large_checks(ProcessGroup& pg) {
   expect_equal(a2a, want_a2a, "all_to_all in place " + what);
 }
 
+// Async operations queued back to back, and a subgroup working while the world group does
+// (on shm the two take different paths: the step engine and the rings).
+inline void async_and_subgroup_checks(ProcessGroup& pg) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  std::vector<float> small{static_cast<float>(r)}, large(300'000, static_cast<float>(r + 1));
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> mine{r * 10};
+  auto w1 = pg.all_reduce_async(small);
+  auto w2 = pg.all_reduce_async(large, ReduceOp::kMax);
+  auto w3 = pg.all_gather_async(ids, mine);
+  w1->wait();
+  w2->wait();
+  w3->wait();
+  EXPECT_EQ(small[0], static_cast<float>(n * (n - 1) / 2));
+  EXPECT_EQ(large.front(), static_cast<float>(n));
+  EXPECT_EQ(large.back(), static_cast<float>(n));
+  for (int k = 0; k < n; ++k) EXPECT_EQ(ids[static_cast<std::size_t>(k)], k * 10);
+
+  auto half = pg.split(r % 2);
+  std::vector<float> world_sum(100'000, 1.0f);
+  auto world_work = pg.all_reduce_async(world_sum);
+  std::vector<float> sub_sum(50'000, static_cast<float>(r));
+  half->all_reduce(sub_sum);
+  world_work->wait();
+  float want_sub = 0;
+  for (int k = r % 2; k < n; k += 2) want_sub += static_cast<float>(k);
+  EXPECT_EQ(sub_sum.front(), want_sub);
+  EXPECT_EQ(sub_sum.back(), want_sub);
+  EXPECT_EQ(world_sum.back(), static_cast<float>(n));
+  pg.barrier();
+}
+
 inline void all_checks_every_dtype(ProcessGroup& pg) {
+  async_and_subgroup_checks(pg);
   large_checks<float>(pg);
   large_checks<std::int64_t>(pg);
   all_checks<float>(pg);

@@ -47,6 +47,7 @@ TEST_P(ValuesTest, AllCollectivesAsProcesses) {
     test::all_checks<BFloat16>(*pg);
     test::all_checks<std::int64_t>(*pg);
     test::large_checks<float>(*pg);
+    test::async_and_subgroup_checks(*pg);
     return testing::Test::HasFailure() ? 1 : 0;
   }));
   EXPECT_FALSE(shm_segments_left(backend, n));

@@ -12,8 +12,10 @@
 //   sleep             prints "ready pid=P" and sleeps
 //   ignore-term       ignores SIGTERM, prints "ready pid=P" and sleeps
 //   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none)
+//   cpus              prints how many CPUs it may run on (cpus=N) and the first (cpu=C)
 // Arguments after those are ignored: tests add a unique tag to find the processes later.
 #include <dirent.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -107,6 +109,17 @@ int list_fds() {
   return 0;
 }
 
+int print_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &set)) first = c;
+  }
+  std::printf("cpus=%d\ncpu=%d\n", CPU_COUNT(&set), first);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +156,7 @@ int main(int argc, char** argv) {
     sleep_forever();
   }
   if (mode == "fds") return list_fds();
+  if (mode == "cpus") return print_cpus();
   std::fprintf(stderr, "launch_test_worker: unknown mode '%s'\n", mode.c_str());
   return 64;
 }

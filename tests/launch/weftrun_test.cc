@@ -1,6 +1,7 @@
 // weftrun end to end: the real binary starting launch_test_worker processes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -265,12 +266,33 @@ TEST(WeftrunTest, WorkersInheritNoStrayDescriptors) {
               UnorderedElementsAre("[0] fds= none", "[1] fds= none", "[2] fds= none"));
 }
 
+// --bind-to core: one CPU per worker when there are enough, each a different one; none
+// bound by default, or when there are more workers than CPUs.
+TEST(WeftrunTest, BindsEachWorkerToACpuOfItsOwn) {
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int cpus = CPU_COUNT(&mine);
+  if (cpus < 2) GTEST_SKIP() << "needs 2 CPUs";
+  auto vars = variables(weftrun({"--nproc-per-node", "2", "--bind-to", "core", kWorker, "cpus"}).out);
+  EXPECT_EQ(vars[0]["cpus"], "1");
+  EXPECT_EQ(vars[1]["cpus"], "1");
+  EXPECT_NE(vars[0]["cpu"], vars[1]["cpu"]);
+  vars = variables(weftrun({"--nproc-per-node", "2", kWorker, "cpus"}).out);
+  EXPECT_EQ(vars[0]["cpus"], std::to_string(cpus));
+  vars = variables(weftrun({"--nproc-per-node", std::to_string(cpus + 1), "--bind-to", "core",
+                            kWorker, "cpus"}).out);
+  EXPECT_EQ(vars[0]["cpus"], std::to_string(cpus));
+  const Finished bad = weftrun({"--nproc-per-node", "1", "--bind-to", "socket", kWorker, "cpus"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--bind-to socket: use core"));
+}
+
 TEST(WeftrunTest, HelpExplainsEveryOption) {
   const Finished r = weftrun({"--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* option : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
                              "--master-port", "--max-restarts", "--backend", "--token",
-                             "--stop-grace", "PROGRAM", "ARGS"}) {
+                             "--stop-grace", "--bind-to", "PROGRAM", "ARGS"}) {
     EXPECT_THAT(r.out, HasSubstr(option));
   }
 }

@@ -28,6 +28,7 @@ struct LaunchOptions {
   std::string backend;                // --backend: empty leaves WEFT_BACKEND as inherited
   std::optional<std::string> token;   // --token: see resolve_job_token
   Seconds stop_grace{5.0};            // --stop-grace: SIGTERM..SIGKILL when stopping
+  std::string bind_to = "none";       // --bind-to: "none" or "core" (one CPU per worker)
   std::string program;                // PROGRAM: a path, or a name looked up in PATH
   std::vector<std::string> args;      // ARGS..., passed to PROGRAM untouched
 };
@@ -39,6 +40,9 @@ struct JobPlan {
   std::string bind_host;     // where node 0's store listens (127.0.0.1 for one node)
   bool hosts_store = false;  // this node (node 0) starts the store
   std::string token;
+  // CPU of each local rank (from this process's affinity mask) when binding applies: with
+  // --bind-to core and no more workers than CPUs. Empty: workers are not bound.
+  std::vector<int> cpus;
 };
 
 // Checks `options` and fills in the defaults; `env_token` is WEFT_JOB_TOKEN's value (or

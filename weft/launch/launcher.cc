@@ -39,7 +39,8 @@ internal::GroupSpec group_spec(const JobPlan& plan, int master_port, int restart
   internal::GroupSpec spec{.stop_grace = o.stop_grace};
   for (int local = 0; local < o.nproc_per_node; ++local) {
     const EnvVars vars = worker_variables(plan, master_port, local, restart_count);
-    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars)});
+    const int cpu = plan.cpus.empty() ? -1 : plan.cpus[static_cast<std::size_t>(local)];
+    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars), cpu});
     spec.ranks.push_back(o.node_rank * o.nproc_per_node + local);
   }
   return spec;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -51,6 +52,7 @@ struct ChildSetup {
   const sigset_t* mask;  // the mask to give back before execve
   pid_t parent;
   int stdin_fd, stdout_fd, stderr_fd, status_fd;
+  int cpu;
 };
 
 // Runs in the forked child: only async-signal-safe calls, nothing allocated.
@@ -61,6 +63,12 @@ struct ChildSetup {
   // A worker whose launcher is gone has nobody to read its output or stop it.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != s.parent) ::_exit(kExitExecFailed);  // the launcher died already
+  if (s.cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(s.cpu, &one);
+    ::sched_setaffinity(0, sizeof(one), &one);  // best effort: an unbound worker still runs
+  }
   if (::dup2(s.stdin_fd, 0) < 0 || ::dup2(s.stdout_fd, 1) < 0 || ::dup2(s.stderr_fd, 2) < 0) {
     ::_exit(kExitExecFailed);
   }
@@ -119,7 +127,7 @@ WorkerProcess::Started WorkerProcess::start(const SpawnRequest& request) {
   // The child restores old_mask, which fork_child fills before forking.
   const ChildSetup setup{request.path.c_str(), argv.data(), envp.data(), &old_mask,
                          ::getpid(), null_in.get(), out.write.get(), err.write.get(),
-                         status.write.get()};
+                         status.write.get(), request.cpu};
   const pid_t pid = fork_child(setup, &old_mask);
   if (pid < 0) {
     throw SystemError("fork a worker (raise ulimit -u or lower --nproc-per-node)", errno);

@@ -17,6 +17,7 @@ struct SpawnRequest {
   std::string path;               // the file to execute
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value"
+  int cpu = -1;                   // the CPU to bind the worker to; -1: not bound
 };
 
 class WorkerProcess {

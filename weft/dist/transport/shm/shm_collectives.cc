@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
+#include <utility>
 #include <cstring>
 #include <string>
 
@@ -30,6 +32,7 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 // whole buffer. Above it, each rank reduces one slice (two steps per chunk). Measured: see
 // docs/COLLECTIVES.md.
 constexpr std::size_t kOneStepAllReduceMax = std::size_t{16} << 10;
+static_assert(kOneStepAllReduceMax <= Collectives::kSlotBytes);
 // Waiting: checks of the flag before yielding (when every rank has a core of its own), then
 // how long to keep yielding before sleeping on the futex. Measured (docs/COLLECTIVES.md):
 // spinning only helps while the peer runs on another core; with more ranks than cores it
@@ -92,14 +95,17 @@ Collectives::Line& Collectives::line(int rank) const {
   return *reinterpret_cast<Line*>(regions_[static_cast<std::size_t>(rank)]);
 }
 
-std::byte* Collectives::stage(int rank, std::uint32_t step) const {
+std::byte* Collectives::slot(int rank, std::uint32_t step) const {
   return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotBytes;
 }
 
 std::byte* Collectives::begin_step(Deadline deadline) {
-  wait_all(step_ + 2 - kSlots, deadline);
+  // Step t reads slots t and t - 1 (the sliced all-reduce reads the previous step's
+  // reductions), and a rank publishes t + 1 only after its reads of step t: so slot s may be
+  // rewritten once every rank has published s + 1 - kSlots + 1.
+  wait_all(step_ + 3 - kSlots, deadline);
   ++step_;
-  return stage(rank_, step_);
+  return slot(rank_, step_);
 }
 
 void Collectives::publish() {
@@ -189,7 +195,7 @@ void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
     publish();
     if (rank_ == root) continue;
     wait_for(root, step_, deadline);
-    std::memcpy(buf.bytes() + off, stage(root, step_), len);
+    std::memcpy(buf.bytes() + off, slot(root, step_), len);
   }
 }
 
@@ -204,7 +210,7 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
     if (rank_ != root) continue;
     wait_all(step_, deadline);
     const std::uint32_t s = step_;
-    reduce_in_rank_order(buf.bytes() + first * esz, nullptr, [&](int q) { return stage(q, s); },
+    reduce_in_rank_order(buf.bytes() + first * esz, nullptr, [&](int q) { return slot(q, s); },
                          count, buf.dtype, op);
   }
 }
@@ -225,56 +231,56 @@ void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline
   publish();
   wait_all(step_, deadline);
   const std::uint32_t s = step_;
-  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return stage(q, s); }, buf.count,
+  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return slot(q, s); }, buf.count,
                        buf.dtype, op);
 }
 
-// Reduce-scatter then all-gather, chunk by chunk: rank r owns slice r. In the first step of
-// a chunk every rank stages its part of every other slice and rank r reduces its slice (its
-// own data plus the others' stages) into its next half; in the second step every rank
-// copies each reduced slice out of its owner's stage. Each element is read from memory
-// once and written once per rank; the stages stay in cache.
+// Reduce-scatter then all-gather, chunk by chunk, one step per chunk: rank r owns slice r.
+// In step k every rank stages its part of every other slice (chunk k) in its slot and
+// publishes; then it copies the others' reduced chunk k - 1 out of their slots, and reduces
+// its own chunk k (its data plus the others' staged parts, in rank order) into its buffer
+// and into the rest of its slot, where the others find it in step k + 1. Each element is
+// read from memory once and written once per rank; the slots stay in cache.
 void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) {
   const std::size_t esz = dtype_size(buf.dtype);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t slice = (buf.count + n - 1) / n;
-  const std::size_t chunk = block_chunk(esz);
-  struct Range {
-    std::size_t first, count;
+  // A slot holds n staged chunks (this rank's own stays unused) and one reduced chunk.
+  const std::size_t chunk = std::max<std::size_t>(1, kSlotBytes / (n + 1) / 64 * 64 / esz);
+  const std::size_t reduced_at = n * chunk * esz;
+  auto range = [&](int q, std::size_t at) {
+    const std::size_t end = std::min(buf.count, (static_cast<std::size_t>(q) + 1) * slice);
+    const std::size_t first = std::min(end, static_cast<std::size_t>(q) * slice + at);
+    return std::pair{first, std::min(chunk, end - first)};
   };
-  for (std::size_t at = 0; at < slice; at += chunk) {
-    auto range = [&](int q) {
-      const std::size_t end = std::min(buf.count, (static_cast<std::size_t>(q) + 1) * slice);
-      const std::size_t first = std::min(end, static_cast<std::size_t>(q) * slice + at);
-      return Range{first, std::min(chunk, end - first)};
-    };
+  std::optional<std::size_t> waiting;  // the chunk whose reductions wait in the slots
+  for (std::size_t at = 0;; at += chunk) {
+    const bool more = at < slice;
     std::byte* mine = begin_step(deadline);
-    for (int q = 0; q < size(); ++q) {
-      if (q == rank_) continue;
-      const Range r = range(q);
-      std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + r.first * esz,
-                  r.count * esz);
+    for (int q = 0; more && q < size(); ++q) {
+      const auto [first, count] = range(q, at);
+      if (q != rank_) {
+        std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
+                    count * esz);
+      }
     }
     publish();
     wait_all(step_, deadline);
     const std::uint32_t s = step_;
-    const Range own = range(rank_);
-    // Into this rank's next half (free: every rank has published s) and its own buffer.
-    reduce_in_rank_order(
-        stage(rank_, s + 1), buf.bytes() + own.first * esz,
-        [&](int q) {
-          return q == rank_ ? buf.bytes() + own.first * esz
-                            : stage(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
-        },
-        own.count, buf.dtype, op);
-    begin_step(deadline);
-    publish();
-    wait_all(step_, deadline);
-    for (int q = 0; q < size(); ++q) {
-      if (q == rank_) continue;
-      const Range r = range(q);
-      std::memcpy(buf.bytes() + r.first * esz, stage(q, step_), r.count * esz);
+    for (int q = 0; waiting && q < size(); ++q) {
+      const auto [first, count] = range(q, *waiting);
+      if (q != rank_) std::memcpy(buf.bytes() + first * esz, slot(q, s - 1) + reduced_at, count * esz);
     }
+    if (!more) return;
+    const auto [own, own_count] = range(rank_, at);
+    reduce_in_rank_order(
+        buf.bytes() + own * esz, mine + reduced_at,
+        [&](int q) {
+          return q == rank_ ? buf.bytes() + own * esz
+                            : slot(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
+        },
+        own_count, buf.dtype, op);
+    waiting = at;
   }
 }
 
@@ -298,7 +304,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline de
     reduce_in_rank_order(
         out.bytes() + at * esz, nullptr,
         [&](int q) {
-          return q == rank_ ? input(q) : stage(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
+          return q == rank_ ? input(q) : slot(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
         },
         count, out.dtype, op);
   }
@@ -314,7 +320,7 @@ void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
     wait_all(step_, deadline);
     for (int q = 0; q < size(); ++q) {
       std::byte* dst = out.bytes() + static_cast<std::size_t>(q) * block + off;
-      copy_bytes(dst, q == rank_ ? in.bytes() + off : stage(q, step_), len);
+      copy_bytes(dst, q == rank_ ? in.bytes() + off : slot(q, step_), len);
     }
   }
 }
@@ -338,7 +344,7 @@ void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
     wait_all(step_, deadline);
     for (int q = 0; q < size(); ++q) {
       const std::byte* src = q == rank_ ? in.bytes() + offset(q)
-                                        : stage(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;
+                                        : slot(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;
       copy_bytes(out.bytes() + offset(q), src, count * esz);
     }
   }

@@ -1,12 +1,13 @@
 // The shm transport's collective engine (DirectCollectives): every rank owns a region of
-// its shared-memory segment holding one step line and a stage of two halves. A collective
+// its shared-memory segment holding one step line and kSlots slots. A collective
 // is a sequence of steps; in step s each rank
-//   1. waits until every rank has published step s - 1 (so nobody still reads the half of
-//      its stage that step s reuses: a rank publishes s - 1 only after finishing s - 2),
-//   2. writes what the others need into stage half s % 2 and publishes s,
-//   3. waits for the ranks it reads from to publish s, and reads their halves directly.
+//   1. waits until every rank has published step s - kSlots + 2 (a step reads the slots of
+//      itself and of the step before, and a rank publishes t + 1 only after finishing its
+//      reads of step t: so nobody still reads slot s % kSlots),
+//   2. writes what the others need into its slot s % kSlots and publishes s,
+//   3. waits for the ranks it reads from to publish s, and reads their slots directly.
 // Small messages are one step (a few cache-line transfers, no system call); large ones are
-// chunked through the stage so that chunks stay in cache while they cross between cores,
+// chunked through the slots so that chunks stay in cache while they cross between cores,
 // and reductions run in rank order (identical results everywhere). Waiting spins, then
 // yields, then sleeps on a futex (docs/COLLECTIVES.md has the layout, the algorithm table
 // and the measurements behind the constants).
@@ -24,7 +25,7 @@ namespace weft::dist::shm {
 
 class Collectives final : public DirectCollectives {
  public:
-  static constexpr std::size_t kSlots = 16;
+  static constexpr std::size_t kSlots = 8;
   static constexpr std::size_t kSlotBytes = (std::size_t{512} << 10) / kSlots;
   // Bytes of shared memory one rank's region takes (64-byte aligned).
   static std::size_t region_bytes();
@@ -48,14 +49,14 @@ class Collectives final : public DirectCollectives {
   struct Line;
   int size() const { return static_cast<int>(regions_.size()); }
   Line& line(int rank) const;
-  std::byte* stage(int rank, std::uint32_t step) const;
-  // Starts the next step: waits for the reuse condition and returns this rank's half.
+  std::byte* slot(int rank, std::uint32_t step) const;
+  // Starts the next step: waits for the reuse condition and returns this rank's slot.
   std::byte* begin_step(Deadline deadline);
   void publish();
   // Until `rank` (every other rank) has published `step`.
   void wait_for(int rank, std::uint32_t step, Deadline deadline);
   void wait_all(std::uint32_t step, Deadline deadline);
-  // The per-block chunk (in elements) when every rank's stage half holds one per rank.
+  // The per-block chunk (in elements) when a slot holds one per rank.
   std::size_t block_chunk(std::size_t element_bytes) const;
   // out = src(0) op src(1) op ... op src(n - 1) over `count` elements, also into `also_out`
   // unless it is null. `out` may alias a source element for element.
