@@ -1,0 +1,268 @@
+// Every kernel against a plain reference loop (float32), and every backward against central
+// finite differences in float64 on random inputs: loss = sum(output * R) for a random R, so
+// the analytic gradients come from the backward with dout = R.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/kernels/attention.h"
+#include "weft/kernels/blas.h"
+#include "weft/kernels/elementwise.h"
+#include "weft/kernels/embedding.h"
+#include "weft/kernels/loss.h"
+#include "weft/kernels/rmsnorm.h"
+#include "weft/kernels/rope.h"
+#include "weft/kernels/swiglu.h"
+
+namespace weft::kernels {
+namespace {
+
+using Vec = std::vector<double>;
+
+template <class T = double>
+std::vector<T> random_vec(std::size_t n, unsigned seed, double scale = 1.0) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(gen));
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks `grad` (analytic d loss / d x) against central differences of loss() in x, at up to
+// 48 evenly spread elements.
+void expect_gradient(Vec& x, const Vec& grad, const std::function<double()>& loss,
+                     const std::string& what) {
+  ASSERT_EQ(x.size(), grad.size()) << what;
+  const std::size_t step = std::max<std::size_t>(1, x.size() / 48);
+  for (std::size_t i = 0; i < x.size(); i += step) {
+    const double h = 1e-6 * std::max(1.0, std::abs(x[i]));
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(grad[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << what << " [" << i << "]";
+  }
+}
+
+TEST(BlasTest, GemmMatchesLoopsInEveryTransposition) {
+  const std::int64_t m = 7, n = 5, k = 9;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = random_vec<float>(m * k, 1), b = random_vec<float>(k * n, 2);
+      auto c = random_vec<float>(m * n, 3), want = c;
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            s += static_cast<double>(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+          }
+          want[i * n + j] = static_cast<float>(2.0 * s + 0.5 * want[i * n + j]);
+        }
+      }
+      gemm<float>(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
+      for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], want[i], 1e-4) << ta << tb << i;
+    }
+  }
+}
+
+TEST(BlasTest, LinearGradients) {
+  const std::int64_t rows = 6, in = 5, out = 4;
+  Vec x = random_vec(rows * in, 1), w = random_vec(out * in, 2), r = random_vec(rows * out, 3);
+  auto loss = [&] {
+    Vec y(rows * out);
+    linear_forward(x.data(), w.data(), y.data(), rows, in, out);
+    return dot(y, r);
+  };
+  Vec dx(x.size()), dw(w.size(), 0.0);
+  linear_backward(r.data(), x.data(), w.data(), dx.data(), dw.data(), rows, in, out);
+  expect_gradient(x, dx, loss, "linear dx");
+  expect_gradient(w, dw, loss, "linear dw");
+}
+
+TEST(BlasTest, ThreadCountIsOnePerRankByDefault) { EXPECT_EQ(blas_threads(), 1); }
+
+TEST(EmbeddingTest, ForwardGathersRowsAndBackwardAccumulates) {
+  const std::int64_t vocab = 5, dim = 3;
+  const std::vector<std::int32_t> tokens{4, 0, 4, 2};
+  Vec table = random_vec(vocab * dim, 1), r = random_vec(tokens.size() * dim, 2);
+  auto loss = [&] {
+    Vec out(tokens.size() * dim);
+    embedding_forward(tokens.data(), 4, table.data(), vocab, dim, out.data());
+    return dot(out, r);
+  };
+  Vec out(tokens.size() * dim);
+  embedding_forward(tokens.data(), 4, table.data(), vocab, dim, out.data());
+  EXPECT_EQ(out[1], table[4 * dim + 1]);
+  Vec dtable(table.size(), 0.0);
+  embedding_backward(tokens.data(), 4, r.data(), vocab, dim, dtable.data());
+  expect_gradient(table, dtable, loss, "embedding dtable");
+  const std::int32_t bad = 5;
+  EXPECT_THROW(embedding_forward(&bad, 1, table.data(), vocab, dim, out.data()), InvalidArgument);
+}
+
+TEST(RmsNormTest, MatchesTheFormulaAndItsGradients) {
+  const std::int64_t rows = 3, dim = 8;
+  Vec x = random_vec(rows * dim, 1), w = random_vec(dim, 2), r = random_vec(rows * dim, 3);
+  Vec y(x.size()), rstd(rows);
+  rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-5);
+  double ms = 0;
+  for (std::int64_t j = 0; j < dim; ++j) ms += x[j] * x[j] / dim;
+  EXPECT_NEAR(y[3], x[3] / std::sqrt(ms + 1e-5) * w[3], 1e-12);
+  auto loss = [&] {
+    Vec yy(x.size()), s(rows);
+    rmsnorm_forward(x.data(), w.data(), yy.data(), s.data(), rows, dim, 1e-5);
+    return dot(yy, r);
+  };
+  Vec dx(x.size()), dw(dim, 0.0);
+  rmsnorm_backward(r.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
+  expect_gradient(x, dx, loss, "rmsnorm dx");
+  expect_gradient(w, dw, loss, "rmsnorm dw");
+}
+
+TEST(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
+  const std::int64_t b = 2, t = 5, h = 3, d = 8;
+  const double theta = 10000.0;
+  Vec x = random_vec(b * t * h * d, 1), r = random_vec(x.size(), 2);
+  Vec y = x;
+  rope_forward(y.data(), b, t, h, d, theta, 3);
+  // Position 3 + 4 of batch 1, head 2, pair 1, as a complex multiplication.
+  const std::int64_t at = ((1 * t + 4) * h + 2) * d + 2;
+  const double angle = 7.0 * std::pow(theta, -2.0 / d);
+  EXPECT_NEAR(y[at], x[at] * std::cos(angle) - x[at + 1] * std::sin(angle), 1e-12);
+  EXPECT_NEAR(y[at + 1], x[at] * std::sin(angle) + x[at + 1] * std::cos(angle), 1e-12);
+  auto loss = [&] {
+    Vec yy = x;
+    rope_forward(yy.data(), b, t, h, d, theta, 3);
+    return dot(yy, r);
+  };
+  Vec dx = r;
+  rope_backward(dx.data(), b, t, h, d, theta, 3);
+  expect_gradient(x, dx, loss, "rope dx");
+}
+
+TEST(SwigluTest, Gradients) {
+  const std::int64_t n = 50;
+  Vec a = random_vec(n, 1, 2.0), bb = random_vec(n, 2), r = random_vec(n, 3);
+  auto loss = [&] {
+    Vec h(n);
+    swiglu_forward(a.data(), bb.data(), h.data(), n);
+    return dot(h, r);
+  };
+  Vec h(n);
+  swiglu_forward(a.data(), bb.data(), h.data(), n);
+  EXPECT_NEAR(h[0], a[0] / (1 + std::exp(-a[0])) * bb[0], 1e-12);
+  Vec da(n), db(n);
+  swiglu_backward(r.data(), a.data(), bb.data(), da.data(), db.data(), n);
+  expect_gradient(a, da, loss, "swiglu da");
+  expect_gradient(bb, db, loss, "swiglu db");
+}
+
+TEST(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
+  const std::int64_t n = 4, vocab = 7;
+  Vec logits = random_vec(n * vocab, 1, 3.0);
+  const std::vector<std::int32_t> targets{0, 6, 3, 3};
+  Vec losses(n);
+  const double total = cross_entropy_forward(logits.data(), targets.data(), n, vocab, losses.data());
+  double sum_exp = 0;
+  for (std::int64_t j = 0; j < vocab; ++j) sum_exp += std::exp(logits[vocab + j]);
+  EXPECT_NEAR(losses[1], std::log(sum_exp) - logits[vocab + 6], 1e-12);
+  EXPECT_NEAR(total, losses[0] + losses[1] + losses[2] + losses[3], 1e-12);
+  auto loss = [&] {
+    Vec l(n);
+    return cross_entropy_forward(logits.data(), targets.data(), n, vocab, l.data()) / n;
+  };
+  Vec dlogits(logits.size());
+  cross_entropy_backward(logits.data(), targets.data(), n, vocab, 1.0 / n, dlogits.data());
+  expect_gradient(logits, dlogits, loss, "cross_entropy dlogits");
+  const std::int32_t bad = -1;
+  EXPECT_THROW(cross_entropy_forward(logits.data(), &bad, 1, vocab, losses.data()), InvalidArgument);
+}
+
+TEST(ElementwiseTest, AddScaleSumSquares) {
+  std::vector<float> y{1, 2, 3}, x{1, 1, 1};
+  add_into(y.data(), x.data(), 3);
+  scale(y.data(), 2.0f, 3);
+  EXPECT_EQ(y, (std::vector<float>{4, 6, 8}));
+  EXPECT_EQ(sum_squares(y.data(), 3), 116.0);
+}
+
+// The plain definition: softmax over the whole causal row, then the weighted sum of values.
+template <class T>
+std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>& q,
+                                   const std::vector<T>& k, const std::vector<T>& v) {
+  const std::int64_t d = s.head_dim, group = s.heads / s.kv_heads;
+  std::vector<T> out(q.size());
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      for (std::int64_t i = 0; i < s.seq; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(i + 1));
+        double max = -1e300, sum = 0;
+        const T* qi = &q[((b * s.seq + i) * s.heads + h) * d];
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const T* kj = &k[((b * s.seq + j) * s.kv_heads + h / group) * d];
+          double dp = 0;
+          for (std::int64_t x = 0; x < d; ++x) dp += static_cast<double>(qi[x]) * kj[x];
+          p[j] = dp / std::sqrt(static_cast<double>(d));
+          max = std::max(max, p[j]);
+        }
+        for (auto& e : p) sum += (e = std::exp(e - max));
+        for (std::int64_t x = 0; x < d; ++x) {
+          double o = 0;
+          for (std::int64_t j = 0; j <= i; ++j) o += p[j] / sum * v[((b * s.seq + j) * s.kv_heads + h / group) * d + x];
+          out[((b * s.seq + i) * s.heads + h) * d + x] = static_cast<T>(o);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(AttentionTest, TiledForwardMatchesTheDefinition) {
+  for (const AttentionShape s : {AttentionShape{2, 70, 4, 2, 16}, AttentionShape{1, 33, 2, 2, 8},
+                                 AttentionShape{1, 1, 3, 1, 4}}) {
+    const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
+    auto q = random_vec<float>(nq, 1), k = random_vec<float>(nkv, 2), v = random_vec<float>(nkv, 3);
+    std::vector<float> out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
+    attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    const auto want = reference_attention(s, q, k, v);
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "seq " << s.seq << " at " << i;
+  }
+}
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{2, 37, 4, 2, 8};  // two key tiles, grouped heads
+  const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+  const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
+  Vec q = random_vec(nq, 1), k = random_vec(nkv, 2), v = random_vec(nkv, 3), r = random_vec(nq, 4);
+  Vec out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
+  auto loss = [&] {
+    Vec o(nq), l(lse.size());
+    attention_forward(s, q.data(), k.data(), v.data(), o.data(), l.data());
+    return dot(o, r);
+  };
+  attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  Vec dq(nq), dk(nkv), dv(nkv);
+  attention_backward(s, q.data(), k.data(), v.data(), out.data(), r.data(), lse.data(), dq.data(),
+                     dk.data(), dv.data());
+  expect_gradient(q, dq, loss, "attention dq");
+  expect_gradient(k, dk, loss, "attention dk");
+  expect_gradient(v, dv, loss, "attention dv");
+}
+
+}  // namespace
+}  // namespace weft::kernels

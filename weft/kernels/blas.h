@@ -1,0 +1,29 @@
+// Matrix products through OpenBLAS (row-major), and the Linear layer's forward and backward
+// written with them. T is float (sgemm) or double (dgemm: the finite-difference checks).
+#pragma once
+
+#include <cstdint>
+
+namespace weft::kernels {
+
+// C[m, n] = alpha * op(A) op(B) + beta * C, all row-major; op(A) is A[m, k] or, with
+// trans_a, A[k, m] read transposed (likewise B). ld* are the row strides.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+          std::int64_t ldc);
+
+// y[rows, out] = x[rows, in] W[out, in]^T.
+template <class T>
+void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
+                    std::int64_t out);
+// dx[rows, in] = dy W (overwritten; skipped when dx is null), dW[out, in] += dy^T x.
+template <class T>
+void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int64_t rows,
+                     std::int64_t in, std::int64_t out);
+
+// OpenBLAS's own threads (1 per rank by default: weft parallelises around it).
+void set_blas_threads(int threads);
+int blas_threads();
+
+}  // namespace weft::kernels

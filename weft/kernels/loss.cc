@@ -1,0 +1,69 @@
+#include "weft/kernels/loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "weft/base/error.h"
+
+namespace weft::kernels {
+namespace {
+
+void check_target(std::int32_t target, std::int64_t i, std::int64_t vocab) {
+  if (target < 0 || target >= vocab) {
+    throw InvalidArgument("cross_entropy: target " + std::to_string(target) + " at row " +
+                          std::to_string(i) + " is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
+  }
+}
+
+// max and log(sum(exp(x - max))) of one row.
+template <class T>
+std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
+  const T max = *std::max_element(x, x + vocab);
+  T sum = 0;
+  for (std::int64_t j = 0; j < vocab; ++j) sum += std::exp(x[j] - max);
+  return {max, std::log(sum)};
+}
+
+}  // namespace
+
+template <class T>
+double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,
+                             std::int64_t vocab, T* losses) {
+  double total = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    check_target(targets[i], i, vocab);
+    const T* row = logits + i * vocab;
+    const auto [max, lse] = log_sum_exp(row, vocab);
+    losses[i] = max + lse - row[targets[i]];
+    total += static_cast<double>(losses[i]);
+  }
+  return total;
+}
+
+template <class T>
+void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
+                            std::int64_t vocab, double dloss, T* dlogits) {
+  const T scale = static_cast<T>(dloss);
+  for (std::int64_t i = 0; i < n; ++i) {
+    check_target(targets[i], i, vocab);
+    const T* row = logits + i * vocab;
+    T* d = dlogits + i * vocab;
+    const auto [max, lse] = log_sum_exp(row, vocab);
+    const T shift = max + lse;
+    for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(row[j] - shift) * scale;
+    d[targets[i]] -= scale;
+  }
+}
+
+template double cross_entropy_forward<float>(const float*, const std::int32_t*, std::int64_t,
+                                             std::int64_t, float*);
+template double cross_entropy_forward<double>(const double*, const std::int32_t*, std::int64_t,
+                                              std::int64_t, double*);
+template void cross_entropy_backward<float>(const float*, const std::int32_t*, std::int64_t,
+                                            std::int64_t, double, float*);
+template void cross_entropy_backward<double>(const double*, const std::int32_t*, std::int64_t,
+                                             std::int64_t, double, double*);
+
+}  // namespace weft::kernels

@@ -1,0 +1,17 @@
+// RMSNorm over rows of `dim`: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps).
+#pragma once
+
+#include <cstdint>
+
+namespace weft::kernels {
+
+// Saves rstd[rows] for the backward.
+template <class T>
+void rmsnorm_forward(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t dim,
+                     double eps);
+// dx (overwritten) and dw (accumulated) from dy.
+template <class T>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw,
+                      std::int64_t rows, std::int64_t dim);
+
+}  // namespace weft::kernels

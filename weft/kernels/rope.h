@@ -1,0 +1,19 @@
+// Rotary position embedding (Llama's): within each head of `head_dim`, the pairs (x[2i],
+// x[2i+1]) at position p are rotated by the angle p * theta^(-2i / head_dim). Applied in
+// place to x[batch, seq, heads, head_dim]; positions start at `first_position` (the KV
+// cache's offset when generating).
+#pragma once
+
+#include <cstdint>
+
+namespace weft::kernels {
+
+template <class T>
+void rope_forward(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                  std::int64_t head_dim, double theta, std::int64_t first_position = 0);
+// The inverse rotation, applied in place to the gradient.
+template <class T>
+void rope_backward(T* dx, std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                   std::int64_t head_dim, double theta, std::int64_t first_position = 0);
+
+}  // namespace weft::kernels
