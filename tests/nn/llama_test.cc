@@ -1,0 +1,140 @@
+#include "weft/nn/llama.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "weft/tensor/random.h"
+
+namespace weft::nn {
+namespace {
+
+LlamaConfig tiny(bool tied = false) {
+  return {.dim = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 11,
+          .multiple_of = 8, .max_seq_len = 8, .tie_embeddings = tied};
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+Batch batch(std::int64_t b, std::int64_t t, std::int64_t vocab, unsigned seed) {
+  std::mt19937 gen(seed);
+  Batch out;
+  for (std::int64_t i = 0; i < b * t; ++i) {
+    out.tokens.push_back(static_cast<std::int32_t>(gen() % vocab));
+    out.targets.push_back(static_cast<std::int32_t>(gen() % vocab));
+  }
+  return out;
+}
+
+TEST(PhiloxTest, KnownAnswerAndShardIndependence) {
+  // Random123's known answer for philox4x32-10, counter 0, key 0.
+  std::uint32_t w[4];
+  philox4x32({0, 0}, 0, w);
+  EXPECT_EQ(w[0], 0x6627e8d5u);
+  EXPECT_EQ(w[1], 0xe169c58du);
+  EXPECT_EQ(w[2], 0xbc57ac4cu);
+  EXPECT_EQ(w[3], 0x9b00dbd8u);
+  // Elements 100..149 are the same whether generated alone or as part of 0..199.
+  const PhiloxKey key = philox_key(7, "layers.0.attention.wq.weight");
+  std::vector<float> whole(200), part(50);
+  fill_normal(whole.data(), 200, key, 0, 0.0, 1.0);
+  fill_normal(part.data(), 50, key, 100, 0.0, 1.0);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(part[i], whole[100 + i]);
+  double mean = 0, var = 0;
+  std::vector<double> many(20000);
+  fill_normal(many.data(), 20000, key, 0, 0.0, 1.0);
+  for (double x : many) mean += x / 20000;
+  for (double x : many) var += (x - mean) * (x - mean) / 20000;
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(var, 1.0, 0.05);
+}
+
+TEST(LlamaTest, ParametersHaveTorchTitansNamesAndShapes) {
+  Llama model(tiny());
+  EXPECT_EQ(model.parameters().at("layers.1.attention.wk.weight").value.shape(), (Shape{8, 16}));
+  EXPECT_EQ(model.parameters().at("layers.0.feed_forward.w1.weight").value.shape(), (Shape{48, 16}));
+  EXPECT_EQ(model.parameters().at("output.weight").value.shape(), (Shape{11, 16}));
+  EXPECT_EQ(model.parameters().all().size(), 3u + 2 * 9);
+  EXPECT_EQ(Llama(tiny(true)).parameters().all().size(), 2u + 2 * 9);
+  EXPECT_THROW(Llama(LlamaConfig{.dim = 30, .n_heads = 4}), InvalidArgument);
+}
+
+TEST(LlamaTest, InitialLossIsNearLogVocab) {
+  Llama model(LlamaConfig{.dim = 32, .n_layers = 2, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 64, .max_seq_len = 16});
+  model.init_weights(1);
+  const Batch b = batch(2, 16, 64, 3);
+  const double loss = model.forward(b.tokens.data(), b.targets.data(), 2, 16);
+  EXPECT_NEAR(loss, std::log(64.0), 1.0);
+}
+
+// Every parameter's gradient against central differences of the float32 loss (tolerances
+// sized for float32: h = 1e-2 on a loss of about 2.4).
+void check_gradients(bool tied) {
+  Llama model(tiny(tied));
+  model.init_weights(5);
+  for (const auto& p : model.parameters().all()) {  // larger weights: gradients well above noise
+    float* v = p->value.data<float>();
+    for (std::int64_t i = 0; i < p->value.numel(); ++i) v[i] *= p->name.ends_with("norm.weight") ? 1.0f : 10.0f;
+  }
+  const Batch b = batch(2, 7, 11, 9);
+  model.parameters().zero_grad();
+  model.forward(b.tokens.data(), b.targets.data(), 2, 7);
+  model.backward();
+  for (const auto& p : model.parameters().all()) {
+    float* v = p->value.data<float>();
+    const float* g = p->grad.data<float>();
+    const std::int64_t step = std::max<std::int64_t>(1, p->value.numel() / 6);
+    for (std::int64_t i = 0; i < p->value.numel(); i += step) {
+      const float saved = v[i];
+      const float h = 1e-2f;
+      v[i] = saved + h;
+      const double up = model.forward(b.tokens.data(), b.targets.data(), 2, 7);
+      v[i] = saved - h;
+      const double down = model.forward(b.tokens.data(), b.targets.data(), 2, 7);
+      v[i] = saved;
+      const double numeric = (up - down) / (2.0 * h);
+      EXPECT_NEAR(g[i], numeric, 2e-3 + 2e-2 * std::abs(numeric)) << p->name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(LlamaTest, GradientsMatchFiniteDifferences) { check_gradients(false); }
+TEST(LlamaTest, TiedGradientsMatchFiniteDifferences) { check_gradients(true); }
+
+TEST(LlamaTest, ActivationCheckpointingChangesNothing) {
+  const Batch b = batch(3, 8, 11, 4);
+  std::vector<std::vector<float>> grads[2];
+  double losses[2];
+  for (int c = 0; c < 2; ++c) {
+    Llama model(tiny());
+    model.init_weights(11);
+    model.set_activation_checkpointing(c == 1);
+    for (int step = 0; step < 2; ++step) {  // twice: buffers released and remade
+      model.parameters().zero_grad();
+      losses[c] = model.forward(b.tokens.data(), b.targets.data(), 3, 8);
+      model.backward();
+    }
+    for (const auto& p : model.parameters().all()) grads[c].push_back(p->grad.to_vector<float>());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);  // bitwise
+}
+
+TEST(LlamaTest, InitDependsOnlyOnSeedAndName) {
+  Llama a(tiny()), b(tiny());
+  a.init_weights(3);
+  b.init_weights(3);
+  EXPECT_EQ(a.parameters().at("layers.1.feed_forward.w2.weight").value.to_vector<float>(),
+            b.parameters().at("layers.1.feed_forward.w2.weight").value.to_vector<float>());
+  b.init_weights(4);
+  EXPECT_NE(a.parameters().at("norm.weight").value.to_vector<float>(), std::vector<float>());
+  EXPECT_NE(a.parameters().at("output.weight").value.to_vector<float>(),
+            b.parameters().at("output.weight").value.to_vector<float>());
+}
+
+}  // namespace
+}  // namespace weft::nn

@@ -1,0 +1,36 @@
+// Multi-head causal self-attention with grouped-query heads and rotary positions, Llama's:
+// q = x Wq, k = x Wk, v = x Wv (n_kv_heads heads), RoPE on q and k, tiled attention
+// (kernels/attention.h), out = attention Wo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "weft/nn/layers.h"
+
+namespace weft::nn {
+
+struct AttentionConfig {
+  std::int64_t dim, n_heads, n_kv_heads;
+  double rope_theta;
+  std::int64_t head_dim() const { return dim / n_heads; }
+};
+
+class Attention {
+ public:
+  Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config);
+  // x and out: [batch * seq, dim]. Keeps q, k, v, the attention output and lse for backward.
+  void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq);
+  // dx ([batch * seq, dim]) is overwritten; x is the forward's input.
+  void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq);
+  // Frees what forward kept (activation checkpointing: forward runs again before backward).
+  void release();
+
+ private:
+  AttentionConfig config_;
+  Linear wq_, wk_, wv_, wo_;
+  Tensor q_, k_, v_, att_, lse_;          // kept by forward
+  Tensor dq_, dk_, dv_, datt_;            // backward's scratch
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,62 @@
+#include "weft/nn/layers.h"
+
+#include "weft/kernels/blas.h"
+#include "weft/kernels/elementwise.h"
+#include "weft/kernels/embedding.h"
+#include "weft/kernels/rmsnorm.h"
+
+namespace weft::nn {
+
+float* ensure(Tensor& t, const Shape& shape) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != DType::kFloat32) t = Tensor::zeros(shape);
+  return t.data<float>();
+}
+
+Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out)
+    : weight_(params.add(name + ".weight", {out, in})), in_(in), out_(out) {}
+
+Linear::Linear(Parameter& shared, std::int64_t in, std::int64_t out)
+    : weight_(shared), in_(in), out_(out) {}
+
+void Linear::forward(const float* x, float* y, std::int64_t rows) const {
+  kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_);
+}
+
+void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t rows,
+                      bool accumulate_dx) {
+  const float* w = weight_.value.data<float>();
+  if (dx != nullptr) {
+    kernels::gemm<float>(false, false, rows, in_, out_, 1.0f, dy, out_, w, in_,
+                         accumulate_dx ? 1.0f : 0.0f, dx, in_);
+  }
+  kernels::linear_backward<float>(dy, x, w, nullptr, weight_.grad.data<float>(), rows, in_, out_);
+}
+
+Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
+                     std::int64_t dim)
+    : weight_(params.add(name + ".weight", {vocab, dim})), vocab_(vocab), dim_(dim) {}
+
+void Embedding::forward(const std::int32_t* tokens, std::int64_t n, float* out) const {
+  kernels::embedding_forward(tokens, n, weight_.value.data<float>(), vocab_, dim_, out);
+}
+
+void Embedding::backward(const std::int32_t* tokens, std::int64_t n, const float* dout) {
+  kernels::embedding_backward(tokens, n, dout, vocab_, dim_, weight_.grad.data<float>());
+}
+
+RMSNorm::RMSNorm(ParameterList& params, const std::string& name, std::int64_t dim, double eps)
+    : weight_(params.add(name + ".weight", {dim})), dim_(dim), eps_(eps) {}
+
+void RMSNorm::forward(const float* x, float* y, float* rstd, std::int64_t rows) const {
+  kernels::rmsnorm_forward(x, weight_.value.data<float>(), y, rstd, rows, dim_, eps_);
+}
+
+void RMSNorm::backward(const float* dy, const float* x, const float* rstd, float* dx,
+                       std::int64_t rows, bool accumulate_dx) {
+  float* out = accumulate_dx ? ensure(scratch_, {rows, dim_}) : dx;
+  kernels::rmsnorm_backward(dy, x, weight_.value.data<float>(), rstd, out,
+                            weight_.grad.data<float>(), rows, dim_);
+  if (accumulate_dx) kernels::add_into(dx, out, rows * dim_);
+}
+
+}  // namespace weft::nn

@@ -1,0 +1,74 @@
+// Llama: token embedding, n_layers TransformerBlocks, a final RMSNorm and the output layer,
+// trained with the mean softmax cross-entropy of next-token targets.
+//
+//   nn::Llama model(nn::LlamaConfig{.dim = 256, .n_layers = 4});
+//   model.init_weights(seed);
+//   double loss = model.forward(tokens, targets, batch, seq);  // keeps activations
+//   model.backward();                                          // grads += d loss / d params
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weft/nn/layers.h"
+#include "weft/nn/transformer_block.h"
+
+namespace weft::nn {
+
+struct LlamaConfig {
+  std::int64_t dim = 256;
+  std::int64_t n_layers = 4;
+  std::int64_t n_heads = 4;
+  std::int64_t n_kv_heads = 0;  // 0: as many as n_heads (no grouping)
+  std::int64_t vocab_size = 256;
+  std::int64_t multiple_of = 32;  // the feed-forward hidden size is rounded up to this
+  std::int64_t max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;  // the output layer reuses tok_embeddings.weight
+
+  std::int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  // Llama's: 2/3 of 4 * dim, rounded up to a multiple of multiple_of.
+  std::int64_t hidden_dim() const;
+  // Throws InvalidArgument naming the field when the sizes do not fit together.
+  void validate() const;
+};
+
+class Llama {
+ public:
+  explicit Llama(const LlamaConfig& config);
+
+  const LlamaConfig& config() const { return config_; }
+  ParameterList& parameters() { return params_; }
+  // Every parameter from (seed, its name, element index) alone (tensor/random.h), so a shard
+  // of a parameter gets the values the whole one has there. Scheme: docs/TRAINING.md.
+  void init_weights(std::uint64_t seed);
+
+  // tokens and targets: [batch, seq] with seq <= max_seq_len. Returns the mean loss and keeps
+  // what backward needs.
+  double forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                 std::int64_t seq);
+  // Adds d(loss_scale * loss) / d(parameter) to every parameter's grad (1 / micro-batches
+  // for gradient accumulation).
+  void backward(double loss_scale = 1.0);
+  // The last forward's logits, [batch * seq, vocab_size].
+  const Tensor& logits() const { return logits_; }
+
+  void set_activation_checkpointing(bool on);
+  // Model FLOPs per token for training: 6 x (matmul parameters) + 12 x layers x dim x seq.
+  double flops_per_token(std::int64_t seq) const;
+
+ private:
+  LlamaConfig config_;
+  ParameterList params_;
+  Embedding tok_embeddings_;
+  std::vector<std::unique_ptr<TransformerBlock>> layers_;
+  RMSNorm norm_;
+  Linear output_;
+  std::int64_t batch_ = 0, seq_ = 0;
+  std::vector<std::int32_t> tokens_, targets_;
+  Tensor x_, final_in_, xn_, rstd_, logits_, losses_, dlogits_, dxn_;
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,34 @@
+// Parameters: a named tensor and its gradient. A model's parameters live in one
+// ParameterList, in registration order, which is the order of its state_dict, of the
+// optimizer's state and of checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/tensor/tensor.h"
+
+namespace weft::nn {
+
+struct Parameter {
+  std::string name;  // "layers.0.attention.wq.weight": TorchTitan's (and PyTorch's) names
+  Tensor value;      // float32, contiguous
+  Tensor grad;       // same shape; accumulated by backward, zeroed by zero_grad()
+};
+
+class ParameterList {
+ public:
+  // Registers a zero-filled parameter; the returned reference stays valid.
+  Parameter& add(std::string name, const Shape& shape);
+  Parameter& at(const std::string& name);  // InvalidArgument if there is none
+  const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
+  std::int64_t numel() const;
+  void zero_grad();
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> params_;
+};
+
+}  // namespace weft::nn

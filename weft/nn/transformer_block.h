@@ -1,0 +1,43 @@
+// One Llama block: x = x + attention(attention_norm(x)); x = x + feed_forward(ffn_norm(x)).
+// With activation checkpointing the block keeps only its input after forward and runs its
+// forward again at the start of backward: less memory, the same results.
+#pragma once
+
+#include <cstdint>
+
+#include "weft/nn/attention.h"
+#include "weft/nn/feed_forward.h"
+#include "weft/nn/layers.h"
+
+namespace weft::nn {
+
+struct BlockConfig {
+  AttentionConfig attention;
+  std::int64_t hidden;  // feed-forward hidden size
+  double norm_eps;
+};
+
+class TransformerBlock {
+ public:
+  TransformerBlock(ParameterList& params, int layer, const BlockConfig& config);
+  // x: [batch * seq, dim], transformed in place.
+  void forward(float* x, std::int64_t batch, std::int64_t seq);
+  // dx: the gradient of the block's output, turned in place into that of its input.
+  void backward(float* dx, std::int64_t batch, std::int64_t seq);
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+
+ private:
+  void run_forward(float* x, std::int64_t batch, std::int64_t seq);
+  void release();
+
+  std::int64_t dim_;
+  bool checkpointing_ = false;
+  RMSNorm attention_norm_, ffn_norm_;
+  Attention attention_;
+  FeedForward feed_forward_;
+  Tensor input_;                          // always kept
+  Tensor h1_, rstd1_, x2_, h2_, rstd2_;   // kept unless checkpointing
+  Tensor branch_, dh_, recompute_;        // scratch
+};
+
+}  // namespace weft::nn
