@@ -75,6 +75,8 @@ class Tensor {
   // The first element; T must match dtype().
   template <class T>
   T* data() const;
+  // The first element's bytes, whatever the dtype (file formats, transports).
+  std::byte* bytes() const { return storage_ ? element_bytes(offset_) : nullptr; }
 
   // Views, no copies.
   Tensor narrow(int dim, std::int64_t start, std::int64_t length) const;

@@ -1,0 +1,60 @@
+// AdamW (decoupled weight decay, PyTorch's formulation), gradient clipping by global norm and
+// the learning-rate schedule (linear warm-up, then cosine, linear or constant decay).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/nn/parameter.h"
+
+namespace weft::nn {
+
+struct AdamWOptions {
+  double lr = 8e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(ParameterList& params, AdamWOptions options);
+  // One update of every parameter from its grad, at learning rate `lr`:
+  //   p -= lr * wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+  void step(double lr);
+  std::int64_t steps() const { return steps_; }
+  const AdamWOptions& options() const { return options_; }
+  // The moments, one pair per parameter in the list's order (for checkpoints).
+  std::vector<Tensor>& exp_avg() { return m_; }
+  std::vector<Tensor>& exp_avg_sq() { return v_; }
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+
+ private:
+  ParameterList& params_;
+  AdamWOptions options_;
+  std::vector<Tensor> m_, v_;
+  std::int64_t steps_ = 0;
+};
+
+// Scales every grad so that their global L2 norm is at most max_norm (no change when it is
+// already); returns the norm before clipping. The norm is summed in double, in list order.
+double clip_grad_norm(ParameterList& params, double max_norm);
+// The global L2 norm of the grads (as clip_grad_norm computes it).
+double grad_norm(ParameterList& params);
+
+struct LrSchedule {
+  double lr = 8e-4;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  std::string decay_type = "cosine";  // "cosine", "linear" or "constant"
+  double min_lr_ratio = 0.0;          // the floor of the decay, as a fraction of lr
+
+  // The learning rate of step `step` (0-based): lr * (step + 1) / warmup_steps during
+  // warm-up, then from lr down to lr * min_lr_ratio over the remaining steps.
+  double at(std::int64_t step) const;
+};
+
+}  // namespace weft::nn
