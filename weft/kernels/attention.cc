@@ -6,81 +6,80 @@
 #include <vector>
 
 #include "weft/base/check.h"
+#include "weft/kernels/blas.h"
 
 namespace weft::kernels {
 namespace {
 
-constexpr std::int64_t kQueryTile = 32;
-constexpr std::int64_t kKeyTile = 32;
-
-template <class T>
-T dot(const T* a, const T* b, std::int64_t n) {
-  T sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-template <class T>
-void axpy(T* y, T alpha, const T* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-// Row pointers of one (batch, head) pair.
-struct Rows {
-  std::int64_t stride;  // elements between consecutive positions
-  template <class T>
-  T* at(T* base, std::int64_t t) const { return base + t * stride; }
-};
+// Tiles of 64 queries by 64 keys: the score tile (16 KiB in float) and the tiles of q, k, v
+// and the accumulator stay in L1/L2 while the products run through OpenBLAS.
+constexpr std::int64_t kTile = 64;
 
 void check_shape(const AttentionShape& s) {
   WEFT_CHECK_GT(s.kv_heads, 0);
   WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
 }
 
-// One query tile [i0, i0 + rows) of one head against every key tile it may see.
+// The strided views of one (batch, query head) pair: query-side rows are heads * head_dim
+// apart, key/value rows kv_heads * head_dim.
 template <class T>
-void forward_tile(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse,
-                  std::int64_t i0, std::int64_t rows, std::vector<T>& acc) {
-  const std::int64_t d = s.head_dim;
-  const Rows qrows{s.heads * d}, kvrows{s.kv_heads * d};
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  T m[kQueryTile], l[kQueryTile], scores[kKeyTile];
-  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
-  std::fill(l, l + rows, T(0));
-  std::fill(acc.begin(), acc.begin() + rows * d, T(0));
-  const std::int64_t last_key = i0 + rows - 1;
-  for (std::int64_t j0 = 0; j0 <= last_key; j0 += kKeyTile) {
-    const std::int64_t cols = std::min(kKeyTile, last_key + 1 - j0);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t i = i0 + r;
-      const std::int64_t visible = std::min(cols, i - j0 + 1);  // causal: keys j <= i
-      if (visible <= 0) continue;
-      const T* qi = qrows.at(q, i);
-      T row_max = -std::numeric_limits<T>::infinity();
-      for (std::int64_t c = 0; c < visible; ++c) {
-        scores[c] = dot(qi, kvrows.at(k, j0 + c), d) * scale;
-        row_max = std::max(row_max, scores[c]);
-      }
-      const T m_new = std::max(m[r], row_max);
-      const T correction = std::exp(m[r] - m_new);
-      T* a = acc.data() + r * d;
-      if (correction != T(1)) {
-        for (std::int64_t x = 0; x < d; ++x) a[x] *= correction;
-      }
-      T sum = 0;
-      for (std::int64_t c = 0; c < visible; ++c) {
-        const T p = std::exp(scores[c] - m_new);
-        sum += p;
-        axpy(a, p, kvrows.at(v, j0 + c), d);
-      }
-      l[r] = l[r] * correction + sum;
-      m[r] = m_new;
+struct HeadView {
+  std::int64_t q_offset, kv_offset, q_stride, kv_stride;
+  HeadView(const AttentionShape& s, std::int64_t b, std::int64_t h)
+      : q_offset(b * s.seq * s.heads * s.head_dim + h * s.head_dim),
+        kv_offset(b * s.seq * s.kv_heads * s.head_dim + (h / (s.heads / s.kv_heads)) * s.head_dim),
+        q_stride(s.heads * s.head_dim),
+        kv_stride(s.kv_heads * s.head_dim) {}
+};
+
+// Causal mask of the tile whose first query is i0 and first key j0: scores of keys after
+// their query become -inf.
+template <class T>
+void mask_tile(T* scores, std::int64_t rows, std::int64_t cols, std::int64_t i0, std::int64_t j0) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = std::max<std::int64_t>(0, i0 + r - j0 + 1); c < cols; ++c) {
+      scores[r * kTile + c] = -std::numeric_limits<T>::infinity();
     }
   }
+}
+
+// One query tile [i0, i0 + rows) against the key tiles it may see, with a running softmax:
+// per row the maximum m and the sum l of exp(score - m) so far, the output accumulated
+// unnormalised and rescaled whenever m grows.
+template <class T>
+void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
+                  const T* v, T* out, T* lse, std::int64_t i0, std::int64_t rows, T* scores, T* acc) {
+  const std::int64_t d = s.head_dim;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  T m[kTile], l[kTile];
+  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + rows, T(0));
+  std::fill(acc, acc + rows * d, T(0));
+  const T* qi = q + at.q_offset + i0 * at.q_stride;
+  for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kTile) {
+    const std::int64_t cols = std::min(kTile, i0 + rows - j0);
+    const T* kj = k + at.kv_offset + j0 * at.kv_stride;
+    gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), scores, kTile);
+    if (j0 + cols > i0) mask_tile(scores, rows, cols, i0, j0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* row = scores + r * kTile;
+      const T m_new = std::max(m[r], *std::max_element(row, row + cols));
+      const T correction = std::exp(m[r] - m_new);
+      T sum = 0;
+      for (std::int64_t c = 0; c < cols; ++c) sum += (row[c] = std::exp(row[c] - m_new));
+      l[r] = l[r] * correction + sum;
+      m[r] = m_new;
+      if (correction != T(1)) {
+        for (std::int64_t x = 0; x < d; ++x) acc[r * d + x] *= correction;
+      }
+    }
+    gemm<T>(false, false, rows, d, cols, T(1), scores, kTile, v + at.kv_offset + j0 * at.kv_stride,
+            at.kv_stride, T(1), acc, d);
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
-    T* o = qrows.at(out, i0 + r);
+    T* o = out + at.q_offset + (i0 + r) * at.q_stride;
     const T inv = T(1) / l[r];
-    for (std::int64_t x = 0; x < d; ++x) o[x] = acc[static_cast<std::size_t>(r * d + x)] * inv;
+    for (std::int64_t x = 0; x < d; ++x) o[x] = acc[r * d + x] * inv;
     lse[i0 + r] = m[r] + std::log(l[r]);
   }
 }
@@ -91,61 +90,75 @@ template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
                        T* lse) {
   check_shape(s);
-  const std::int64_t d = s.head_dim, group = s.heads / s.kv_heads;
-  std::vector<T> acc(static_cast<std::size_t>(kQueryTile * d));
+  std::vector<T> scores(static_cast<std::size_t>(kTile * kTile));
+  std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
   for (std::int64_t b = 0; b < s.batch; ++b) {
     for (std::int64_t h = 0; h < s.heads; ++h) {
-      const std::int64_t g = h / group;
-      const std::int64_t q_off = b * s.seq * s.heads * d + h * d;
-      const std::int64_t kv_off = b * s.seq * s.kv_heads * d + g * d;
+      const HeadView<T> at(s, b, h);
       T* lse_bh = lse + (b * s.heads + h) * s.seq;
-      for (std::int64_t i0 = 0; i0 < s.seq; i0 += kQueryTile) {
-        forward_tile(s, q + q_off, k + kv_off, v + kv_off, out + q_off, lse_bh, i0,
-                     std::min(kQueryTile, s.seq - i0), acc);
+      for (std::int64_t i0 = 0; i0 < s.seq; i0 += kTile) {
+        forward_tile(s, at, q, k, v, out, lse_bh, i0, std::min(kTile, s.seq - i0), scores.data(),
+                     acc.data());
       }
     }
   }
 }
 
-// Per key tile, every query row that may see it: the tile's keys and values stay in cache
-// while the scores are recomputed from lse (P = exp(S - lse)) and the gradients follow:
-// dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ += dS K scale,
-// dK += dS^T Q scale.
+// Per key tile j and every query tile i that may see it (flash attention 2's backward), the
+// scores are recomputed from lse (P = exp(S - lse)) and the gradients follow:
+// dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P * (dP - rowsum(dO_i * O_i)) * scale,
+// dQ_i += dS K_j, dK_j += dS^T Q_i.
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out,
                         const T* dout, const T* lse, T* dq, T* dk, T* dv) {
   check_shape(s);
-  const std::int64_t d = s.head_dim, group = s.heads / s.kv_heads;
+  const std::int64_t d = s.head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  const Rows qrows{s.heads * d}, kvrows{s.kv_heads * d};
   std::fill(dq, dq + s.batch * s.seq * s.heads * d, T(0));
   std::fill(dk, dk + s.batch * s.seq * s.kv_heads * d, T(0));
   std::fill(dv, dv + s.batch * s.seq * s.kv_heads * d, T(0));
   std::vector<T> delta(static_cast<std::size_t>(s.seq));
+  std::vector<T> p(static_cast<std::size_t>(kTile * kTile)), dp(p.size());
   for (std::int64_t b = 0; b < s.batch; ++b) {
     for (std::int64_t h = 0; h < s.heads; ++h) {
-      const std::int64_t q_off = b * s.seq * s.heads * d + h * d;
-      const std::int64_t kv_off = b * s.seq * s.kv_heads * d + (h / group) * d;
+      const HeadView<T> at(s, b, h);
       const T* lse_bh = lse + (b * s.heads + h) * s.seq;
       for (std::int64_t i = 0; i < s.seq; ++i) {
-        delta[static_cast<std::size_t>(i)] = dot(qrows.at(dout + q_off, i), qrows.at(out + q_off, i), d);
+        const T* o = out + at.q_offset + i * at.q_stride;
+        const T* g = dout + at.q_offset + i * at.q_stride;
+        T sum = 0;
+        for (std::int64_t x = 0; x < d; ++x) sum += o[x] * g[x];
+        delta[static_cast<std::size_t>(i)] = sum;
       }
-      for (std::int64_t j0 = 0; j0 < s.seq; j0 += kKeyTile) {
-        const std::int64_t cols = std::min(kKeyTile, s.seq - j0);
-        for (std::int64_t i = j0; i < s.seq; ++i) {
-          const T* qi = qrows.at(q + q_off, i);
-          const T* doi = qrows.at(dout + q_off, i);
-          T* dqi = qrows.at(dq + q_off, i);
-          const std::int64_t visible = std::min(cols, i - j0 + 1);
-          for (std::int64_t c = 0; c < visible; ++c) {
-            const std::int64_t j = j0 + c;
-            const T p = std::exp(dot(qi, kvrows.at(k + kv_off, j), d) * scale - lse_bh[i]);
-            axpy(kvrows.at(dv + kv_off, j), p, doi, d);
-            const T dp = dot(doi, kvrows.at(v + kv_off, j), d);
-            const T ds = p * (dp - delta[static_cast<std::size_t>(i)]) * scale;
-            axpy(dqi, ds, kvrows.at(k + kv_off, j), d);
-            axpy(kvrows.at(dk + kv_off, j), ds, qi, d);
+      for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
+        const std::int64_t cols = std::min(kTile, s.seq - j0);
+        const T* kj = k + at.kv_offset + j0 * at.kv_stride;
+        const T* vj = v + at.kv_offset + j0 * at.kv_stride;
+        T* dkj = dk + at.kv_offset + j0 * at.kv_stride;
+        T* dvj = dv + at.kv_offset + j0 * at.kv_stride;
+        for (std::int64_t i0 = j0 / kTile * kTile; i0 < s.seq; i0 += kTile) {
+          const std::int64_t rows = std::min(kTile, s.seq - i0);
+          const T* qi = q + at.q_offset + i0 * at.q_stride;
+          const T* doi = dout + at.q_offset + i0 * at.q_stride;
+          gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p.data(), kTile);
+          if (j0 + cols > i0) mask_tile(p.data(), rows, cols, i0, j0);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            for (std::int64_t c = 0; c < cols; ++c) {
+              p[static_cast<std::size_t>(r * kTile + c)] = std::exp(p[static_cast<std::size_t>(r * kTile + c)] - lse_bh[i0 + r]);
+            }
           }
+          gemm<T>(true, false, cols, d, rows, T(1), p.data(), kTile, doi, at.q_stride, T(1), dvj, at.kv_stride);
+          gemm<T>(false, true, rows, cols, d, T(1), doi, at.q_stride, vj, at.kv_stride, T(0), dp.data(), kTile);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const T dr = delta[static_cast<std::size_t>(i0 + r)];
+            for (std::int64_t c = 0; c < cols; ++c) {
+              const auto e = static_cast<std::size_t>(r * kTile + c);
+              dp[e] = p[e] * (dp[e] - dr) * scale;
+            }
+          }
+          gemm<T>(false, false, rows, d, cols, T(1), dp.data(), kTile, kj, at.kv_stride, T(1),
+                  dq + at.q_offset + i0 * at.q_stride, at.q_stride);
+          gemm<T>(true, false, cols, d, rows, T(1), dp.data(), kTile, qi, at.q_stride, T(1), dkj, at.kv_stride);
         }
       }
     }

@@ -255,6 +255,10 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill(double value) {
   if (!storage_) return;
+  if (value == 0.0 && is_contiguous()) {  // zero_grad: every dtype's zero is all-zero bits
+    std::memset(element_bytes(offset_), 0, nbytes());
+    return;
+  }
   for_each_offset(shape_, strides_, offset_, [&](std::int64_t at) { store(dtype_, element_bytes(at), value); });
 }
 
