@@ -1,0 +1,66 @@
+// weft-train: trains a Llama on a text file from a TOML configuration (docs/TRAINING.md).
+//
+//   weft-train --config configs/debug.toml [--section.key value ...]
+//
+// Exit codes: 0 trained; 2 a bad command line or configuration (nothing written); 1 a failure
+// while training (the message says what).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "weft/train/trainer.h"
+
+namespace {
+
+// "--section.key value" and "--section.key=value" pairs from what CLI11 left over.
+std::vector<std::pair<std::string, std::string>> overrides(const std::vector<std::string>& extras) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::size_t i = 0; i < extras.size(); ++i) {
+    const std::string& arg = extras[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) {
+      throw weft::train::ConfigError("unexpected argument '" + arg + "'; overrides are --section.key value");
+    }
+    const auto eq = arg.find('=');
+    if (eq != std::string::npos) {
+      out.emplace_back(arg.substr(2, eq - 2), arg.substr(eq + 1));
+    } else if (i + 1 < extras.size()) {
+      out.emplace_back(arg.substr(2), extras[++i]);
+    } else {
+      throw weft::train::ConfigError(arg + " needs a value");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("weft-train: trains a Llama on a text file (docs/TRAINING.md).\n"
+               "Any configuration key can be overridden as --section.key value, e.g.\n"
+               "  weft-train --config configs/debug.toml --training.steps 100 --optimizer.lr 1e-3",
+               "weft-train");
+  std::string config_path;
+  app.add_option("--config", config_path, "TOML configuration (configs/debug.toml)");
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
+    weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1);
+    trainer.run();
+  } catch (const weft::train::ConfigError& e) {
+    std::fprintf(stderr, "weft-train: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft-train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,39 @@
+// A training run's checkpoints (one process): <folder>/step-<8 digits>/checkpoint.safetensors
+// holding the model ("model.<name>"), AdamW's moments ("optim.exp_avg.<name>",
+// "optim.exp_avg_sq.<name>") and, in the metadata, the step, the optimizer's step count, the
+// data loader's position and the configuration (TOML). The file is written to a temporary
+// name and renamed, so a crash at any moment leaves every earlier checkpoint intact and the
+// newest one either complete or absent. Layout details: docs/TRAINING.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "weft/nn/llama.h"
+#include "weft/nn/optim.h"
+
+namespace weft::train {
+
+struct TrainState {
+  std::int64_t step = 0;            // steps completed
+  std::int64_t loader_batches = 0;  // batches the training loader has drawn
+};
+
+// Writes the checkpoint of `state.step` and then, when keep_latest > 0, removes all but the
+// newest keep_latest checkpoints. Returns the file's path.
+std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
+                            nn::AdamW& optimizer, const std::string& config_toml,
+                            std::int64_t keep_latest);
+
+// The newest complete checkpoint file under `folder`, if any.
+std::optional<std::string> latest_checkpoint(const std::string& folder);
+
+// Loads `path` into `model` (and `optimizer` unless null): every parameter must be present
+// with its shape, else CheckpointError naming it. Returns the saved state.
+TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer);
+
+// The configuration (TOML) a checkpoint was written with.
+std::string checkpoint_config(const std::string& path);
+
+}  // namespace weft::train

@@ -1,0 +1,75 @@
+// weft-train's configuration: TOML sections as TorchTitan's ([model], [training],
+// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation]), every key with a type,
+// a default and the values it allows. Any key can be overridden on the command line as
+// `--section.key value`. An unknown key, a value of the wrong type or out of range is a
+// ConfigError naming the key and what is allowed; nothing has been written then.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/nn/llama.h"
+#include "weft/nn/optim.h"
+
+namespace weft::train {
+
+class ConfigError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+struct TrainingConfig {
+  std::int64_t batch_size = 8;  // sequences per micro-batch (per data-parallel rank later)
+  std::int64_t seq_len = 256;
+  std::int64_t steps = 100;
+  std::int64_t seed = 0;
+  double max_norm = 1.0;        // gradient clipping by global norm; 0 disables it
+  std::int64_t gradient_accumulation_steps = 1;
+  std::string dataset_path = "data/tinyshakespeare.txt";
+  double validation_fraction = 0.1;  // the end of the text, held out
+  bool activation_checkpointing = false;
+  std::int64_t threads = 1;  // cores this process computes with (OpenBLAS and weft's own)
+};
+
+struct CheckpointConfig {
+  bool enable = false;
+  std::string folder = "checkpoints";
+  std::int64_t interval = 100;  // steps between checkpoints; the last step always saves
+  bool resume = false;          // continue from the newest checkpoint in `folder`
+  std::int64_t keep_latest = 0; // 0 keeps every checkpoint
+};
+
+struct MetricsConfig {
+  std::int64_t log_freq = 10;
+  std::string jsonl_path;       // empty: no metrics file
+  double peak_gflops = 0;       // 0: measured at start-up with a short sgemm
+};
+
+struct ValidationConfig {
+  bool enable = true;
+  std::int64_t freq = 50;   // steps between validations (and after the last step)
+  std::int64_t steps = 4;   // batches per validation
+};
+
+struct Config {
+  nn::LlamaConfig model;
+  TrainingConfig training;
+  nn::AdamWOptions optimizer;
+  nn::LrSchedule lr_scheduler;  // lr comes from [optimizer], total_steps from [training]
+  CheckpointConfig checkpoint;
+  MetricsConfig metrics;
+  ValidationConfig validation;
+};
+
+// Reads `path` (if not empty), then applies `overrides` ("section.key", "value" pairs, in
+// order), then checks the whole: throws ConfigError.
+Config load_config(const std::string& path,
+                   const std::vector<std::pair<std::string, std::string>>& overrides);
+// The same from TOML text (a checkpoint's); `what` names it in errors.
+Config parse_config(const std::string& text, const std::string& what);
+// The configuration as TOML text (what a checkpoint records).
+std::string to_toml(const Config& config);
+
+}  // namespace weft::train

@@ -1,0 +1,54 @@
+// Training data: a byte-level tokenizer (vocabulary 256: token = byte) over a text file, a
+// train/validation split, and batches drawn from a counter-based generator so that batch k
+// is a pure function of (seed, split, k): the loader's whole state is the number of batches
+// drawn, which a checkpoint records and a resumed run restores.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft::train {
+
+std::vector<std::int32_t> encode(std::string_view text);
+std::string decode(const std::vector<std::int32_t>& tokens);  // ids outside 0..255 become '?'
+
+struct Batch {
+  std::int64_t batch = 0, seq = 0;
+  std::vector<std::int32_t> tokens;   // [batch, seq]
+  std::vector<std::int32_t> targets;  // tokens shifted by one: the next byte
+};
+
+class TextDataset {
+ public:
+  // Reads `path` whole. The last `validation_fraction` of it is the validation split. Throws
+  // ConfigError (from config.h) when the file cannot be read or a split is too short for
+  // sequences of `seq_len`.
+  TextDataset(const std::string& path, double validation_fraction, std::int64_t seq_len);
+  const std::vector<std::int32_t>& train() const { return train_; }
+  const std::vector<std::int32_t>& validation() const { return validation_; }
+
+ private:
+  std::vector<std::int32_t> train_, validation_;
+};
+
+class DataLoader {
+ public:
+  // Batches of `batch` windows of seq_len + 1 tokens from `tokens`, each window's start drawn
+  // uniformly from Philox(seed, name, sample index).
+  DataLoader(const std::vector<std::int32_t>& tokens, std::int64_t batch, std::int64_t seq_len,
+             std::uint64_t seed, std::string name);
+  Batch next();
+  std::int64_t batches_drawn() const { return drawn_; }
+  void set_batches_drawn(std::int64_t n) { drawn_ = n; }  // restoring a checkpoint
+
+ private:
+  const std::vector<std::int32_t>& tokens_;
+  std::int64_t batch_, seq_len_;
+  std::uint64_t seed_;
+  std::string name_;
+  std::int64_t drawn_ = 0;
+};
+
+}  // namespace weft::train

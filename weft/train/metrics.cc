@@ -1,0 +1,119 @@
+#include "weft/train/metrics.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/kernels/blas.h"
+
+namespace weft::train {
+namespace {
+
+std::string with_commas(double value) {
+  const std::string digits = std::to_string(static_cast<long long>(value + 0.5));
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string clock(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return text;
+}
+
+}  // namespace
+
+double measure_peak_gflops(int threads) {
+  const int saved = kernels::blas_threads();
+  kernels::set_blas_threads(threads);
+  constexpr std::int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  // About half a second: enough for the clock to ramp up and for a representative best.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < until; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);  // the first warms up
+  }
+  kernels::set_blas_threads(saved);
+  return best;
+}
+
+std::int64_t peak_memory_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+MetricsLogger::MetricsLogger(std::ostream& out, bool terminal, const std::string& jsonl_path,
+                             std::int64_t total_steps)
+    : out_(out), terminal_(terminal), total_steps_(total_steps) {
+  if (!jsonl_path.empty()) {
+    jsonl_.open(jsonl_path, std::ios::app);
+    if (!jsonl_) throw SystemError("open metrics file " + jsonl_path, errno);
+  }
+}
+
+void MetricsLogger::clear_bar() {
+  if (bar_shown_) out_ << "\r\033[K";
+  bar_shown_ = false;
+}
+
+void MetricsLogger::log_step(const StepMetrics& m) {
+  clear_bar();
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "step: %lld  loss: %.4f  grad_norm: %.4f  lr: %.2e  tps: %s  mfu: %.1f%%  memory: %.0f MiB",
+                static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr,
+                with_commas(m.tokens_per_second).c_str(), 100.0 * m.mfu,
+                static_cast<double>(m.memory_bytes) / (1 << 20));
+  out_ << line << std::endl;
+  if (jsonl_.is_open()) {
+    jsonl_ << nlohmann::json{{"step", m.step}, {"loss", m.loss}, {"grad_norm", m.grad_norm},
+                             {"lr", m.lr}, {"tps", m.tokens_per_second}, {"mfu", m.mfu},
+                             {"memory_bytes", m.memory_bytes}, {"time_s", m.seconds}}
+                  .dump()
+           << std::endl;
+  }
+}
+
+void MetricsLogger::log_validation(std::int64_t step, double loss) {
+  clear_bar();
+  char line[128];
+  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f", static_cast<long long>(step), loss);
+  out_ << line << std::endl;
+  if (jsonl_.is_open()) jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}}.dump() << std::endl;
+}
+
+void MetricsLogger::log_line(const std::string& line) {
+  clear_bar();
+  out_ << line << std::endl;
+}
+
+void MetricsLogger::progress(std::int64_t steps_done, double seconds_per_step) {
+  if (!terminal_) return;
+  constexpr int kWidth = 30;
+  const double done = static_cast<double>(steps_done) / static_cast<double>(total_steps_);
+  const int filled = static_cast<int>(done * kWidth);
+  std::string bar(static_cast<std::size_t>(filled), '=');
+  if (filled < kWidth) bar += '>';
+  bar.resize(kWidth, ' ');
+  out_ << "\r\033[K[" << bar << "] " << steps_done << "/" << total_steps_ << "  ETA "
+       << clock(seconds_per_step * static_cast<double>(total_steps_ - steps_done)) << std::flush;
+  bar_shown_ = true;
+}
+
+void MetricsLogger::finish() { clear_bar(); }
+
+}  // namespace weft::train

@@ -1,0 +1,46 @@
+// What a training run reports: TorchTitan-style step lines, a progress bar with ETA on a
+// terminal (plain lines otherwise), a JSON-lines file, and the figures behind MFU.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <ostream>
+#include <string>
+
+namespace weft::train {
+
+// Model FLOPs utilisation = flops_per_token * tokens_per_second / peak. The peak is measured
+// with a 1024^3 sgemm on `threads` threads (best of a few runs), in GFLOP/s.
+double measure_peak_gflops(int threads);
+// The process's peak resident memory so far, in bytes (getrusage).
+std::int64_t peak_memory_bytes();
+
+struct StepMetrics {
+  std::int64_t step;  // 1-based, as printed
+  double loss, grad_norm, lr, tokens_per_second, mfu, seconds;
+  std::int64_t memory_bytes;
+};
+
+class MetricsLogger {
+ public:
+  // Opens `jsonl_path` (if not empty) for appending; `terminal`: draw a progress bar.
+  MetricsLogger(std::ostream& out, bool terminal, const std::string& jsonl_path,
+                std::int64_t total_steps);
+  void log_step(const StepMetrics& m);
+  void log_validation(std::int64_t step, double loss);
+  void log_line(const std::string& line);  // a message between steps
+  void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
+  void finish();
+
+ private:
+  void clear_bar();
+
+  std::ostream& out_;
+  bool terminal_;
+  std::ofstream jsonl_;
+  std::int64_t total_steps_;
+  bool bar_shown_ = false;
+};
+
+}  // namespace weft::train

@@ -1,0 +1,116 @@
+#include "weft/train/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "weft/kernels/blas.h"
+
+namespace weft::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool every(std::int64_t step, std::int64_t freq, std::int64_t last) {
+  return step % freq == 0 || step == last;
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config, std::ostream& out, bool terminal)
+    : config_(std::move(config)),
+      out_(out),
+      terminal_(terminal),
+      data_(config_.training.dataset_path, config_.training.validation_fraction, config_.training.seq_len),
+      model_(config_.model),
+      optimizer_(model_.parameters(), config_.optimizer),
+      train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
+                    static_cast<std::uint64_t>(config_.training.seed), "train") {
+  kernels::set_blas_threads(static_cast<int>(config_.training.threads));
+  model_.init_weights(static_cast<std::uint64_t>(config_.training.seed));
+  model_.set_activation_checkpointing(config_.training.activation_checkpointing);
+  if (config_.checkpoint.resume) {
+    if (const auto path = latest_checkpoint(config_.checkpoint.folder)) {
+      state_ = load_checkpoint(*path, model_, &optimizer_);
+      train_loader_.set_batches_drawn(state_.loader_batches);
+      out_ << "resumed from " << *path << " at step " << state_.step << std::endl;
+    }
+  }
+  const bool measured = config_.metrics.peak_gflops <= 0;
+  peak_gflops_ = measured ? measure_peak_gflops(static_cast<int>(config_.training.threads))
+                          : config_.metrics.peak_gflops;
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s, %lld thread%s)",
+                static_cast<double>(model_.parameters().numel()) / 1e6,
+                model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
+                measured ? "sgemm measured" : "metrics.peak_gflops",
+                static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s");
+  out_ << line << std::endl;
+  metrics_ = std::make_unique<MetricsLogger>(out_, terminal_, config_.metrics.jsonl_path,
+                                             config_.training.steps);
+}
+
+double Trainer::train_step() {
+  model_.parameters().zero_grad();
+  const std::int64_t micro = config_.training.gradient_accumulation_steps;
+  double loss = 0;
+  for (std::int64_t m = 0; m < micro; ++m) {
+    const Batch b = train_loader_.next();
+    loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) / static_cast<double>(micro);
+    model_.backward(1.0 / static_cast<double>(micro));
+  }
+  return loss;
+}
+
+double Trainer::validate() {
+  DataLoader loader(data_.validation(), config_.training.batch_size, config_.training.seq_len,
+                    static_cast<std::uint64_t>(config_.training.seed), "validation");
+  double total = 0;
+  for (std::int64_t i = 0; i < config_.validation.steps; ++i) {
+    const Batch b = loader.next();
+    total += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq);
+  }
+  return total / static_cast<double>(config_.validation.steps);
+}
+
+void Trainer::log_step(double loss, double grad_norm, double lr, double seconds) {
+  const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
+                                            config_.training.gradient_accumulation_steps);
+  const double tps = tokens / seconds;
+  const double mfu = model_.flops_per_token(config_.training.seq_len) * tps / (peak_gflops_ * 1e9);
+  metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()});
+}
+
+void Trainer::run() {
+  const std::int64_t last = config_.training.steps;
+  const std::string config_toml = to_toml(config_);
+  double seconds_per_step = 0;
+  while (state_.step < last) {
+    const auto start = Clock::now();
+    const double loss = train_step();
+    const double grad_norm = config_.training.max_norm > 0
+                                 ? nn::clip_grad_norm(model_.parameters(), config_.training.max_norm)
+                                 : nn::grad_norm(model_.parameters());
+    const double lr = config_.lr_scheduler.at(state_.step);
+    optimizer_.step(lr);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
+    ++state_.step;
+    state_.loader_batches = train_loader_.batches_drawn();
+    losses_.push_back(loss);
+    if (every(state_.step, config_.metrics.log_freq, last)) log_step(loss, grad_norm, lr, seconds);
+    if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
+      last_validation_ = validate();
+      metrics_->log_validation(state_.step, *last_validation_);
+    }
+    if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) {
+      const std::string path = save_checkpoint(config_.checkpoint.folder, state_, model_, optimizer_,
+                                               config_toml, config_.checkpoint.keep_latest);
+      metrics_->log_line("saved checkpoint " + path);
+    }
+    metrics_->progress(state_.step, seconds_per_step);
+  }
+  metrics_->finish();
+}
+
+}  // namespace weft::train

@@ -1,0 +1,53 @@
+// The single-process training loop of weft-train: Llama on a text file, AdamW with clipping,
+// gradient accumulation and the learning-rate schedule, validation, metrics, checkpoints
+// and resumption. The constructor checks everything it can (configuration, data file,
+// checkpoint to resume) before anything is written.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "weft/nn/llama.h"
+#include "weft/nn/optim.h"
+#include "weft/train/checkpointing.h"
+#include "weft/train/config.h"
+#include "weft/train/data.h"
+#include "weft/train/metrics.h"
+
+namespace weft::train {
+
+class Trainer {
+ public:
+  // `out` gets the step lines (and the progress bar when `terminal`).
+  Trainer(Config config, std::ostream& out, bool terminal = false);
+  // Trains from the current step to training.steps.
+  void run();
+
+  // The loss of every step this run trained (not those before a resume).
+  const std::vector<double>& losses() const { return losses_; }
+  std::optional<double> last_validation_loss() const { return last_validation_; }
+  nn::Llama& model() { return model_; }
+  std::int64_t step() const { return state_.step; }
+
+ private:
+  double train_step();
+  double validate();
+  void log_step(double loss, double grad_norm, double lr, double seconds);
+
+  Config config_;
+  std::ostream& out_;
+  bool terminal_;
+  TextDataset data_;
+  nn::Llama model_;
+  nn::AdamW optimizer_;
+  DataLoader train_loader_;
+  TrainState state_;
+  double peak_gflops_ = 0;
+  std::unique_ptr<MetricsLogger> metrics_;
+  std::vector<double> losses_;
+  std::optional<double> last_validation_;
+};
+
+}  // namespace weft::train
