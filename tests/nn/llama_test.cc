@@ -124,6 +124,25 @@ TEST(LlamaTest, ActivationCheckpointingChangesNothing) {
   EXPECT_EQ(grads[0], grads[1]);  // bitwise
 }
 
+// Generating with the KV cache gives the logits of the full forward, position by position.
+TEST(LlamaTest, KvCacheMatchesTheFullForward) {
+  Llama model(tiny());
+  model.init_weights(2);
+  const Batch b = batch(1, 7, 11, 6);
+  model.forward(b.tokens.data(), b.targets.data(), 1, 7);
+  const std::vector<float> full = model.logits().to_vector<float>();
+  KVCache cache = model.make_cache();
+  const float* last = model.forward_cached(b.tokens.data(), 3, cache);  // a prompt of 3
+  for (int v = 0; v < 11; ++v) EXPECT_NEAR(last[v], full[2 * 11 + v], 1e-5);
+  for (int t = 3; t < 7; ++t) {
+    last = model.forward_cached(&b.tokens[static_cast<std::size_t>(t)], 1, cache);
+    for (int v = 0; v < 11; ++v) EXPECT_NEAR(last[v], full[static_cast<std::size_t>(t * 11 + v)], 1e-5) << t;
+  }
+  EXPECT_EQ(cache.length, 7);
+  const std::int32_t more[2] = {1, 2};
+  EXPECT_THROW(model.forward_cached(more, 2, cache), InvalidArgument);  // past max_seq_len 8
+}
+
 TEST(LlamaTest, InitDependsOnlyOnSeedAndName) {
   Llama a(tiny()), b(tiny());
   a.init_weights(3);

@@ -1,5 +1,9 @@
 #include "weft/nn/attention.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "weft/kernels/attention.h"
 #include "weft/kernels/rope.h"
 
@@ -45,6 +49,47 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
   wq_.backward(dq, x, dx, rows);
   wk_.backward(dk, x, dx, rows, /*accumulate_dx=*/true);
   wv_.backward(dv, x, dx, rows, /*accumulate_dx=*/true);
+}
+
+void Attention::forward_cached(const float* x, float* out, std::int64_t n, std::int64_t position,
+                               LayerCache& cache) {
+  const std::int64_t hd = config_.head_dim(), heads = config_.n_heads, kv = config_.n_kv_heads;
+  float* q = ensure(q_, {n, heads * hd});
+  float* att = ensure(att_, {n, heads * hd});
+  float* k = cache.k.data<float>() + position * kv * hd;
+  float* v = cache.v.data<float>() + position * kv * hd;
+  wq_.forward(x, q, n);
+  wk_.forward(x, k, n);
+  wv_.forward(x, v, n);
+  kernels::rope_forward(q, 1, n, heads, hd, config_.rope_theta, position);
+  kernels::rope_forward(k, 1, n, kv, hd, config_.rope_theta, position);
+  const float* keys = cache.k.data<float>();
+  const float* values = cache.v.data<float>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> p(static_cast<std::size_t>(position + n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t g = h / (heads / kv), visible = position + i + 1;
+      const float* qi = q + (i * heads + h) * hd;
+      float max = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float* kj = keys + (j * kv + g) * hd;
+        float s = 0;
+        for (std::int64_t x2 = 0; x2 < hd; ++x2) s += qi[x2] * kj[x2];
+        p[static_cast<std::size_t>(j)] = s * scale;
+        max = std::max(max, p[static_cast<std::size_t>(j)]);
+      }
+      for (std::int64_t j = 0; j < visible; ++j) sum += (p[static_cast<std::size_t>(j)] = std::exp(p[static_cast<std::size_t>(j)] - max));
+      float* o = att + (i * heads + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float w = p[static_cast<std::size_t>(j)] / sum;
+        const float* vj = values + (j * kv + g) * hd;
+        for (std::int64_t x2 = 0; x2 < hd; ++x2) o[x2] += w * vj[x2];
+      }
+    }
+  }
+  wo_.forward(att, out, n);
 }
 
 void Attention::release() { q_ = k_ = v_ = att_ = lse_ = Tensor(); }

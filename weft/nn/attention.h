@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
 
 namespace weft::nn {
@@ -23,6 +24,10 @@ class Attention {
   void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq);
   // dx ([batch * seq, dim]) is overwritten; x is the forward's input.
   void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq);
+  // Inference: x [n, dim] are positions cache.length .. + n of one sequence; their keys and
+  // values are appended to `cache` and each attends to every cached position up to itself.
+  void forward_cached(const float* x, float* out, std::int64_t n, std::int64_t position,
+                      LayerCache& cache);
   // Frees what forward kept (activation checkpointing: forward runs again before backward).
   void release();
 

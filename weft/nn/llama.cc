@@ -121,6 +121,31 @@ void Llama::backward(double loss_scale) {
   tok_embeddings_.backward(tokens_.data(), rows, dx);
 }
 
+KVCache Llama::make_cache() const {
+  KVCache cache;
+  const std::int64_t width = config_.kv_heads() * (config_.dim / config_.n_heads);
+  for (std::int64_t l = 0; l < config_.n_layers; ++l) {
+    cache.layers.push_back({Tensor::zeros({config_.max_seq_len, width}), Tensor::zeros({config_.max_seq_len, width})});
+  }
+  cache.capacity = config_.max_seq_len;
+  return cache;
+}
+
+const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache) {
+  require(n > 0 && cache.length + n <= cache.capacity,
+          "generating past max_seq_len = " + std::to_string(cache.capacity) + " positions");
+  const std::int64_t dim = config_.dim, position = cache.length;
+  float* x = ensure(x_, {n, dim});
+  tok_embeddings_.forward(tokens, n, x);
+  for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward_cached(x, n, position, cache.layers[l]);
+  float* xn = ensure(xn_, {1, dim});
+  norm_.forward(x + (n - 1) * dim, xn, ensure(rstd_, {1}), 1);
+  float* logits = ensure(logits_, {1, config_.vocab_size});
+  output_.forward(xn, logits, 1);
+  cache.length += n;
+  return logits;
+}
+
 double Llama::flops_per_token(std::int64_t seq) const {
   double matmul = 0;
   for (const auto& p : params_.all()) {

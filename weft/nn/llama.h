@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
 #include "weft/nn/transformer_block.h"
 
@@ -56,6 +57,13 @@ class Llama {
   const Tensor& logits() const { return logits_; }
 
   void set_activation_checkpointing(bool on);
+
+  // Inference: an empty cache for sequences of up to max_seq_len positions.
+  KVCache make_cache() const;
+  // Runs tokens[0..n) at positions cache.length .., appends them to the cache and returns the
+  // logits of the last one ([vocab_size], valid until the next call). Throws InvalidArgument
+  // when the cache would exceed max_seq_len.
+  const float* forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache);
   // Model FLOPs per token for training: 6 x (matmul parameters) + 12 x layers x dim x seq.
   double flops_per_token(std::int64_t seq) const;
 

@@ -35,6 +35,18 @@ void TransformerBlock::run_forward(float* x, std::int64_t batch, std::int64_t se
   kernels::add_into(x, branch, n);
 }
 
+void TransformerBlock::forward_cached(float* x, std::int64_t n, std::int64_t position,
+                                      LayerCache& cache) {
+  float* h = ensure(h1_, {n, dim_});
+  float* branch = ensure(branch_, {n, dim_});
+  attention_norm_.forward(x, h, ensure(rstd1_, {n}), n);
+  attention_.forward_cached(h, branch, n, position, cache);
+  kernels::add_into(x, branch, n * dim_);
+  ffn_norm_.forward(x, h, ensure(rstd2_, {n}), n);
+  feed_forward_.forward(h, branch, n);
+  kernels::add_into(x, branch, n * dim_);
+}
+
 void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq;
   if (checkpointing_) {

@@ -25,6 +25,8 @@ class TransformerBlock {
   // dx: the gradient of the block's output, turned in place into that of its input.
   void backward(float* dx, std::int64_t batch, std::int64_t seq);
   void set_checkpointing(bool on) { checkpointing_ = on; }
+  // Inference with a KV cache: x [n, dim] at positions position .. + n, in place.
+  void forward_cached(float* x, std::int64_t n, std::int64_t position, LayerCache& cache);
 
  private:
   void run_forward(float* x, std::int64_t batch, std::int64_t seq);

@@ -183,7 +183,7 @@ void check_whole(const Config& c) {
   try {
     c.model.validate();
   } catch (const InvalidArgument& e) {
-    throw ConfigError(std::string("[model] ") + e.what());
+    throw ConfigError(e.what());
   }
   if (c.training.seq_len > c.model.max_seq_len) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +

@@ -1,5 +1,6 @@
 #include "weft/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -81,11 +82,14 @@ void Trainer::log_step(double loss, double grad_norm, double lr, double seconds)
   metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()});
 }
 
-void Trainer::run() {
+void Trainer::run() { run_until(config_.training.steps); }
+
+void Trainer::run_until(std::int64_t stop) {
   const std::int64_t last = config_.training.steps;
+  stop = std::min(stop, last);
   const std::string config_toml = to_toml(config_);
   double seconds_per_step = 0;
-  while (state_.step < last) {
+  while (state_.step < stop) {
     const auto start = Clock::now();
     const double loss = train_step();
     const double grad_norm = config_.training.max_norm > 0

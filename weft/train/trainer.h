@@ -24,6 +24,8 @@ class Trainer {
   Trainer(Config config, std::ostream& out, bool terminal = false);
   // Trains from the current step to training.steps.
   void run();
+  // Trains until `step` steps are done (at most training.steps), as if interrupted there.
+  void run_until(std::int64_t step);
 
   // The loss of every step this run trained (not those before a resume).
   const std::vector<double>& losses() const { return losses_; }

@@ -1,0 +1,22 @@
+// Sampling text from a trained model with a KV cache (weft-generate).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "weft/nn/llama.h"
+
+namespace weft::train {
+
+struct SamplingOptions {
+  std::int64_t max_new_tokens = 200;
+  double temperature = 0.8;  // 0: always the most likely token
+  std::int64_t top_k = 0;    // 0: the whole vocabulary
+  std::uint64_t seed = 0;
+};
+
+// The prompt followed by what the model writes after it, byte by byte, stopping at the model's
+// max_seq_len. Throws InvalidArgument for an empty prompt or one longer than max_seq_len.
+std::string generate(nn::Llama& model, const std::string& prompt, const SamplingOptions& options);
+
+}  // namespace weft::train
