@@ -7,6 +7,7 @@
 
 #include "weft/base/check.h"
 #include "weft/kernels/blas.h"
+#include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
 namespace {
@@ -84,24 +85,66 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   }
 }
 
+// The backward of one (batch, query head) pair, accumulating into its rows of dq, dk, dv.
+template <class T>
+void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k, const T* v,
+                   const T* out, const T* dout, const T* lse_bh, T* dq, T* dk, T* dv, T scale,
+                   T* delta, T* p, T* dp) {
+  const std::int64_t d = s.head_dim;
+  for (std::int64_t i = 0; i < s.seq; ++i) {
+    const T* o = out + at.q_offset + i * at.q_stride;
+    const T* g = dout + at.q_offset + i * at.q_stride;
+    T sum = 0;
+    for (std::int64_t x = 0; x < d; ++x) sum += o[x] * g[x];
+    delta[i] = sum;
+  }
+  for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
+    const std::int64_t cols = std::min(kTile, s.seq - j0);
+    const T* kj = k + at.kv_offset + j0 * at.kv_stride;
+    const T* vj = v + at.kv_offset + j0 * at.kv_stride;
+    T* dkj = dk + at.kv_offset + j0 * at.kv_stride;
+    T* dvj = dv + at.kv_offset + j0 * at.kv_stride;
+    for (std::int64_t i0 = j0 / kTile * kTile; i0 < s.seq; i0 += kTile) {
+      const std::int64_t rows = std::min(kTile, s.seq - i0);
+      const T* qi = q + at.q_offset + i0 * at.q_stride;
+      const T* doi = dout + at.q_offset + i0 * at.q_stride;
+      gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p, kTile);
+      if (j0 + cols > i0) mask_tile(p, rows, cols, i0, j0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) p[r * kTile + c] = std::exp(p[r * kTile + c] - lse_bh[i0 + r]);
+      }
+      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.q_stride, T(1), dvj, at.kv_stride);
+      gemm<T>(false, true, rows, cols, d, T(1), doi, at.q_stride, vj, at.kv_stride, T(0), dp, kTile);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T dr = delta[i0 + r];
+        for (std::int64_t c = 0; c < cols; ++c) dp[r * kTile + c] = p[r * kTile + c] * (dp[r * kTile + c] - dr) * scale;
+      }
+      gemm<T>(false, false, rows, d, cols, T(1), dp, kTile, kj, at.kv_stride, T(1),
+              dq + at.q_offset + i0 * at.q_stride, at.q_stride);
+      gemm<T>(true, false, cols, d, rows, T(1), dp, kTile, qi, at.q_stride, T(1), dkj, at.kv_stride);
+    }
+  }
+}
+
 }  // namespace
 
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
                        T* lse) {
   check_shape(s);
-  std::vector<T> scores(static_cast<std::size_t>(kTile * kTile));
-  std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
-  for (std::int64_t b = 0; b < s.batch; ++b) {
-    for (std::int64_t h = 0; h < s.heads; ++h) {
-      const HeadView<T> at(s, b, h);
-      T* lse_bh = lse + (b * s.heads + h) * s.seq;
+  // (batch, head) pairs are independent: split them over the threads.
+  parallel_for(s.batch * s.heads, 1, [&](std::int64_t first, std::int64_t end) {
+    std::vector<T> scores(static_cast<std::size_t>(kTile * kTile));
+    std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
+    for (std::int64_t bh = first; bh < end; ++bh) {
+      const HeadView<T> at(s, bh / s.heads, bh % s.heads);
+      T* lse_bh = lse + bh * s.seq;
       for (std::int64_t i0 = 0; i0 < s.seq; i0 += kTile) {
         forward_tile(s, at, q, k, v, out, lse_bh, i0, std::min(kTile, s.seq - i0), scores.data(),
                      acc.data());
       }
     }
-  }
+  });
 }
 
 // Per key tile j and every query tile i that may see it (flash attention 2's backward), the
@@ -117,52 +160,20 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
   std::fill(dq, dq + s.batch * s.seq * s.heads * d, T(0));
   std::fill(dk, dk + s.batch * s.seq * s.kv_heads * d, T(0));
   std::fill(dv, dv + s.batch * s.seq * s.kv_heads * d, T(0));
-  std::vector<T> delta(static_cast<std::size_t>(s.seq));
-  std::vector<T> p(static_cast<std::size_t>(kTile * kTile)), dp(p.size());
-  for (std::int64_t b = 0; b < s.batch; ++b) {
-    for (std::int64_t h = 0; h < s.heads; ++h) {
-      const HeadView<T> at(s, b, h);
-      const T* lse_bh = lse + (b * s.heads + h) * s.seq;
-      for (std::int64_t i = 0; i < s.seq; ++i) {
-        const T* o = out + at.q_offset + i * at.q_stride;
-        const T* g = dout + at.q_offset + i * at.q_stride;
-        T sum = 0;
-        for (std::int64_t x = 0; x < d; ++x) sum += o[x] * g[x];
-        delta[static_cast<std::size_t>(i)] = sum;
-      }
-      for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
-        const std::int64_t cols = std::min(kTile, s.seq - j0);
-        const T* kj = k + at.kv_offset + j0 * at.kv_stride;
-        const T* vj = v + at.kv_offset + j0 * at.kv_stride;
-        T* dkj = dk + at.kv_offset + j0 * at.kv_stride;
-        T* dvj = dv + at.kv_offset + j0 * at.kv_stride;
-        for (std::int64_t i0 = j0 / kTile * kTile; i0 < s.seq; i0 += kTile) {
-          const std::int64_t rows = std::min(kTile, s.seq - i0);
-          const T* qi = q + at.q_offset + i0 * at.q_stride;
-          const T* doi = dout + at.q_offset + i0 * at.q_stride;
-          gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p.data(), kTile);
-          if (j0 + cols > i0) mask_tile(p.data(), rows, cols, i0, j0);
-          for (std::int64_t r = 0; r < rows; ++r) {
-            for (std::int64_t c = 0; c < cols; ++c) {
-              p[static_cast<std::size_t>(r * kTile + c)] = std::exp(p[static_cast<std::size_t>(r * kTile + c)] - lse_bh[i0 + r]);
-            }
-          }
-          gemm<T>(true, false, cols, d, rows, T(1), p.data(), kTile, doi, at.q_stride, T(1), dvj, at.kv_stride);
-          gemm<T>(false, true, rows, cols, d, T(1), doi, at.q_stride, vj, at.kv_stride, T(0), dp.data(), kTile);
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const T dr = delta[static_cast<std::size_t>(i0 + r)];
-            for (std::int64_t c = 0; c < cols; ++c) {
-              const auto e = static_cast<std::size_t>(r * kTile + c);
-              dp[e] = p[e] * (dp[e] - dr) * scale;
-            }
-          }
-          gemm<T>(false, false, rows, d, cols, T(1), dp.data(), kTile, kj, at.kv_stride, T(1),
-                  dq + at.q_offset + i0 * at.q_stride, at.q_stride);
-          gemm<T>(true, false, cols, d, rows, T(1), dp.data(), kTile, qi, at.q_stride, T(1), dkj, at.kv_stride);
-        }
+  // A key/value head and the query heads that read it write their own dk, dv and dq rows:
+  // split the (batch, key/value head) pairs over the threads.
+  const std::int64_t group = s.heads / s.kv_heads;
+  parallel_for(s.batch * s.kv_heads, 1, [&](std::int64_t first, std::int64_t end) {
+    std::vector<T> delta(static_cast<std::size_t>(s.seq));
+    std::vector<T> p(static_cast<std::size_t>(kTile * kTile)), dp(p.size());
+    for (std::int64_t bg = first; bg < end; ++bg) {
+      for (std::int64_t h = (bg % s.kv_heads) * group; h < (bg % s.kv_heads + 1) * group; ++h) {
+        backward_head(s, HeadView<T>(s, bg / s.kv_heads, h), q, k, v, out, dout,
+                      lse + ((bg / s.kv_heads) * s.heads + h) * s.seq, dq, dk, dv, scale,
+                      delta.data(), p.data(), dp.data());
       }
     }
-  }
+  });
 }
 
 template void attention_forward<float>(const AttentionShape&, const float*, const float*,

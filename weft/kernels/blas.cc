@@ -2,7 +2,11 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <mutex>
+#include <vector>
+
+#include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
 namespace {
@@ -15,6 +19,8 @@ void ensure_default_threads() {
 }
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+
+constexpr std::int64_t kRowGrain = 128;  // rows per share at least
 
 }  // namespace
 
@@ -40,17 +46,45 @@ void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
               b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+// With several threads, the rows (tokens) are split between them, each running a
+// single-threaded product on its share: for the tall, narrow products of training this
+// scales better than OpenBLAS's own threading (docs/PERFORMANCE.md). dW sums over the rows,
+// so each share's part goes to its own buffer and the parts are added in share order.
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out) {
-  gemm<T>(false, true, rows, out, in, T(1), x, in, w, in, T(0), y, out);
+  parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(false, true, end - first, out, in, T(1), x + first * in, in, w, in, T(0), y + first * out, out);
+  });
 }
 
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int64_t rows,
                      std::int64_t in, std::int64_t out) {
-  if (dx != nullptr) gemm<T>(false, false, rows, in, out, T(1), dy, out, w, in, T(0), dx, in);
-  gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dw, in);
+  if (dx != nullptr) {
+    parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
+      gemm<T>(false, false, end - first, in, out, T(1), dy + first * out, out, w, in, T(0),
+              dx + first * in, in);
+    });
+  }
+  const int shares = static_cast<int>(std::min<std::int64_t>(threads(), rows / kRowGrain));
+  if (shares <= 1) {
+    gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dw, in);
+    return;
+  }
+  std::vector<std::vector<T>> parts(static_cast<std::size_t>(shares));
+  parallel_for(shares, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t s = s0; s < s1; ++s) {
+      const std::int64_t first = rows * s / shares, end = rows * (s + 1) / shares;
+      auto& part = parts[static_cast<std::size_t>(s)];
+      part.assign(static_cast<std::size_t>(out * in), T(0));
+      gemm<T>(true, false, out, in, end - first, T(1), dy + first * out, out, x + first * in, in,
+              T(0), part.data(), in);
+    }
+  });
+  for (const auto& part : parts) {
+    for (std::int64_t i = 0; i < out * in; ++i) dw[i] += part[static_cast<std::size_t>(i)];
+  }
 }
 
 void set_blas_threads(int threads) {

@@ -1,10 +1,14 @@
 #include "weft/kernels/elementwise.h"
 
+#include "weft/kernels/parallel.h"
+
 namespace weft::kernels {
 
 template <class T>
 void add_into(T* y, const T* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
+  parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) y[i] += x[i];
+  });
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "weft/base/error.h"
+#include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
 namespace {
@@ -31,14 +32,16 @@ std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,
                              std::int64_t vocab, T* losses) {
-  double total = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    check_target(targets[i], i, vocab);
-    const T* row = logits + i * vocab;
-    const auto [max, lse] = log_sum_exp(row, vocab);
-    losses[i] = max + lse - row[targets[i]];
-    total += static_cast<double>(losses[i]);
-  }
+  for (std::int64_t i = 0; i < n; ++i) check_target(targets[i], i, vocab);
+  parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) {
+      const T* row = logits + i * vocab;
+      const auto [max, lse] = log_sum_exp(row, vocab);
+      losses[i] = max + lse - row[targets[i]];
+    }
+  });
+  double total = 0;  // in row order, whatever the thread count
+  for (std::int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]);
   return total;
 }
 
@@ -46,15 +49,17 @@ template <class T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
                             std::int64_t vocab, double dloss, T* dlogits) {
   const T scale = static_cast<T>(dloss);
-  for (std::int64_t i = 0; i < n; ++i) {
-    check_target(targets[i], i, vocab);
-    const T* row = logits + i * vocab;
-    T* d = dlogits + i * vocab;
-    const auto [max, lse] = log_sum_exp(row, vocab);
-    const T shift = max + lse;
-    for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(row[j] - shift) * scale;
-    d[targets[i]] -= scale;
-  }
+  for (std::int64_t i = 0; i < n; ++i) check_target(targets[i], i, vocab);
+  parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) {
+      const T* row = logits + i * vocab;
+      T* d = dlogits + i * vocab;
+      const auto [max, lse] = log_sum_exp(row, vocab);
+      const T shift = max + lse;
+      for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(row[j] - shift) * scale;
+      d[targets[i]] -= scale;
+    }
+  });
 }
 
 template double cross_entropy_forward<float>(const float*, const std::int32_t*, std::int64_t,

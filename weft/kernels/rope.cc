@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "weft/kernels/parallel.h"
+
 namespace weft::kernels {
 namespace {
 
@@ -22,12 +24,12 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
       sin_table[static_cast<std::size_t>(t * half + i)] = static_cast<T>(sign * std::sin(angle));
     }
   }
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t t = 0; t < seq; ++t) {
-      const T* c = cos_table.data() + t * half;
-      const T* s = sin_table.data() + t * half;
+  parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t bt = first; bt < end; ++bt) {
+      const T* c = cos_table.data() + (bt % seq) * half;
+      const T* s = sin_table.data() + (bt % seq) * half;
       for (std::int64_t h = 0; h < heads; ++h) {
-        T* v = x + ((b * seq + t) * heads + h) * head_dim;
+        T* v = x + (bt * heads + h) * head_dim;
         for (std::int64_t i = 0; i < half; ++i) {
           const T x0 = v[2 * i];
           const T x1 = v[2 * i + 1];
@@ -36,7 +38,7 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "weft/kernels/elementwise.h"
+#include "weft/kernels/parallel.h"
 
 namespace weft::nn {
 
@@ -32,14 +33,15 @@ void AdamW::step(double lr) {
     const float* g = params[i]->grad.data<float>();
     float* m = m_[i].data<float>();
     float* v = v_[i].data<float>();
-    const std::int64_t n = params[i]->value.numel();
-    for (std::int64_t j = 0; j < n; ++j) {
-      p[j] *= decay;
-      m[j] = m[j] * fb1 + g[j] * (1.0f - fb1);  // torch: m.lerp_(g, 1 - b1)
-      v[j] = v[j] * fb2 + g[j] * g[j] * (1.0f - fb2);
-      const float denom = std::sqrt(v[j]) / sqrt_c2 + eps;
-      p[j] -= step_size * (m[j] / denom);
-    }
+    kernels::parallel_for(params[i]->value.numel(), 1 << 14, [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t j = first; j < end; ++j) {
+        p[j] *= decay;
+        m[j] = m[j] * fb1 + g[j] * (1.0f - fb1);
+        v[j] = v[j] * fb2 + g[j] * g[j] * (1.0f - fb2);
+        const float denom = std::sqrt(v[j]) / sqrt_c2 + eps;
+        p[j] -= step_size * (m[j] / denom);
+      }
+    });
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "weft/kernels/blas.h"
+#include "weft/kernels/parallel.h"
 
 namespace weft::train {
 namespace {
@@ -26,7 +27,9 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal)
       optimizer_(model_.parameters(), config_.optimizer),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
-  kernels::set_blas_threads(static_cast<int>(config_.training.threads));
+  // weft splits the work between the threads itself; OpenBLAS runs single-threaded inside.
+  kernels::set_blas_threads(1);
+  kernels::set_threads(static_cast<int>(config_.training.threads));
   model_.init_weights(static_cast<std::uint64_t>(config_.training.seed));
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   if (config_.checkpoint.resume) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# weft-train against the same Llama in PyTorch (Debian's python3-torch), side by side on this
+# machine: tokens/s, MFU and peak memory for the debug config (dim 256, 4 layers) and
+# configs/llama_512.toml (dim 512, 8 layers), batch 8 x sequence 256, float32, AdamW, at 1 and
+# 2 threads (OPENBLAS_NUM_THREADS pinned for both; OMP_WAIT_POLICY=PASSIVE for PyTorch).
+#
+#   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/release
+steps=${1:-20}
+cmake --build "$build" --target weft-train -- --quiet
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+have_torch=1
+/usr/bin/python3 -c 'import torch' 2>/dev/null || have_torch=0
+[ "$have_torch" = 1 ] || echo "compare: python3-torch missing for /usr/bin/python3: PyTorch left out" >&2
+
+printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
+for cfg in debug llama_512; do
+  case $cfg in
+    debug) dim=256 layers=4 heads=4 ;;
+    llama_512) dim=512 layers=8 heads=8 ;;
+  esac
+  for threads in 1 2; do
+    jsonl="$out/$cfg.$threads.jsonl"
+    "$build/tools/weft-train" --config "configs/$cfg.toml" --training.steps $((steps + 2)) \
+      --training.threads "$threads" --checkpoint.enable false --validation.enable false \
+      --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log" 
+    # Steps after the first two; tokens/s from their total time.
+    read -r wtps wmfu wmem < <(python3 - "$jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
+t = sum(r["time_s"] for r in rows)
+tokens = sum(r["tps"] * r["time_s"] for r in rows)
+print(f'{tokens / t:.0f} {100 * sum(r["mfu"] for r in rows) / len(rows):.1f}% {rows[-1]["memory_bytes"] / 2**20:.0f}')
+PY
+)
+    ttps=- tmem=- ratio=-
+    if [ "$have_torch" = 1 ]; then
+      read -r _ _ ttps _ tmem _ _ < <(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
+        OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train/torch_train.py \
+        $dim $layers $heads 256 8 "$steps" "$threads")
+      ratio=$(python3 -c "print(f'{$wtps / $ttps:.2f}x')")
+    fi
+    printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg $threads "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
+  done
+done

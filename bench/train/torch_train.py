@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/train/compare.sh: trains weft's Llama (python/torch_llama.py)
+with AdamW on random windows of Tiny Shakespeare and prints one line:
+
+    torch tps <tokens/s> memory_mib <peak RSS> steps <timed steps>
+
+Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS
+Set OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY=PASSIVE in the environment (compare.sh does):
+PyTorch's thread setting does not limit OpenBLAS.
+"""
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch_llama import Llama  # noqa: E402
+
+WARMUP = 2
+
+
+def main(dim, layers, heads, seq, batch, steps, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    hidden = 32 * ((2 * 4 * dim // 3 + 31) // 32)
+    c = dict(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=heads, vocab_size=256,
+             hidden_dim=hidden, rope_theta=10000.0, norm_eps=1e-5)
+    model = Llama(c)
+    for name, p in model.named_parameters():
+        if not name.endswith("norm.weight"):
+            torch.nn.init.normal_(p, std=0.02)
+    opt = torch.optim.AdamW(model.parameters(), lr=8e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "data", "tinyshakespeare.txt"), "rb") as f:
+        data = torch.tensor(list(f.read()), dtype=torch.long)
+    times = []
+    for step in range(WARMUP + steps):
+        starts = torch.randint(0, len(data) - seq - 1, (batch,))
+        x = torch.stack([data[s : s + seq] for s in starts])
+        y = torch.stack([data[s + 1 : s + seq + 1] for s in starts])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step >= WARMUP:
+            times.append(time.perf_counter() - t0)
+    tps = batch * seq * len(times) / sum(times)
+    memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"torch tps {tps:.0f} memory_mib {memory:.0f} steps {len(times)}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 8:
+        sys.exit(__doc__)
+    main(*(int(a) for a in sys.argv[1:]))
