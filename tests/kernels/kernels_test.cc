@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/embedding.h"
@@ -262,6 +264,24 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
   expect_gradient(q, dq, loss, "attention dq");
   expect_gradient(k, dk, loss, "attention dk");
   expect_gradient(v, dv, loss, "attention dv");
+}
+
+}  // namespace
+}  // namespace weft::kernels
+
+namespace weft::kernels {
+namespace {
+
+TEST(FastExpTest, WithinTwoUlpOfStdExp) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(internal::exp_fast(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.5e-7);
+  EXPECT_EQ(internal::exp_fast(-1e30f), 0.0f);
+  EXPECT_EQ(internal::exp_fast(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(internal::exp_fast(0.0f), 1.0f);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "weft/base/check.h"
 #include "weft/kernels/blas.h"
+#include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
@@ -65,9 +66,10 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
     for (std::int64_t r = 0; r < rows; ++r) {
       T* row = scores + r * kTile;
       const T m_new = std::max(m[r], *std::max_element(row, row + cols));
-      const T correction = std::exp(m[r] - m_new);
+      const T correction = internal::exp_of(m[r] - m_new);
+      for (std::int64_t c = 0; c < cols; ++c) row[c] = internal::exp_of(row[c] - m_new);
       T sum = 0;
-      for (std::int64_t c = 0; c < cols; ++c) sum += (row[c] = std::exp(row[c] - m_new));
+      for (std::int64_t c = 0; c < cols; ++c) sum += row[c];
       l[r] = l[r] * correction + sum;
       m[r] = m_new;
       if (correction != T(1)) {
@@ -111,7 +113,9 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
       gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p, kTile);
       if (j0 + cols > i0) mask_tile(p, rows, cols, i0, j0);
       for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t c = 0; c < cols; ++c) p[r * kTile + c] = std::exp(p[r * kTile + c] - lse_bh[i0 + r]);
+        T* pr = p + r * kTile;
+        const T shift = lse_bh[i0 + r];
+        for (std::int64_t c = 0; c < cols; ++c) pr[c] = internal::exp_of(pr[c] - shift);
       }
       gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.q_stride, T(1), dvj, at.kv_stride);
       gemm<T>(false, true, rows, cols, d, T(1), doi, at.q_stride, vj, at.kv_stride, T(0), dp, kTile);

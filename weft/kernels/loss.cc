@@ -5,6 +5,7 @@
 #include <string>
 
 #include "weft/base/error.h"
+#include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
@@ -23,7 +24,7 @@ template <class T>
 std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
   const T max = *std::max_element(x, x + vocab);
   T sum = 0;
-  for (std::int64_t j = 0; j < vocab; ++j) sum += std::exp(x[j] - max);
+  for (std::int64_t j = 0; j < vocab; ++j) sum += internal::exp_of(x[j] - max);
   return {max, std::log(sum)};
 }
 
@@ -56,7 +57,7 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::i
       T* d = dlogits + i * vocab;
       const auto [max, lse] = log_sum_exp(row, vocab);
       const T shift = max + lse;
-      for (std::int64_t j = 0; j < vocab; ++j) d[j] = std::exp(row[j] - shift) * scale;
+      for (std::int64_t j = 0; j < vocab; ++j) d[j] = internal::exp_of(row[j] - shift) * scale;
       d[targets[i]] -= scale;
     }
   });
