@@ -143,6 +143,20 @@ TEST(LlamaTest, KvCacheMatchesTheFullForward) {
   EXPECT_THROW(model.forward_cached(more, 2, cache), InvalidArgument);  // past max_seq_len 8
 }
 
+TEST(LlamaTest, StateDictRoundTrips) {
+  Llama a(tiny()), b(tiny());
+  a.init_weights(3);
+  auto state = a.parameters().state_dict();
+  EXPECT_EQ(state.front().first, "tok_embeddings.weight");
+  b.parameters().load_state_dict(state);
+  EXPECT_EQ(b.parameters().at("layers.1.attention.wv.weight").value.to_vector<float>(),
+            a.parameters().at("layers.1.attention.wv.weight").value.to_vector<float>());
+  state.back().second = Tensor::zeros({3});
+  EXPECT_THROW(b.parameters().load_state_dict(state), InvalidArgument);
+  state.pop_back();
+  EXPECT_THROW(b.parameters().load_state_dict(state), InvalidArgument);
+}
+
 TEST(LlamaTest, InitDependsOnlyOnSeedAndName) {
   Llama a(tiny()), b(tiny());
   a.init_weights(3);

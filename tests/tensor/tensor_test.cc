@@ -48,6 +48,15 @@ TEST(TensorTest, NarrowIsAViewOfTheSameStorage) {
   EXPECT_EQ(cols.to_vector<float>(), (std::vector<float>{1, -1, -1, 10}));
 }
 
+TEST(TensorTest, SliceTakesPythonBounds) {
+  Tensor t = iota({5, 2});
+  EXPECT_EQ(t.slice(0, 1, 3).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(t.slice(0, -2, 100).to_vector<float>(), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(t.slice(1, 1, 2).to_vector<float>(), (std::vector<float>{1, 3, 5, 7, 9}));
+  EXPECT_EQ(t.slice(0, 4, 2).numel(), 0);
+  EXPECT_TRUE(t.slice(0, 1, 3).shares_storage(t));
+}
+
 TEST(TensorTest, TransposeSwapsStridesAndContiguousCopies) {
   Tensor t = iota({2, 3});
   Tensor tt = t.transpose(0, 1);

@@ -23,6 +23,29 @@ std::int64_t ParameterList::numel() const {
   return n;
 }
 
+std::vector<std::pair<std::string, Tensor>> ParameterList::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const auto& p : params_) state.emplace_back(p->name, p->value);
+  return state;
+}
+
+void ParameterList::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  if (state.size() != params_.size()) {
+    throw InvalidArgument("load_state_dict: " + std::to_string(state.size()) + " tensors for " +
+                          std::to_string(params_.size()) + " parameters");
+  }
+  std::vector<Parameter*> targets;
+  for (const auto& [name, value] : state) {
+    Parameter& p = at(name);
+    if (p.value.shape() != value.shape()) {
+      throw InvalidArgument("load_state_dict: " + name + " is " + shape_string(value.shape()) +
+                            ", the parameter is " + shape_string(p.value.shape()));
+    }
+    targets.push_back(&p);
+  }
+  for (std::size_t i = 0; i < targets.size(); ++i) targets[i]->value.copy_from(state[i].second);
+}
+
 void ParameterList::zero_grad() {
   for (auto& p : params_) p->grad.fill(0);
 }

@@ -25,6 +25,12 @@ class ParameterList {
   Parameter& at(const std::string& name);  // InvalidArgument if there is none
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
   std::int64_t numel() const;
+  // PyTorch's state_dict: (name, value) in registration order; the tensors are the
+  // parameters themselves (views), not copies.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Copies every named value into the parameter of that name; a missing or extra name, or
+  // a shape that differs, throws InvalidArgument naming it (nothing is copied then).
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
   void zero_grad();
 
  private:

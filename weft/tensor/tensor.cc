@@ -189,6 +189,13 @@ Tensor Tensor::narrow(int dim, std::int64_t start, std::int64_t length) const {
   return Tensor(storage_, std::move(shape), strides_, offset_ + start * strides_[d], dtype_);
 }
 
+Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t end) const {
+  const std::int64_t n = size(dim);
+  auto clamp = [n](std::int64_t i) { return std::clamp<std::int64_t>(i < 0 ? i + n : i, 0, n); };
+  const std::int64_t first = clamp(start);
+  return narrow(dim, first, std::max<std::int64_t>(0, clamp(end) - first));
+}
+
 Tensor Tensor::transpose(int dim0, int dim1) const {
   const auto a = static_cast<std::size_t>(wrap_dim(dim0));
   const auto b = static_cast<std::size_t>(wrap_dim(dim1));

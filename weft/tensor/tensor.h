@@ -80,6 +80,9 @@ class Tensor {
 
   // Views, no copies.
   Tensor narrow(int dim, std::int64_t start, std::int64_t length) const;
+  // Elements start <= i < end of `dim`, Python's way: negative bounds count from the end and
+  // bounds beyond the size are clamped (x.slice(0, -2, INT64_MAX) is the last two rows).
+  Tensor slice(int dim, std::int64_t start, std::int64_t end) const;
   Tensor transpose(int dim0, int dim1) const;
   // Same elements in a new shape; needs a contiguous tensor (else use reshape). One entry of
   // `shape` may be -1: inferred.
