@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "weft/base/check.h"
+#include "weft/base/simd.h"
 
 namespace weft::dist {
 namespace {
@@ -84,11 +85,9 @@ void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, Redu
   reduce_pair(acc, acc, in, count, dtype, op);
 }
 
-// Compiled for AVX-512, AVX2 and plain x86-64, picked at load time: the loops are memory
-// bound, but the wider forms halve the instructions when the data sits in cache.
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+// The loops are memory bound, but the wider forms halve the instructions when the data sits
+// in cache.
+WEFT_VECTOR_CLONES
 void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
                  ReduceOp op) {
   switch (dtype) {

@@ -1,5 +1,6 @@
 #include "weft/kernels/swiglu.h"
 
+#include "weft/base/simd.h"
 #include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/parallel.h"
 
@@ -10,7 +11,7 @@ constexpr std::int64_t kGrain = 1 << 14;
 
 // The loops over one share, on restrict pointers so that they vectorise.
 template <class T>
-void forward_range(const T* __restrict a, const T* __restrict b, T* __restrict h, std::int64_t n) {
+WEFT_VECTOR_CLONES void forward_range(const T* __restrict a, const T* __restrict b, T* __restrict h, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T sig = T(1) / (T(1) + internal::exp_of(-a[i]));
     h[i] = a[i] * sig * b[i];
@@ -19,7 +20,7 @@ void forward_range(const T* __restrict a, const T* __restrict b, T* __restrict h
 
 // d silu(a) / da = sig * (1 + a * (1 - sig)).
 template <class T>
-void backward_range(const T* __restrict dh, const T* __restrict a, const T* __restrict b,
+WEFT_VECTOR_CLONES void backward_range(const T* __restrict dh, const T* __restrict a, const T* __restrict b,
                     T* __restrict da, T* __restrict db, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T sig = T(1) / (T(1) + internal::exp_of(-a[i]));

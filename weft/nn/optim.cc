@@ -4,10 +4,31 @@
 #include <cmath>
 #include <numbers>
 
+#include "weft/base/simd.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::nn {
+
+namespace {
+
+struct AdamWConstants {
+  float decay, step_size, sqrt_c2, b1, b2, eps;
+};
+
+WEFT_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g,
+                                    float* __restrict m, float* __restrict v, std::int64_t n,
+                                    AdamWConstants k) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] *= k.decay;
+    m[j] = m[j] * k.b1 + g[j] * (1.0f - k.b1);
+    v[j] = v[j] * k.b2 + g[j] * g[j] * (1.0f - k.b2);
+    const float denom = std::sqrt(v[j]) / k.sqrt_c2 + k.eps;
+    p[j] -= k.step_size * (m[j] / denom);
+  }
+}
+
+}  // namespace
 
 AdamW::AdamW(ParameterList& params, AdamWOptions options) : params_(params), options_(options) {
   for (const auto& p : params_.all()) {
@@ -33,14 +54,9 @@ void AdamW::step(double lr) {
     const float* g = params[i]->grad.data<float>();
     float* m = m_[i].data<float>();
     float* v = v_[i].data<float>();
+    const AdamWConstants k{decay, step_size, sqrt_c2, fb1, fb2, eps};
     kernels::parallel_for(params[i]->value.numel(), 1 << 14, [&](std::int64_t first, std::int64_t end) {
-      for (std::int64_t j = first; j < end; ++j) {
-        p[j] *= decay;
-        m[j] = m[j] * fb1 + g[j] * (1.0f - fb1);
-        v[j] = v[j] * fb2 + g[j] * g[j] * (1.0f - fb2);
-        const float denom = std::sqrt(v[j]) / sqrt_c2 + eps;
-        p[j] -= step_size * (m[j] / denom);
-      }
+      adamw_range(p + first, g + first, m + first, v + first, end - first, k);
     });
   }
 }

@@ -1,0 +1,12 @@
+// WEFT_VECTOR_CLONES: compiles a function (loops over arrays) for AVX-512, AVX2 and the
+// baseline x86-64 of Debian's packages, the version picked once at load time (GCC's
+// target_clones, an ifunc). Elsewhere, with clang, and under the sanitizers (whose runtimes
+// do not get along with ifunc resolvers) it is empty and the baseline version is built.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define WEFT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WEFT_VECTOR_CLONES
+#endif
