@@ -82,9 +82,12 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int
               T(0), part.data(), in);
     }
   });
-  for (const auto& part : parts) {
-    for (std::int64_t i = 0; i < out * in; ++i) dw[i] += part[static_cast<std::size_t>(i)];
-  }
+  // Each element sums the parts in share order, whichever thread adds it.
+  parallel_for(out * in, 1 << 14, [&](std::int64_t first, std::int64_t end) {
+    for (const auto& part : parts) {
+      for (std::int64_t i = first; i < end; ++i) dw[i] += part[static_cast<std::size_t>(i)];
+    }
+  });
 }
 
 void set_blas_threads(int threads) {

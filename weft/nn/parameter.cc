@@ -1,6 +1,9 @@
 #include "weft/nn/parameter.h"
 
+#include <cstring>
+
 #include "weft/base/error.h"
+#include "weft/kernels/parallel.h"
 
 namespace weft::nn {
 
@@ -47,7 +50,12 @@ void ParameterList::load_state_dict(const std::vector<std::pair<std::string, Ten
 }
 
 void ParameterList::zero_grad() {
-  for (auto& p : params_) p->grad.fill(0);
+  for (auto& p : params_) {
+    float* g = p->grad.data<float>();
+    kernels::parallel_for(p->grad.numel(), 1 << 16, [g](std::int64_t first, std::int64_t end) {
+      std::memset(g + first, 0, static_cast<std::size_t>(end - first) * sizeof(float));
+    });
+  }
 }
 
 }  // namespace weft::nn
