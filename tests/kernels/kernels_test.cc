@@ -286,3 +286,47 @@ TEST(FastExpTest, WithinTwoUlpOfStdExp) {
 
 }  // namespace
 }  // namespace weft::kernels
+
+namespace weft::kernels {
+namespace {
+
+// q, k and v as column blocks of one fused row (the q|k|v projection's output) give the
+// results of the packed layout, bitwise, and RoPE reads the same rows with a stride.
+TEST(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
+  const AttentionShape packed{2, 40, 4, 2, 8};
+  const std::int64_t rows = 2 * 40, qw = 4 * 8, kw = 2 * 8, width = qw + 2 * kw;
+  auto q = random_vec<float>(rows * qw, 1), k = random_vec<float>(rows * kw, 2);
+  auto v = random_vec<float>(rows * kw, 3), g = random_vec<float>(rows * qw, 4);
+  std::vector<float> fused(static_cast<std::size_t>(rows * width));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy_n(&q[r * qw], qw, &fused[r * width]);
+    std::copy_n(&k[r * kw], kw, &fused[r * width + qw]);
+    std::copy_n(&v[r * kw], kw, &fused[r * width + qw + kw]);
+  }
+  rope_forward(q.data(), 2, 40, 4, 8, 10000.0);
+  rope_forward(fused.data(), 2, 40, 4, 8, 10000.0, 0, width);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < qw; ++c) ASSERT_EQ(fused[r * width + c], q[r * qw + c]);
+  }
+  std::vector<float> out(q.size()), lse(2 * 4 * 40), dq(q.size()), dk(k.size()), dv(v.size());
+  attention_forward(packed, q.data(), k.data(), v.data(), out.data(), lse.data());
+  attention_backward(packed, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
+                     dk.data(), dv.data());
+  AttentionShape strided = packed;
+  strided.qkv_stride = width;
+  float* fq = fused.data();
+  std::vector<float> out2(q.size()), lse2(lse.size()), dfused(fused.size(), 7.0f);
+  attention_forward(strided, fq, fq + qw, fq + qw + kw, out2.data(), lse2.data());
+  attention_backward(strided, fq, fq + qw, fq + qw + kw, out2.data(), g.data(), lse2.data(),
+                     dfused.data(), dfused.data() + qw, dfused.data() + qw + kw);
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(lse, lse2);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < qw; ++c) ASSERT_EQ(dfused[r * width + c], dq[r * qw + c]);
+    for (std::int64_t c = 0; c < kw; ++c) ASSERT_EQ(dfused[r * width + qw + c], dk[r * kw + c]);
+    for (std::int64_t c = 0; c < kw; ++c) ASSERT_EQ(dfused[r * width + qw + kw + c], dv[r * kw + c]);
+  }
+}
+
+}  // namespace
+}  // namespace weft::kernels

@@ -22,16 +22,19 @@ void check_shape(const AttentionShape& s) {
   WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
 }
 
-// The strided views of one (batch, query head) pair: query-side rows are heads * head_dim
-// apart, key/value rows kv_heads * head_dim.
+// The strided views of one (batch, query head) pair: q (and dq) rows q_stride apart, k and v
+// (and dk, dv) rows kv_stride apart, out and dout rows o_stride apart.
 template <class T>
 struct HeadView {
-  std::int64_t q_offset, kv_offset, q_stride, kv_stride;
+  std::int64_t q_offset, kv_offset, o_offset, q_stride, kv_stride, o_stride;
   HeadView(const AttentionShape& s, std::int64_t b, std::int64_t h)
-      : q_offset(b * s.seq * s.heads * s.head_dim + h * s.head_dim),
-        kv_offset(b * s.seq * s.kv_heads * s.head_dim + (h / (s.heads / s.kv_heads)) * s.head_dim),
-        q_stride(s.heads * s.head_dim),
-        kv_stride(s.kv_heads * s.head_dim) {}
+      : q_stride(s.qkv_stride ? s.qkv_stride : s.heads * s.head_dim),
+        kv_stride(s.qkv_stride ? s.qkv_stride : s.kv_heads * s.head_dim),
+        o_stride(s.heads * s.head_dim) {
+    q_offset = b * s.seq * q_stride + h * s.head_dim;
+    kv_offset = b * s.seq * kv_stride + (h / (s.heads / s.kv_heads)) * s.head_dim;
+    o_offset = b * s.seq * o_stride + h * s.head_dim;
+  }
 };
 
 // Causal mask of the tile whose first query is i0 and first key j0: scores of keys after
@@ -80,7 +83,7 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
             at.kv_stride, T(1), acc, d);
   }
   for (std::int64_t r = 0; r < rows; ++r) {
-    T* o = out + at.q_offset + (i0 + r) * at.q_stride;
+    T* o = out + at.o_offset + (i0 + r) * at.o_stride;
     const T inv = T(1) / l[r];
     for (std::int64_t x = 0; x < d; ++x) o[x] = acc[r * d + x] * inv;
     lse[i0 + r] = m[r] + std::log(l[r]);
@@ -94,8 +97,8 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
                    T* delta, T* p, T* dp) {
   const std::int64_t d = s.head_dim;
   for (std::int64_t i = 0; i < s.seq; ++i) {
-    const T* o = out + at.q_offset + i * at.q_stride;
-    const T* g = dout + at.q_offset + i * at.q_stride;
+    const T* o = out + at.o_offset + i * at.o_stride;
+    const T* g = dout + at.o_offset + i * at.o_stride;
     T sum = 0;
     for (std::int64_t x = 0; x < d; ++x) sum += o[x] * g[x];
     delta[i] = sum;
@@ -109,7 +112,7 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
     for (std::int64_t i0 = j0 / kTile * kTile; i0 < s.seq; i0 += kTile) {
       const std::int64_t rows = std::min(kTile, s.seq - i0);
       const T* qi = q + at.q_offset + i0 * at.q_stride;
-      const T* doi = dout + at.q_offset + i0 * at.q_stride;
+      const T* doi = dout + at.o_offset + i0 * at.o_stride;
       gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p, kTile);
       if (j0 + cols > i0) mask_tile(p, rows, cols, i0, j0);
       for (std::int64_t r = 0; r < rows; ++r) {
@@ -117,8 +120,8 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
         const T shift = lse_bh[i0 + r];
         for (std::int64_t c = 0; c < cols; ++c) pr[c] = internal::exp_of(pr[c] - shift);
       }
-      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.q_stride, T(1), dvj, at.kv_stride);
-      gemm<T>(false, true, rows, cols, d, T(1), doi, at.q_stride, vj, at.kv_stride, T(0), dp, kTile);
+      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.o_stride, T(1), dvj, at.kv_stride);
+      gemm<T>(false, true, rows, cols, d, T(1), doi, at.o_stride, vj, at.kv_stride, T(0), dp, kTile);
       for (std::int64_t r = 0; r < rows; ++r) {
         const T dr = delta[i0 + r];
         for (std::int64_t c = 0; c < cols; ++c) dp[r * kTile + c] = p[r * kTile + c] * (dp[r * kTile + c] - dr) * scale;
@@ -161,9 +164,12 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
   check_shape(s);
   const std::int64_t d = s.head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  std::fill(dq, dq + s.batch * s.seq * s.heads * d, T(0));
-  std::fill(dk, dk + s.batch * s.seq * s.kv_heads * d, T(0));
-  std::fill(dv, dv + s.batch * s.seq * s.kv_heads * d, T(0));
+  const HeadView<T> layout(s, 0, 0);
+  for (std::int64_t t = 0; t < s.batch * s.seq; ++t) {  // row by row: the layout may be fused
+    std::fill(dq + t * layout.q_stride, dq + t * layout.q_stride + s.heads * d, T(0));
+    std::fill(dk + t * layout.kv_stride, dk + t * layout.kv_stride + s.kv_heads * d, T(0));
+    std::fill(dv + t * layout.kv_stride, dv + t * layout.kv_stride + s.kv_heads * d, T(0));
+  }
   // A key/value head and the query heads that read it write their own dk, dv and dq rows:
   // split the (batch, key/value head) pairs over the threads.
   const std::int64_t group = s.heads / s.kv_heads;

@@ -13,6 +13,11 @@ namespace weft::kernels {
 
 struct AttentionShape {
   std::int64_t batch, seq, heads, kv_heads, head_dim;
+  // Elements between consecutive rows of q, k and v (and of dq, dk, dv), 0 meaning packed
+  // (heads * head_dim for q, kv_heads * head_dim for k and v). With a fused q|k|v projection
+  // the three are column blocks of one [batch * seq, (heads + 2 kv_heads) * head_dim] array
+  // and this is that width. out, dout are always packed.
+  std::int64_t qkv_stride = 0;
 };
 
 template <class T>

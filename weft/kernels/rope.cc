@@ -53,7 +53,8 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
 // Rotates every pair by +angle (sign 1) or -angle (sign -1).
 template <class T>
 void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim,
-            double theta, std::int64_t first_position, T sign) {
+            double theta, std::int64_t first_position, std::int64_t row_stride, T sign) {
+  if (row_stride == 0) row_stride = heads * head_dim;
   const std::int64_t half = head_dim / 2;
   const auto table = table_for<T>(seq, head_dim, theta, first_position);
   parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
@@ -61,7 +62,7 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
       const T* c = table->cos.data() + (bt % seq) * half;
       const T* s = table->sin.data() + (bt % seq) * half;
       for (std::int64_t h = 0; h < heads; ++h) {
-        T* v = x + (bt * heads + h) * head_dim;
+        T* v = x + bt * row_stride + h * head_dim;
         for (std::int64_t i = 0; i < half; ++i) {
           const T x0 = v[2 * i];
           const T x1 = v[2 * i + 1];
@@ -77,23 +78,25 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
 
 template <class T>
 void rope_forward(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                  std::int64_t head_dim, double theta, std::int64_t first_position) {
-  rotate(x, batch, seq, heads, head_dim, theta, first_position, T(1));
+                  std::int64_t head_dim, double theta, std::int64_t first_position,
+                  std::int64_t row_stride) {
+  rotate(x, batch, seq, heads, head_dim, theta, first_position, row_stride, T(1));
 }
 
 template <class T>
 void rope_backward(T* dx, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                   std::int64_t head_dim, double theta, std::int64_t first_position) {
-  rotate(dx, batch, seq, heads, head_dim, theta, first_position, T(-1));
+                   std::int64_t head_dim, double theta, std::int64_t first_position,
+                   std::int64_t row_stride) {
+  rotate(dx, batch, seq, heads, head_dim, theta, first_position, row_stride, T(-1));
 }
 
 template void rope_forward<float>(float*, std::int64_t, std::int64_t, std::int64_t,
-                                  std::int64_t, double, std::int64_t);
+                                  std::int64_t, double, std::int64_t, std::int64_t);
 template void rope_forward<double>(double*, std::int64_t, std::int64_t, std::int64_t,
-                                   std::int64_t, double, std::int64_t);
+                                   std::int64_t, double, std::int64_t, std::int64_t);
 template void rope_backward<float>(float*, std::int64_t, std::int64_t, std::int64_t,
-                                   std::int64_t, double, std::int64_t);
+                                   std::int64_t, double, std::int64_t, std::int64_t);
 template void rope_backward<double>(double*, std::int64_t, std::int64_t, std::int64_t,
-                                    std::int64_t, double, std::int64_t);
+                                    std::int64_t, double, std::int64_t, std::int64_t);
 
 }  // namespace weft::kernels

@@ -1,7 +1,8 @@
 // Rotary position embedding (Llama's): within each head of `head_dim`, the pairs (x[2i],
 // x[2i+1]) at position p are rotated by the angle p * theta^(-2i / head_dim). Applied in
 // place to x[batch, seq, heads, head_dim]; positions start at `first_position` (the KV
-// cache's offset when generating).
+// cache's offset when generating). Rows (positions) are `row_stride` elements apart, 0
+// meaning heads * head_dim (packed); a larger stride reads q or k inside a fused q|k|v row.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +11,12 @@ namespace weft::kernels {
 
 template <class T>
 void rope_forward(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                  std::int64_t head_dim, double theta, std::int64_t first_position = 0);
+                  std::int64_t head_dim, double theta, std::int64_t first_position = 0,
+                  std::int64_t row_stride = 0);
 // The inverse rotation, applied in place to the gradient.
 template <class T>
 void rope_backward(T* dx, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                   std::int64_t head_dim, double theta, std::int64_t first_position = 0);
+                   std::int64_t head_dim, double theta, std::int64_t first_position = 0,
+                   std::int64_t row_stride = 0);
 
 }  // namespace weft::kernels

@@ -1,5 +1,7 @@
 #include "weft/kernels/swiglu.h"
 
+#include <algorithm>
+
 #include "weft/base/simd.h"
 #include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/parallel.h"
@@ -32,24 +34,33 @@ WEFT_VECTOR_CLONES void backward_range(const T* __restrict dh, const T* __restri
 }  // namespace
 
 template <class T>
-void swiglu_forward(const T* a, const T* b, T* h, std::int64_t n) {
-  parallel_for(n, kGrain, [&](std::int64_t first, std::int64_t end) {
-    forward_range(a + first, b + first, h + first, end - first);
+void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_t cols,
+                    std::int64_t ab_stride) {
+  parallel_for(rows, std::max<std::int64_t>(1, kGrain / cols), [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t r = first; r < end; ++r) {
+      forward_range(a + r * ab_stride, b + r * ab_stride, h + r * cols, cols);
+    }
   });
 }
 
 template <class T>
-void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t n) {
-  parallel_for(n, kGrain, [&](std::int64_t first, std::int64_t end) {
-    backward_range(dh + first, a + first, b + first, da + first, db + first, end - first);
+void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t rows,
+                     std::int64_t cols, std::int64_t ab_stride) {
+  parallel_for(rows, std::max<std::int64_t>(1, kGrain / cols), [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t r = first; r < end; ++r) {
+      const std::int64_t at = r * ab_stride;
+      backward_range(dh + r * cols, a + at, b + at, da + at, db + at, cols);
+    }
   });
 }
 
-template void swiglu_forward<float>(const float*, const float*, float*, std::int64_t);
-template void swiglu_forward<double>(const double*, const double*, double*, std::int64_t);
+template void swiglu_forward<float>(const float*, const float*, float*, std::int64_t,
+                                    std::int64_t, std::int64_t);
+template void swiglu_forward<double>(const double*, const double*, double*, std::int64_t,
+                                     std::int64_t, std::int64_t);
 template void swiglu_backward<float>(const float*, const float*, const float*, float*, float*,
-                                     std::int64_t);
+                                     std::int64_t, std::int64_t, std::int64_t);
 template void swiglu_backward<double>(const double*, const double*, const double*, double*,
-                                      double*, std::int64_t);
+                                      double*, std::int64_t, std::int64_t, std::int64_t);
 
 }  // namespace weft::kernels

@@ -6,10 +6,24 @@
 
 namespace weft::kernels {
 
+// Over `rows` rows of `cols`: row r of a and b starts at r * ab_stride (a and b may be the two
+// halves of one fused w1|w3 output row), of h at r * cols.
 template <class T>
-void swiglu_forward(const T* a, const T* b, T* h, std::int64_t n);
-// da and db (overwritten) from dh.
+void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_t cols,
+                    std::int64_t ab_stride);
+// da and db (overwritten, same layout as a and b) from dh.
 template <class T>
-void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t n);
+void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t rows,
+                     std::int64_t cols, std::int64_t ab_stride);
+
+// n contiguous elements.
+template <class T>
+void swiglu_forward(const T* a, const T* b, T* h, std::int64_t n) {
+  swiglu_forward(a, b, h, 1, n, n);
+}
+template <class T>
+void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t n) {
+  swiglu_backward(dh, a, b, da, db, 1, n, n);
+}
 
 }  // namespace weft::kernels

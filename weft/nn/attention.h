@@ -32,10 +32,16 @@ class Attention {
   void release();
 
  private:
+  std::int64_t qkv_width() const;  // (heads + 2 kv_heads) * head_dim
+
   AttentionConfig config_;
-  Linear wq_, wk_, wv_, wo_;
-  Tensor q_, k_, v_, att_, lse_;          // kept by forward
-  Tensor dq_, dk_, dv_, datt_;            // backward's scratch
+  // wq, wk and wv are stacked in one weight: training runs one product for the three
+  // (wqkv_), generation the parts (wq_, wk_, wv_: its keys and values go to the cache).
+  Parameter qkv_weight_;
+  Linear wqkv_, wq_, wk_, wv_, wo_;
+  Tensor qkv_, att_, lse_;  // kept by forward: q|k|v rows after RoPE, attention output
+  Tensor q_;                // generation's queries
+  Tensor dqkv_, datt_;      // backward's scratch
 };
 
 }  // namespace weft::nn

@@ -7,30 +7,28 @@ namespace weft::nn {
 FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
                          std::int64_t hidden)
     : hidden_(hidden),
-      w1_(params, prefix + ".w1", dim, hidden),
-      w2_(params, prefix + ".w2", hidden, dim),
-      w3_(params, prefix + ".w3", dim, hidden) {}
+      w13_weight_(params.stack({{prefix + ".w1.weight", hidden}, {prefix + ".w3.weight", hidden}},
+                               dim, prefix + ".w13.weight")),
+      w13_(w13_weight_, dim, 2 * hidden),
+      w2_(params, prefix + ".w2", hidden, dim) {}
 
 void FeedForward::forward(const float* x, float* out, std::int64_t rows) {
-  float* a = ensure(a_, {rows, hidden_});
-  float* b = ensure(b_, {rows, hidden_});
+  float* ab = ensure(ab_, {rows, 2 * hidden_});
   float* g = ensure(g_, {rows, hidden_});
-  w1_.forward(x, a, rows);
-  w3_.forward(x, b, rows);
-  kernels::swiglu_forward(a, b, g, rows * hidden_);
+  w13_.forward(x, ab, rows);
+  kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
   w2_.forward(g, out, rows);
 }
 
 void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {
   float* dg = ensure(dg_, {rows, hidden_});
-  float* da = ensure(da_, {rows, hidden_});
-  float* db = ensure(db_, {rows, hidden_});
+  float* dab = ensure(dab_, {rows, 2 * hidden_});
+  const float* ab = ab_.data<float>();
   w2_.backward(dout, g_.data<float>(), dg, rows);
-  kernels::swiglu_backward(dg, a_.data<float>(), b_.data<float>(), da, db, rows * hidden_);
-  w1_.backward(da, x, dx, rows);
-  w3_.backward(db, x, dx, rows, /*accumulate_dx=*/true);
+  kernels::swiglu_backward(dg, ab, ab + hidden_, dab, dab + hidden_, rows, hidden_, 2 * hidden_);
+  w13_.backward(dab, x, dx, rows);
 }
 
-void FeedForward::release() { a_ = b_ = g_ = Tensor(); }
+void FeedForward::release() { ab_ = g_ = Tensor(); }
 
 }  // namespace weft::nn

@@ -19,9 +19,11 @@ class FeedForward {
 
  private:
   std::int64_t hidden_;
-  Linear w1_, w2_, w3_;
-  Tensor a_, b_, g_;     // w1 x, w3 x, silu(a) * b: kept by forward
-  Tensor dg_, da_, db_;  // backward's scratch
+  // w1 and w3 are stacked in one weight: one product gives both halves of each row.
+  Parameter w13_weight_;
+  Linear w13_, w2_;
+  Tensor ab_, g_;    // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward
+  Tensor dg_, dab_;  // backward's scratch
 };
 
 }  // namespace weft::nn

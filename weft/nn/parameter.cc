@@ -13,6 +13,20 @@ Parameter& ParameterList::add(std::string name, const Shape& shape) {
   return *params_.back();
 }
 
+Parameter ParameterList::stack(const std::vector<std::pair<std::string, std::int64_t>>& rows,
+                               std::int64_t cols, std::string name) {
+  std::int64_t total = 0;
+  for (const auto& [part, n] : rows) total += n;
+  Parameter whole{std::move(name), Tensor::zeros({total, cols}), Tensor::zeros({total, cols})};
+  std::int64_t at = 0;
+  for (const auto& [part, n] : rows) {
+    params_.push_back(std::make_unique<Parameter>(
+        Parameter{part, whole.value.narrow(0, at, n), whole.grad.narrow(0, at, n)}));
+    at += n;
+  }
+  return whole;
+}
+
 Parameter& ParameterList::at(const std::string& name) {
   for (auto& p : params_) {
     if (p->name == name) return *p;

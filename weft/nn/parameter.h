@@ -22,6 +22,12 @@ class ParameterList {
  public:
   // Registers a zero-filled parameter; the returned reference stays valid.
   Parameter& add(std::string name, const Shape& shape);
+  // Registers parameters of `rows[i].second` rows each and `cols` columns stacked in one
+  // storage (value and grad), each a view of its rows; returns the stack, which is not itself
+  // registered. One matrix product then serves them all (the fused q|k|v and w1|w3
+  // projections) while names, checkpoints and the optimizer still see the parts.
+  Parameter stack(const std::vector<std::pair<std::string, std::int64_t>>& rows, std::int64_t cols,
+                  std::string name);
   Parameter& at(const std::string& name);  // InvalidArgument if there is none
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
   std::int64_t numel() const;
