@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -72,14 +73,15 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int
     gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dw, in);
     return;
   }
-  std::vector<std::vector<T>> parts(static_cast<std::size_t>(shares));
+  // Uninitialised: the products below overwrite them (beta = 0).
+  std::vector<std::unique_ptr<T[]>> parts(static_cast<std::size_t>(shares));
   parallel_for(shares, 1, [&](std::int64_t s0, std::int64_t s1) {
     for (std::int64_t s = s0; s < s1; ++s) {
       const std::int64_t first = rows * s / shares, end = rows * (s + 1) / shares;
       auto& part = parts[static_cast<std::size_t>(s)];
-      part.assign(static_cast<std::size_t>(out * in), T(0));
+      part.reset(new T[static_cast<std::size_t>(out * in)]);
       gemm<T>(true, false, out, in, end - first, T(1), dy + first * out, out, x + first * in, in,
-              T(0), part.data(), in);
+              T(0), part.get(), in);
     }
   });
   // Each element sums the parts in share order, whichever thread adds it.
