@@ -117,8 +117,22 @@ void Llama::backward(double loss_scale) {
   output_.backward(dlogits, xn_.data<float>(), dxn, rows);
   float* dx = x_.data<float>();  // the forward's activations are no longer needed
   norm_.backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, rows);
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward(dx, batch_, seq_);
+  auto ready = [this](int layer) {
+    if (grad_ready_) grad_ready_(layer);
+  };
+  ready(static_cast<int>(config_.n_layers));
+  for (int l = static_cast<int>(config_.n_layers) - 1; l >= 0; --l) {
+    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
+    ready(l);
+  }
   tok_embeddings_.backward(tokens_.data(), rows, dx);
+  ready(-1);
+}
+
+int Llama::grad_ready_layer(const std::string& name) const {
+  if (name == "tok_embeddings.weight") return -1;  // tied or not: the embedding's backward is last
+  if (name.rfind("layers.", 0) == 0) return std::stoi(name.substr(7));
+  return static_cast<int>(config_.n_layers);  // norm, output
 }
 
 KVCache Llama::make_cache() const {

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weft/nn/kv_cache.h"
@@ -58,6 +60,14 @@ class Llama {
 
   void set_activation_checkpointing(bool on);
 
+  // Called during backward each time a group of gradients is final: with n_layers for the
+  // output layer and the final norm, then n_layers - 1 down to 0 after each block, then -1
+  // after the embedding. Data parallelism starts reducing a bucket from it while the rest of
+  // backward runs.
+  void set_grad_ready_hook(std::function<void(int layer)> hook) { grad_ready_ = std::move(hook); }
+  // The hook call after which the named parameter's gradient is final.
+  int grad_ready_layer(const std::string& name) const;
+
   // Inference: an empty cache for sequences of up to max_seq_len positions.
   KVCache make_cache() const;
   // Runs tokens[0..n) at positions cache.length .., appends them to the cache and returns the
@@ -74,6 +84,7 @@ class Llama {
   std::vector<std::unique_ptr<TransformerBlock>> layers_;
   RMSNorm norm_;
   Linear output_;
+  std::function<void(int)> grad_ready_;
   std::int64_t batch_ = 0, seq_ = 0;
   std::vector<std::int32_t> tokens_, targets_;
   Tensor x_, final_in_, xn_, rstd_, logits_, losses_, dlogits_, dxn_;

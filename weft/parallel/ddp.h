@@ -1,0 +1,49 @@
+// DistributedDataParallel: every rank holds the whole model and trains on its own slice of
+// each global batch; gradients are summed across the data-parallel group in buckets (25 MB by
+// default), each bucket's all-reduce launched asynchronously as soon as backward has made its
+// gradients final, so communication overlaps the rest of backward. The step waits for all
+// buckets only before the optimizer (finish_sync). Micro-batches of gradient accumulation
+// other than the last skip the reduction (backward without prepare_sync).
+//
+// The gradients are summed, not averaged: ranks scale their loss by 1 / (their share of the
+// global batch), so the sum is the gradient of the global mean loss (docs/PARALLELISM.md).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "weft/dist/process_group.h"
+#include "weft/nn/llama.h"
+
+namespace weft::parallel {
+
+class DistributedDataParallel {
+ public:
+  // Installs the model's grad-ready hook. In debug mode (WEFT_DIST_DEBUG=detail) checks that
+  // the parameters are identical on every rank.
+  DistributedDataParallel(nn::Llama& model, dist::ProcessGroup& group,
+                          std::size_t bucket_bytes = std::size_t{25} << 20);
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // The next backward reduces its gradients (call before the last micro-batch's backward).
+  void prepare_sync();
+  // Waits for every bucket launched by that backward and writes the sums into the grads.
+  void finish_sync();
+  // Throws weft::Error unless every rank holds bitwise the same parameters.
+  void check_parameters_identical();
+  std::size_t buckets() const { return buckets_.size(); }
+
+ private:
+  struct Bucket;
+  void on_grads_ready(int layer);
+
+  nn::Llama& model_;
+  dist::ProcessGroup& group_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  bool syncing_ = false;
+};
+
+}  // namespace weft::parallel

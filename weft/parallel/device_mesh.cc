@@ -1,0 +1,56 @@
+#include "weft/parallel/device_mesh.h"
+
+#include <set>
+
+#include "weft/base/error.h"
+
+namespace weft::parallel {
+
+DeviceMesh::DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
+                       std::vector<std::pair<std::string, int>> dims)
+    : world_(std::move(world)), dims_(std::move(dims)) {
+  std::set<std::string> names;
+  long product = 1;
+  std::string shape;
+  for (const auto& [name, n] : dims_) {
+    if (n < 1) throw InvalidArgument("DeviceMesh: dimension '" + name + "' has size " + std::to_string(n));
+    if (!names.insert(name).second) throw InvalidArgument("DeviceMesh: dimension '" + name + "' appears twice");
+    product *= n;
+    shape += (shape.empty() ? "" : " x ") + name + "=" + std::to_string(n);
+  }
+  if (product != world_->size()) {
+    throw InvalidArgument("DeviceMesh: " + shape + " is " + std::to_string(product) +
+                          " ranks, but the job has " + std::to_string(world_->size()) +
+                          "; make the product of the sizes equal the world size");
+  }
+  // Row-major coordinates: the last dimension varies fastest.
+  coordinates_.resize(dims_.size());
+  int rest = world_->rank();
+  for (std::size_t d = dims_.size(); d-- > 0;) {
+    coordinates_[d] = rest % dims_[d].second;
+    rest /= dims_[d].second;
+  }
+  // The group along dimension d: the ranks whose other coordinates equal ours. Its color is
+  // our rank with coordinate d set to 0; its order is the coordinate along d.
+  for (std::size_t d = 0; d < dims_.size(); ++d) {
+    int stride = 1;
+    for (std::size_t e = d + 1; e < dims_.size(); ++e) stride *= dims_[e].second;
+    const int color = world_->rank() - coordinates_[d] * stride;
+    groups_.push_back(world_->split(color, coordinates_[d]));
+  }
+}
+
+std::size_t DeviceMesh::index_of(const std::string& dim) const {
+  for (std::size_t d = 0; d < dims_.size(); ++d) {
+    if (dims_[d].first == dim) return d;
+  }
+  std::string known;
+  for (const auto& [name, n] : dims_) known += (known.empty() ? "" : ", ") + name;
+  throw InvalidArgument("DeviceMesh: no dimension '" + dim + "' (the mesh has " + known + ")");
+}
+
+int DeviceMesh::size(const std::string& dim) const { return dims_[index_of(dim)].second; }
+int DeviceMesh::coordinate(const std::string& dim) const { return coordinates_[index_of(dim)]; }
+dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const { return *groups_[index_of(dim)]; }
+
+}  // namespace weft::parallel

@@ -1,0 +1,41 @@
+// DeviceMesh: the ranks of a job arranged as an n-dimensional array with named dimensions
+// ({"dp_replicate": 2, "dp_shard": 2}), the last dimension varying fastest; each dimension
+// has the process group of the ranks that differ only in it (this rank's row along it).
+// TorchTitan's device mesh, over weft::dist.
+//
+//   weft::parallel::DeviceMesh mesh(world, {{"dp_replicate", 2}, {"dp_shard", 2}});
+//   mesh.group("dp_shard").all_reduce(grads);   // the 2 ranks sharing this rank's replica
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/dist/process_group.h"
+
+namespace weft::parallel {
+
+class DeviceMesh {
+ public:
+  // Collective over `world`: every rank builds the same mesh. The sizes' product must equal
+  // the world size, names must be distinct and sizes positive (InvalidArgument says which).
+  DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
+             std::vector<std::pair<std::string, int>> dims);
+
+  const std::vector<std::pair<std::string, int>>& dims() const { return dims_; }
+  int size(const std::string& dim) const;
+  int coordinate(const std::string& dim) const;  // this rank's index along `dim`
+  dist::ProcessGroup& group(const std::string& dim) const;
+  dist::ProcessGroup& world() const { return *world_; }
+
+ private:
+  std::size_t index_of(const std::string& dim) const;
+
+  std::shared_ptr<dist::ProcessGroup> world_;
+  std::vector<std::pair<std::string, int>> dims_;
+  std::vector<int> coordinates_;
+  std::vector<std::shared_ptr<dist::ProcessGroup>> groups_;
+};
+
+}  // namespace weft::parallel
