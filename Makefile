@@ -1,6 +1,6 @@
 # The two commands a new user needs (see README.md):
 #   make run    install missing Debian packages, build in Release, run the executors demo,
-#               train the debug Llama on Tiny Shakespeare and print a sample
+#               train the debug Llama on Tiny Shakespeare (2 ranks) and print a sample
 #   make test   install missing Debian packages, build in Release, run every test, and the
 #               concurrency tests again under ThreadSanitizer
 # Both are idempotent and print little when there is nothing to do.
@@ -11,11 +11,11 @@ CTEST_JOBS ?= 2
 
 .PHONY: run test race test-fast test-tsan test-asan build deps bench format clean
 
-# The executors demo, then the debug Llama trained on Tiny Shakespeare for a few minutes and a
-# sample from its last checkpoint.
+# The executors demo, then the debug Llama trained on Tiny Shakespeare for a few minutes by 2
+# data-parallel ranks (weftrun, shm) and a sample from its last checkpoint.
 run: build
 	@$(BUILD)/examples/sequential_vs_concurrent
-	@$(BUILD)/tools/weft-train --config configs/debug.toml
+	@$(BUILD)/tools/weftrun --nproc-per-node 2 $(BUILD)/tools/weft-train --config configs/debug.toml
 	@$(BUILD)/tools/weft-generate --checkpoint checkpoints/debug --prompt "ROMEO:" \
 	  --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 

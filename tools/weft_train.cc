@@ -1,6 +1,7 @@
 // weft-train: trains a Llama on a text file from a TOML configuration (docs/TRAINING.md).
 //
 //   weft-train --config configs/debug.toml [--section.key value ...]
+//   weftrun --nproc-per-node 2 weft-train --config configs/debug.toml   (data parallel)
 //
 // Exit codes: 0 trained; 2 a bad command line or configuration (nothing written); 1 a failure
 // while training (the message says what).
@@ -8,10 +9,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "weft/dist/init.h"
 #include "weft/train/trainer.h"
 
 namespace {
@@ -53,7 +56,11 @@ int main(int argc, char** argv) {
   }
   try {
     weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
-    weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1);
+    // Under weftrun with several ranks: the job's world group (shm on one host).
+    std::shared_ptr<weft::dist::ProcessGroup> world;
+    const char* world_size = std::getenv("WORLD_SIZE");
+    if (world_size != nullptr && std::atoi(world_size) > 1) world = weft::dist::init_process_group();
+    weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1, world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());

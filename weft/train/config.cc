@@ -48,6 +48,10 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(metrics, peak_gflops, 0),
       WEFT_FIELD(validation, enable), WEFT_FIELD(validation, freq, 1),
       WEFT_FIELD(validation, steps, 1),
+      WEFT_FIELD(parallelism, data_parallel_replicate_degree, -1, 1 << 20),
+      WEFT_FIELD(parallelism, data_parallel_shard_degree, 1, 1 << 20),
+      WEFT_FIELD(parallelism, fsdp_mode, -INFINITY, INFINITY, {"full_shard", "zero1", "zero2"}),
+      WEFT_FIELD(parallelism, bucket_size_mb, 0.001, 1 << 20),
   };
   return all;
 }
@@ -81,7 +85,7 @@ const Field& find_field(const std::string& section, const std::string& key, cons
   }
   if (!known_section) {
     throw ConfigError(where + "unknown section [" + section + "]; sections are model, training, "
-                      "optimizer, lr_scheduler, checkpoint, metrics, validation");
+                      "optimizer, lr_scheduler, checkpoint, metrics, validation, parallelism");
   }
   throw ConfigError(where + "unknown key " + section + "." + key + "; [" + section +
                     "] has: " + keys_of(section));
@@ -184,6 +188,10 @@ void check_whole(const Config& c) {
     c.model.validate();
   } catch (const InvalidArgument& e) {
     throw ConfigError(e.what());
+  }
+  if (c.parallelism.data_parallel_replicate_degree == 0) {
+    throw ConfigError("parallelism.data_parallel_replicate_degree = 0 is out of range: use -1 "
+                      "(the rest of the world size) or a positive degree");
   }
   if (c.training.seq_len > c.model.max_seq_len) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +

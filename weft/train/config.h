@@ -1,5 +1,5 @@
 // weft-train's configuration: TOML sections as TorchTitan's ([model], [training],
-// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation]), every key with a type,
+// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation], [parallelism]), every key with a type,
 // a default and the values it allows. Any key can be overridden on the command line as
 // `--section.key value`. An unknown key, a value of the wrong type or out of range is a
 // ConfigError naming the key and what is allowed; nothing has been written then.
@@ -50,7 +50,17 @@ struct MetricsConfig {
 struct ValidationConfig {
   bool enable = true;
   std::int64_t freq = 50;   // steps between validations (and after the last step)
-  std::int64_t steps = 4;   // batches per validation
+  std::int64_t steps = 4;   // global batches per validation
+};
+
+// TorchTitan's meaning: a replicate degree alone is DDP, a shard degree alone FSDP, both
+// HSDP. Their product must be the world size (checked when the job starts); -1 for the
+// replicate degree means "the world size divided by the shard degree".
+struct ParallelismConfig {
+  std::int64_t data_parallel_replicate_degree = -1;
+  std::int64_t data_parallel_shard_degree = 1;
+  std::string fsdp_mode = "full_shard";  // full_shard (ZeRO-3), zero1, zero2
+  double bucket_size_mb = 25;            // DDP's gradient buckets
 };
 
 struct Config {
@@ -61,6 +71,7 @@ struct Config {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   ValidationConfig validation;
+  ParallelismConfig parallelism;
 };
 
 // Reads `path` (if not empty), then applies `overrides` ("section.key", "value" pairs, in

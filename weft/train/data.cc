@@ -47,14 +47,14 @@ DataLoader::DataLoader(const std::vector<std::int32_t>& tokens, std::int64_t bat
                        std::int64_t seq_len, std::uint64_t seed, std::string name)
     : tokens_(tokens), batch_(batch), seq_len_(seq_len), seed_(seed), name_(std::move(name)) {}
 
-Batch DataLoader::next() {
+Batch DataLoader::next(int rank, int ranks) {
   Batch b{batch_, seq_len_, {}, {}};
   b.tokens.resize(static_cast<std::size_t>(batch_ * seq_len_));
   b.targets.resize(b.tokens.size());
   const PhiloxKey key = philox_key(seed_, name_);
   const auto starts = static_cast<double>(tokens_.size() - static_cast<std::size_t>(seq_len_));
   for (std::int64_t i = 0; i < batch_; ++i) {
-    const auto sample = static_cast<std::uint64_t>(drawn_ * batch_ + i);
+    const auto sample = static_cast<std::uint64_t>((drawn_ * ranks + rank) * batch_ + i);
     const auto start = static_cast<std::size_t>(philox_uniform(key, sample) * starts);
     for (std::int64_t t = 0; t < seq_len_; ++t) {
       b.tokens[static_cast<std::size_t>(i * seq_len_ + t)] = tokens_[start + static_cast<std::size_t>(t)];

@@ -39,7 +39,10 @@ class DataLoader {
   // uniformly from Philox(seed, name, sample index).
   DataLoader(const std::vector<std::int32_t>& tokens, std::int64_t batch, std::int64_t seq_len,
              std::uint64_t seed, std::string name);
-  Batch next();
+  // The next batch; with `ranks` data-parallel ranks, this rank's slice of a global batch of
+  // ranks x batch sequences: rank r gets sequences r x batch .. (r + 1) x batch - 1, which
+  // are the ones a single process drawing batches of ranks x batch gets there.
+  Batch next(int rank = 0, int ranks = 1);
   std::int64_t batches_drawn() const { return drawn_; }
   void set_batches_drawn(std::int64_t n) { drawn_ = n; }  // restoring a checkpoint
 

@@ -18,15 +18,18 @@ bool every(std::int64_t step, std::int64_t freq, std::int64_t last) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, std::ostream& out, bool terminal)
+Trainer::Trainer(Config config, std::ostream& out, bool terminal,
+                 std::shared_ptr<dist::ProcessGroup> world)
     : config_(std::move(config)),
-      out_(out),
+      world_(std::move(world)),
+      out_(world_ && world_->rank() != 0 ? null_out_ : out),
       terminal_(terminal),
       data_(config_.training.dataset_path, config_.training.validation_fraction, config_.training.seq_len),
       model_(config_.model),
       optimizer_(model_.parameters(), config_.optimizer),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
+  setup_data_parallel();
   // weft splits the work between the threads itself; OpenBLAS runs single-threaded inside.
   kernels::set_blas_threads(1);
   kernels::set_threads(static_cast<int>(config_.training.threads));
@@ -50,39 +53,85 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal)
                 measured ? "sgemm measured" : "metrics.peak_gflops",
                 static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s");
   out_ << line << std::endl;
-  metrics_ = std::make_unique<MetricsLogger>(out_, terminal_, config_.metrics.jsonl_path,
+  metrics_ = std::make_unique<MetricsLogger>(out_, terminal_ && dp_rank_ == 0,
+                                             dp_rank_ == 0 ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
+  if (world_) {
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+        model_, *world_, static_cast<std::size_t>(config_.parallelism.bucket_size_mb * (1 << 20)));
+    ddp_->check_parameters_identical();
+  }
 }
 
+Trainer::~Trainer() = default;
+
+void Trainer::setup_data_parallel() {
+  const std::int64_t world = world_ ? world_->size() : 1;
+  const auto& p = config_.parallelism;
+  const std::int64_t shard = p.data_parallel_shard_degree;
+  const std::int64_t replicate = p.data_parallel_replicate_degree == -1 ? world / shard
+                                                                        : p.data_parallel_replicate_degree;
+  if (replicate * shard != world) {
+    throw ConfigError("parallelism: data_parallel_replicate_degree " + std::to_string(replicate) +
+                      " x data_parallel_shard_degree " + std::to_string(shard) + " must equal the " +
+                      "world size " + std::to_string(world) + " (weftrun --nproc-per-node)");
+  }
+  if (shard > 1) {
+    throw ConfigError("parallelism.data_parallel_shard_degree = " + std::to_string(shard) +
+                      ": FSDP is not built yet in this version of weft; use "
+                      "data_parallel_replicate_degree (DDP) instead");
+  }
+  dp_rank_ = world_ ? world_->rank() : 0;
+  dp_size_ = static_cast<int>(world);
+}
+
+double Trainer::global_mean(double local_share) {
+  if (!world_) return local_share;
+  std::vector<double> v{local_share};
+  world_->all_reduce(v);
+  return v[0];
+}
+
+// Each rank's loss is its share of the global mean (local mean / ranks / micro-batches), so
+// the gradients DDP sums are those of the global mean loss.
 double Trainer::train_step() {
   model_.parameters().zero_grad();
   const std::int64_t micro = config_.training.gradient_accumulation_steps;
+  const double share = 1.0 / static_cast<double>(micro * dp_size_);
   double loss = 0;
   for (std::int64_t m = 0; m < micro; ++m) {
-    const Batch b = train_loader_.next();
-    loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) / static_cast<double>(micro);
-    model_.backward(1.0 / static_cast<double>(micro));
+    const Batch b = train_loader_.next(dp_rank_, dp_size_);
+    loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) * share;
+    if (ddp_ && m == micro - 1) ddp_->prepare_sync();  // the others accumulate locally
+    model_.backward(share);
   }
-  return loss;
+  if (ddp_) ddp_->finish_sync();
+  return global_mean(loss);
 }
 
 double Trainer::validate() {
   DataLoader loader(data_.validation(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "validation");
+  // Batches of the global batch size (batch x micro-batches x ranks), drawn as training draws
+  // them: the validation loss does not depend on how the global batch is split.
+  const std::int64_t batches = config_.validation.steps * config_.training.gradient_accumulation_steps;
   double total = 0;
-  for (std::int64_t i = 0; i < config_.validation.steps; ++i) {
-    const Batch b = loader.next();
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const Batch b = loader.next(dp_rank_, dp_size_);
     total += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq);
   }
-  return total / static_cast<double>(config_.validation.steps);
+  return global_mean(total / static_cast<double>(batches * dp_size_));
 }
 
 void Trainer::log_step(double loss, double grad_norm, double lr, double seconds) {
   const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
-                                            config_.training.gradient_accumulation_steps);
+                                            config_.training.gradient_accumulation_steps * dp_size_);
   const double tps = tokens / seconds;
-  const double mfu = model_.flops_per_token(config_.training.seq_len) * tps / (peak_gflops_ * 1e9);
-  metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()});
+  const double mfu = model_.flops_per_token(config_.training.seq_len) * tps /
+                     (peak_gflops_ * 1e9 * static_cast<double>(dp_size_));
+  std::vector<std::int64_t> memory{peak_memory_bytes()};
+  if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);  // the largest rank's
+  metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, memory[0]});
 }
 
 void Trainer::run() { run_until(config_.training.steps); }
@@ -111,9 +160,13 @@ void Trainer::run_until(std::int64_t stop) {
       metrics_->log_validation(state_.step, *last_validation_);
     }
     if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) {
-      const std::string path = save_checkpoint(config_.checkpoint.folder, state_, model_, optimizer_,
-                                               config_toml, config_.checkpoint.keep_latest);
-      metrics_->log_line("saved checkpoint " + path);
+      // DDP's state is replicated: rank 0 writes it, the others wait until it is complete.
+      if (dp_rank_ == 0) {
+        const std::string path = save_checkpoint(config_.checkpoint.folder, state_, model_,
+                                                 optimizer_, config_toml, config_.checkpoint.keep_latest);
+        metrics_->log_line("saved checkpoint " + path);
+      }
+      if (world_) world_->barrier();
     }
     metrics_->progress(state_.step, seconds_per_step);
   }

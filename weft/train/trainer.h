@@ -1,7 +1,8 @@
-// The single-process training loop of weft-train: Llama on a text file, AdamW with clipping,
-// gradient accumulation and the learning-rate schedule, validation, metrics, checkpoints
-// and resumption. The constructor checks everything it can (configuration, data file,
-// checkpoint to resume) before anything is written.
+// The training loop of weft-train: Llama on a text file, AdamW with clipping, gradient
+// accumulation and the learning-rate schedule, validation, metrics, checkpoints and
+// resumption; under weftrun (WORLD_SIZE > 1) data-parallel over the job's ranks
+// ([parallelism], docs/PARALLELISM.md). The constructor checks everything it can
+// (configuration, data file, checkpoint to resume) before anything is written.
 #pragma once
 
 #include <memory>
@@ -9,8 +10,10 @@
 #include <ostream>
 #include <vector>
 
+#include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
+#include "weft/parallel/ddp.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/data.h"
@@ -20,8 +23,11 @@ namespace weft::train {
 
 class Trainer {
  public:
-  // `out` gets the step lines (and the progress bar when `terminal`).
-  Trainer(Config config, std::ostream& out, bool terminal = false);
+  // `out` gets the step lines (and the progress bar when `terminal`), on rank 0 only.
+  // `world`: the job's process group for data parallelism, or null for one process.
+  Trainer(Config config, std::ostream& out, bool terminal = false,
+          std::shared_ptr<dist::ProcessGroup> world = nullptr);
+  ~Trainer();
   // Trains from the current step to training.steps.
   void run();
   // Trains until `step` steps are done (at most training.steps), as if interrupted there.
@@ -36,9 +42,14 @@ class Trainer {
  private:
   double train_step();
   double validate();
+  double global_mean(double local_share);  // sums the ranks' shares (itself for one process)
+  void setup_data_parallel();
   void log_step(double loss, double grad_norm, double lr, double seconds);
 
   Config config_;
+  std::shared_ptr<dist::ProcessGroup> world_;
+  int dp_rank_ = 0, dp_size_ = 1;
+  std::ostream null_out_{nullptr};
   std::ostream& out_;
   bool terminal_;
   TextDataset data_;
@@ -48,6 +59,7 @@ class Trainer {
   TrainState state_;
   double peak_gflops_ = 0;
   std::unique_ptr<MetricsLogger> metrics_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::vector<double> losses_;
   std::optional<double> last_validation_;
 };
