@@ -2,7 +2,9 @@
 # weft-train against the same Llama in PyTorch (Debian's python3-torch), side by side on this
 # machine: tokens/s, MFU and peak memory for the debug config (dim 256, 4 layers) and
 # configs/llama_512.toml (dim 512, 8 layers), batch 8 x sequence 256, float32, AdamW, at 1 and
-# 2 threads (OPENBLAS_NUM_THREADS pinned for both; OMP_WAIT_POLICY=PASSIVE for PyTorch).
+# 2 threads (OPENBLAS_NUM_THREADS pinned for both; OMP_WAIT_POLICY=PASSIVE for PyTorch), and
+# data-parallel on 2 ranks x 1 thread (weftrun + DDP over shm; torch.multiprocessing + DDP
+# over gloo), batch 8 per rank.
 #
 #   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
 set -euo pipefail
@@ -16,6 +18,17 @@ have_torch=1
 /usr/bin/python3 -c 'import torch' 2>/dev/null || have_torch=0
 [ "$have_torch" = 1 ] || echo "compare: python3-torch missing for /usr/bin/python3: PyTorch left out" >&2
 
+# A weft-train metrics file -> "tokens/s mfu memory_mib" over the steps after the first two.
+summarise() {
+  python3 - "$1" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
+t = sum(r["time_s"] for r in rows)
+tokens = sum(r["tps"] * r["time_s"] for r in rows)
+print(f'{tokens / t:.0f} {100 * sum(r["mfu"] for r in rows) / len(rows):.1f}% {rows[-1]["memory_bytes"] / 2**20:.0f}')
+PY
+}
+
 printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
 for cfg in debug llama_512; do
   case $cfg in
@@ -27,15 +40,7 @@ for cfg in debug llama_512; do
     "$build/tools/weft-train" --config "configs/$cfg.toml" --training.steps $((steps + 2)) \
       --training.threads "$threads" --checkpoint.enable false --validation.enable false \
       --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log" 
-    # Steps after the first two; tokens/s from their total time.
-    read -r wtps wmfu wmem < <(python3 - "$jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
-t = sum(r["time_s"] for r in rows)
-tokens = sum(r["tps"] * r["time_s"] for r in rows)
-print(f'{tokens / t:.0f} {100 * sum(r["mfu"] for r in rows) / len(rows):.1f}% {rows[-1]["memory_bytes"] / 2**20:.0f}')
-PY
-)
+    read -r wtps wmfu wmem < <(summarise "$jsonl")
     ttps=- tmem=- ratio=-
     if [ "$have_torch" = 1 ]; then
       read -r _ _ ttps _ tmem _ _ < <(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
@@ -45,4 +50,18 @@ PY
     fi
     printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg $threads "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
   done
+  # 2 ranks x 1 thread, data parallel.
+  jsonl="$out/$cfg.ddp.jsonl"
+  "$build/tools/weftrun" --nproc-per-node 2 "$build/tools/weft-train" --config "configs/$cfg.toml" \
+    --training.steps $((steps + 2)) --checkpoint.enable false --validation.enable false \
+    --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log"
+  read -r wtps wmfu wmem < <(summarise "$jsonl")
+  ttps=- tmem=- ratio=-
+  if [ "$have_torch" = 1 ]; then
+    read -r _ _ ttps _ tmem _ _ < <(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE \
+      /usr/bin/python3 bench/train/torch_train.py $dim $layers $heads 256 8 "$steps" 1 2 \
+      2>/dev/null | grep '^torch')
+    ratio=$(python3 -c "print(f'{$wtps / $ttps:.2f}x')")
+  fi
+  printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg "2x1 ddp" "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
 done

@@ -4,9 +4,12 @@ with AdamW on random windows of Tiny Shakespeare and prints one line:
 
     torch tps <tokens/s> memory_mib <peak RSS> steps <timed steps>
 
-Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS
+Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS [RANKS]
 Set OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY=PASSIVE in the environment (compare.sh does):
-PyTorch's thread setting does not limit OpenBLAS.
+PyTorch's thread setting does not limit OpenBLAS. With RANKS > 1 it starts that many
+processes (torch.multiprocessing; Debian's torchrun fails under Python 3.11) and trains with
+DistributedDataParallel over gloo, BATCH sequences per rank; rank 0 prints the global
+tokens/s and the largest rank's memory.
 """
 import os
 import resource
@@ -21,7 +24,7 @@ from torch_llama import Llama  # noqa: E402
 WARMUP = 2
 
 
-def main(dim, layers, heads, seq, batch, steps, threads):
+def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     hidden = 32 * ((2 * 4 * dim // 3 + 31) // 32)
@@ -31,6 +34,11 @@ def main(dim, layers, heads, seq, batch, steps, threads):
     for name, p in model.named_parameters():
         if not name.endswith("norm.weight"):
             torch.nn.init.normal_(p, std=0.02)
+    if world > 1:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(rank)  # each rank its own batches
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=8e-4, betas=(0.9, 0.95), weight_decay=0.1)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     with open(os.path.join(root, "data", "tinyshakespeare.txt"), "rb") as f:
@@ -48,12 +56,27 @@ def main(dim, layers, heads, seq, batch, steps, threads):
         opt.step()
         if step >= WARMUP:
             times.append(time.perf_counter() - t0)
-    tps = batch * seq * len(times) / sum(times)
-    memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"torch tps {tps:.0f} memory_mib {memory:.0f} steps {len(times)}")
+    elapsed = torch.tensor([sum(times)])
+    memory = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024])
+    if world > 1:  # the slowest rank's time and the largest rank's memory
+        torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
+        torch.distributed.all_reduce(memory, op=torch.distributed.ReduceOp.MAX)
+        if torch.distributed.get_rank() != 0:
+            return
+    tps = world * batch * seq * len(times) / float(elapsed)
+    print(f"torch tps {tps:.0f} memory_mib {float(memory):.0f} steps {len(times)}")
+
+
+def spawned(rank, args, world, port):
+    main(*args, rank=rank, world=world, port=port)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 8:
+    if len(sys.argv) not in (8, 9):
         sys.exit(__doc__)
-    main(*(int(a) for a in sys.argv[1:]))
+    args = [int(a) for a in sys.argv[1:8]]
+    ranks = int(sys.argv[8]) if len(sys.argv) == 9 else 1
+    if ranks == 1:
+        main(*args)
+    else:
+        torch.multiprocessing.spawn(spawned, args=(args, ranks, 29700 + os.getpid() % 1000), nprocs=ranks)
