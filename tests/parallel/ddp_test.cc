@@ -11,6 +11,7 @@
 #include "weft/dist/run_threads.h"
 #include "weft/nn/optim.h"
 #include "weft/parallel/device_mesh.h"
+#include "weft/parallel/zero.h"
 #include "weft/tensor/random.h"
 
 namespace weft::parallel {
@@ -19,7 +20,7 @@ namespace {
 using testing::HasSubstr;
 
 constexpr int kSteps = 20;
-constexpr std::int64_t kGlobalBatch = 8, kSeq = 16, kVocab = 64;
+constexpr std::int64_t kGlobalBatch = 12, kSeq = 16, kVocab = 64;  // divides by 2, 3 and 4
 
 nn::LlamaConfig config() {
   return {.dim = 32, .n_layers = 2, .n_heads = 2, .vocab_size = kVocab, .multiple_of = 16,
@@ -65,7 +66,8 @@ std::vector<double> single_process() {
   return losses;
 }
 
-std::vector<double> data_parallel(int ranks, std::size_t bucket_bytes) {
+// DDP for the gradients; AdamW whole on every rank, or split by ZeRO stage 1.
+std::vector<double> data_parallel(int ranks, std::size_t bucket_bytes, bool zero1 = false) {
   std::vector<double> losses(kSteps);
   dist::run_threads(ranks, [&](dist::ProcessGroup& pg) {
     nn::Llama model(config());
@@ -73,6 +75,10 @@ std::vector<double> data_parallel(int ranks, std::size_t bucket_bytes) {
     DistributedDataParallel ddp(model, pg, bucket_bytes);
     ddp.check_parameters_identical();
     nn::AdamW opt(model.parameters(), {.lr = 3e-3});
+    ZeroOptimizer zero(model.parameters(), pg, {.lr = 3e-3});
+    if (zero1) {
+      EXPECT_EQ(zero.shard_size(), (zero.total_size() + ranks - 1) / ranks);
+    }
     const std::int64_t local = kGlobalBatch / ranks;
     for (int step = 0; step < kSteps; ++step) {
       const auto [tokens, targets] = slice(step, pg.rank() * local, local);
@@ -82,7 +88,11 @@ std::vector<double> data_parallel(int ranks, std::size_t bucket_bytes) {
       model.backward(1.0 / ranks);  // each rank's share of the global mean
       ddp.finish_sync();
       nn::clip_grad_norm(model.parameters(), 1.0);
-      opt.step(3e-3);
+      if (zero1) {
+        zero.step(3e-3);
+      } else {
+        opt.step(3e-3);
+      }
       pg.all_reduce(loss);  // the global mean loss
       if (pg.rank() == 0) losses[static_cast<std::size_t>(step)] = loss[0];
     }
@@ -106,6 +116,12 @@ TEST(DdpTest, LossesEqualOneProcess) {
   expect_close(data_parallel(2, std::size_t{25} << 20), one, 1e-6, "DDP 2 ranks");
   expect_close(data_parallel(4, std::size_t{25} << 20), one, 1e-6, "DDP 4 ranks");
   expect_close(data_parallel(2, 4096), one, 1e-6, "DDP 2 ranks, small buckets");
+}
+
+TEST(ZeroTest, SplitOptimizerStateGivesTheSameLosses) {
+  const auto one = single_process();
+  expect_close(data_parallel(2, std::size_t{25} << 20, true), one, 1e-6, "ZeRO-1 2 ranks");
+  expect_close(data_parallel(3, std::size_t{25} << 20, true), one, 1e-6, "ZeRO-1 3 ranks");
 }
 
 TEST(DeviceMeshTest, GroupsAndCoordinates) {

@@ -37,27 +37,27 @@ AdamW::AdamW(ParameterList& params, AdamWOptions options) : params_(params), opt
   }
 }
 
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
+                  const AdamWOptions& options, double lr, std::int64_t step) {
+  const double correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
+  const double correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
+  // float32 arithmetic in PyTorch's order, so that a run matches torch.optim.AdamW's.
+  const AdamWConstants k{static_cast<float>(1.0 - lr * options.weight_decay),
+                         static_cast<float>(lr / correction1),
+                         static_cast<float>(std::sqrt(correction2)),
+                         static_cast<float>(options.beta1), static_cast<float>(options.beta2),
+                         static_cast<float>(options.eps)};
+  kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
+    adamw_range(p + first, g + first, m + first, v + first, end - first, k);
+  });
+}
+
 void AdamW::step(double lr) {
   ++steps_;
-  const double b1 = options_.beta1, b2 = options_.beta2;
-  const double correction1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
-  const double correction2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
-  // float32 arithmetic in PyTorch's order, so that a run matches torch.optim.AdamW's.
-  const float decay = static_cast<float>(1.0 - lr * options_.weight_decay);
-  const float step_size = static_cast<float>(lr / correction1);
-  const float sqrt_c2 = static_cast<float>(std::sqrt(correction2));
-  const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-  const float eps = static_cast<float>(options_.eps);
   const auto& params = params_.all();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    float* p = params[i]->value.data<float>();
-    const float* g = params[i]->grad.data<float>();
-    float* m = m_[i].data<float>();
-    float* v = v_[i].data<float>();
-    const AdamWConstants k{decay, step_size, sqrt_c2, fb1, fb2, eps};
-    kernels::parallel_for(params[i]->value.numel(), 1 << 14, [&](std::int64_t first, std::int64_t end) {
-      adamw_range(p + first, g + first, m + first, v + first, end - first, k);
-    });
+    adamw_update(params[i]->value.data<float>(), params[i]->grad.data<float>(), m_[i].data<float>(),
+                 v_[i].data<float>(), params[i]->value.numel(), options_, lr, steps_);
   }
 }
 

@@ -39,6 +39,11 @@ class AdamW {
   std::int64_t steps_ = 0;
 };
 
+// One AdamW update of n elements (as AdamW::step does for each parameter), its `step`-th
+// (1-based, for the bias corrections): for optimizers that hold only a slice of the state.
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
+                  const AdamWOptions& options, double lr, std::int64_t step);
+
 // Scales every grad so that their global L2 norm is at most max_norm (no change when it is
 // already); returns the norm before clipping. The norm is summed in double, in list order.
 double clip_grad_norm(ParameterList& params, double max_norm);
