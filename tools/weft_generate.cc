@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
     weft::nn::Llama model(config.model);
     weft::train::load_checkpoint(path, model, nullptr);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;
+  } catch (const weft::InvalidArgument& e) {  // a bad prompt or checkpoint path
+    std::fprintf(stderr, "weft-generate: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weft-generate: %s\n", e.what());
     return 1;

@@ -90,6 +90,28 @@ TEST_P(FailureTest, KilledRankFailsTheOthers) {
   EXPECT_FALSE(shm_segments_left(backend, 3));
 }
 
+// Ranks that disagree about a collective (sizes, or which collective) fail at once with an
+// error naming both calls, instead of reading each other's data (shm's engine checks the
+// call of every step it reads; tcp's algorithms check message sizes).
+TEST_P(FailureTest, MismatchedCollectivesFailOnEveryRank) {
+  const std::string backend = GetParam();
+  const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+    auto pg = init_process_group({.backend = backend, .timeout = Seconds(10)});
+    std::vector<float> v(rank == 0 ? 4 : 8, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg->all_reduce(v);
+      pg->barrier();
+    } catch (const weft::Error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return std::chrono::steady_clock::now() - start < 5s ? 0 : 3;
+    }
+    return 2;
+  });
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].code;
+  EXPECT_TRUE(exits[1].exited && exits[1].code == 0) << exits[1].code;
+}
+
 // Rank 1 never calls the collective (on shm it is stopped with SIGSTOP, and the harness
 // kills it at the end): rank 0 times out within the timeout plus 2 s, naming it.
 TEST_P(FailureTest, MissingRankTimesOutNamingIt) {

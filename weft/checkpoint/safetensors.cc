@@ -56,12 +56,16 @@ std::string temporary_name(const std::string& path) {
   return path + ".tmp-" + std::to_string(rd()) + std::to_string(::getpid());
 }
 
+// Makes the rename durable: without it a power loss could bring back the old name.
 void sync_directory(const std::string& path) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw SystemError("open directory " + dir + " to sync it", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
+  if (rc != 0) throw SystemError("fsync directory " + dir, err);
 }
 
 }  // namespace
@@ -163,10 +167,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
                                        [&](const DTypeName& d) { return dtype == d.name; });
       if (known == std::end(kDTypes)) bad_file(path, "tensor " + name + " has unknown dtype " + dtype);
       e.dtype = known->dtype;
+      std::uint64_t bytes = dtype_size(e.dtype);  // the product, checked for overflow
       for (std::int64_t d : e.shape) {
-        if (d < 0 || d > (std::int64_t{1} << 40)) bad_file(path, "tensor " + name + " has a bad shape");
+        if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes)) {
+          bad_file(path, "tensor " + name + " has a bad shape " + shape_string(e.shape));
+        }
       }
-      const auto bytes = static_cast<std::uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
       if (e.begin > e.end || e.end > data_size || e.end - e.begin != bytes) {
         bad_file(path, "tensor " + name + " claims bytes [" + std::to_string(e.begin) + ", " +
                            std::to_string(e.end) + ") of " + std::to_string(data_size) +
@@ -187,6 +193,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
     in.read(reinterpret_cast<char*>(t.bytes()), static_cast<std::streamsize>(e.end - e.begin));
     if (!in) bad_file(path, "tensor " + e.name + " is cut short");
     file.tensors.push_back({e.name, std::move(t)});
+  }
+  if (expected != data_size) {
+    bad_file(path, std::to_string(data_size - expected) + " bytes after the last tensor");
   }
   return file;
 }

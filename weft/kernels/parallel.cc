@@ -14,12 +14,14 @@ namespace {
 
 std::atomic<int> g_threads{1};
 std::mutex g_pool_mu;
-std::unique_ptr<ThreadPoolExecutor> g_pool;  // threads() - 1 workers; the caller is the last
+std::shared_ptr<ThreadPoolExecutor> g_pool;  // threads() - 1 workers; the caller is the last
 
-ThreadPoolExecutor& pool(int workers) {
+// A reference to the pool that stays valid while the caller uses it, even if set_threads
+// replaces the pool meanwhile.
+std::shared_ptr<ThreadPoolExecutor> pool(int workers) {
   std::lock_guard lock(g_pool_mu);
-  if (!g_pool) g_pool = std::make_unique<ThreadPoolExecutor>(static_cast<std::size_t>(workers));
-  return *g_pool;
+  if (!g_pool) g_pool = std::make_shared<ThreadPoolExecutor>(static_cast<std::size_t>(workers));
+  return g_pool;
 }
 
 }  // namespace
@@ -42,10 +44,10 @@ void parallel_for(std::int64_t n, std::int64_t grain,
     return;
   }
   auto bound = [&](std::int64_t p) { return n * p / parts; };
-  ThreadPoolExecutor& workers = pool(threads() - 1);
+  const std::shared_ptr<ThreadPoolExecutor> workers = pool(threads() - 1);
   std::vector<Future<void>> futures;
   for (std::int64_t p = 1; p < parts; ++p) {
-    futures.push_back(workers.submit([&fn, b = bound(p), e = bound(p + 1)] { fn(b, e); }));
+    futures.push_back(workers->submit([&fn, b = bound(p), e = bound(p + 1)] { fn(b, e); }));
   }
   std::exception_ptr error;
   try {

@@ -1,6 +1,7 @@
 #include "weft/nn/parameter.h"
 
 #include <cstring>
+#include <set>
 
 #include "weft/base/error.h"
 #include "weft/kernels/parallel.h"
@@ -52,7 +53,9 @@ void ParameterList::load_state_dict(const std::vector<std::pair<std::string, Ten
                           std::to_string(params_.size()) + " parameters");
   }
   std::vector<Parameter*> targets;
+  std::set<std::string> seen;
   for (const auto& [name, value] : state) {
+    if (!seen.insert(name).second) throw InvalidArgument("load_state_dict: " + name + " appears twice");
     Parameter& p = at(name);
     if (p.value.shape() != value.shape()) {
       throw InvalidArgument("load_state_dict: " + name + " is " + shape_string(value.shape()) +

@@ -193,6 +193,10 @@ void check_whole(const Config& c) {
     throw ConfigError("parallelism.data_parallel_replicate_degree = 0 is out of range: use -1 "
                       "(the rest of the world size) or a positive degree");
   }
+  if (c.validation.enable && c.training.validation_fraction == 0) {
+    throw ConfigError("validation.enable = true needs a validation split: training.validation_fraction "
+                      "is 0 (give it a fraction, or set validation.enable = false)");
+  }
   if (c.training.seq_len > c.model.max_seq_len) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +
                       " exceeds model.max_seq_len = " + std::to_string(c.model.max_seq_len));

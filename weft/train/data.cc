@@ -45,7 +45,12 @@ TextDataset::TextDataset(const std::string& path, double validation_fraction, st
 
 DataLoader::DataLoader(const std::vector<std::int32_t>& tokens, std::int64_t batch,
                        std::int64_t seq_len, std::uint64_t seed, std::string name)
-    : tokens_(tokens), batch_(batch), seq_len_(seq_len), seed_(seed), name_(std::move(name)) {}
+    : tokens_(tokens), batch_(batch), seq_len_(seq_len), seed_(seed), name_(std::move(name)) {
+  if (static_cast<std::int64_t>(tokens_.size()) <= seq_len_) {
+    throw ConfigError("the " + name_ + " split has " + std::to_string(tokens_.size()) +
+                      " tokens: too few for sequences of " + std::to_string(seq_len_));
+  }
+}
 
 Batch DataLoader::next(int rank, int ranks) {
   Batch b{batch_, seq_len_, {}, {}};

@@ -74,7 +74,24 @@ void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
 
 }  // namespace
 
-std::size_t Collectives::region_bytes() { return sizeof(Line) + kSlots * kSlotBytes; }
+namespace {
+constexpr std::size_t kSlotHeader = 16;  // the call shares the first cache line with the data
+static_assert(sizeof(Collectives::Call) <= kSlotHeader);
+
+const char* op_name(std::uint8_t op) {
+  static const char* const names[] = {"barrier", "broadcast", "reduce", "all_reduce",
+                                      "all_gather", "reduce_scatter", "all_to_all"};
+  return op < 7 ? names[op] : "?";
+}
+
+std::string describe(const Collectives::Call& c) {
+  return std::string(op_name(c.op)) + " of " + std::to_string(c.count) + " " +
+         std::string(dtype_name(static_cast<DType>(c.dtype))) + " elements" +
+         (c.root >= 0 ? " from root " + std::to_string(c.root) : "");
+}
+}  // namespace
+
+std::size_t Collectives::region_bytes() { return sizeof(Line) + kSlots * (kSlotHeader + kSlotBytes); }
 
 void Collectives::wake_all(const std::vector<std::byte*>& regions) {
   for (std::byte* region : regions) {
@@ -96,15 +113,33 @@ Collectives::Line& Collectives::line(int rank) const {
 }
 
 std::byte* Collectives::slot(int rank, std::uint32_t step) const {
-  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotBytes;
+  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) +
+         (step % kSlots) * (kSlotHeader + kSlotBytes) + kSlotHeader;
+}
+
+Collectives::Call& Collectives::call_of(int rank, std::uint32_t step) const {
+  return *reinterpret_cast<Call*>(slot(rank, step) - kSlotHeader);
+}
+
+void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
+  call_ = Call{count, root, static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(dtype)};
+}
+
+void Collectives::check_same_call(int rank, std::uint32_t step) const {
+  const Call theirs = call_of(rank, step);
+  if (theirs == call_) return;
+  throw InvalidArgument("dist: the ranks' collectives do not match: rank " + std::to_string(rank) +
+                        " called " + describe(theirs) + " where this rank called " + describe(call_) +
+                        "; every rank must make the same calls in the same order with the same sizes");
 }
 
 std::byte* Collectives::begin_step(Deadline deadline) {
   // Step t reads slots t and t - 1 (the sliced all-reduce reads the previous step's
   // reductions), and a rank publishes t + 1 only after its reads of step t: so slot s may be
   // rewritten once every rank has published s + 1 - kSlots + 1.
-  wait_all(step_ + 3 - kSlots, deadline);
+  wait_all(step_ + 3 - kSlots, deadline, /*check=*/false);
   ++step_;
+  call_of(rank_, step_) = call_;  // published with the step
   return slot(rank_, step_);
 }
 
@@ -142,9 +177,11 @@ void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
   }
 }
 
-void Collectives::wait_all(std::uint32_t step, Deadline deadline) {
+void Collectives::wait_all(std::uint32_t step, Deadline deadline, bool check) {
   for (int r = 0; r < size(); ++r) {
-    if (r != rank_) wait_for(r, step, deadline);
+    if (r == rank_) continue;
+    wait_for(r, step, deadline);
+    if (check) check_same_call(r, step);
   }
 }
 
@@ -181,12 +218,14 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
 }
 
 void Collectives::barrier(Deadline deadline) {
+  start(Op::kBarrier, 0, DType::kUInt8, -1);
   begin_step(deadline);
   publish();
-  wait_all(step_, deadline);
+  wait_all(step_, deadline, /*check=*/true);
 }
 
 void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
+  start(Op::kBroadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
   for (std::size_t off = 0; off < total; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, total - off);
@@ -195,11 +234,13 @@ void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
     publish();
     if (rank_ == root) continue;
     wait_for(root, step_, deadline);
+    check_same_call(root, step_);
     std::memcpy(buf.bytes() + off, slot(root, step_), len);
   }
 }
 
 void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
+  start(Op::kReduce, buf.count, buf.dtype, root);
   const std::size_t esz = dtype_size(buf.dtype);
   const std::size_t chunk = kSlotBytes / esz;
   for (std::size_t first = 0; first < buf.count; first += chunk) {
@@ -208,7 +249,7 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
     std::memcpy(mine, buf.bytes() + first * esz, count * esz);
     publish();
     if (rank_ != root) continue;
-    wait_all(step_, deadline);
+    wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
     reduce_in_rank_order(buf.bytes() + first * esz, nullptr, [&](int q) { return slot(q, s); },
                          count, buf.dtype, op);
@@ -216,6 +257,7 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
 }
 
 void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
+  start(Op::kAllReduce, buf.count, buf.dtype, -1);
   if (size() == 1 || buf.count == 0) return;
   if (buf.size_bytes() <= kOneStepAllReduceMax) {
     all_reduce_one_step(buf, op, deadline);
@@ -229,7 +271,7 @@ void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline
   std::byte* mine = begin_step(deadline);
   std::memcpy(mine, buf.data, buf.size_bytes());
   publish();
-  wait_all(step_, deadline);
+  wait_all(step_, deadline, /*check=*/true);
   const std::uint32_t s = step_;
   reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return slot(q, s); }, buf.count,
                        buf.dtype, op);
@@ -265,7 +307,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
       }
     }
     publish();
-    wait_all(step_, deadline);
+    wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
     for (int q = 0; waiting && q < size(); ++q) {
       const auto [first, count] = range(q, *waiting);
@@ -285,6 +327,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
 }
 
 void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) {
+  start(Op::kReduceScatter, out.count, out.dtype, -1);
   const std::size_t esz = dtype_size(out.dtype);
   const std::size_t chunk = block_chunk(esz);
   const std::size_t block = out.count;
@@ -298,7 +341,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline de
       if (q != rank_) std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
     }
     publish();
-    wait_all(step_, deadline);
+    wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
     // Block by block, so `out` may overlap this rank's block of `in`.
     reduce_in_rank_order(
@@ -311,13 +354,14 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline de
 }
 
 void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
+  start(Op::kAllGather, in.count, in.dtype, -1);
   const std::size_t block = in.size_bytes();
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
     std::byte* mine = begin_step(deadline);
     std::memcpy(mine, in.bytes() + off, len);
     publish();
-    wait_all(step_, deadline);
+    wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
       std::byte* dst = out.bytes() + static_cast<std::size_t>(q) * block + off;
       copy_bytes(dst, q == rank_ ? in.bytes() + off : slot(q, step_), len);
@@ -326,6 +370,7 @@ void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
 }
 
 void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
+  start(Op::kAllToAll, in.count, in.dtype, -1);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t esz = dtype_size(in.dtype);
   const std::size_t block = in.count / n;
@@ -341,7 +386,7 @@ void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
       }
     }
     publish();
-    wait_all(step_, deadline);
+    wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
       const std::byte* src = q == rank_ ? in.bytes() + offset(q)
                                         : slot(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;

@@ -45,8 +45,26 @@ class Collectives final : public DirectCollectives {
   void all_to_all(Buffer out, Buffer in, Deadline deadline) override;
   void barrier(Deadline deadline) override;
 
+  // What a step belongs to, in the 16 bytes before each slot's data (the same cache line as a
+  // small message, so checking it costs no extra transfer): readers compare the
+  // peer's with their own, so ranks making different calls fail at once instead of reading
+  // each other's data as their own (or drifting apart in their step counts).
+  struct Call {
+    std::uint64_t count = 0;
+    std::int32_t root = -1;
+    std::uint8_t op = 0, dtype = 0;
+    bool operator==(const Call&) const = default;
+  };
+
  private:
   struct Line;
+  enum class Op : std::uint8_t {
+    kBarrier, kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kAllToAll
+  };
+  void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
+  Call& call_of(int rank, std::uint32_t step) const;
+  // InvalidArgument naming both calls unless `rank`'s step `step` belongs to the same call.
+  void check_same_call(int rank, std::uint32_t step) const;
   int size() const { return static_cast<int>(regions_.size()); }
   Line& line(int rank) const;
   std::byte* slot(int rank, std::uint32_t step) const;
@@ -55,7 +73,8 @@ class Collectives final : public DirectCollectives {
   void publish();
   // Until `rank` (every other rank) has published `step`.
   void wait_for(int rank, std::uint32_t step, Deadline deadline);
-  void wait_all(std::uint32_t step, Deadline deadline);
+  // check: compare each rank's call for that step with ours (not for the reuse wait).
+  void wait_all(std::uint32_t step, Deadline deadline, bool check);
   // The per-block chunk (in elements) when a slot holds one per rank.
   std::size_t block_chunk(std::size_t element_bytes) const;
   // out = src(0) op src(1) op ... op src(n - 1) over `count` elements, also into `also_out`
@@ -71,6 +90,7 @@ class Collectives final : public DirectCollectives {
   std::function<void(int)> check_peer_;
   int spin_checks_;          // 0 when there are more ranks than this process's cores
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
+  Call call_;               // the operation running now
 };
 
 }  // namespace weft::dist::shm
