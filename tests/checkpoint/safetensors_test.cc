@@ -91,6 +91,11 @@ TEST_F(SafetensorsTest, DamagedFilesAreClearErrorsNotCrashes) {
   EXPECT_THAT(load_error(p), HasSubstr("gaps"));
   write_raw(p, R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd");
   EXPECT_THAT(load_error(p), HasSubstr("bad shape"));
+  // 2^64 + 2^20 elements: the product wraps to 2^20 without the overflow check.
+  write_raw(p, R"({"x":{"dtype":"U8","shape":[1048576,17,1034834473201],"data_offsets":[0,4]}})", "abcd");
+  EXPECT_THAT(load_error(p), HasSubstr("bad shape"));
+  write_raw(p, R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "abcd");
+  EXPECT_THAT(load_error(p), HasSubstr("2 bytes after the last tensor"));
   write_raw(p, R"({"x":{"dtype":"F32"}})", "");
   EXPECT_THAT(load_error(p), HasSubstr("malformed"));
   EXPECT_THAT(load_error(path("absent")), HasSubstr("cannot open"));

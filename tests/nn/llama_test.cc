@@ -151,6 +151,9 @@ TEST(LlamaTest, StateDictRoundTrips) {
   b.parameters().load_state_dict(state);
   EXPECT_EQ(b.parameters().at("layers.1.attention.wv.weight").value.to_vector<float>(),
             a.parameters().at("layers.1.attention.wv.weight").value.to_vector<float>());
+  auto repeated = state;
+  repeated[1] = repeated[0];
+  EXPECT_THROW(b.parameters().load_state_dict(repeated), InvalidArgument);
   state.back().second = Tensor::zeros({3});
   EXPECT_THROW(b.parameters().load_state_dict(state), InvalidArgument);
   state.pop_back();

@@ -69,6 +69,8 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[model]\ndim = 30\n"), HasSubstr("model: dim 30 is not divisible by n_heads 4"));
   EXPECT_THAT(config_error("[training]\nseq_len = 512\n"), HasSubstr("exceeds model.max_seq_len"));
   EXPECT_THAT(config_error("[training\n"), HasSubstr("line 1"));
+  EXPECT_THAT(config_error("[training]\nvalidation_fraction = 0.0\n"),
+              HasSubstr("validation.enable = true needs a validation split"));
   EXPECT_THAT(config_error("", {{"training.steps", "ten"}}), HasSubstr("--training.steps: training.steps must be an integer, got 'ten'"));
   EXPECT_THAT(config_error("", {{"steps", "10"}}), HasSubstr("overrides are --section.key value"));
   EXPECT_EQ(load_config("", {{"training.steps", "7"}, {"optimizer.lr", "1e-3"}}).lr_scheduler.lr, 1e-3);
