@@ -13,6 +13,8 @@
 // and the measurements behind the constants).
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +64,7 @@ class Collectives final : public DirectCollectives {
     kBarrier, kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kAllToAll
   };
   void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
+  void start_on_own_cpu(const cpu_set_t& allowed);
   Call& call_of(int rank, std::uint32_t step) const;
   // InvalidArgument naming both calls unless `rank`'s step `step` belongs to the same call.
   void check_same_call(int rank, std::uint32_t step) const;
