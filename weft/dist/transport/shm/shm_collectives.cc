@@ -1,18 +1,15 @@
 #include "weft/dist/transport/shm/shm_collectives.h"
 
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <optional>
-#include <utility>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "weft/dist/transport/shm/futex.h"
 #include "weft/dist/transport/transport.h"
 
 namespace weft::dist::shm {
@@ -53,19 +50,6 @@ void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-// Futexes on shared memory: not the _PRIVATE variants.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, Clock::duration timeout) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-  timespec rel{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &rel, nullptr,
-            0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
 }
 
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {

@@ -1,15 +1,12 @@
 #include "weft/dist/transport/shm/shm_transport.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <fstream>
 
+#include "weft/dist/transport/shm/futex.h"
 #include "weft/dist/transport/shm/shm_collectives.h"
 
 namespace weft::dist {
@@ -53,19 +50,6 @@ constexpr std::size_t ring_stride(std::size_t ring_bytes) { return sizeof(Ring) 
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // as the tcp transport
 constexpr int kSpinRounds = 200;
-
-// Futexes in shared memory: not the _PRIVATE variants.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, Clock::duration timeout) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-  timespec rel{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &rel, nullptr,
-            0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
-}
 
 // A process is gone once /proc has no entry for it, or it is a zombie (killed, not reaped).
 bool process_alive(int pid) {
@@ -188,7 +172,7 @@ void ShmTransport::mark_aborted() {
 void ShmTransport::ring_doorbell(int rank) {
   Control& c = control(rank);
   c.doorbell.fetch_add(1);
-  if (c.waiters.load() > 0) futex_wake(c.doorbell);
+  if (c.waiters.load() > 0) shm::futex_wake(c.doorbell);
 }
 
 void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline) {
@@ -199,7 +183,7 @@ void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline
   const Clock::duration slice = std::min<Clock::duration>(deadline.remaining(), kLivenessPeriod);
   // Announce the sleeper before the futex re-checks the word, so a ringer cannot miss us.
   c.waiters.fetch_add(1);
-  if (c.doorbell.load() == seen) futex_wait(c.doorbell, seen, slice);
+  if (c.doorbell.load() == seen) shm::futex_wait(c.doorbell, seen, slice);
   c.waiters.fetch_sub(1);
 }
 
