@@ -46,10 +46,11 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string path = checkpoint_file(checkpoint);
-    const weft::train::Config config =
-        weft::train::parse_config(weft::train::checkpoint_config(path), "the configuration in " + path);
+    const auto file = weft::checkpoint::load_safetensors(path);  // read once
+    const weft::train::Config config = weft::train::parse_config(
+        weft::train::checkpoint_config(file, path), "the configuration in " + path);
     weft::nn::Llama model(config.model);
-    weft::train::load_checkpoint(path, model, nullptr);
+    weft::train::load_checkpoint(file, path, model, nullptr);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;
   } catch (const weft::InvalidArgument& e) {  // a bad prompt or checkpoint path
     std::fprintf(stderr, "weft-generate: %s\n", e.what());

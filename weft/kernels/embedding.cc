@@ -1,28 +1,15 @@
 #include "weft/kernels/embedding.h"
 
 #include <algorithm>
-#include <string>
 
-#include "weft/base/error.h"
+#include "weft/kernels/internal/check_ids.h"
 
 namespace weft::kernels {
-namespace {
-
-void check_token(std::int32_t token, std::int64_t i, std::int64_t vocab) {
-  if (token < 0 || token >= vocab) {
-    throw InvalidArgument("embedding: token " + std::to_string(token) + " at position " +
-                          std::to_string(i) + " is outside the vocabulary [0, " +
-                          std::to_string(vocab) + ")");
-  }
-}
-
-}  // namespace
-
 template <class T>
 void embedding_forward(const std::int32_t* tokens, std::int64_t n, const T* table,
                        std::int64_t vocab, std::int64_t dim, T* out) {
+  internal::check_ids(tokens, n, vocab, "embedding: token");
   for (std::int64_t i = 0; i < n; ++i) {
-    check_token(tokens[i], i, vocab);
     std::copy_n(table + tokens[i] * dim, dim, out + i * dim);
   }
 }
@@ -30,8 +17,8 @@ void embedding_forward(const std::int32_t* tokens, std::int64_t n, const T* tabl
 template <class T>
 void embedding_backward(const std::int32_t* tokens, std::int64_t n, const T* dout,
                         std::int64_t vocab, std::int64_t dim, T* dtable) {
+  internal::check_ids(tokens, n, vocab, "embedding: token");
   for (std::int64_t i = 0; i < n; ++i) {
-    check_token(tokens[i], i, vocab);
     T* row = dtable + tokens[i] * dim;
     const T* d = dout + i * dim;
     for (std::int64_t j = 0; j < dim; ++j) row[j] += d[j];

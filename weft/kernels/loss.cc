@@ -2,22 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
-#include "weft/base/error.h"
+#include "weft/kernels/internal/check_ids.h"
 #include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
 namespace {
-
-void check_target(std::int32_t target, std::int64_t i, std::int64_t vocab) {
-  if (target < 0 || target >= vocab) {
-    throw InvalidArgument("cross_entropy: target " + std::to_string(target) + " at row " +
-                          std::to_string(i) + " is outside the vocabulary [0, " +
-                          std::to_string(vocab) + ")");
-  }
-}
 
 // max and log(sum(exp(x - max))) of one row.
 template <class T>
@@ -33,7 +24,7 @@ std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,
                              std::int64_t vocab, T* losses) {
-  for (std::int64_t i = 0; i < n; ++i) check_target(targets[i], i, vocab);
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t i = first; i < end; ++i) {
       const T* row = logits + i * vocab;
@@ -50,7 +41,7 @@ template <class T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
                             std::int64_t vocab, double dloss, T* dlogits) {
   const T scale = static_cast<T>(dloss);
-  for (std::int64_t i = 0; i < n; ++i) check_target(targets[i], i, vocab);
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t i = first; i < end; ++i) {
       const T* row = logits + i * vocab;

@@ -97,7 +97,11 @@ std::optional<std::string> latest_checkpoint(const std::string& folder) {
 }
 
 TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer) {
-  const auto file = checkpoint::load_safetensors(path);
+  return load_checkpoint(checkpoint::load_safetensors(path), path, model, optimizer);
+}
+
+TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
+                           nn::Llama& model, nn::AdamW* optimizer) {
   if (file.metadata.count("format") == 0 || file.metadata.at("format") != kFormat) {
     throw CheckpointError(path + " is not a weft-train checkpoint (format '" +
                           (file.metadata.count("format") ? file.metadata.at("format") : "") + "')");
@@ -114,8 +118,7 @@ TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW*
   return {metadata_int(file, "step", path), metadata_int(file, "loader_batches", path)};
 }
 
-std::string checkpoint_config(const std::string& path) {
-  const auto file = checkpoint::load_safetensors(path);
+std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path) {
   const auto it = file.metadata.find("config");
   if (it == file.metadata.end()) throw CheckpointError(path + ": no configuration in the metadata");
   return it->second;

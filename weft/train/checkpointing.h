@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "weft/checkpoint/safetensors.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
 
@@ -32,8 +33,11 @@ std::optional<std::string> latest_checkpoint(const std::string& folder);
 // Loads `path` into `model` (and `optimizer` unless null): every parameter must be present
 // with its shape, else CheckpointError naming it. Returns the saved state.
 TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer);
+// The same from a file already read (`path` names it in errors).
+TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
+                           nn::Llama& model, nn::AdamW* optimizer);
 
-// The configuration (TOML) a checkpoint was written with.
-std::string checkpoint_config(const std::string& path);
+// The configuration (TOML) a checkpoint file was written with.
+std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path);
 
 }  // namespace weft::train
