@@ -205,42 +205,5 @@ TEST_F(TrainTest, ToolRejectsBadConfigurationsBeforeWritingAnything) {
   EXPECT_FALSE(fs::exists(jsonl));
 }
 
-// weft-train under weftrun on 2 ranks (DDP over shm, per-rank batch 4; and per-rank batch 2
-// with 2 accumulated micro-batches) against one process at batch 8: the same sequences, the
-// same losses to 1e-6 relative at every step.
-TEST_F(TrainTest, DataParallelRunMatchesOneProcess) {
-  const std::string common =
-      " --model.dim 64 --model.n_layers 2 --model.n_heads 2 --model.n_kv_heads 2"
-      " --model.max_seq_len 64 --training.seq_len 64 --training.steps 12 --checkpoint.enable false"
-      " --metrics.log_freq 1 --validation.freq 6 --metrics.peak_gflops 100 --training.dataset_path " +
-      kData;
-  const std::string one = (dir_ / "one.jsonl").string(), two = (dir_ / "two.jsonl").string();
-  const std::string accumulated = (dir_ / "accumulated.jsonl").string();
-  ASSERT_EQ(std::system((std::string(WEFT_TRAIN_TOOL) + common + " --training.batch_size 8 --metrics.jsonl_path " +
-                         one + " > /dev/null").c_str()), 0);
-  const std::string ddp = std::string(WEFT_RUN_TOOL) + " --nproc-per-node 2 " + WEFT_TRAIN_TOOL + common;
-  ASSERT_EQ(std::system((ddp + " --training.batch_size 4 --metrics.jsonl_path " + two + " > /dev/null").c_str()), 0);
-  ASSERT_EQ(std::system((ddp + " --training.batch_size 2 --training.gradient_accumulation_steps 2"
-                               " --metrics.jsonl_path " + accumulated + " > /dev/null").c_str()), 0);
-  auto read = [](const std::string& path, const char* key) {
-    std::vector<double> values;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains(key)) values.push_back(j[key].get<double>());
-    }
-    return values;
-  };
-  for (const std::string& other : {two, accumulated}) {
-    for (const char* key : {"loss", "val_loss"}) {
-      const auto a = read(one, key), b = read(other, key);
-      ASSERT_EQ(a.size(), b.size()) << key;
-      ASSERT_FALSE(a.empty());
-      for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-6 * a[i]) << other << " " << key << " " << i;
-    }
-  }
-}
-
 }  // namespace
 }  // namespace weft::train

@@ -15,6 +15,10 @@ BlockConfig block_config(const LlamaConfig& c) {
   return {AttentionConfig{c.dim, c.n_heads, c.kv_heads(), c.rope_theta}, c.hidden_dim(), c.norm_eps};
 }
 
+void call(const std::function<void(int)>& hook, int unit) {
+  if (hook) hook(unit);
+}
+
 void require(bool ok, const std::string& what) {
   if (!ok) throw InvalidArgument("model: " + what);
 }
@@ -94,14 +98,23 @@ double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, s
   const std::int64_t rows = batch * seq, dim = config_.dim;
   tokens_.assign(tokens, tokens + rows);
   targets_.assign(targets, targets + rows);
+  const int last = static_cast<int>(config_.n_layers);
   float* x = ensure(x_, {rows, dim});
+  call(hooks_.before_forward, -1);
   tok_embeddings_.forward(tokens, rows, x);
-  for (auto& block : layers_) block->forward(x, batch, seq);
+  call(hooks_.after_forward, -1);
+  for (int l = 0; l < last; ++l) {
+    call(hooks_.before_forward, l);
+    layers_[static_cast<std::size_t>(l)]->forward(x, batch, seq);
+    call(hooks_.after_forward, l);
+  }
+  call(hooks_.before_forward, last);
   std::memcpy(ensure(final_in_, {rows, dim}), x, static_cast<std::size_t>(rows * dim) * sizeof(float));
   float* xn = ensure(xn_, {rows, dim});
   norm_.forward(x, xn, ensure(rstd_, {rows}), rows);
   float* logits = ensure(logits_, {rows, config_.vocab_size});
   output_.forward(xn, logits, rows);
+  call(hooks_.after_forward, last);
   const double total = kernels::cross_entropy_forward(logits, targets, rows, config_.vocab_size,
                                                       ensure(losses_, {rows}));
   return total / static_cast<double>(rows);
@@ -110,6 +123,8 @@ double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, s
 void Llama::backward(double loss_scale) {
   const std::int64_t rows = batch_ * seq_, dim = config_.dim;
   require(rows > 0, "backward() before forward()");
+  const int last = static_cast<int>(config_.n_layers);
+  call(hooks_.before_backward, last);
   float* dlogits = ensure(dlogits_, {rows, config_.vocab_size});
   kernels::cross_entropy_backward(logits_.data<float>(), targets_.data(), rows, config_.vocab_size,
                                   loss_scale / static_cast<double>(rows), dlogits);
@@ -117,19 +132,18 @@ void Llama::backward(double loss_scale) {
   output_.backward(dlogits, xn_.data<float>(), dxn, rows);
   float* dx = x_.data<float>();  // the forward's activations are no longer needed
   norm_.backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, rows);
-  auto ready = [this](int layer) {
-    if (grad_ready_) grad_ready_(layer);
-  };
-  ready(static_cast<int>(config_.n_layers));
-  for (int l = static_cast<int>(config_.n_layers) - 1; l >= 0; --l) {
+  call(hooks_.after_backward, last);
+  for (int l = last - 1; l >= 0; --l) {
+    call(hooks_.before_backward, l);
     layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
-    ready(l);
+    call(hooks_.after_backward, l);
   }
+  call(hooks_.before_backward, -1);
   tok_embeddings_.backward(tokens_.data(), rows, dx);
-  ready(-1);
+  call(hooks_.after_backward, -1);
 }
 
-int Llama::grad_ready_layer(const std::string& name) const {
+int Llama::unit_of(const std::string& name) const {
   if (name == "tok_embeddings.weight") return -1;  // tied or not: the embedding's backward is last
   if (name.rfind("layers.", 0) == 0) return std::stoi(name.substr(7));
   return static_cast<int>(config_.n_layers);  // norm, output

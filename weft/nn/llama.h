@@ -60,13 +60,19 @@ class Llama {
 
   void set_activation_checkpointing(bool on);
 
-  // Called during backward each time a group of gradients is final: with n_layers for the
-  // output layer and the final norm, then n_layers - 1 down to 0 after each block, then -1
-  // after the embedding. Data parallelism starts reducing a bucket from it while the rest of
-  // backward runs.
-  void set_grad_ready_hook(std::function<void(int layer)> hook) { grad_ready_ = std::move(hook); }
-  // The hook call after which the named parameter's gradient is final.
-  int grad_ready_layer(const std::string& name) const;
+  // The model's parameters fall into units: -1 the token embedding, 0 .. n_layers - 1 the
+  // blocks, n_layers the final norm and the output layer (whose weight, when tied, is the
+  // embedding's and so in unit -1). Parallelism hooks into the units' forward and backward:
+  //   forward:  before_forward(u), unit u, after_forward(u) for u = -1, 0, ..., n_layers
+  //   backward: before_backward(u), unit u, after_backward(u) for u = n_layers, ..., 0, -1
+  // After after_backward(u) the gradients of unit u's parameters are final for this backward.
+  // Data parallelism starts a bucket's reduction there; sharded data parallelism gathers a
+  // unit's parameters in before_* and frees them in after_*. Hooks left empty are skipped.
+  struct UnitHooks {
+    std::function<void(int unit)> before_forward, after_forward, before_backward, after_backward;
+  };
+  void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
+  int unit_of(const std::string& name) const;
 
   // Inference: an empty cache for sequences of up to max_seq_len positions.
   KVCache make_cache() const;
@@ -84,7 +90,7 @@ class Llama {
   std::vector<std::unique_ptr<TransformerBlock>> layers_;
   RMSNorm norm_;
   Linear output_;
-  std::function<void(int)> grad_ready_;
+  UnitHooks hooks_;
   std::int64_t batch_ = 0, seq_ = 0;
   std::vector<std::int32_t> tokens_, targets_;
   Tensor x_, final_in_, xn_, rstd_, logits_, losses_, dlogits_, dxn_;

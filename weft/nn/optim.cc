@@ -37,6 +37,16 @@ AdamW::AdamW(ParameterList& params, AdamWOptions options) : params_(params), opt
   }
 }
 
+AdamWState AdamW::state() const {
+  AdamWState state{{}, {}, steps_};
+  const auto& params = params_.all();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    state.exp_avg.emplace_back(params[i]->name, m_[i]);
+    state.exp_avg_sq.emplace_back(params[i]->name, v_[i]);
+  }
+  return state;
+}
+
 void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
                   const AdamWOptions& options, double lr, std::int64_t step) {
   const double correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));

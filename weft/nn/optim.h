@@ -18,6 +18,13 @@ struct AdamWOptions {
   double weight_decay = 0.1;
 };
 
+// AdamW's state as checkpoints hold it: the two moments by parameter name, full-size, in the
+// model's parameter order, and the number of steps taken (for the bias corrections).
+struct AdamWState {
+  StateDict exp_avg, exp_avg_sq;
+  std::int64_t steps = 0;
+};
+
 class AdamW {
  public:
   AdamW(ParameterList& params, AdamWOptions options);
@@ -27,9 +34,9 @@ class AdamW {
   void step(double lr);
   std::int64_t steps() const { return steps_; }
   const AdamWOptions& options() const { return options_; }
-  // The moments, one pair per parameter in the list's order (for checkpoints).
-  std::vector<Tensor>& exp_avg() { return m_; }
-  std::vector<Tensor>& exp_avg_sq() { return v_; }
+  // The state; the moments are views, so loading into them restores the optimizer (with
+  // set_steps).
+  AdamWState state() const;
   void set_steps(std::int64_t steps) { steps_ = steps; }
 
  private:

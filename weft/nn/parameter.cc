@@ -41,13 +41,13 @@ std::int64_t ParameterList::numel() const {
   return n;
 }
 
-std::vector<std::pair<std::string, Tensor>> ParameterList::state_dict() const {
-  std::vector<std::pair<std::string, Tensor>> state;
+StateDict ParameterList::state_dict() const {
+  StateDict state;
   for (const auto& p : params_) state.emplace_back(p->name, p->value);
   return state;
 }
 
-void ParameterList::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+void ParameterList::load_state_dict(const StateDict& state) {
   if (state.size() != params_.size()) {
     throw InvalidArgument("load_state_dict: " + std::to_string(state.size()) + " tensors for " +
                           std::to_string(params_.size()) + " parameters");

@@ -12,6 +12,9 @@
 
 namespace weft::nn {
 
+// Tensors by name, in a model's parameter order (PyTorch's state_dict).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
 struct Parameter {
   std::string name;  // "layers.0.attention.wq.weight": TorchTitan's (and PyTorch's) names
   Tensor value;      // float32, contiguous
@@ -33,10 +36,10 @@ class ParameterList {
   std::int64_t numel() const;
   // PyTorch's state_dict: (name, value) in registration order; the tensors are the
   // parameters themselves (views), not copies.
-  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  StateDict state_dict() const;
   // Copies every named value into the parameter of that name; a missing or extra name, or
   // a shape that differs, throws InvalidArgument naming it (nothing is copied then).
-  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+  void load_state_dict(const StateDict& state);
   void zero_grad();
 
  private:

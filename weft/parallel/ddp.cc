@@ -12,7 +12,7 @@ namespace weft::parallel {
 // launched by the grad-ready call of the last of them to become final.
 struct DistributedDataParallel::Bucket {
   std::vector<nn::Parameter*> params;
-  int ready_layer;  // the grad-ready call that completes the bucket
+  int ready_unit;  // the model unit whose after_backward completes the bucket
   std::vector<float> flat;
   std::shared_ptr<dist::Work> work;
 };
@@ -24,7 +24,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::Process
   std::vector<nn::Parameter*> order;
   for (const auto& p : model_.parameters().all()) order.push_back(p.get());
   std::stable_sort(order.begin(), order.end(), [&](nn::Parameter* a, nn::Parameter* b) {
-    return model_.grad_ready_layer(a->name) > model_.grad_ready_layer(b->name);
+    return model_.unit_of(a->name) > model_.unit_of(b->name);
   });
   std::size_t bytes = 0;
   for (nn::Parameter* p : order) {
@@ -37,18 +37,18 @@ DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::Process
     bytes += size;
   }
   for (auto& b : buckets_) {
-    b->ready_layer = model_.grad_ready_layer(b->params.back()->name);
+    b->ready_unit = model_.unit_of(b->params.back()->name);
     std::size_t elements = 0;
     for (nn::Parameter* p : b->params) elements += static_cast<std::size_t>(p->grad.numel());
     b->flat.resize(elements);
   }
-  model_.set_grad_ready_hook([this](int layer) { on_grads_ready(layer); });
+  model_.set_unit_hooks({.after_backward = [this](int unit) { on_grads_ready(unit); }});
   const char* debug = std::getenv("WEFT_DIST_DEBUG");
   if (debug != nullptr && std::string(debug) == "detail") check_parameters_identical();
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  model_.set_grad_ready_hook(nullptr);
+  model_.set_unit_hooks({});
   for (auto& b : buckets_) {
     if (!b->work) continue;
     try {
@@ -61,10 +61,10 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::prepare_sync() { syncing_ = true; }
 
-void DistributedDataParallel::on_grads_ready(int layer) {
+void DistributedDataParallel::on_grads_ready(int unit) {
   if (!syncing_) return;
   for (auto& b : buckets_) {
-    if (b->ready_layer != layer) continue;
+    if (b->ready_unit != unit) continue;
     std::size_t at = 0;
     for (nn::Parameter* p : b->params) {
       std::memcpy(b->flat.data() + at, p->grad.data<float>(), p->grad.nbytes());

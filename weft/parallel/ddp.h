@@ -20,7 +20,7 @@ namespace weft::parallel {
 
 class DistributedDataParallel {
  public:
-  // Installs the model's grad-ready hook. In debug mode (WEFT_DIST_DEBUG=detail) checks that
+  // Installs the model's after_backward hook. In debug mode (WEFT_DIST_DEBUG=detail) checks that
   // the parameters are identical on every rank.
   DistributedDataParallel(nn::Llama& model, dist::ProcessGroup& group,
                           std::size_t bucket_bytes = std::size_t{25} << 20);
@@ -38,7 +38,7 @@ class DistributedDataParallel {
 
  private:
   struct Bucket;
-  void on_grads_ready(int layer);
+  void on_grads_ready(int unit);
 
   nn::Llama& model_;
   dist::ProcessGroup& group_;

@@ -31,8 +31,14 @@ DeviceMesh::DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
     rest /= dims_[d].second;
   }
   // The group along dimension d: the ranks whose other coordinates equal ours. Its color is
-  // our rank with coordinate d set to 0; its order is the coordinate along d.
+  // our rank with coordinate d set to 0; its order is the coordinate along d. A dimension that
+  // spans the job is the world group itself, whose collectives run on the transport's direct
+  // engine (shm) where split groups use the general algorithms.
   for (std::size_t d = 0; d < dims_.size(); ++d) {
+    if (dims_[d].second == world_->size()) {
+      groups_.push_back(world_);
+      continue;
+    }
     int stride = 1;
     for (std::size_t e = d + 1; e < dims_.size(); ++e) stride *= dims_[e].second;
     const int color = world_->rank() - coordinates_[d] * stride;

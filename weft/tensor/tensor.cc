@@ -6,12 +6,15 @@
 #include <functional>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "weft/base/check.h"
 
 namespace weft {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kMapBytes = std::size_t{256} << 10;
 
 [[noreturn]] void invalid(const std::string& what) { throw InvalidArgument("Tensor: " + what); }
 
@@ -110,14 +113,39 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-Storage::Storage(std::size_t bytes) : bytes_(bytes) {
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
-  if (data_ == nullptr) throw std::bad_alloc();
-  std::memset(data_, 0, rounded);
+Storage::Storage(std::size_t bytes) : bytes_(bytes) { restore(); }
+
+Storage::~Storage() { release(); }
+
+std::size_t Storage::rounded() const {
+  return (std::max<std::size_t>(bytes_, 1) + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-Storage::~Storage() { std::free(data_); }
+// malloc keeps freed large blocks for reuse (its mmap threshold grows with every freed
+// mapping), so memory freed between layers would stay in the resident set; a mapping of our
+// own is returned to the kernel by munmap and comes back zero-filled without a memset.
+void Storage::restore() {
+  if (data_ != nullptr) return;
+  if (bytes_ >= kMapBytes) {
+    void* p = mmap(nullptr, rounded(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<std::byte*>(p);
+    return;
+  }
+  data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded()));
+  if (data_ == nullptr) throw std::bad_alloc();
+  std::memset(data_, 0, rounded());
+}
+
+void Storage::release() {
+  if (data_ == nullptr) return;
+  if (bytes_ >= kMapBytes) {
+    munmap(data_, rounded());
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+}
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, std::int64_t offset,
                DType dtype)

@@ -31,7 +31,14 @@ using Shape = std::vector<std::int64_t>;
 std::string shape_string(const Shape& shape);  // "[8, 256]"
 std::int64_t shape_numel(const Shape& shape);
 
-// Bytes owned by one or more tensors; 64-byte aligned, zero-filled on creation.
+// Bytes owned by one or more tensors; 64-byte aligned, zero-filled on creation. Blocks of
+// 256 KiB and more are mapped from the kernel directly, so that releasing one returns its
+// memory to the system at once (the resident set then shows what a program holds).
+//
+// release() frees the bytes while every view keeps its place in the storage; restore()
+// allocates them again, zero-filled. This is how sharded data parallelism frees a layer's
+// full parameters between uses without its modules noticing (PyTorch FSDP's storage resize).
+// Reading a released storage's data is a caller's error (data() is null).
 class Storage {
  public:
   explicit Storage(std::size_t bytes);
@@ -41,9 +48,14 @@ class Storage {
 
   std::byte* data() const { return data_; }
   std::size_t size() const { return bytes_; }
+  bool resident() const { return data_ != nullptr; }
+  void release();
+  void restore();  // no-op when resident
 
  private:
-  std::byte* data_;
+  std::size_t rounded() const;
+
+  std::byte* data_ = nullptr;
   std::size_t bytes_;
 };
 
@@ -71,6 +83,8 @@ class Tensor {
   bool is_contiguous() const;
   // Whether the two share storage (views of one another, or of a common tensor).
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  // The storage itself (null for an empty tensor), to release and restore it.
+  Storage* storage() const { return storage_.get(); }
 
   // The first element; T must match dtype().
   template <class T>

@@ -49,7 +49,7 @@ std::int64_t metadata_int(const checkpoint::SafetensorsFile& file, const std::st
   }
 }
 
-void load_into(const checkpoint::SafetensorsFile& file, const std::string& name, Tensor& into,
+void load_into(const checkpoint::SafetensorsFile& file, const std::string& name, Tensor into,
                const std::string& path) {
   const Tensor& saved = file.at(name);
   if (saved.shape() != into.shape() || saved.dtype() != into.dtype()) {
@@ -62,24 +62,23 @@ void load_into(const checkpoint::SafetensorsFile& file, const std::string& name,
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
-                            nn::AdamW& optimizer, const std::string& config_toml,
+std::string save_checkpoint(const std::string& folder, const TrainState& state, const nn::StateDict& model,
+                            const nn::AdamWState& optimizer, const std::string& config_toml,
                             std::int64_t keep_latest) {
   const fs::path dir = fs::path(folder) / step_dir(state.step);
   fs::create_directories(dir);
   std::vector<NamedTensor> tensors;
-  const auto& params = model.parameters().all();
-  for (const auto& p : params) tensors.push_back({"model." + p->name, p->value});
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    tensors.push_back({"optim.exp_avg." + params[i]->name, optimizer.exp_avg()[i]});
-    tensors.push_back({"optim.exp_avg_sq." + params[i]->name, optimizer.exp_avg_sq()[i]});
+  for (const auto& [name, t] : model) tensors.push_back({"model." + name, t});
+  for (std::size_t i = 0; i < optimizer.exp_avg.size(); ++i) {
+    tensors.push_back({"optim.exp_avg." + optimizer.exp_avg[i].first, optimizer.exp_avg[i].second});
+    tensors.push_back({"optim.exp_avg_sq." + optimizer.exp_avg_sq[i].first, optimizer.exp_avg_sq[i].second});
   }
   const std::string path = (dir / kFile).string();
   checkpoint::save_safetensors(path, tensors,
                                {{"format", kFormat},
                                 {"step", std::to_string(state.step)},
                                 {"loader_batches", std::to_string(state.loader_batches)},
-                                {"optimizer_steps", std::to_string(optimizer.steps())},
+                                {"optimizer_steps", std::to_string(optimizer.steps)},
                                 {"config", config_toml}});
   if (keep_latest > 0) {
     const auto all = checkpoints(folder);
@@ -90,32 +89,45 @@ std::string save_checkpoint(const std::string& folder, const TrainState& state, 
   return path;
 }
 
+std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
+                            nn::AdamW& optimizer, const std::string& config_toml,
+                            std::int64_t keep_latest) {
+  return save_checkpoint(folder, state, model.parameters().state_dict(), optimizer.state(), config_toml,
+                         keep_latest);
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& folder) {
   const auto all = checkpoints(folder);
   if (all.empty()) return std::nullopt;
   return all.back().string();
 }
 
-TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer) {
-  return load_checkpoint(checkpoint::load_safetensors(path), path, model, optimizer);
-}
-
 TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
-                           nn::Llama& model, nn::AdamW* optimizer) {
+                           const nn::StateDict& model, nn::AdamWState* optimizer) {
   if (file.metadata.count("format") == 0 || file.metadata.at("format") != kFormat) {
     throw CheckpointError(path + " is not a weft-train checkpoint (format '" +
                           (file.metadata.count("format") ? file.metadata.at("format") : "") + "')");
   }
-  const auto& params = model.parameters().all();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    load_into(file, "model." + params[i]->name, params[i]->value, path);
-    if (optimizer != nullptr) {
-      load_into(file, "optim.exp_avg." + params[i]->name, optimizer->exp_avg()[i], path);
-      load_into(file, "optim.exp_avg_sq." + params[i]->name, optimizer->exp_avg_sq()[i], path);
-    }
+  for (const auto& [name, t] : model) load_into(file, "model." + name, t, path);
+  if (optimizer != nullptr) {
+    for (const auto& [name, t] : optimizer->exp_avg) load_into(file, "optim.exp_avg." + name, t, path);
+    for (const auto& [name, t] : optimizer->exp_avg_sq) load_into(file, "optim.exp_avg_sq." + name, t, path);
+    optimizer->steps = metadata_int(file, "optimizer_steps", path);
   }
-  if (optimizer != nullptr) optimizer->set_steps(metadata_int(file, "optimizer_steps", path));
   return {metadata_int(file, "step", path), metadata_int(file, "loader_batches", path)};
+}
+
+TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
+                           nn::Llama& model, nn::AdamW* optimizer) {
+  if (optimizer == nullptr) return load_checkpoint(file, path, model.parameters().state_dict(), nullptr);
+  nn::AdamWState state = optimizer->state();  // views: loading into them restores the moments
+  const TrainState saved = load_checkpoint(file, path, model.parameters().state_dict(), &state);
+  optimizer->set_steps(state.steps);
+  return saved;
+}
+
+TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer) {
+  return load_checkpoint(checkpoint::load_safetensors(path), path, model, optimizer);
 }
 
 std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path) {

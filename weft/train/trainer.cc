@@ -26,22 +26,15 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
       terminal_(terminal),
       data_(config_.training.dataset_path, config_.training.validation_fraction, config_.training.seq_len),
       model_(config_.model),
-      optimizer_(model_.parameters(), config_.optimizer),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
-  setup_data_parallel();
   // weft splits the work between the threads itself; OpenBLAS runs single-threaded inside.
   kernels::set_blas_threads(1);
   kernels::set_threads(static_cast<int>(config_.training.threads));
   model_.init_weights(static_cast<std::uint64_t>(config_.training.seed));
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
-  if (config_.checkpoint.resume) {
-    if (const auto path = latest_checkpoint(config_.checkpoint.folder)) {
-      state_ = load_checkpoint(*path, model_, &optimizer_);
-      train_loader_.set_batches_drawn(state_.loader_batches);
-      out_ << "resumed from " << *path << " at step " << state_.step << std::endl;
-    }
-  }
+  setup_data_parallel();
+  if (config_.checkpoint.resume) resume();
   const bool measured = config_.metrics.peak_gflops <= 0;
   peak_gflops_ = measured ? measure_peak_gflops(static_cast<int>(config_.training.threads))
                           : config_.metrics.peak_gflops;
@@ -53,18 +46,16 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                 measured ? "sgemm measured" : "metrics.peak_gflops",
                 static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s");
   out_ << line << std::endl;
+  if (fsdp_) log_state_memory("held between steps");
   metrics_ = std::make_unique<MetricsLogger>(out_, terminal_ && dp_rank_ == 0,
                                              dp_rank_ == 0 ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
-  if (world_) {
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-        model_, *world_, static_cast<std::size_t>(config_.parallelism.bucket_size_mb * (1 << 20)));
-    ddp_->check_parameters_identical();
-  }
 }
 
 Trainer::~Trainer() = default;
 
+// [parallelism] as TorchTitan reads it: a replicate degree alone is DDP, a shard degree alone
+// FSDP, both HSDP; the data-parallel rank is the world rank (dp_shard varies fastest).
 void Trainer::setup_data_parallel() {
   const std::int64_t world = world_ ? world_->size() : 1;
   const auto& p = config_.parallelism;
@@ -76,13 +67,74 @@ void Trainer::setup_data_parallel() {
                       " x data_parallel_shard_degree " + std::to_string(shard) + " must equal the " +
                       "world size " + std::to_string(world) + " (weftrun --nproc-per-node)");
   }
-  if (shard > 1) {
-    throw ConfigError("parallelism.data_parallel_shard_degree = " + std::to_string(shard) +
-                      ": FSDP is not built yet in this version of weft; use "
-                      "data_parallel_replicate_degree (DDP) instead");
-  }
   dp_rank_ = world_ ? world_->rank() : 0;
   dp_size_ = static_cast<int>(world);
+  if (shard == 1) optimizer_ = std::make_unique<nn::AdamW>(model_.parameters(), config_.optimizer);
+  if (!world_) return;
+  mesh_ = std::make_unique<parallel::DeviceMesh>(
+      world_, std::vector<std::pair<std::string, int>>{{"dp_replicate", static_cast<int>(replicate)},
+                                                       {"dp_shard", static_cast<int>(shard)}});
+  if (shard == 1) {
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+        model_, mesh_->group("dp_replicate"), static_cast<std::size_t>(p.bucket_size_mb * (1 << 20)));
+    ddp_->check_parameters_identical();
+    return;
+  }
+  fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(
+      model_, mesh_->group("dp_shard"), replicate > 1 ? &mesh_->group("dp_replicate") : nullptr,
+      parallel::parse_sharding_mode(p.fsdp_mode), config_.optimizer);
+}
+
+// Checkpoints hold the full state whatever the layout, so any run can resume any checkpoint.
+void Trainer::resume() {
+  const auto path = latest_checkpoint(config_.checkpoint.folder);
+  if (!path) return;
+  if (fsdp_) {
+    nn::StateDict params;
+    nn::AdamWState optimizer;
+    for (const auto& p : model_.parameters().all()) {
+      params.emplace_back(p->name, Tensor::zeros(p->value.shape()));
+      optimizer.exp_avg.emplace_back(p->name, Tensor::zeros(p->value.shape()));
+      optimizer.exp_avg_sq.emplace_back(p->name, Tensor::zeros(p->value.shape()));
+    }
+    state_ = load_checkpoint(checkpoint::load_safetensors(*path), *path, params, &optimizer);
+    fsdp_->load_full_state(params, optimizer);
+  } else {
+    state_ = load_checkpoint(*path, model_, optimizer_.get());
+  }
+  train_loader_.set_batches_drawn(state_.loader_batches);
+  out_ << "resumed from " << *path << " at step " << state_.step << std::endl;
+}
+
+// Rank 0 writes (FSDP gathers the shards to it first); the others wait until it is complete.
+void Trainer::save() {
+  const std::string config_toml = to_toml(config_);
+  std::string path;
+  if (fsdp_) {
+    const auto [params, optimizer] = fsdp_->full_state();
+    if (dp_rank_ == 0) {
+      path = save_checkpoint(config_.checkpoint.folder, state_, params, optimizer, config_toml,
+                             config_.checkpoint.keep_latest);
+    }
+  } else if (dp_rank_ == 0) {
+    path = save_checkpoint(config_.checkpoint.folder, state_, model_, *optimizer_, config_toml,
+                           config_.checkpoint.keep_latest);
+  }
+  if (dp_rank_ == 0) metrics_->log_line("saved checkpoint " + path);
+  if (world_) world_->barrier();
+}
+
+void Trainer::log_state_memory(const char* when) {
+  const parallel::ShardedMemory m = fsdp_->memory();
+  const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  char line[240];
+  std::snprintf(line, sizeof(line),
+                "fsdp %s: per rank %.1f MiB %s (parameters %.1f, gradients %.1f, optimizer %.1f; "
+                "one process %.1f); units' full copies at most %.1f MiB",
+                parallel::sharding_mode_name(fsdp_->mode()), mib(m.parameters + m.gradients + m.optimizer),
+                when, mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.one_process),
+                mib(m.unsharded_peak));
+  out_ << line << std::endl;
 }
 
 double Trainer::global_mean(double local_share) {
@@ -95,17 +147,25 @@ double Trainer::global_mean(double local_share) {
 // Each rank's loss is its share of the global mean (local mean / ranks / micro-batches), so
 // the gradients DDP sums are those of the global mean loss.
 double Trainer::train_step() {
-  model_.parameters().zero_grad();
+  if (fsdp_) {
+    fsdp_->zero_grad();
+  } else {
+    model_.parameters().zero_grad();
+  }
   const std::int64_t micro = config_.training.gradient_accumulation_steps;
   const double share = 1.0 / static_cast<double>(micro * dp_size_);
   double loss = 0;
   for (std::int64_t m = 0; m < micro; ++m) {
     const Batch b = train_loader_.next(dp_rank_, dp_size_);
     loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) * share;
-    if (ddp_ && m == micro - 1) ddp_->prepare_sync();  // the others accumulate locally
+    if (m == micro - 1) {  // the others accumulate locally (FSDP's zero2 and full_shard reduce them)
+      if (ddp_) ddp_->prepare_sync();
+      if (fsdp_) fsdp_->prepare_sync();
+    }
     model_.backward(share);
   }
   if (ddp_) ddp_->finish_sync();
+  if (fsdp_) fsdp_->finish_sync();
   return global_mean(loss);
 }
 
@@ -139,16 +199,21 @@ void Trainer::run() { run_until(config_.training.steps); }
 void Trainer::run_until(std::int64_t stop) {
   const std::int64_t last = config_.training.steps;
   stop = std::min(stop, last);
-  const std::string config_toml = to_toml(config_);
   double seconds_per_step = 0;
   while (state_.step < stop) {
     const auto start = Clock::now();
     const double loss = train_step();
-    const double grad_norm = config_.training.max_norm > 0
-                                 ? nn::clip_grad_norm(model_.parameters(), config_.training.max_norm)
-                                 : nn::grad_norm(model_.parameters());
+    const double max_norm = config_.training.max_norm;
     const double lr = config_.lr_scheduler.at(state_.step);
-    optimizer_.step(lr);
+    double grad_norm = 0;
+    if (fsdp_) {
+      grad_norm = fsdp_->clip_grad_norm(max_norm);
+      fsdp_->step(lr);
+    } else {
+      grad_norm = max_norm > 0 ? nn::clip_grad_norm(model_.parameters(), max_norm)
+                               : nn::grad_norm(model_.parameters());
+      optimizer_->step(lr);
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     ++state_.step;
@@ -159,18 +224,11 @@ void Trainer::run_until(std::int64_t stop) {
       last_validation_ = validate();
       metrics_->log_validation(state_.step, *last_validation_);
     }
-    if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) {
-      // DDP's state is replicated: rank 0 writes it, the others wait until it is complete.
-      if (dp_rank_ == 0) {
-        const std::string path = save_checkpoint(config_.checkpoint.folder, state_, model_,
-                                                 optimizer_, config_toml, config_.checkpoint.keep_latest);
-        metrics_->log_line("saved checkpoint " + path);
-      }
-      if (world_) world_->barrier();
-    }
+    if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
     metrics_->progress(state_.step, seconds_per_step);
   }
   metrics_->finish();
+  if (fsdp_) log_state_memory("after training");
 }
 
 }  // namespace weft::train

@@ -1,7 +1,7 @@
 // The training loop of weft-train: Llama on a text file, AdamW with clipping, gradient
 // accumulation and the learning-rate schedule, validation, metrics, checkpoints and
-// resumption; under weftrun (WORLD_SIZE > 1) data-parallel over the job's ranks
-// ([parallelism], docs/PARALLELISM.md). The constructor checks everything it can
+// resumption; under weftrun (WORLD_SIZE > 1) data-parallel over the job's ranks: DDP, FSDP
+// (ZeRO-1/2/3) or HSDP as [parallelism] says (docs/PARALLELISM.md). The constructor checks everything it can
 // (configuration, data file, checkpoint to resume) before anything is written.
 #pragma once
 
@@ -14,6 +14,8 @@
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
 #include "weft/parallel/ddp.h"
+#include "weft/parallel/device_mesh.h"
+#include "weft/parallel/fsdp.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/data.h"
@@ -44,6 +46,9 @@ class Trainer {
   double validate();
   double global_mean(double local_share);  // sums the ranks' shares (itself for one process)
   void setup_data_parallel();
+  void resume();
+  void save();
+  void log_state_memory(const char* when);
   void log_step(double loss, double grad_norm, double lr, double seconds);
 
   Config config_;
@@ -54,12 +59,14 @@ class Trainer {
   bool terminal_;
   TextDataset data_;
   nn::Llama model_;
-  nn::AdamW optimizer_;
+  std::unique_ptr<nn::AdamW> optimizer_;  // one process and DDP; FSDP holds its own
   DataLoader train_loader_;
   TrainState state_;
   double peak_gflops_ = 0;
   std::unique_ptr<MetricsLogger> metrics_;
+  std::unique_ptr<parallel::DeviceMesh> mesh_;  // {dp_replicate, dp_shard} over the world
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
   std::vector<double> losses_;
   std::optional<double> last_validation_;
 };

@@ -1,0 +1,312 @@
+// Data parallelism against one process: the same model, seed and global batch, trained 20
+// steps by 1 process and by DDP, FSDP (each mode) and HSDP over 2 to 4 ranks (threads), must
+// give the same losses; and FSDP's memory and full state.
+#include "weft/parallel/ddp.h"
+#include "weft/parallel/fsdp.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "weft/dist/run_threads.h"
+#include "weft/nn/optim.h"
+#include "weft/parallel/device_mesh.h"
+#include "weft/parallel/fsdp.h"
+#include "weft/tensor/random.h"
+
+namespace weft::parallel {
+namespace {
+
+using testing::HasSubstr;
+
+constexpr int kSteps = 20;
+constexpr std::int64_t kGlobalBatch = 12, kSeq = 16, kVocab = 64;  // divides by 2, 3 and 4
+
+nn::LlamaConfig config() {
+  return {.dim = 32, .n_layers = 2, .n_heads = 2, .vocab_size = kVocab, .multiple_of = 16,
+          .max_seq_len = kSeq};
+}
+
+// Global batch `step`: sequence i is a pure function of (step, i), so ranks can take slices.
+std::vector<std::int32_t> sequence(int step, std::int64_t i) {
+  std::vector<std::int32_t> s(kSeq + 1);
+  const PhiloxKey key = philox_key(5, "ddp-test");
+  for (std::int64_t t = 0; t <= kSeq; ++t) {
+    s[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(
+        philox_uniform(key, static_cast<std::uint64_t>((step * kGlobalBatch + i) * (kSeq + 1) + t)) * kVocab);
+  }
+  return s;
+}
+
+// Tokens and targets of sequences [first, first + count) of global batch `step`.
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> slice(int step, std::int64_t first,
+                                                                       std::int64_t count) {
+  std::vector<std::int32_t> tokens, targets;
+  for (std::int64_t i = first; i < first + count; ++i) {
+    const auto s = sequence(step, i);
+    tokens.insert(tokens.end(), s.begin(), s.end() - 1);
+    targets.insert(targets.end(), s.begin() + 1, s.end());
+  }
+  return {tokens, targets};
+}
+
+std::vector<double> single_process() {
+  nn::Llama model(config());
+  model.init_weights(3);
+  nn::AdamW opt(model.parameters(), {.lr = 3e-3});
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    const auto [tokens, targets] = slice(step, 0, kGlobalBatch);
+    model.parameters().zero_grad();
+    losses.push_back(model.forward(tokens.data(), targets.data(), kGlobalBatch, kSeq));
+    model.backward();
+    nn::clip_grad_norm(model.parameters(), 1.0);
+    opt.step(3e-3);
+  }
+  return losses;
+}
+
+// How the ranks split the work: replicate x shard ranks; shard 1 is DDP, more is FSDP in
+// `mode` (HSDP with both); each rank's part of the global batch in `micro` micro-batches.
+struct Layout {
+  int replicate = 1, shard = 1;
+  ShardingMode mode = ShardingMode::kFullShard;
+  int micro = 1;
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+};
+
+// 20 steps of the same model, seed and global batch as single_process(), on threads.
+std::vector<double> data_parallel(const Layout& layout) {
+  const int world = layout.replicate * layout.shard;
+  std::vector<double> losses(kSteps);
+  dist::run_threads(world, [&](dist::ProcessGroup& pg) {
+    auto world_group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    DeviceMesh mesh(world_group, {{"dp_replicate", layout.replicate}, {"dp_shard", layout.shard}});
+    nn::Llama model(config());
+    model.init_weights(3);
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<nn::AdamW> adamw;
+    std::unique_ptr<FullyShardedDataParallel> fsdp;
+    if (layout.shard == 1) {
+      ddp = std::make_unique<DistributedDataParallel>(model, pg, layout.bucket_bytes);
+      ddp->check_parameters_identical();
+      adamw = std::make_unique<nn::AdamW>(model.parameters(), nn::AdamWOptions{.lr = 3e-3});
+    } else {
+      fsdp = std::make_unique<FullyShardedDataParallel>(
+          model, mesh.group("dp_shard"), layout.replicate > 1 ? &mesh.group("dp_replicate") : nullptr,
+          layout.mode, nn::AdamWOptions{.lr = 3e-3});
+    }
+    ASSERT_EQ(kGlobalBatch % (world * layout.micro), 0) << "the micro-batches must split the batch";
+    const std::int64_t local = kGlobalBatch / world, part = local / layout.micro;
+    const double share = 1.0 / (world * layout.micro);
+    for (int step = 0; step < kSteps; ++step) {
+      if (fsdp) {
+        fsdp->zero_grad();
+      } else {
+        model.parameters().zero_grad();
+      }
+      std::vector<double> loss{0.0};
+      for (int m = 0; m < layout.micro; ++m) {
+        const auto [tokens, targets] = slice(step, pg.rank() * local + m * part, part);
+        loss[0] += model.forward(tokens.data(), targets.data(), part, kSeq) * share;
+        if (m == layout.micro - 1) {
+          if (ddp) ddp->prepare_sync();
+          if (fsdp) fsdp->prepare_sync();
+        }
+        model.backward(share);  // each rank's share of the global mean
+      }
+      if (ddp) {
+        ddp->finish_sync();
+        nn::clip_grad_norm(model.parameters(), 1.0);
+        adamw->step(3e-3);
+      } else {
+        fsdp->finish_sync();
+        fsdp->clip_grad_norm(1.0);
+        fsdp->step(3e-3);
+      }
+      pg.all_reduce(loss);  // the global mean loss
+      if (pg.rank() == 0) losses[static_cast<std::size_t>(step)] = loss[0];
+    }
+  });
+  return losses;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                  const std::string& what) {
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
+  }
+  EXPECT_LE(worst, rel) << what;
+  std::printf("%s: largest relative loss difference over %d steps %.2e\n", what.c_str(), kSteps, worst);
+}
+
+// The tolerance: ranks sum their rows' gradients separately and the sums meet in a different
+// order than one process's matrix products add them, so results agree to rounding, not bit
+// for bit; 1e-6 relative over 20 steps (docs/PARALLELISM.md).
+constexpr double kTolerance = 1e-6;
+
+class DataParallelTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { one_ = new std::vector<double>(single_process()); }
+  static void TearDownTestSuite() { delete one_; }
+  void expect_parity(const Layout& layout, const std::string& what) {
+    expect_close(data_parallel(layout), *one_, kTolerance, what);
+  }
+  static std::vector<double>* one_;
+};
+std::vector<double>* DataParallelTest::one_ = nullptr;
+
+TEST_F(DataParallelTest, OneProcessLearns) { EXPECT_LT(one_->back(), one_->front() - 0.1); }
+
+TEST_F(DataParallelTest, DdpEqualsOneProcess) {
+  expect_parity({.replicate = 2}, "DDP 2 ranks");
+  expect_parity({.replicate = 4}, "DDP 4 ranks");
+  expect_parity({.replicate = 2, .bucket_bytes = 4096}, "DDP 2 ranks, small buckets");
+  expect_parity({.replicate = 2, .micro = 3}, "DDP 2 ranks, 3 accumulated micro-batches");
+}
+
+TEST_F(DataParallelTest, EveryFsdpModeEqualsOneProcess) {
+  for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kZero2, ShardingMode::kFullShard}) {
+    for (int ranks : {2, 3, 4}) {
+      expect_parity({.shard = ranks, .mode = mode},
+                    std::string("FSDP ") + sharding_mode_name(mode) + " " + std::to_string(ranks) + " ranks");
+    }
+    expect_parity({.shard = 2, .mode = mode, .micro = 2},
+                  std::string("FSDP ") + sharding_mode_name(mode) + " 2 ranks, 2 micro-batches");
+  }
+}
+
+TEST_F(DataParallelTest, HsdpEqualsOneProcess) {
+  expect_parity({.replicate = 2, .shard = 2}, "HSDP 2x2 full_shard");
+  expect_parity({.replicate = 2, .shard = 2, .mode = ShardingMode::kZero2, .micro = 3},
+                "HSDP 2x2 zero2, 3 micro-batches");
+}
+
+// full_shard keeps 1/N of parameters, gradients and moments, plus the units in use; the full
+// parameters between uses take no memory (their storage is released).
+TEST(FsdpTest, FullShardHoldsAQuarterOnFourRanks) {
+  nn::LlamaConfig deep = config();
+  deep.n_layers = 12;
+  dist::run_threads(4, [&](dist::ProcessGroup& pg) {
+    nn::Llama model(deep);
+    model.init_weights(3);
+    std::int64_t total = 0, block = 0;  // bytes: all parameters, one block's
+    for (const auto& p : model.parameters().all()) {
+      total += static_cast<std::int64_t>(p->value.nbytes());
+      if (p->name.rfind("layers.0.", 0) == 0) block += static_cast<std::int64_t>(p->value.nbytes());
+    }
+    FullyShardedDataParallel fsdp(model, pg, nullptr, ShardingMode::kFullShard, {});
+    for (const auto& p : model.parameters().all()) {
+      EXPECT_FALSE(p->value.storage()->resident()) << p->name;
+      EXPECT_FALSE(p->grad.storage()->resident()) << p->name;
+    }
+    const auto [tokens, targets] = slice(0, pg.rank() * 3, 3);
+    model.forward(tokens.data(), targets.data(), 3, kSeq);
+    model.backward(0.25);
+    fsdp.finish_sync();
+    const ShardedMemory m = fsdp.memory();
+    EXPECT_EQ(m.one_process, 4 * total);
+    // Rows are padded up to a multiple of 4 per parameter: a little above a quarter.
+    EXPECT_GE(m.parameters, total / 4);
+    EXPECT_LE(m.parameters, total / 4 + total / 20);
+    EXPECT_EQ(m.gradients, m.parameters);
+    EXPECT_EQ(m.optimizer, 2 * m.parameters);
+    // In use at once: the root's parameters and gradients (the embedding and output are
+    // needed at both ends) and a few blocks' (computing, prefetched, being reduced).
+    const std::int64_t root = total - deep.n_layers * block;
+    std::printf("unsharded peak %lld bytes: root %lld + %.2f blocks (params and grads)\n",
+                static_cast<long long>(m.unsharded_peak), static_cast<long long>(2 * root),
+                static_cast<double>(m.unsharded_peak - 2 * root) / static_cast<double>(2 * block));
+    EXPECT_LE(m.unsharded_peak, 2 * root + 4 * 2 * block);
+    for (const auto& p : model.parameters().all()) {
+      if (p->name.rfind("layers.", 0) == 0) {
+        EXPECT_FALSE(p->value.storage()->resident()) << p->name;
+      }
+    }
+  });
+}
+
+// Steps [from, to) of FSDP training; the global mean losses on rank 0.
+void train_steps(nn::Llama& model, FullyShardedDataParallel& fsdp, dist::ProcessGroup& pg, int from, int to,
+                 std::vector<double>* losses) {
+  const std::int64_t local = kGlobalBatch / pg.size();
+  for (int step = from; step < to; ++step) {
+    fsdp.zero_grad();
+    const auto [tokens, targets] = slice(step, pg.rank() * local, local);
+    std::vector<double> loss{model.forward(tokens.data(), targets.data(), local, kSeq) / pg.size()};
+    fsdp.prepare_sync();
+    model.backward(1.0 / pg.size());
+    fsdp.finish_sync();
+    fsdp.clip_grad_norm(1.0);
+    fsdp.step(3e-3);
+    pg.all_reduce(loss);
+    if (losses != nullptr && pg.rank() == 0) losses->push_back(loss[0]);
+  }
+}
+
+// The full state gathered from 3 ranks (zero2), loaded into 2 (full_shard), trains on as the
+// 3 ranks do: the checkpoint path of weft-train, resharded.
+TEST(FsdpTest, FullStateMovesBetweenRankCountsAndModes) {
+  std::pair<nn::StateDict, nn::AdamWState> saved;
+  std::vector<double> direct, resumed;
+  dist::run_threads(3, [&](dist::ProcessGroup& pg) {
+    nn::Llama model(config());
+    model.init_weights(3);
+    FullyShardedDataParallel fsdp(model, pg, nullptr, ShardingMode::kZero2, {.lr = 3e-3});
+    train_steps(model, fsdp, pg, 0, 3, nullptr);
+    auto state = fsdp.full_state();
+    if (pg.rank() == 0) {
+      saved = state;
+    } else {
+      EXPECT_TRUE(state.first.empty());
+    }
+    train_steps(model, fsdp, pg, 3, 6, &direct);
+  });
+  ASSERT_EQ(saved.first.size(), nn::Llama(config()).parameters().all().size());
+  EXPECT_EQ(saved.second.steps, 3);
+  dist::run_threads(2, [&](dist::ProcessGroup& pg) {
+    nn::Llama model(config());  // zeros: every value comes from the state
+    FullyShardedDataParallel fsdp(model, pg, nullptr, ShardingMode::kFullShard, {.lr = 3e-3});
+    fsdp.load_full_state(saved.first, saved.second);
+    train_steps(model, fsdp, pg, 3, 6, &resumed);
+    nn::StateDict missing(saved.first.begin() + 1, saved.first.end());
+    try {
+      fsdp.load_full_state(missing, saved.second);
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("no parameter " + saved.first[0].first));
+    }
+  });
+  ASSERT_EQ(direct.size(), 3u);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (std::size_t i = 0; i < direct.size(); ++i) EXPECT_NEAR(resumed[i], direct[i], kTolerance * direct[i]);
+}
+
+TEST(DeviceMeshTest, GroupsAndCoordinates) {
+  dist::run_threads(4, [](dist::ProcessGroup& pg) {
+    auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    DeviceMesh mesh(world, {{"dp_replicate", 2}, {"dp_shard", 2}});
+    EXPECT_EQ(mesh.coordinate("dp_replicate"), pg.rank() / 2);
+    EXPECT_EQ(mesh.coordinate("dp_shard"), pg.rank() % 2);
+    EXPECT_EQ(mesh.group("dp_shard").size(), 2);
+    std::vector<int> v{pg.rank()};
+    mesh.group("dp_shard").all_reduce(v);  // ranks {0,1} and {2,3}
+    EXPECT_EQ(v[0], pg.rank() < 2 ? 1 : 5);
+    v[0] = pg.rank();
+    mesh.group("dp_replicate").all_reduce(v);  // ranks {0,2} and {1,3}
+    EXPECT_EQ(v[0], pg.rank() % 2 == 0 ? 2 : 4);
+    try {
+      DeviceMesh bad(world, {{"dp", 3}});
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("dp=3 is 3 ranks, but the job has 4"));
+    }
+    EXPECT_THROW(mesh.size("tp"), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace weft::parallel

@@ -1,0 +1,343 @@
+#include "weft/parallel/fsdp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "weft/base/error.h"
+#include "weft/kernels/elementwise.h"
+
+namespace weft::parallel {
+
+// One parameter's place in its unit. Rank r holds rows [r * shard_rows, ...) of it, rows_of(r)
+// of them, at `offset` in its block of the unit; the block is laid out alike on every rank.
+struct FullyShardedDataParallel::Piece {
+  nn::Parameter* param;
+  std::int64_t rows, cols, shard_rows, offset;
+
+  std::int64_t rows_of(int rank) const {
+    return std::clamp<std::int64_t>(rows - rank * shard_rows, 0, shard_rows);
+  }
+  std::int64_t size() const { return shard_rows * cols; }  // padded, per rank
+  // Rank r's rows of the full tensor <-> its run in rank-major blocks of `stride` elements.
+  void unpack(const float* blocks, std::int64_t stride, int ranks, float* full) const {
+    for (int r = 0; r < ranks; ++r) copy(blocks + r * stride + offset, full + r * shard_rows * cols, r);
+  }
+  void pack(const float* full, float* blocks, std::int64_t stride, int ranks) const {
+    for (int r = 0; r < ranks; ++r) copy(full + r * shard_rows * cols, blocks + r * stride + offset, r);
+  }
+  void copy(const float* from, float* to, int rank) const {
+    std::memcpy(to, from, static_cast<std::size_t>(rows_of(rank) * cols) * sizeof(float));
+  }
+};
+
+// The parameters gathered, freed and reduced together: a transformer block, or the root.
+struct FullyShardedDataParallel::Unit {
+  std::vector<Piece> pieces;
+  std::vector<Storage*> values, grads;  // distinct storages behind the pieces' tensors
+  std::int64_t offset = 0, size = 0;    // the unit's run of a rank's shard
+  std::int64_t full_bytes = 0;          // bytes of the full parameters (and of the grads)
+  bool current = true;                  // the full parameters are resident and up to date
+  std::vector<float> gathered;          // every rank's block, while a gather is in flight
+  std::shared_ptr<dist::Work> gather;
+};
+
+// A unit's gradients on their way through reduce_scatter into the gradient shards.
+struct FullyShardedDataParallel::Reduction {
+  Unit* unit;
+  std::vector<float> send, recv;
+  std::shared_ptr<dist::Work> work;
+};
+
+namespace {
+
+void add_distinct(std::vector<Storage*>& storages, Storage* s) {
+  if (std::find(storages.begin(), storages.end(), s) == storages.end()) storages.push_back(s);
+}
+
+std::int64_t bytes_of(std::int64_t floats) { return floats * static_cast<std::int64_t>(sizeof(float)); }
+
+const Tensor& find(const nn::StateDict& state, const std::string& name, const Shape& shape,
+                   const char* what) {
+  for (const auto& [n, t] : state) {
+    if (n != name) continue;
+    if (t.shape() != shape || t.dtype() != DType::kFloat32) {
+      throw InvalidArgument(std::string("FSDP: ") + what + " " + name + " is " + shape_string(t.shape()) +
+                            ", the model's is " + shape_string(shape));
+    }
+    return t;
+  }
+  throw InvalidArgument(std::string("FSDP: the state has no ") + what + " " + name);
+}
+
+}  // namespace
+
+ShardingMode parse_sharding_mode(const std::string& name) {
+  if (name == "zero1") return ShardingMode::kZero1;
+  if (name == "zero2") return ShardingMode::kZero2;
+  if (name == "full_shard") return ShardingMode::kFullShard;
+  throw InvalidArgument("FSDP mode '" + name + "': use zero1, zero2 or full_shard");
+}
+
+const char* sharding_mode_name(ShardingMode mode) {
+  switch (mode) {
+    case ShardingMode::kZero1: return "zero1";
+    case ShardingMode::kZero2: return "zero2";
+    case ShardingMode::kFullShard: return "full_shard";
+  }
+  return "?";
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard,
+                                                   dist::ProcessGroup* replicate, ShardingMode mode,
+                                                   nn::AdamWOptions optimizer)
+    : model_(model),
+      shard_(shard),
+      replicate_(replicate),
+      mode_(mode),
+      options_(optimizer),
+      ranks_(shard.size()),
+      rank_(shard.rank()) {
+  for (std::int64_t u = 0; u <= model_.config().n_layers; ++u) units_.push_back(std::make_unique<Unit>());
+  for (const auto& p : model_.parameters().all()) {
+    Unit& u = *units_[static_cast<std::size_t>(unit_index(model_.unit_of(p->name)))];
+    const std::int64_t rows = p->value.ndim() == 0 ? 1 : p->value.size(0);
+    const std::int64_t cols = rows == 0 ? 0 : p->value.numel() / rows;
+    u.pieces.push_back({p.get(), rows, cols, (rows + ranks_ - 1) / ranks_, u.size});
+    u.size += u.pieces.back().size();
+    u.full_bytes += static_cast<std::int64_t>(p->value.nbytes());
+    add_distinct(u.values, p->value.storage());
+    add_distinct(u.grads, p->grad.storage());
+  }
+  for (auto& u : units_) {
+    u->offset = shard_size_;
+    shard_size_ += u->size;
+  }
+  values_.assign(static_cast<std::size_t>(shard_size_), 0.0f);
+  grads_.assign(values_.size(), 0.0f);
+  exp_avg_.assign(values_.size(), 0.0f);
+  exp_avg_sq_.assign(values_.size(), 0.0f);
+  for (auto& u : units_) {
+    for (const Piece& p : u->pieces) {
+      p.copy(p.param->value.data<float>() + rank_ * p.shard_rows * p.cols,
+             values_.data() + u->offset + p.offset, rank_);
+    }
+    if (mode_ == ShardingMode::kFullShard) {
+      for (Storage* s : u->values) s->release();
+      u->current = false;
+    }
+    if (mode_ != ShardingMode::kZero1) {
+      for (Storage* s : u->grads) s->release();
+    }
+  }
+  model_.set_unit_hooks({
+      .before_forward = [this](int u) { before_forward(u); },
+      .after_forward = [this](int u) { after_forward(u); },
+      .before_backward = [this](int u) { before_backward(u); },
+      .after_backward = [this](int u) { after_backward(u); },
+  });
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  model_.set_unit_hooks({});
+  // The buffers must outlive the operations; their errors were reported to the callers.
+  try {
+    for (auto& u : units_) {
+      if (u->gather) u->gather->wait();
+    }
+    for (auto& r : reductions_) r->work->wait();
+  } catch (const std::exception&) {
+  }
+}
+
+// Model units -1 (embedding) and n_layers (final norm, output) form the root, index 0.
+int FullyShardedDataParallel::unit_index(int model_unit) const {
+  const int layers = static_cast<int>(model_.config().n_layers);
+  return model_unit < 0 || model_unit >= layers ? 0 : model_unit + 1;
+}
+
+void FullyShardedDataParallel::track(std::int64_t bytes) {
+  unsharded_ += bytes;
+  unsharded_peak_ = std::max(unsharded_peak_, unsharded_);
+}
+
+void FullyShardedDataParallel::start_gather(Unit& u) {
+  if (u.current || u.gather) return;
+  u.gathered.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);
+  track(bytes_of(u.size * ranks_));
+  u.gather = shard_.all_gather_async(u.gathered, std::span<float>(values_.data() + u.offset,
+                                                                  static_cast<std::size_t>(u.size)));
+}
+
+void FullyShardedDataParallel::finish_gather(Unit& u) {
+  if (u.current) return;
+  start_gather(u);
+  u.gather->wait();
+  u.gather.reset();
+  if (mode_ == ShardingMode::kFullShard) {
+    for (Storage* s : u.values) s->restore();
+    track(u.full_bytes);
+  }
+  for (const Piece& p : u.pieces) p.unpack(u.gathered.data(), u.size, ranks_, p.param->value.data<float>());
+  track(-bytes_of(u.size * ranks_));
+  std::vector<float>().swap(u.gathered);
+  u.current = true;
+}
+
+void FullyShardedDataParallel::free_parameters(Unit& u) {
+  if (mode_ != ShardingMode::kFullShard || !u.current) return;
+  for (Storage* s : u.values) s->release();
+  track(-u.full_bytes);
+  u.current = false;
+}
+
+void FullyShardedDataParallel::before_forward(int model_unit) {
+  const int layers = static_cast<int>(model_.config().n_layers);
+  if (model_unit == layers) return;  // the root's second half: gathered with the embedding
+  finish_gather(*units_[static_cast<std::size_t>(unit_index(model_unit))]);
+  // Prefetch: the next block's parameters travel while this unit computes.
+  const int next = model_unit + 1;
+  if (next < layers) start_gather(*units_[static_cast<std::size_t>(unit_index(next))]);
+}
+
+void FullyShardedDataParallel::after_forward(int model_unit) {
+  const int index = unit_index(model_unit);
+  if (index != 0) free_parameters(*units_[static_cast<std::size_t>(index)]);  // the root stays
+}
+
+void FullyShardedDataParallel::before_backward(int model_unit) {
+  const int layers = static_cast<int>(model_.config().n_layers);
+  if (model_unit < 0) return;  // the embedding: the root is there since before_backward(layers)
+  Unit& u = *units_[static_cast<std::size_t>(unit_index(model_unit))];
+  finish_gather(u);
+  if (mode_ != ShardingMode::kZero1) {
+    for (Storage* s : u.grads) s->restore();  // zero-filled
+    track(u.full_bytes);
+  }
+  const int next = model_unit == layers ? layers - 1 : model_unit - 1;
+  if (next >= 0) start_gather(*units_[static_cast<std::size_t>(unit_index(next))]);
+}
+
+void FullyShardedDataParallel::after_backward(int model_unit) {
+  const int layers = static_cast<int>(model_.config().n_layers);
+  if (model_unit == layers) return;  // the root's gradients are final after the embedding
+  Unit& u = *units_[static_cast<std::size_t>(unit_index(model_unit))];
+  if (mode_ != ShardingMode::kZero1 || syncing_) start_reduction(u);
+  free_parameters(u);
+}
+
+void FullyShardedDataParallel::start_reduction(Unit& u) {
+  auto r = std::make_unique<Reduction>();
+  r->unit = &u;
+  r->send.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);  // the padding stays zero
+  r->recv.assign(static_cast<std::size_t>(u.size), 0.0f);
+  track(bytes_of(u.size * (ranks_ + 1)));
+  for (const Piece& p : u.pieces) p.pack(p.param->grad.data<float>(), r->send.data(), u.size, ranks_);
+  if (mode_ != ShardingMode::kZero1) {
+    for (Storage* s : u.grads) s->release();
+    track(-u.full_bytes);
+  }
+  r->work = shard_.reduce_scatter_async(r->recv, r->send);
+  reductions_.push_back(std::move(r));
+  // At most two in flight: their buffers are a unit's full gradients each.
+  while (reductions_.size() > 2) finish_reduction();
+}
+
+// Retires the oldest reduction: micro-batches are summed in the order they ran.
+void FullyShardedDataParallel::finish_reduction() {
+  std::unique_ptr<Reduction> r = std::move(reductions_.front());
+  reductions_.pop_front();
+  r->work->wait();
+  float* into = grads_.data() + r->unit->offset;
+  for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
+  track(-bytes_of(r->unit->size * (ranks_ + 1)));
+}
+
+void FullyShardedDataParallel::zero_grad() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  if (mode_ == ShardingMode::kZero1) model_.parameters().zero_grad();
+}
+
+void FullyShardedDataParallel::prepare_sync() { syncing_ = true; }
+
+void FullyShardedDataParallel::finish_sync() {
+  if (mode_ == ShardingMode::kZero1 && !syncing_) {
+    throw Error("FSDP zero1: finish_sync() without prepare_sync() before the last backward; "
+                "the gradients were never reduced");
+  }
+  while (!reductions_.empty()) finish_reduction();
+  if (replicate_ != nullptr) replicate_->all_reduce(grads_);  // HSDP: across the replicas
+  syncing_ = false;
+}
+
+double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
+  std::vector<double> sum{kernels::sum_squares(grads_.data(), shard_size_)};
+  shard_.all_reduce(sum);  // replicas hold equal shards: the shard group covers every element
+  const double norm = std::sqrt(sum[0]);
+  const double factor = max_norm / (norm + 1e-6);
+  if (max_norm > 0 && factor < 1.0) kernels::scale(grads_.data(), static_cast<float>(factor), shard_size_);
+  return norm;
+}
+
+void FullyShardedDataParallel::step(double lr) {
+  ++steps_;
+  nn::adamw_update(values_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), shard_size_,
+                   options_, lr, steps_);
+  for (auto& u : units_) {
+    free_parameters(*u);  // full_shard: the root, still gathered after a forward-only pass
+    u->current = false;
+  }
+}
+
+std::pair<nn::StateDict, nn::AdamWState> FullyShardedDataParallel::full_state() {
+  const bool root = rank_ == 0;
+  std::vector<float> all(root ? static_cast<std::size_t>(shard_size_ * ranks_) : 0);
+  nn::StateDict params;
+  nn::AdamWState optimizer{{}, {}, steps_};
+  for (auto [shards, into] : {std::pair{&values_, &params}, std::pair{&exp_avg_, &optimizer.exp_avg},
+                              std::pair{&exp_avg_sq_, &optimizer.exp_avg_sq}}) {
+    shard_.gather(all, *shards, 0);
+    if (!root) continue;
+    for (const auto& param : model_.parameters().all()) {
+      const Unit& u = *units_[static_cast<std::size_t>(unit_index(model_.unit_of(param->name)))];
+      for (const Piece& p : u.pieces) {
+        if (p.param != param.get()) continue;
+        Tensor full = Tensor::zeros(param->value.shape());
+        p.unpack(all.data() + u.offset, shard_size_, ranks_, full.data<float>());
+        into->emplace_back(param->name, full);
+      }
+    }
+  }
+  return {params, optimizer};
+}
+
+void FullyShardedDataParallel::load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) {
+  for (auto& u : units_) {
+    for (const Piece& p : u->pieces) {
+      const std::string& name = p.param->name;
+      const Shape& shape = p.param->value.shape();
+      const std::int64_t first = rank_ * p.shard_rows * p.cols, at = u->offset + p.offset;
+      p.copy(find(params, name, shape, "parameter").data<float>() + first, values_.data() + at, rank_);
+      p.copy(find(optimizer.exp_avg, name, shape, "exp_avg").data<float>() + first, exp_avg_.data() + at, rank_);
+      p.copy(find(optimizer.exp_avg_sq, name, shape, "exp_avg_sq").data<float>() + first,
+             exp_avg_sq_.data() + at, rank_);
+    }
+    free_parameters(*u);
+    u->current = false;
+  }
+  steps_ = optimizer.steps;
+}
+
+ShardedMemory FullyShardedDataParallel::memory() const {
+  const std::int64_t shard = bytes_of(shard_size_), full = bytes_of(model_.parameters().numel());
+  ShardedMemory m;
+  m.parameters = shard + (mode_ == ShardingMode::kFullShard ? 0 : full);
+  m.gradients = shard + (mode_ == ShardingMode::kZero1 ? full : 0);
+  m.optimizer = 2 * shard;
+  m.unsharded_peak = unsharded_peak_;
+  m.one_process = 4 * full;
+  return m;
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,126 @@
+// FullyShardedDataParallel: data parallelism that splits the training state across the
+// "dp_shard" group instead of copying it (ZeRO, Rajbhandari et al. 2020; PyTorch FSDP).
+//
+// Every parameter is cut along its first dimension into one run of ceil(rows / N) rows per
+// rank (the last runs padded with zeros, which no user ever sees). Each rank keeps its run of
+// every parameter, and the matching gradients and AdamW moments, in flat shard buffers. The
+// model's parameters are grouped into units (nn::Llama::unit_of: each transformer block, and
+// the root: embedding, final norm and output); the hooks the model calls around each unit's
+// forward and backward move data as the mode requires:
+//
+//   mode        held between steps (per rank, P = parameters)      per unit in use
+//   zero1       params P, grads P, moments 2P/N                   -
+//   zero2       params P, grads P/N, moments 2P/N                 its full grads (backward)
+//   full_shard  params P/N, grads P/N, moments 2P/N               its full params and grads
+//
+// - zero1 accumulates full gradients as DDP does and reduce-scatters each unit's once the last
+//   micro-batch's backward has finished it; zero2 and full_shard reduce-scatter every
+//   micro-batch's gradients of a unit as soon as the unit's backward ends and free them.
+// - full_shard gathers a unit's parameters before its forward and again before its backward
+//   (the next unit's gather is started while the current one computes) and frees them after
+//   each; zero1 and zero2 keep the full parameters and refresh each unit from the updated
+//   shards by an all-gather before its first forward after a step.
+// - HSDP: with a `replicate` group, each shard's gradients are also summed across the
+//   replicas holding the same shard, so replicas stay identical.
+// - The optimizer (AdamW, element-wise) updates the shards; clipping sums the squared norm of
+//   every shard across the shard group.
+//
+// Results equal one process's up to the order of floating-point sums (docs/PARALLELISM.md).
+// As with DDP, gradients are summed: each rank scales its loss by its share of the global
+// batch. Between hooks the model's released parameters must not be read; read the training
+// state with full_state().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/dist/process_group.h"
+#include "weft/nn/llama.h"
+#include "weft/nn/optim.h"
+
+namespace weft::parallel {
+
+enum class ShardingMode { kZero1, kZero2, kFullShard };
+// "zero1", "zero2" or "full_shard"; InvalidArgument otherwise.
+ShardingMode parse_sharding_mode(const std::string& name);
+const char* sharding_mode_name(ShardingMode mode);
+
+// Bytes this rank holds for the training state.
+struct ShardedMemory {
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0;  // kept between steps
+  std::int64_t unsharded_peak = 0;  // the most held at once in units' full copies
+  std::int64_t one_process = 0;     // what one process holds: 4 bytes x 4 x P (params,
+                                    // grads, two moments)
+};
+
+class FullyShardedDataParallel {
+ public:
+  // Collective over `shard` (and `replicate`, if any). The model's parameters must hold their
+  // initial values, the same on every rank; each rank copies out its shards and, as its mode
+  // says, frees the full parameters and gradients.
+  FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard, dist::ProcessGroup* replicate,
+                           ShardingMode mode, nn::AdamWOptions optimizer);
+  ~FullyShardedDataParallel();
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // Zeroes the gradients (the shards, and the full ones zero1 keeps). Call before a step's
+  // first micro-batch instead of the model's zero_grad.
+  void zero_grad();
+  // The next backward is the step's last micro-batch (zero1 reduces only after it; the other
+  // modes reduce after every backward).
+  void prepare_sync();
+  // Waits for every reduction and leaves the summed gradient shards ready for the optimizer.
+  void finish_sync();
+  // The global L2 norm of the gradients (over every shard); when max_norm > 0, scales them so
+  // that it is at most max_norm, as nn::clip_grad_norm. Collective over the shard group.
+  double clip_grad_norm(double max_norm);
+  // AdamW on this rank's shards; the units are refreshed lazily by the next forward.
+  void step(double lr);
+  std::int64_t steps() const { return steps_; }
+
+  // The full training state, in nn::Llama's parameter order (for checkpoints): on rank 0 of
+  // the shard group new full tensors, elsewhere empty. Collective over the shard group.
+  std::pair<nn::StateDict, nn::AdamWState> full_state();
+  // Takes this rank's shards of a full state (every rank passes the same state).
+  void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer);
+
+  ShardingMode mode() const { return mode_; }
+  ShardedMemory memory() const;
+
+ private:
+  struct Piece;
+  struct Unit;
+  struct Reduction;
+
+  int unit_index(int model_unit) const;
+  void before_forward(int model_unit);
+  void after_forward(int model_unit);
+  void before_backward(int model_unit);
+  void after_backward(int model_unit);
+  void start_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void free_parameters(Unit& u);
+  void start_reduction(Unit& u);
+  void finish_reduction();
+  void track(std::int64_t bytes);
+
+  nn::Llama& model_;
+  dist::ProcessGroup& shard_;
+  dist::ProcessGroup* replicate_;
+  ShardingMode mode_;
+  nn::AdamWOptions options_;
+  int ranks_, rank_;
+  std::vector<std::unique_ptr<Unit>> units_;  // [0] the root, [1 + l] block l
+  std::int64_t shard_size_ = 0;               // elements of every unit's shard, this rank
+  std::vector<float> values_, grads_, exp_avg_, exp_avg_sq_;  // this rank's shards
+  std::deque<std::unique_ptr<Reduction>> reductions_;
+  bool syncing_ = false;
+  std::int64_t steps_ = 0;
+  std::int64_t unsharded_ = 0, unsharded_peak_ = 0;
+};
+
+}  // namespace weft::parallel
