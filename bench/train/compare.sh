@@ -3,8 +3,8 @@
 # machine: tokens/s, MFU and peak memory for the debug config (dim 256, 4 layers) and
 # configs/llama_512.toml (dim 512, 8 layers), batch 8 x sequence 256, float32, AdamW, at 1 and
 # 2 threads (OPENBLAS_NUM_THREADS pinned for both; OMP_WAIT_POLICY=PASSIVE for PyTorch), and
-# data-parallel on 2 ranks x 1 thread (weftrun + DDP over shm; torch.multiprocessing + DDP
-# over gloo), batch 8 per rank.
+# data-parallel on 2 ranks x 1 thread (weftrun + DDP, and FSDP full_shard, over shm;
+# torch.multiprocessing + DDP over gloo), batch 8 per rank. Memory: the largest rank's peak RSS.
 #
 #   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
 set -euo pipefail
@@ -50,18 +50,23 @@ for cfg in debug llama_512; do
     fi
     printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg $threads "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
   done
-  # 2 ranks x 1 thread, data parallel.
-  jsonl="$out/$cfg.ddp.jsonl"
-  "$build/tools/weftrun" --nproc-per-node 2 "$build/tools/weft-train" --config "configs/$cfg.toml" \
-    --training.steps $((steps + 2)) --checkpoint.enable false --validation.enable false \
-    --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log"
-  read -r wtps wmfu wmem < <(summarise "$jsonl")
-  ttps=- tmem=- ratio=-
+  # 2 ranks x 1 thread, data parallel: DDP, then FSDP (full_shard), against PyTorch's DDP.
+  ttps=- tmem=-
   if [ "$have_torch" = 1 ]; then
     read -r _ _ ttps _ tmem _ _ < <(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE \
       /usr/bin/python3 bench/train/torch_train.py $dim $layers $heads 256 8 "$steps" 1 2 \
       2>/dev/null | grep '^torch')
-    ratio=$(python3 -c "print(f'{$wtps / $ttps:.2f}x')")
   fi
-  printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg "2x1 ddp" "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
+  for layout in ddp fsdp; do
+    jsonl="$out/$cfg.$layout.jsonl"
+    extra=()
+    [ $layout = fsdp ] && extra=(--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode full_shard)
+    "$build/tools/weftrun" --nproc-per-node 2 "$build/tools/weft-train" --config "configs/$cfg.toml" \
+      --training.steps $((steps + 2)) --checkpoint.enable false --validation.enable false \
+      --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" "${extra[@]}" > "$out/log"
+    read -r wtps wmfu wmem < <(summarise "$jsonl")
+    ratio=-
+    [ "$have_torch" = 1 ] && ratio=$(python3 -c "print(f'{$wtps / $ttps:.2f}x')")
+    printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" $cfg "2x1 $layout" "$wtps" "$wmfu" "$wmem" "$ttps" "$tmem" "$ratio"
+  done
 done

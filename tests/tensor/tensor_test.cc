@@ -48,6 +48,32 @@ TEST(TensorTest, NarrowIsAViewOfTheSameStorage) {
   EXPECT_EQ(cols.to_vector<float>(), (std::vector<float>{1, -1, -1, 10}));
 }
 
+// Released storage keeps its views' places; restored, it is zero-filled and every view sees
+// the new bytes. Small blocks come from the heap, large ones (>= 256 KiB) from mmap.
+TEST(TensorTest, StorageReleaseAndRestoreKeepViews) {
+  for (std::int64_t rows : {4, 1024}) {
+    Tensor whole = Tensor::zeros({rows, 128});
+    Tensor part = whole.narrow(0, 2, 2);
+    part.fill(3.0);
+    Storage* storage = whole.storage();
+    ASSERT_EQ(part.storage(), storage);
+    EXPECT_TRUE(storage->resident());
+    storage->release();
+    EXPECT_FALSE(storage->resident());
+    EXPECT_THROW(part.data<float>(), InvalidArgument);
+    storage->release();  // twice is harmless
+    storage->restore();
+    EXPECT_TRUE(storage->resident());
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(storage->data()) % 64, 0u);
+    EXPECT_EQ(part.data<float>(), whole.data<float>() + 2 * 128);
+    for (float v : part.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+    part.fill(5.0);
+    EXPECT_EQ(whole.to_vector<float>()[static_cast<std::size_t>(2 * 128)], 5.0f);
+    storage->restore();  // resident already: keeps the data
+    EXPECT_EQ(whole.to_vector<float>()[static_cast<std::size_t>(3 * 128 + 127)], 5.0f);
+  }
+}
+
 TEST(TensorTest, SliceTakesPythonBounds) {
   Tensor t = iota({5, 2});
   EXPECT_EQ(t.slice(0, 1, 3).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));

@@ -9,7 +9,7 @@
 namespace weft::parallel {
 
 // A run of parameters whose gradients are reduced together through one flat buffer; it is
-// launched by the grad-ready call of the last of them to become final.
+// launched by after_backward of the unit of the last of them to become final.
 struct DistributedDataParallel::Bucket {
   std::vector<nn::Parameter*> params;
   int ready_unit;  // the model unit whose after_backward completes the bucket
@@ -43,8 +43,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::Process
     b->flat.resize(elements);
   }
   model_.set_unit_hooks({.after_backward = [this](int unit) { on_grads_ready(unit); }});
-  const char* debug = std::getenv("WEFT_DIST_DEBUG");
-  if (debug != nullptr && std::string(debug) == "detail") check_parameters_identical();
+  if (debug_checks_enabled()) check_parameters_identical();
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -89,13 +88,21 @@ void DistributedDataParallel::finish_sync() {
   }
 }
 
-void DistributedDataParallel::check_parameters_identical() {
-  for (const auto& p : model_.parameters().all()) {
+bool debug_checks_enabled() {
+  const char* debug = std::getenv("WEFT_DIST_DEBUG");
+  return debug != nullptr && std::string(debug) == "detail";
+}
+
+void check_parameters_identical(nn::ParameterList& params, dist::ProcessGroup& group) {
+  for (const auto& p : params.all()) {
     std::vector<float> mine = p->value.to_vector<float>(), root = mine;
-    group_.broadcast(root, 0);
-    if (std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0) {
-      throw Error("DDP: parameter " + p->name + " on rank " + std::to_string(group_.rank()) +
-                  " differs from rank 0's; initialise every rank from the same seed");
+    group.broadcast(root, 0);
+    // A rank that differs says so; the others learn it from the all-reduce and fail too.
+    std::vector<int> differs{std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0};
+    group.all_reduce(differs, dist::ReduceOp::kMax);
+    if (differs[0] != 0) {
+      throw Error("parameter " + p->name + " differs between rank 0 and another rank (this is rank " +
+                  std::to_string(group.rank()) + "); initialise every rank from the same seed");
     }
   }
 }

@@ -18,6 +18,12 @@
 
 namespace weft::parallel {
 
+// Throws weft::Error naming the first parameter that differs from rank 0's (bitwise) on some
+// rank of `group`. Collective: rank 0 broadcasts every parameter.
+void check_parameters_identical(nn::ParameterList& params, dist::ProcessGroup& group);
+// Whether WEFT_DIST_DEBUG=detail asks for such checks.
+bool debug_checks_enabled();
+
 class DistributedDataParallel {
  public:
   // Installs the model's after_backward hook. In debug mode (WEFT_DIST_DEBUG=detail) checks that
@@ -33,7 +39,7 @@ class DistributedDataParallel {
   // Waits for every bucket launched by that backward and writes the sums into the grads.
   void finish_sync();
   // Throws weft::Error unless every rank holds bitwise the same parameters.
-  void check_parameters_identical();
+  void check_parameters_identical() { parallel::check_parameters_identical(model_.parameters(), group_); }
   std::size_t buckets() const { return buckets_.size(); }
 
  private:

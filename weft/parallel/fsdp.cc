@@ -7,6 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
+#include "weft/parallel/ddp.h"
 
 namespace weft::parallel {
 
@@ -99,6 +100,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
       options_(optimizer),
       ranks_(shard.size()),
       rank_(shard.rank()) {
+  if (debug_checks_enabled()) {
+    check_parameters_identical(model_.parameters(), shard_);
+    if (replicate_ != nullptr) check_parameters_identical(model_.parameters(), *replicate_);
+  }
   for (std::int64_t u = 0; u <= model_.config().n_layers; ++u) units_.push_back(std::make_unique<Unit>());
   for (const auto& p : model_.parameters().all()) {
     Unit& u = *units_[static_cast<std::size_t>(unit_index(model_.unit_of(p->name)))];

@@ -59,8 +59,8 @@ struct ShardedMemory {
 class FullyShardedDataParallel {
  public:
   // Collective over `shard` (and `replicate`, if any). The model's parameters must hold their
-  // initial values, the same on every rank; each rank copies out its shards and, as its mode
-  // says, frees the full parameters and gradients.
+  // initial values, the same on every rank (checked under WEFT_DIST_DEBUG=detail); each rank
+  // copies out its shards and, as its mode says, frees the full parameters and gradients.
   FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard, dist::ProcessGroup* replicate,
                            ShardingMode mode, nn::AdamWOptions optimizer);
   ~FullyShardedDataParallel();

@@ -198,6 +198,7 @@ T* Tensor::data() const {
             std::string(dtype_name(dtype_)) + " tensor");
   }
   if (!storage_) return nullptr;
+  if (!storage_->resident()) invalid("data() of a released storage (restore() it first)");
   return reinterpret_cast<T*>(storage_->data()) + offset_;
 }
 

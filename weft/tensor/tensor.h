@@ -38,7 +38,7 @@ std::int64_t shape_numel(const Shape& shape);
 // release() frees the bytes while every view keeps its place in the storage; restore()
 // allocates them again, zero-filled. This is how sharded data parallelism frees a layer's
 // full parameters between uses without its modules noticing (PyTorch FSDP's storage resize).
-// Reading a released storage's data is a caller's error (data() is null).
+// Tensor::data() of a released storage throws InvalidArgument.
 class Storage {
  public:
   explicit Storage(std::size_t bytes);
