@@ -46,7 +46,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                 measured ? "sgemm measured" : "metrics.peak_gflops",
                 static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s");
   out_ << line << std::endl;
-  if (fsdp_) log_state_memory("held between steps");
+  if (fsdp_) log_state_memory(false);
   metrics_ = std::make_unique<MetricsLogger>(out_, terminal_ && dp_rank_ == 0,
                                              dp_rank_ == 0 ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
@@ -124,16 +124,20 @@ void Trainer::save() {
   if (world_) world_->barrier();
 }
 
-void Trainer::log_state_memory(const char* when) {
+void Trainer::log_state_memory(bool with_peak) {
   const parallel::ShardedMemory m = fsdp_->memory();
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  char line[240];
-  std::snprintf(line, sizeof(line),
-                "fsdp %s: per rank %.1f MiB %s (parameters %.1f, gradients %.1f, optimizer %.1f; "
-                "one process %.1f); units' full copies at most %.1f MiB",
-                parallel::sharding_mode_name(fsdp_->mode()), mib(m.parameters + m.gradients + m.optimizer),
-                when, mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.one_process),
-                mib(m.unsharded_peak));
+  char line[256];
+  int n = std::snprintf(line, sizeof(line),
+                        "fsdp %s: %.1f MiB per rank held between steps (parameters %.1f, gradients "
+                        "%.1f, optimizer %.1f; one process: %.1f)",
+                        parallel::sharding_mode_name(fsdp_->mode()), mib(m.parameters + m.gradients + m.optimizer),
+                        mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.one_process));
+  if (with_peak && n > 0 && static_cast<std::size_t>(n) < sizeof(line)) {
+    std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
+                  ", and during steps at most %.1f MiB more in full copies and reduction buffers",
+                  mib(m.unsharded_peak));
+  }
   out_ << line << std::endl;
 }
 
@@ -228,7 +232,7 @@ void Trainer::run_until(std::int64_t stop) {
     metrics_->progress(state_.step, seconds_per_step);
   }
   metrics_->finish();
-  if (fsdp_) log_state_memory("after training");
+  if (fsdp_) log_state_memory(true);
 }
 
 }  // namespace weft::train

@@ -48,7 +48,7 @@ class Trainer {
   void setup_data_parallel();
   void resume();
   void save();
-  void log_state_memory(const char* when);
+  void log_state_memory(bool with_peak);  // FSDP's per-rank state, and its peak in steps
   void log_step(double loss, double grad_norm, double lr, double seconds);
 
   Config config_;
