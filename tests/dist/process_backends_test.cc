@@ -61,6 +61,66 @@ INSTANTIATE_TEST_SUITE_P(Backends, ValuesTest,
                                   std::to_string(std::get<1>(p.param)) + "ranks";
                          });
 
+// shm gives subgroups engines of their own from a pool of regions per rank: the two
+// dimensions of a 2 x 2 mesh get one each, run every collective right, also concurrently
+// with the world's, and once the pool is spent later groups fall back to the general
+// algorithms with the same results.
+TEST(ShmSubgroupTest, SubgroupsRunOnEnginesOfTheirOwn) {
+  expect_all_exited_zero(weft::test::run_forked_ranks(4, [&](int rank) {
+    auto pg = init_process_group({.backend = "shm", .timeout = Seconds(60)});
+    EXPECT_TRUE(pg->has_direct_engine());
+    auto rows = pg->split(rank / 2);  // {0, 1} {2, 3}
+    auto cols = pg->split(rank % 2);  // {0, 2} {1, 3}
+    EXPECT_TRUE(rows->has_direct_engine());
+    EXPECT_TRUE(cols->has_direct_engine());
+    test::all_checks<float>(*rows);
+    test::all_checks<std::int64_t>(*cols);
+    test::large_checks<float>(*cols);
+    std::vector<float> world(200'000, 1.0f), row(100'000, static_cast<float>(rank));
+    auto w = pg->all_reduce_async(world);
+    auto c = cols->all_reduce_async(row);
+    rows->barrier();
+    w->wait();
+    c->wait();
+    EXPECT_EQ(world.back(), 4.0f);
+    EXPECT_EQ(row.back(), static_cast<float>(rank % 2 + rank % 2 + 2));
+    std::vector<std::shared_ptr<ProcessGroup>> more;
+    for (int i = 0; i < 6; ++i) more.push_back(pg->split(0));
+    EXPECT_TRUE(more[3]->has_direct_engine());   // regions 3..6 of each rank
+    EXPECT_FALSE(more[4]->has_direct_engine());  // the pool of 6 is spent
+    test::all_checks<float>(*more[4]);
+    return testing::Test::HasFailure() ? 1 : 0;
+  }));
+  EXPECT_FALSE(shm_segments_left("shm", 4));
+}
+
+// A rank killed during a subgroup's large all-reduce: its partner fails with PeerError naming
+// it by its rank in the job.
+TEST(ShmSubgroupTest, KilledRankFailsItsSubgroupNamingItsJobRank) {
+  const auto exits = weft::test::run_forked_ranks(4, [&](int rank) {
+    auto pg = init_process_group({.backend = "shm", .timeout = Seconds(10)});
+    auto pair = pg->split(rank / 2);  // rank 3 is rank 1 of {2, 3}
+    if (rank < 2) {  // stay alive until the others are done: only rank 3 dies
+      std::this_thread::sleep_for(3s);
+      return 0;
+    }
+    std::vector<float> v(1 << 20, 1.0f);
+    try {
+      for (int i = 0; i < 50; ++i) {
+        if (rank == 3 && i == 3) ::raise(SIGKILL);
+        pair->all_reduce(v);
+      }
+    } catch (const PeerError& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return std::string(e.what()).find("rank 3") != std::string::npos ? 0 : 3;
+    }
+    return 2;
+  });
+  EXPECT_EQ(exits[3].code, SIGKILL);
+  EXPECT_TRUE(exits[2].exited && exits[2].code == 0) << exits[2].code;
+  EXPECT_FALSE(shm_segments_left("shm", 4));
+}
+
 class FailureTest : public testing::TestWithParam<std::string> {};
 
 // Rank 1 is killed in the middle of a series of large all-reduces: the others fail with

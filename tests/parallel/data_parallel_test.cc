@@ -66,8 +66,8 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> slice(int step, 
   return {tokens, targets};
 }
 
-std::vector<double> single_process() {
-  nn::Llama model(config());
+std::vector<double> single_process(const nn::LlamaConfig& model_config = config()) {
+  nn::Llama model(model_config);
   model.init_weights(3);
   nn::AdamW opt(model.parameters(), {.lr = 3e-3});
   std::vector<double> losses;
@@ -89,6 +89,8 @@ struct Layout {
   ShardingMode mode = ShardingMode::kFullShard;
   int micro = 1;
   std::size_t bucket_bytes = std::size_t{25} << 20;
+  bool activation_checkpointing = false;
+  nn::LlamaConfig model = config();
 };
 
 // 20 steps of the same model, seed and global batch as single_process(), on threads.
@@ -98,8 +100,9 @@ std::vector<double> data_parallel(const Layout& layout) {
   dist::run_threads(world, [&](dist::ProcessGroup& pg) {
     auto world_group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
     DeviceMesh mesh(world_group, {{"dp_replicate", layout.replicate}, {"dp_shard", layout.shard}});
-    nn::Llama model(config());
+    nn::Llama model(layout.model);
     model.init_weights(3);
+    model.set_activation_checkpointing(layout.activation_checkpointing);
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<nn::AdamW> adamw;
     std::unique_ptr<FullyShardedDataParallel> fsdp;
@@ -191,12 +194,28 @@ TEST_F(DataParallelTest, EveryFsdpModeEqualsOneProcess) {
     expect_parity({.shard = 2, .mode = mode, .micro = 2},
                   std::string("FSDP ") + sharding_mode_name(mode) + " 2 ranks, 2 micro-batches");
   }
+  // The block recomputes its forward inside its backward, with the gathered parameters.
+  expect_parity({.shard = 2, .activation_checkpointing = true}, "FSDP full_shard 2 ranks, checkpointing");
 }
 
 TEST_F(DataParallelTest, HsdpEqualsOneProcess) {
   expect_parity({.replicate = 2, .shard = 2}, "HSDP 2x2 full_shard");
   expect_parity({.replicate = 2, .shard = 2, .mode = ShardingMode::kZero2, .micro = 3},
                 "HSDP 2x2 zero2, 3 micro-batches");
+  expect_parity({.replicate = 2, .shard = 2, .mode = ShardingMode::kZero1}, "HSDP 2x2 zero1");
+}
+
+// The output layer reusing the embedding's weight: one parameter used at both ends of the
+// model, in the root unit, its gradient summed from both uses before it is reduced.
+TEST(FsdpTest, TiedEmbeddingsEqualOneProcess) {
+  nn::LlamaConfig tied = config();
+  tied.tie_embeddings = true;
+  const auto one = single_process(tied);
+  for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kZero2, ShardingMode::kFullShard}) {
+    expect_close(data_parallel({.shard = 3, .mode = mode, .model = tied}), one, kTolerance,
+                 std::string("FSDP tied embeddings ") + sharding_mode_name(mode) + " 3 ranks");
+  }
+  expect_close(data_parallel({.replicate = 2, .model = tied}), one, kTolerance, "DDP tied embeddings 2 ranks");
 }
 
 // full_shard keeps 1/N of parameters, gradients and moments, plus the units in use; the full

@@ -61,6 +61,9 @@ TEST(TensorTest, StorageReleaseAndRestoreKeepViews) {
     storage->release();
     EXPECT_FALSE(storage->resident());
     EXPECT_THROW(part.data<float>(), InvalidArgument);
+    EXPECT_THROW(part.to_vector<float>(), InvalidArgument);
+    EXPECT_THROW(part.fill(1.0), InvalidArgument);
+    EXPECT_THROW(whole.bytes(), InvalidArgument);
     storage->release();  // twice is harmless
     storage->restore();
     EXPECT_TRUE(storage->resident());

@@ -538,6 +538,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   if (!seen.contains(rank_)) return nullptr;
   auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index));
   sub->id_ = mix((std::uint64_t{id_} << 32) | index);
+  sub->attach_direct_engine();
   return sub;
 }
 
@@ -563,7 +564,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
                                       std::to_string(color));
   // The creation index alone tells groups apart: groups of one split have disjoint members.
   sub->id_ = mix((std::uint64_t{id_} << 32) | index);
+  sub->attach_direct_engine();
   return sub;
+}
+
+// Each member offers one of its own regions; the members may have joined different numbers
+// of groups before, so they tell each other which (over the general algorithms).
+void ProcessGroup::attach_direct_engine() {
+  if (direct_ || size() == 1 || !transport_->has_direct_regions()) return;
+  std::vector<std::int64_t> mine{transport_->reserve_direct_region()};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(size()));
+  all_gather(all, mine);
+  if (std::any_of(all.begin(), all.end(), [](std::int64_t r) { return r < 0; })) return;
+  direct_ = transport_->direct_collectives_for(members_, std::vector<int>(all.begin(), all.end()));
 }
 
 }  // namespace weft::dist

@@ -162,6 +162,10 @@ class ProcessGroup {
   // Splits this group by `color` (ranks with equal colors form one group, ordered by `key`,
   // then by rank). Collective over this group. A negative color joins no group (nullptr).
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
+  // Whether this group's collectives run on the transport's direct engine (shm: the world
+  // group, and the first few subgroups each rank joins; see docs/COLLECTIVES.md) rather
+  // than on the general algorithms over send/recv. Results are the same either way.
+  bool has_direct_engine() const { return direct_ != nullptr; }
 
  private:
   // Marks this thread as making a blocking call on `group` for the call's duration, so that
@@ -200,6 +204,9 @@ class ProcessGroup {
   // Marks the group broken and aborts the transport, so that peers fail at once too.
   void fail(const std::string& reason);
   std::shared_ptr<ProcessGroup> make_subgroup(std::vector<int> group_ranks, std::string name);
+  // Collective over this (new) group: gives it a direct engine when every member has a
+  // region left for one.
+  void attach_direct_engine();
   std::string describe() const;
   std::string group_rank_of(int global) const;
   std::string waited_for(int global_peer) const;

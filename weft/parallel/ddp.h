@@ -15,14 +15,9 @@
 
 #include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
+#include "weft/parallel/checks.h"
 
 namespace weft::parallel {
-
-// Throws weft::Error naming the first parameter that differs from rank 0's (bitwise) on some
-// rank of `group`. Collective: rank 0 broadcasts every parameter.
-void check_parameters_identical(nn::ParameterList& params, dist::ProcessGroup& group);
-// Whether WEFT_DIST_DEBUG=detail asks for such checks.
-bool debug_checks_enabled();
 
 class DistributedDataParallel {
  public:

@@ -7,7 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
-#include "weft/parallel/ddp.h"
+#include "weft/parallel/checks.h"
 
 namespace weft::parallel {
 
@@ -21,16 +21,27 @@ struct FullyShardedDataParallel::Piece {
     return std::clamp<std::int64_t>(rows - rank * shard_rows, 0, shard_rows);
   }
   std::int64_t size() const { return shard_rows * cols; }  // padded, per rank
-  // Rank r's rows of the full tensor <-> its run in rank-major blocks of `stride` elements.
-  void unpack(const float* blocks, std::int64_t stride, int ranks, float* full) const {
-    for (int r = 0; r < ranks; ++r) copy(blocks + r * stride + offset, full + r * shard_rows * cols, r);
+  // Rank r's rows: from the full tensor into a run of its shard, and back.
+  void to_run(int rank, const float* full, float* run) const {
+    if (const std::size_t n = bytes_of(rank)) std::memcpy(run, full + first(rank), n);
   }
+  void to_full(int rank, const float* run, float* full) const {
+    if (const std::size_t n = bytes_of(rank)) std::memcpy(full + first(rank), run, n);
+  }
+  // Every rank's rows, between the full tensor and rank-major blocks of `stride` elements.
   void pack(const float* full, float* blocks, std::int64_t stride, int ranks) const {
-    for (int r = 0; r < ranks; ++r) copy(full + r * shard_rows * cols, blocks + r * stride + offset, r);
+    for (int r = 0; r < ranks; ++r) to_run(r, full, blocks + r * stride + offset);
   }
-  void copy(const float* from, float* to, int rank) const {
-    std::memcpy(to, from, static_cast<std::size_t>(rows_of(rank) * cols) * sizeof(float));
+  void unpack(const float* blocks, float* full, std::int64_t stride, int ranks) const {
+    for (int r = 0; r < ranks; ++r) to_full(r, blocks + r * stride + offset, full);
   }
+
+ private:
+  // No pointer into `full` is formed for a rank past the last row (it holds padding only).
+  std::size_t bytes_of(int rank) const {
+    return static_cast<std::size_t>(rows_of(rank) * cols) * sizeof(float);
+  }
+  std::int64_t first(int rank) const { return rank * shard_rows * cols; }
 };
 
 // The parameters gathered, freed and reduced together: a transformer block, or the root.
@@ -64,8 +75,9 @@ const Tensor& find(const nn::StateDict& state, const std::string& name, const Sh
   for (const auto& [n, t] : state) {
     if (n != name) continue;
     if (t.shape() != shape || t.dtype() != DType::kFloat32) {
-      throw InvalidArgument(std::string("FSDP: ") + what + " " + name + " is " + shape_string(t.shape()) +
-                            ", the model's is " + shape_string(shape));
+      throw InvalidArgument(std::string("FSDP: ") + what + " " + name + " is " +
+                            std::string(dtype_name(t.dtype())) + " " + shape_string(t.shape()) +
+                            ", the model's is float32 " + shape_string(shape));
     }
     return t;
   }
@@ -106,7 +118,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
   }
   for (std::int64_t u = 0; u <= model_.config().n_layers; ++u) units_.push_back(std::make_unique<Unit>());
   for (const auto& p : model_.parameters().all()) {
-    Unit& u = *units_[static_cast<std::size_t>(unit_index(model_.unit_of(p->name)))];
+    Unit& u = unit_for(model_.unit_of(p->name));
     const std::int64_t rows = p->value.ndim() == 0 ? 1 : p->value.size(0);
     const std::int64_t cols = rows == 0 ? 0 : p->value.numel() / rows;
     u.pieces.push_back({p.get(), rows, cols, (rows + ranks_ - 1) / ranks_, u.size});
@@ -125,8 +137,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
   exp_avg_sq_.assign(values_.size(), 0.0f);
   for (auto& u : units_) {
     for (const Piece& p : u->pieces) {
-      p.copy(p.param->value.data<float>() + rank_ * p.shard_rows * p.cols,
-             values_.data() + u->offset + p.offset, rank_);
+      p.to_run(rank_, p.param->value.data<float>(), values_.data() + u->offset + p.offset);
     }
     if (mode_ == ShardingMode::kFullShard) {
       for (Storage* s : u->values) s->release();
@@ -146,23 +157,26 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   model_.set_unit_hooks({});
-  // The buffers must outlive the operations; their errors were reported to the callers.
-  try {
-    for (auto& u : units_) {
-      if (u->gather) u->gather->wait();
+  // The buffers must outlive the operations, each of them; their errors were reported to
+  // the callers already (a destructor cannot).
+  auto settle = [](const std::shared_ptr<dist::Work>& work) {
+    try {
+      if (work) work->wait();
+    } catch (const std::exception&) {
     }
-    for (auto& r : reductions_) r->work->wait();
-  } catch (const std::exception&) {
-  }
+  };
+  for (auto& u : units_) settle(u->gather);
+  for (auto& r : reductions_) settle(r->work);
 }
 
-// Model units -1 (embedding) and n_layers (final norm, output) form the root, index 0.
-int FullyShardedDataParallel::unit_index(int model_unit) const {
+// Model units -1 (embedding) and n_layers (final norm, output) form the root, units_[0].
+FullyShardedDataParallel::Unit& FullyShardedDataParallel::unit_for(int model_unit) const {
   const int layers = static_cast<int>(model_.config().n_layers);
-  return model_unit < 0 || model_unit >= layers ? 0 : model_unit + 1;
+  const int index = model_unit < 0 || model_unit >= layers ? 0 : model_unit + 1;
+  return *units_[static_cast<std::size_t>(index)];
 }
 
-void FullyShardedDataParallel::track(std::int64_t bytes) {
+void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
   unsharded_ += bytes;
   unsharded_peak_ = std::max(unsharded_peak_, unsharded_);
 }
@@ -170,7 +184,7 @@ void FullyShardedDataParallel::track(std::int64_t bytes) {
 void FullyShardedDataParallel::start_gather(Unit& u) {
   if (u.current || u.gather) return;
   u.gathered.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);
-  track(bytes_of(u.size * ranks_));
+  count_unsharded(bytes_of(u.size * ranks_));
   u.gather = shard_.all_gather_async(u.gathered, std::span<float>(values_.data() + u.offset,
                                                                   static_cast<std::size_t>(u.size)));
 }
@@ -182,10 +196,12 @@ void FullyShardedDataParallel::finish_gather(Unit& u) {
   u.gather.reset();
   if (mode_ == ShardingMode::kFullShard) {
     for (Storage* s : u.values) s->restore();
-    track(u.full_bytes);
+    count_unsharded(u.full_bytes);
   }
-  for (const Piece& p : u.pieces) p.unpack(u.gathered.data(), u.size, ranks_, p.param->value.data<float>());
-  track(-bytes_of(u.size * ranks_));
+  for (const Piece& p : u.pieces) {
+    p.unpack(u.gathered.data(), p.param->value.data<float>(), u.size, ranks_);
+  }
+  count_unsharded(-bytes_of(u.size * ranks_));
   std::vector<float>().swap(u.gathered);
   u.current = true;
 }
@@ -193,41 +209,40 @@ void FullyShardedDataParallel::finish_gather(Unit& u) {
 void FullyShardedDataParallel::free_parameters(Unit& u) {
   if (mode_ != ShardingMode::kFullShard || !u.current) return;
   for (Storage* s : u.values) s->release();
-  track(-u.full_bytes);
+  count_unsharded(-u.full_bytes);
   u.current = false;
 }
 
 void FullyShardedDataParallel::before_forward(int model_unit) {
   const int layers = static_cast<int>(model_.config().n_layers);
   if (model_unit == layers) return;  // the root's second half: gathered with the embedding
-  finish_gather(*units_[static_cast<std::size_t>(unit_index(model_unit))]);
+  finish_gather(unit_for(model_unit));
   // Prefetch: the next block's parameters travel while this unit computes.
-  const int next = model_unit + 1;
-  if (next < layers) start_gather(*units_[static_cast<std::size_t>(unit_index(next))]);
+  if (model_unit + 1 < layers) start_gather(unit_for(model_unit + 1));
 }
 
 void FullyShardedDataParallel::after_forward(int model_unit) {
-  const int index = unit_index(model_unit);
-  if (index != 0) free_parameters(*units_[static_cast<std::size_t>(index)]);  // the root stays
+  Unit& u = unit_for(model_unit);
+  if (&u != units_[0].get()) free_parameters(u);  // the root stays for the backward
 }
 
 void FullyShardedDataParallel::before_backward(int model_unit) {
   const int layers = static_cast<int>(model_.config().n_layers);
   if (model_unit < 0) return;  // the embedding: the root is there since before_backward(layers)
-  Unit& u = *units_[static_cast<std::size_t>(unit_index(model_unit))];
+  Unit& u = unit_for(model_unit);
   finish_gather(u);
   if (mode_ != ShardingMode::kZero1) {
     for (Storage* s : u.grads) s->restore();  // zero-filled
-    track(u.full_bytes);
+    count_unsharded(u.full_bytes);
   }
   const int next = model_unit == layers ? layers - 1 : model_unit - 1;
-  if (next >= 0) start_gather(*units_[static_cast<std::size_t>(unit_index(next))]);
+  if (next >= 0) start_gather(unit_for(next));
 }
 
 void FullyShardedDataParallel::after_backward(int model_unit) {
   const int layers = static_cast<int>(model_.config().n_layers);
   if (model_unit == layers) return;  // the root's gradients are final after the embedding
-  Unit& u = *units_[static_cast<std::size_t>(unit_index(model_unit))];
+  Unit& u = unit_for(model_unit);
   if (mode_ != ShardingMode::kZero1 || syncing_) start_reduction(u);
   free_parameters(u);
 }
@@ -237,11 +252,13 @@ void FullyShardedDataParallel::start_reduction(Unit& u) {
   r->unit = &u;
   r->send.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);  // the padding stays zero
   r->recv.assign(static_cast<std::size_t>(u.size), 0.0f);
-  track(bytes_of(u.size * (ranks_ + 1)));
-  for (const Piece& p : u.pieces) p.pack(p.param->grad.data<float>(), r->send.data(), u.size, ranks_);
+  count_unsharded(bytes_of(u.size * (ranks_ + 1)));
+  for (const Piece& p : u.pieces) {
+    p.pack(p.param->grad.data<float>(), r->send.data(), u.size, ranks_);
+  }
   if (mode_ != ShardingMode::kZero1) {
     for (Storage* s : u.grads) s->release();
-    track(-u.full_bytes);
+    count_unsharded(-u.full_bytes);
   }
   r->work = shard_.reduce_scatter_async(r->recv, r->send);
   reductions_.push_back(std::move(r));
@@ -256,7 +273,7 @@ void FullyShardedDataParallel::finish_reduction() {
   r->work->wait();
   float* into = grads_.data() + r->unit->offset;
   for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
-  track(-bytes_of(r->unit->size * (ranks_ + 1)));
+  count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)));
 }
 
 void FullyShardedDataParallel::zero_grad() {
@@ -295,39 +312,69 @@ void FullyShardedDataParallel::step(double lr) {
   }
 }
 
+// The model's parameters in its order, each with its unit and piece.
+std::vector<std::pair<const FullyShardedDataParallel::Unit*, const FullyShardedDataParallel::Piece*>>
+FullyShardedDataParallel::pieces_in_model_order() const {
+  std::vector<std::pair<const Unit*, const Piece*>> order;
+  for (const auto& param : model_.parameters().all()) {
+    const Unit& u = unit_for(model_.unit_of(param->name));
+    for (const Piece& p : u.pieces) {
+      if (p.param == param.get()) order.emplace_back(&u, &p);
+    }
+  }
+  return order;
+}
+
 std::pair<nn::StateDict, nn::AdamWState> FullyShardedDataParallel::full_state() {
   const bool root = rank_ == 0;
   std::vector<float> all(root ? static_cast<std::size_t>(shard_size_ * ranks_) : 0);
   nn::StateDict params;
   nn::AdamWState optimizer{{}, {}, steps_};
+  const auto order = pieces_in_model_order();
   for (auto [shards, into] : {std::pair{&values_, &params}, std::pair{&exp_avg_, &optimizer.exp_avg},
                               std::pair{&exp_avg_sq_, &optimizer.exp_avg_sq}}) {
     shard_.gather(all, *shards, 0);
     if (!root) continue;
-    for (const auto& param : model_.parameters().all()) {
-      const Unit& u = *units_[static_cast<std::size_t>(unit_index(model_.unit_of(param->name)))];
-      for (const Piece& p : u.pieces) {
-        if (p.param != param.get()) continue;
-        Tensor full = Tensor::zeros(param->value.shape());
-        p.unpack(all.data() + u.offset, shard_size_, ranks_, full.data<float>());
-        into->emplace_back(param->name, full);
-      }
+    for (const auto& [u, p] : order) {
+      Tensor full = Tensor::zeros(p->param->value.shape());
+      p->unpack(all.data() + u->offset, full.data<float>(), shard_size_, ranks_);
+      into->emplace_back(p->param->name, full);
     }
   }
   return {params, optimizer};
 }
 
-void FullyShardedDataParallel::load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) {
+void FullyShardedDataParallel::load_full_state(const nn::StateDict& params,
+                                               const nn::AdamWState& optimizer) {
+  // Every tensor is found and checked before anything is copied: a bad state changes nothing.
+  struct Source {
+    const Unit* unit;
+    const Piece* piece;
+    const float *value, *exp_avg, *exp_avg_sq;
+  };
+  std::vector<Source> sources;
+  for (const auto& [u, p] : pieces_in_model_order()) {
+    const std::string& name = p->param->name;
+    const Shape& shape = p->param->value.shape();
+    sources.push_back({u, p, find(params, name, shape, "parameter").data<float>(),
+                       find(optimizer.exp_avg, name, shape, "exp_avg").data<float>(),
+                       find(optimizer.exp_avg_sq, name, shape, "exp_avg_sq").data<float>()});
+  }
+  const std::size_t expected = sources.size();
+  if (params.size() != expected || optimizer.exp_avg.size() != expected ||
+      optimizer.exp_avg_sq.size() != expected) {
+    throw InvalidArgument("FSDP: the state has " + std::to_string(params.size()) + " parameters, " +
+                          std::to_string(optimizer.exp_avg.size()) + " and " +
+                          std::to_string(optimizer.exp_avg_sq.size()) + " moments; the model has " +
+                          std::to_string(expected));
+  }
+  for (const Source& s : sources) {
+    const std::int64_t at = s.unit->offset + s.piece->offset;
+    s.piece->to_run(rank_, s.value, values_.data() + at);
+    s.piece->to_run(rank_, s.exp_avg, exp_avg_.data() + at);
+    s.piece->to_run(rank_, s.exp_avg_sq, exp_avg_sq_.data() + at);
+  }
   for (auto& u : units_) {
-    for (const Piece& p : u->pieces) {
-      const std::string& name = p.param->name;
-      const Shape& shape = p.param->value.shape();
-      const std::int64_t first = rank_ * p.shard_rows * p.cols, at = u->offset + p.offset;
-      p.copy(find(params, name, shape, "parameter").data<float>() + first, values_.data() + at, rank_);
-      p.copy(find(optimizer.exp_avg, name, shape, "exp_avg").data<float>() + first, exp_avg_.data() + at, rank_);
-      p.copy(find(optimizer.exp_avg_sq, name, shape, "exp_avg_sq").data<float>() + first,
-             exp_avg_sq_.data() + at, rank_);
-    }
     free_parameters(*u);
     u->current = false;
   }

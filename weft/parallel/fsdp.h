@@ -8,10 +8,10 @@
 // the root: embedding, final norm and output); the hooks the model calls around each unit's
 // forward and backward move data as the mode requires:
 //
-//   mode        held between steps (per rank, P = parameters)      per unit in use
-//   zero1       params P, grads P, moments 2P/N                   -
-//   zero2       params P, grads P/N, moments 2P/N                 its full grads (backward)
-//   full_shard  params P/N, grads P/N, moments 2P/N               its full params and grads
+//   mode        held between steps (per rank, P = parameters)   per unit while in use
+//   zero1       params P, grads P, moments 2P/N                  gather and reduction buffers
+//   zero2       params P, grads P/N, moments 2P/N                + its full grads (backward)
+//   full_shard  params P/N, grads P/N, moments 2P/N              + its full params and grads
 //
 // - zero1 accumulates full gradients as DDP does and reduce-scatters each unit's once the last
 //   micro-batch's backward has finished it; zero2 and full_shard reduce-scatter every
@@ -27,8 +27,12 @@
 //
 // Results equal one process's up to the order of floating-point sums (docs/PARALLELISM.md).
 // As with DDP, gradients are summed: each rank scales its loss by its share of the global
-// batch. Between hooks the model's released parameters must not be read; read the training
-// state with full_state().
+// batch.
+//
+// What the model holds is the sharding's working memory, not the training state: under
+// full_shard its parameters are released between uses (reading them throws), and under zero1
+// and zero2 they lag the shards from step() or load_full_state() until the next forward pass.
+// Read the state with full_state(). Destroying this object leaves the model as it is.
 #pragma once
 
 #include <cstdint>
@@ -85,7 +89,9 @@ class FullyShardedDataParallel {
   // The full training state, in nn::Llama's parameter order (for checkpoints): on rank 0 of
   // the shard group new full tensors, elsewhere empty. Collective over the shard group.
   std::pair<nn::StateDict, nn::AdamWState> full_state();
-  // Takes this rank's shards of a full state (every rank passes the same state).
+  // Takes this rank's shards of a full state: every rank passes the same state, before its
+  // next forward (not collective). Every parameter must be there with its shape, and nothing
+  // else; otherwise InvalidArgument, and nothing is changed.
   void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer);
 
   ShardingMode mode() const { return mode_; }
@@ -96,7 +102,8 @@ class FullyShardedDataParallel {
   struct Unit;
   struct Reduction;
 
-  int unit_index(int model_unit) const;
+  Unit& unit_for(int model_unit) const;
+  std::vector<std::pair<const Unit*, const Piece*>> pieces_in_model_order() const;
   void before_forward(int model_unit);
   void after_forward(int model_unit);
   void before_backward(int model_unit);
@@ -106,7 +113,7 @@ class FullyShardedDataParallel {
   void free_parameters(Unit& u);
   void start_reduction(Unit& u);
   void finish_reduction();
-  void track(std::int64_t bytes);
+  void count_unsharded(std::int64_t bytes);  // + allocated, - freed: for memory()
 
   nn::Llama& model_;
   dist::ProcessGroup& shard_;

@@ -198,11 +198,14 @@ T* Tensor::data() const {
             std::string(dtype_name(dtype_)) + " tensor");
   }
   if (!storage_) return nullptr;
-  if (!storage_->resident()) invalid("data() of a released storage (restore() it first)");
-  return reinterpret_cast<T*>(storage_->data()) + offset_;
+  return reinterpret_cast<T*>(element_bytes(offset_));
 }
 
 std::byte* Tensor::element_bytes(std::int64_t offset) const {
+  if (!storage_->resident()) {
+    invalid("its storage is released (sharded data parallelism frees a layer's full "
+            "parameters and gradients between uses; read them through the sharding's full state)");
+  }
   return storage_->data() + static_cast<std::size_t>(offset) * dtype_size(dtype_);
 }
 

@@ -38,7 +38,7 @@ std::int64_t shape_numel(const Shape& shape);
 // release() frees the bytes while every view keeps its place in the storage; restore()
 // allocates them again, zero-filled. This is how sharded data parallelism frees a layer's
 // full parameters between uses without its modules noticing (PyTorch FSDP's storage resize).
-// Tensor::data() of a released storage throws InvalidArgument.
+// Reading or writing a released storage's elements through a Tensor throws InvalidArgument.
 class Storage {
  public:
   explicit Storage(std::size_t bytes);
@@ -91,6 +91,7 @@ class Tensor {
   T* data() const;
   // The first element's bytes, whatever the dtype (file formats, transports).
   std::byte* bytes() const { return storage_ ? element_bytes(offset_) : nullptr; }
+  // (data(), bytes() and every copy throw InvalidArgument when the storage is released.)
 
   // Views, no copies.
   Tensor narrow(int dim, std::int64_t start, std::int64_t length) const;

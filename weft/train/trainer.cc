@@ -35,6 +35,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   setup_data_parallel();
   if (config_.checkpoint.resume) resume();
+  if (ddp_) ddp_->check_parameters_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
   peak_gflops_ = measured ? measure_peak_gflops(static_cast<int>(config_.training.threads))
                           : config_.metrics.peak_gflops;
@@ -77,7 +78,6 @@ void Trainer::setup_data_parallel() {
   if (shard == 1) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
         model_, mesh_->group("dp_replicate"), static_cast<std::size_t>(p.bucket_size_mb * (1 << 20)));
-    ddp_->check_parameters_identical();
     return;
   }
   fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(
@@ -88,7 +88,22 @@ void Trainer::setup_data_parallel() {
 // Checkpoints hold the full state whatever the layout, so any run can resume any checkpoint.
 void Trainer::resume() {
   const auto path = latest_checkpoint(config_.checkpoint.folder);
-  if (!path) return;
+  if (path) load(*path);
+  if (!world_) return;
+  // Every rank must have found the same checkpoint (or none): a folder that is not shared
+  // would otherwise start the ranks from different states.
+  std::vector<std::int64_t> low{state_.step}, high{state_.step};
+  world_->all_reduce(low, dist::ReduceOp::kMin);
+  world_->all_reduce(high, dist::ReduceOp::kMax);
+  if (low[0] != high[0]) {
+    throw checkpoint::CheckpointError(
+        "ranks resumed from different steps (" + std::to_string(low[0]) + " to " +
+        std::to_string(high[0]) + ") of " + config_.checkpoint.folder +
+        "; every rank must see the same checkpoint folder");
+  }
+}
+
+void Trainer::load(const std::string& path) {
   if (fsdp_) {
     nn::StateDict params;
     nn::AdamWState optimizer;
@@ -97,13 +112,13 @@ void Trainer::resume() {
       optimizer.exp_avg.emplace_back(p->name, Tensor::zeros(p->value.shape()));
       optimizer.exp_avg_sq.emplace_back(p->name, Tensor::zeros(p->value.shape()));
     }
-    state_ = load_checkpoint(checkpoint::load_safetensors(*path), *path, params, &optimizer);
+    state_ = load_checkpoint(checkpoint::load_safetensors(path), path, params, &optimizer);
     fsdp_->load_full_state(params, optimizer);
   } else {
-    state_ = load_checkpoint(*path, model_, optimizer_.get());
+    state_ = load_checkpoint(path, model_, optimizer_.get());
   }
   train_loader_.set_batches_drawn(state_.loader_batches);
-  out_ << "resumed from " << *path << " at step " << state_.step << std::endl;
+  out_ << "resumed from " << path << " at step " << state_.step << std::endl;
 }
 
 // Rank 0 writes (FSDP gathers the shards to it first); the others wait until it is complete.

@@ -38,6 +38,7 @@ class Trainer {
   // The loss of every step this run trained (not those before a resume).
   const std::vector<double>& losses() const { return losses_; }
   std::optional<double> last_validation_loss() const { return last_validation_; }
+  // The model; under FSDP its parameters are the sharding's working memory (fsdp.h).
   nn::Llama& model() { return model_; }
   std::int64_t step() const { return state_.step; }
 
@@ -47,6 +48,7 @@ class Trainer {
   double global_mean(double local_share);  // sums the ranks' shares (itself for one process)
   void setup_data_parallel();
   void resume();
+  void load(const std::string& path);  // a checkpoint into the model and optimizer (or FSDP)
   void save();
   void log_state_memory(bool with_peak);  // FSDP's per-rank state, and its peak in steps
   void log_step(double loss, double grad_norm, double lr, double seconds);

@@ -64,6 +64,17 @@ class Transport {
   // Collectives over all of this transport's ranks that bypass send/recv, for the group of
   // all ranks in rank order; handed out once (later calls get nullptr). nullptr by default.
   virtual std::unique_ptr<DirectCollectives> take_direct_collectives() { return nullptr; }
+  // The same for other groups, from a small pool of engine regions per rank: each member
+  // reserves one of its own (reserve_direct_region: an index, or -1 when none is left), the
+  // members exchange their indices, and if all have one, direct_collectives_for builds the
+  // engine over them. Transports without an engine keep the defaults.
+  virtual bool has_direct_regions() const { return false; }
+  virtual int reserve_direct_region() { return -1; }
+  // members: the group's ranks (global, in group order); regions[i]: members[i]'s index.
+  virtual std::unique_ptr<DirectCollectives> direct_collectives_for(const std::vector<int>& /*members*/,
+                                                                    const std::vector<int>& /*regions*/) {
+    return nullptr;
+  }
 
   // The largest message send() takes; ProcessGroup rejects larger buffers up front.
   virtual std::size_t max_message_bytes() const { return static_cast<std::size_t>(-1); }

@@ -83,14 +83,17 @@ void Collectives::wake_all(const std::vector<std::byte*>& regions) {
   }
 }
 
-Collectives::Collectives(std::vector<std::byte*> regions, int rank,
-                         std::function<void(int)> check_peer)
-    : regions_(std::move(regions)), rank_(rank), check_peer_(std::move(check_peer)) {
+Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks,
+                         int job_size, std::function<void(int)> check_peer)
+    : regions_(std::move(regions)),
+      rank_(rank),
+      job_ranks_(std::move(job_ranks)),
+      check_peer_(std::move(check_peer)) {
   cpu_set_t cpus;
   const bool known = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0;
-  const bool oversubscribed = known && CPU_COUNT(&cpus) < size();
+  const bool oversubscribed = known && CPU_COUNT(&cpus) < job_size;
   spin_checks_ = oversubscribed ? 0 : kSpinChecks;
-  if (known && !oversubscribed) start_on_own_cpu(cpus);
+  if (known && !oversubscribed && size() == job_size) start_on_own_cpu(cpus);
 }
 
 // Ranks forked by one launcher start on the same CPU, and since waiting ranks spin and yield
@@ -131,7 +134,7 @@ void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
 void Collectives::check_same_call(int rank, std::uint32_t step) const {
   const Call theirs = call_of(rank, step);
   if (theirs == call_) return;
-  throw InvalidArgument("dist: the ranks' collectives do not match: rank " + std::to_string(rank) +
+  throw InvalidArgument("dist: the ranks' collectives do not match: rank " + std::to_string(job_rank(rank)) +
                         " called " + describe(theirs) + " where this rank called " + describe(call_) +
                         "; every rank must make the same calls in the same order with the same sizes");
 }
@@ -164,9 +167,10 @@ void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
   for (;;) {
     const std::uint32_t seen = l.published.load(std::memory_order_acquire);
     if (reached(seen, step)) return;
-    check_peer_(rank);
+    check_peer_(job_rank(rank));
     if (deadline.expired()) {
-      throw PeerTimeout(rank, "rank " + std::to_string(rank) + " did not reach the collective");
+      throw PeerTimeout(job_rank(rank),
+                        "rank " + std::to_string(job_rank(rank)) + " did not reach the collective");
     }
     if (Clock::now() - start < kYieldFor) {
       ::sched_yield();

@@ -35,9 +35,13 @@ class Collectives final : public DirectCollectives {
   // used when the job aborts.
   static void wake_all(const std::vector<std::byte*>& regions);
 
-  // `regions[r]` is rank r's region, mapped here and zero-filled at creation.
-  // `check_peer(r)` throws PeerError if the job aborted or rank r died.
-  Collectives(std::vector<std::byte*> regions, int rank, std::function<void(int)> check_peer);
+  // A group of the job's ranks: `regions[r]` is group rank r's region, mapped here and
+  // zero-filled at creation, and `job_ranks[r]` its rank in the job (errors name job ranks).
+  // `check_peer(job_rank)` throws PeerError if the job aborted or that rank died. Whether
+  // ranks outnumber cores (then waits do not spin) is judged on the job's `job_size`; the
+  // engine of the whole job also starts each rank on a CPU of its own.
+  Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, int job_size,
+              std::function<void(int)> check_peer);
 
   void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) override;
   void broadcast(Buffer buf, int root, Deadline deadline) override;
@@ -69,6 +73,7 @@ class Collectives final : public DirectCollectives {
   // InvalidArgument naming both calls unless `rank`'s step `step` belongs to the same call.
   void check_same_call(int rank, std::uint32_t step) const;
   int size() const { return static_cast<int>(regions_.size()); }
+  int job_rank(int rank) const { return job_ranks_[static_cast<std::size_t>(rank)]; }
   Line& line(int rank) const;
   std::byte* slot(int rank, std::uint32_t step) const;
   // Starts the next step: waits for the reuse condition and returns this rank's slot.
@@ -90,6 +95,7 @@ class Collectives final : public DirectCollectives {
 
   std::vector<std::byte*> regions_;
   int rank_;
+  std::vector<int> job_ranks_;
   std::function<void(int)> check_peer_;
   int spin_checks_;          // 0 when there are more ranks than this process's cores
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 
 #include "weft/dist/transport/shm/futex.h"
 #include "weft/dist/transport/shm/shm_collectives.h"
@@ -85,7 +86,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
       store_(std::move(store)),
       segment_bytes_(sizeof(Control) +
                      static_cast<std::size_t>(world_size) * ring_stride(options.ring_bytes) +
-                     shm::Collectives::region_bytes()),
+                     (1 + kGroupRegions) * shm::Collectives::region_bytes()),
       dead_(static_cast<std::size_t>(world_size)) {
   const auto n = static_cast<std::size_t>(world_size);
   segments_.resize(n);
@@ -114,7 +115,9 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
     send_mu_.push_back(std::make_unique<std::mutex>());
     inbound_.push_back(std::make_unique<Inbound>());
   }
-  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_,
+  std::vector<int> everyone(n);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone, world_size_,
                                                     [this](int peer) { check_peer(peer); });
   drainer_ = std::thread([this] { drain_loop(); });
 }
@@ -139,10 +142,11 @@ std::byte* ShmTransport::ring_data(int to, int from) const {
   return reinterpret_cast<std::byte*>(&ring(to, from)) + sizeof(Ring);
 }
 
-// The collective engine's region, after the rings.
-std::byte* ShmTransport::collective_region(int rank) const {
+// The collective engine's regions, after the rings.
+std::byte* ShmTransport::collective_region(int rank, int index) const {
   return reinterpret_cast<std::byte*>(&ring(rank, 0)) +
-         static_cast<std::size_t>(world_size_) * ring_stride(options_.ring_bytes);
+         static_cast<std::size_t>(world_size_) * ring_stride(options_.ring_bytes) +
+         static_cast<std::size_t>(index) * shm::Collectives::region_bytes();
 }
 
 std::vector<std::byte*> ShmTransport::collective_regions() const {
@@ -153,6 +157,28 @@ std::vector<std::byte*> ShmTransport::collective_regions() const {
 
 std::unique_ptr<DirectCollectives> ShmTransport::take_direct_collectives() {
   return std::move(collectives_);
+}
+
+// A region is used by one group for good: a step count restarting at zero in a region that
+// peers remember at a later step would look like progress. kGroupRegions bounds the
+// subgroups with an engine; later ones use the general algorithms.
+int ShmTransport::reserve_direct_region() {
+  const int index = next_group_region_.fetch_add(1);
+  return index <= kGroupRegions ? index : -1;
+}
+
+std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(const std::vector<int>& members,
+                                                                        const std::vector<int>& regions) {
+  std::vector<std::byte*> group_regions;
+  int me = -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (regions[i] < 1 || regions[i] > kGroupRegions) return nullptr;
+    group_regions.push_back(collective_region(members[i], regions[i]));
+    if (members[i] == rank_) me = static_cast<int>(i);
+  }
+  if (me < 0) return nullptr;
+  return std::make_unique<shm::Collectives>(group_regions, me, members, world_size_,
+                                            [this](int peer) { check_peer(peer); });
 }
 
 void ShmTransport::check_peer(int peer) {
@@ -166,7 +192,11 @@ void ShmTransport::check_peer(int peer) {
 // After the mailbox holds the reason: wakes this rank's collective waiters to read it.
 void ShmTransport::mark_aborted() {
   aborted_.store(true);
-  shm::Collectives::wake_all(collective_regions());
+  std::vector<std::byte*> all;
+  for (int r = 0; r < world_size_; ++r) {
+    for (int i = 0; i <= kGroupRegions; ++i) all.push_back(collective_region(r, i));
+  }
+  shm::Collectives::wake_all(all);
 }
 
 void ShmTransport::ring_doorbell(int rank) {

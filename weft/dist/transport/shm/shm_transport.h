@@ -50,6 +50,12 @@ class ShmTransport final : public Transport {
   void abort(const std::string& reason) override;
   // The engine over every rank's collective region; the first caller gets it.
   std::unique_ptr<DirectCollectives> take_direct_collectives() override;
+  // Engines for subgroups: each rank's segment holds kGroupRegions more regions.
+  static constexpr int kGroupRegions = 6;
+  bool has_direct_regions() const override { return true; }
+  int reserve_direct_region() override;
+  std::unique_ptr<DirectCollectives> direct_collectives_for(const std::vector<int>& members,
+                                                            const std::vector<int>& regions) override;
 
  private:
   struct Inbound;  // the drain thread's state for one ring
@@ -61,8 +67,9 @@ class ShmTransport final : public Transport {
   // Waits until `rank`'s doorbell moves past `seen`, `deadline`, or about 100 ms.
   void wait_doorbell(int rank, std::uint32_t seen, Deadline deadline);
   bool peer_alive(int peer) const;
-  std::byte* collective_region(int rank) const;
-  std::vector<std::byte*> collective_regions() const;
+  // Region `index` of `rank`'s segment: 0 the world's engine, 1 .. kGroupRegions subgroups'.
+  std::byte* collective_region(int rank, int index = 0) const;
+  std::vector<std::byte*> collective_regions() const;  // the world's, by rank
   // Throws PeerError if the job aborted or `peer` died: the engine's waits call it.
   void check_peer(int peer);
   void mark_aborted();
@@ -76,6 +83,7 @@ class ShmTransport final : public Transport {
   ShmTransportOptions options_;
   std::shared_ptr<store::Store> store_;
   std::size_t segment_bytes_;
+  std::atomic<int> next_group_region_{1};
   std::vector<shm::Segment> segments_;  // index: rank
   std::vector<std::unique_ptr<std::mutex>> send_mu_;  // whole messages per peer
   std::vector<std::unique_ptr<Inbound>> inbound_;
