@@ -207,15 +207,25 @@ TEST_F(DataParallelTest, HsdpEqualsOneProcess) {
 
 // The output layer reusing the embedding's weight: one parameter used at both ends of the
 // model, in the root unit, its gradient summed from both uses before it is reduced.
+// Tolerance: at the debug model's size a tied run drifts further from one process than an
+// untied one, DDP as much as FSDP (1.05e-6 and 3.4e-6 after 20 steps): the output layer gives
+// rows of tokens that never occur tiny gradients, whose last-bit differences AdamW's
+// normalisation turns into steps of full size. Not a sharding effect, so 1e-5 there.
 TEST(FsdpTest, TiedEmbeddingsEqualOneProcess) {
+#ifdef WEFT_DEBUG_MODEL
+  constexpr double kTiedTolerance = 1e-5;
+#else
+  constexpr double kTiedTolerance = kTolerance;
+#endif
   nn::LlamaConfig tied = config();
   tied.tie_embeddings = true;
   const auto one = single_process(tied);
   for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kZero2, ShardingMode::kFullShard}) {
-    expect_close(data_parallel({.shard = 3, .mode = mode, .model = tied}), one, kTolerance,
+    expect_close(data_parallel({.shard = 3, .mode = mode, .model = tied}), one, kTiedTolerance,
                  std::string("FSDP tied embeddings ") + sharding_mode_name(mode) + " 3 ranks");
   }
-  expect_close(data_parallel({.replicate = 2, .model = tied}), one, kTolerance, "DDP tied embeddings 2 ranks");
+  expect_close(data_parallel({.replicate = 2, .model = tied}), one, kTiedTolerance,
+               "DDP tied embeddings 2 ranks");
 }
 
 // full_shard keeps 1/N of parameters, gradients and moments, plus the units in use; the full
