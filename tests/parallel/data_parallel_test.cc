@@ -272,6 +272,26 @@ TEST(FsdpTest, FullShardHoldsAQuarterOnFourRanks) {
   });
 }
 
+// Each rank initialises only its rows, and together they hold bitwise the whole model's
+// initial values (the generator is keyed by parameter name and element index).
+TEST(FsdpTest, ShardedInitialisationEqualsTheWholeModels) {
+  nn::Llama whole(config());
+  whole.init_weights(3);
+  dist::run_threads(3, [&](dist::ProcessGroup& pg) {
+    nn::Llama model(config());  // left at zero: FSDP fills the shards
+    FullyShardedDataParallel fsdp(model, pg, nullptr, ShardingMode::kFullShard, {});
+    fsdp.init_weights(3);
+    const auto [params, optimizer] = fsdp.full_state();
+    if (pg.rank() != 0) return;
+    const auto& want = whole.parameters().all();
+    ASSERT_EQ(params.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(params[i].first, want[i]->name);
+      EXPECT_EQ(params[i].second.to_vector<float>(), want[i]->value.to_vector<float>()) << want[i]->name;
+    }
+  });
+}
+
 // Under WEFT_DIST_DEBUG=detail, ranks that start from different parameters fail, all of them.
 TEST(FsdpTest, DebugModeRejectsRanksThatStartApart) {
   ::setenv("WEFT_DIST_DEBUG", "detail", 1);

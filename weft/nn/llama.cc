@@ -1,5 +1,6 @@
 #include "weft/nn/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -74,14 +75,16 @@ Llama::Llama(const LlamaConfig& config)
 }
 
 void Llama::init_weights(std::uint64_t seed) {
-  for (const auto& p : params_.all()) {
-    if (p->name.ends_with("norm.weight")) {
-      p->value.fill(1.0);
-      continue;
-    }
-    fill_normal(p->value.data<float>(), p->value.numel(), philox_key(seed, p->name), 0, 0.0,
-                init_std(p->name, config_));
+  for (const auto& p : params_.all()) init_values(p->name, seed, 0, p->value.numel(), p->value.data<float>());
+}
+
+void Llama::init_values(const std::string& name, std::uint64_t seed, std::int64_t first,
+                        std::int64_t count, float* out) const {
+  if (name.ends_with("norm.weight")) {
+    std::fill(out, out + count, 1.0f);
+    return;
   }
+  fill_normal(out, count, philox_key(seed, name), first, 0.0, init_std(name, config_));
 }
 
 void Llama::set_activation_checkpointing(bool on) {

@@ -47,6 +47,10 @@ class Llama {
   // Every parameter from (seed, its name, element index) alone (tensor/random.h), so a shard
   // of a parameter gets the values the whole one has there. Scheme: docs/TRAINING.md.
   void init_weights(std::uint64_t seed);
+  // What init_weights(seed) puts in elements [first, first + count) of parameter `name`
+  // (row-major), for initialising one shard of it alone.
+  void init_values(const std::string& name, std::uint64_t seed, std::int64_t first, std::int64_t count,
+                   float* out) const;
 
   // tokens and targets: [batch, seq] with seq <= max_seq_len. Returns the mean loss and keeps
   // what backward needs.

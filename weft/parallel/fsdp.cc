@@ -28,6 +28,7 @@ struct FullyShardedDataParallel::Piece {
   void to_full(int rank, const float* run, float* full) const {
     if (const std::size_t n = bytes_of(rank)) std::memcpy(full + first(rank), run, n);
   }
+  std::int64_t first(int rank) const { return rank * shard_rows * cols; }  // in the full tensor
   // Every rank's rows, between the full tensor and rank-major blocks of `stride` elements.
   void pack(const float* full, float* blocks, std::int64_t stride, int ranks) const {
     for (int r = 0; r < ranks; ++r) to_run(r, full, blocks + r * stride + offset);
@@ -41,7 +42,6 @@ struct FullyShardedDataParallel::Piece {
   std::size_t bytes_of(int rank) const {
     return static_cast<std::size_t>(rows_of(rank) * cols) * sizeof(float);
   }
-  std::int64_t first(int rank) const { return rank * shard_rows * cols; }
 };
 
 // The parameters gathered, freed and reduced together: a transformer block, or the root.
@@ -274,6 +274,17 @@ void FullyShardedDataParallel::finish_reduction() {
   float* into = grads_.data() + r->unit->offset;
   for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
   count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)));
+}
+
+void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
+  for (auto& u : units_) {
+    for (const Piece& p : u->pieces) {
+      model_.init_values(p.param->name, seed, p.first(rank_), p.rows_of(rank_) * p.cols,
+                         values_.data() + u->offset + p.offset);
+    }
+    free_parameters(*u);
+    u->current = false;
+  }
 }
 
 void FullyShardedDataParallel::zero_grad() {

@@ -62,14 +62,19 @@ struct ShardedMemory {
 
 class FullyShardedDataParallel {
  public:
-  // Collective over `shard` (and `replicate`, if any). The model's parameters must hold their
-  // initial values, the same on every rank (checked under WEFT_DIST_DEBUG=detail); each rank
-  // copies out its shards and, as its mode says, frees the full parameters and gradients.
+  // Collective over `shard` (and `replicate`, if any). Each rank copies its shards out of the
+  // model's parameters, which must be the same on every rank (checked under
+  // WEFT_DIST_DEBUG=detail), and, as its mode says, frees the full parameters and gradients.
+  // Or construct over an uninitialised model and call init_weights().
   FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard, dist::ProcessGroup* replicate,
                            ShardingMode mode, nn::AdamWOptions optimizer);
   ~FullyShardedDataParallel();
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // Initialises this rank's shards as model.init_weights(seed) would the whole model, each
+  // rank computing only its own rows: the full parameters never exist at once.
+  void init_weights(std::uint64_t seed);
 
   // Zeroes the gradients (the shards, and the full ones zero1 keeps). Call before a step's
   // first micro-batch instead of the model's zero_grad.

@@ -31,9 +31,15 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   // weft splits the work between the threads itself; OpenBLAS runs single-threaded inside.
   kernels::set_blas_threads(1);
   kernels::set_threads(static_cast<int>(config_.training.threads));
-  model_.init_weights(static_cast<std::uint64_t>(config_.training.seed));
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   setup_data_parallel();
+  // FSDP initialises its shards only: the whole model never exists on one rank.
+  const auto seed = static_cast<std::uint64_t>(config_.training.seed);
+  if (fsdp_) {
+    fsdp_->init_weights(seed);
+  } else {
+    model_.init_weights(seed);
+  }
   if (config_.checkpoint.resume) resume();
   if (ddp_) ddp_->check_parameters_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
