@@ -176,6 +176,24 @@ FullyShardedDataParallel::Unit& FullyShardedDataParallel::unit_for(int model_uni
   return *units_[static_cast<std::size_t>(index)];
 }
 
+// Gathers and reductions reuse their buffers from step to step: fresh ones of a few MiB would
+// cost a page fault per 4 KiB each time (malloc returns large blocks to the kernel).
+std::vector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
+  std::vector<float> b;
+  const auto fits = std::find_if(spare_.begin(), spare_.end(),
+                                 [n](const std::vector<float>& s) { return s.capacity() >= n; });
+  if (fits != spare_.end()) {
+    b = std::move(*fits);
+    spare_.erase(fits);
+  }
+  b.assign(n, 0.0f);  // within the capacity: no allocation
+  return b;
+}
+
+void FullyShardedDataParallel::give_back(std::vector<float>&& buffer) {
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
+}
+
 void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
   unsharded_ += bytes;
   unsharded_peak_ = std::max(unsharded_peak_, unsharded_);
@@ -183,7 +201,7 @@ void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
 
 void FullyShardedDataParallel::start_gather(Unit& u) {
   if (u.current || u.gather) return;
-  u.gathered.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);
+  u.gathered = take_buffer(static_cast<std::size_t>(u.size * ranks_));
   count_unsharded(bytes_of(u.size * ranks_));
   u.gather = shard_.all_gather_async(u.gathered, std::span<float>(values_.data() + u.offset,
                                                                   static_cast<std::size_t>(u.size)));
@@ -202,7 +220,7 @@ void FullyShardedDataParallel::finish_gather(Unit& u) {
     p.unpack(u.gathered.data(), p.param->value.data<float>(), u.size, ranks_);
   }
   count_unsharded(-bytes_of(u.size * ranks_));
-  std::vector<float>().swap(u.gathered);
+  give_back(std::move(u.gathered));
   u.current = true;
 }
 
@@ -250,8 +268,8 @@ void FullyShardedDataParallel::after_backward(int model_unit) {
 void FullyShardedDataParallel::start_reduction(Unit& u) {
   auto r = std::make_unique<Reduction>();
   r->unit = &u;
-  r->send.assign(static_cast<std::size_t>(u.size * ranks_), 0.0f);  // the padding stays zero
-  r->recv.assign(static_cast<std::size_t>(u.size), 0.0f);
+  r->send = take_buffer(static_cast<std::size_t>(u.size * ranks_));  // the padding stays zero
+  r->recv = take_buffer(static_cast<std::size_t>(u.size));
   count_unsharded(bytes_of(u.size * (ranks_ + 1)));
   for (const Piece& p : u.pieces) {
     p.pack(p.param->grad.data<float>(), r->send.data(), u.size, ranks_);
@@ -274,6 +292,8 @@ void FullyShardedDataParallel::finish_reduction() {
   float* into = grads_.data() + r->unit->offset;
   for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
   count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)));
+  give_back(std::move(r->send));
+  give_back(std::move(r->recv));
 }
 
 void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
@@ -399,6 +419,7 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   m.gradients = shard + (mode_ == ShardingMode::kZero1 ? full : 0);
   m.optimizer = 2 * shard;
   m.unsharded_peak = unsharded_peak_;
+  for (const auto& b : spare_) m.spare_buffers += bytes_of(static_cast<std::int64_t>(b.capacity()));
   m.one_process = 4 * full;
   return m;
 }

@@ -55,7 +55,8 @@ const char* sharding_mode_name(ShardingMode mode);
 // Bytes this rank holds for the training state.
 struct ShardedMemory {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0;  // kept between steps
-  std::int64_t unsharded_peak = 0;  // the most held at once in units' full copies
+  std::int64_t unsharded_peak = 0;  // the most in use at once in units' full copies and buffers
+  std::int64_t spare_buffers = 0;   // gather and reduction buffers kept for the next step
   std::int64_t one_process = 0;     // what one process holds: 4 bytes x 4 x P (params,
                                     // grads, two moments)
 };
@@ -118,7 +119,9 @@ class FullyShardedDataParallel {
   void free_parameters(Unit& u);
   void start_reduction(Unit& u);
   void finish_reduction();
-  void count_unsharded(std::int64_t bytes);  // + allocated, - freed: for memory()
+  void count_unsharded(std::int64_t bytes);  // + in use, - done with: for memory()
+  std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
+  void give_back(std::vector<float>&& buffer);
 
   nn::Llama& model_;
   dist::ProcessGroup& shard_;
@@ -130,6 +133,8 @@ class FullyShardedDataParallel {
   std::int64_t shard_size_ = 0;               // elements of every unit's shard, this rank
   std::vector<float> values_, grads_, exp_avg_, exp_avg_sq_;  // this rank's shards
   std::deque<std::unique_ptr<Reduction>> reductions_;
+  static constexpr std::size_t kSpareBuffers = 6;  // two gathers and two reductions in flight
+  std::vector<std::vector<float>> spare_;
   bool syncing_ = false;
   std::int64_t steps_ = 0;
   std::int64_t unsharded_ = 0, unsharded_peak_ = 0;

@@ -156,8 +156,9 @@ void Trainer::log_state_memory(bool with_peak) {
                         mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.one_process));
   if (with_peak && n > 0 && static_cast<std::size_t>(n) < sizeof(line)) {
     std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
-                  ", and during steps at most %.1f MiB more in full copies and reduction buffers",
-                  mib(m.unsharded_peak));
+                  ", and during steps at most %.1f MiB more in full copies and reduction buffers "
+                  "(%.1f MiB of buffers kept for reuse)",
+                  mib(m.unsharded_peak), mib(m.spare_buffers));
   }
   out_ << line << std::endl;
 }
