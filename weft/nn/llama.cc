@@ -75,7 +75,9 @@ Llama::Llama(const LlamaConfig& config)
 }
 
 void Llama::init_weights(std::uint64_t seed) {
-  for (const auto& p : params_.all()) init_values(p->name, seed, 0, p->value.numel(), p->value.data<float>());
+  for (const auto& p : params_.all()) {
+    init_values(p->name, seed, 0, p->value.numel(), p->value.data<float>());
+  }
 }
 
 void Llama::init_values(const std::string& name, std::uint64_t seed, std::int64_t first,

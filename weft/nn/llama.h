@@ -49,8 +49,8 @@ class Llama {
   void init_weights(std::uint64_t seed);
   // What init_weights(seed) puts in elements [first, first + count) of parameter `name`
   // (row-major), for initialising one shard of it alone.
-  void init_values(const std::string& name, std::uint64_t seed, std::int64_t first, std::int64_t count,
-                   float* out) const;
+  void init_values(const std::string& name, std::uint64_t seed, std::int64_t first,
+                   std::int64_t count, float* out) const;
 
   // tokens and targets: [batch, seq] with seq <= max_seq_len. Returns the mean loss and keeps
   // what backward needs.

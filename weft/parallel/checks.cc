@@ -19,10 +19,12 @@ void check_parameters_identical(nn::ParameterList& params, dist::ProcessGroup& g
     std::vector<float> mine = p->value.to_vector<float>(), root = mine;
     group.broadcast(root, 0);
     // A rank that differs says so; the others learn it from the all-reduce and fail too.
-    std::vector<int> differs{std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0};
+    const bool differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
+    std::vector<int> differs{differ ? 1 : 0};
     group.all_reduce(differs, dist::ReduceOp::kMax);
     if (differs[0] != 0) {
-      throw Error("parameter " + p->name + " differs between rank 0 and another rank (this is rank " +
+      throw Error("parameter " + p->name +
+                  " differs between rank 0 and another rank (this is rank " +
                   std::to_string(group.rank()) + "); initialise every rank from the same seed");
     }
   }

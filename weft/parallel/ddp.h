@@ -34,7 +34,9 @@ class DistributedDataParallel {
   // Waits for every bucket launched by that backward and writes the sums into the grads.
   void finish_sync();
   // Throws weft::Error unless every rank holds bitwise the same parameters.
-  void check_parameters_identical() { parallel::check_parameters_identical(model_.parameters(), group_); }
+  void check_parameters_identical() {
+    parallel::check_parameters_identical(model_.parameters(), group_);
+  }
   std::size_t buckets() const { return buckets_.size(); }
 
  private:

@@ -68,7 +68,9 @@ void add_distinct(std::vector<Storage*>& storages, Storage* s) {
   if (std::find(storages.begin(), storages.end(), s) == storages.end()) storages.push_back(s);
 }
 
-std::int64_t bytes_of(std::int64_t floats) { return floats * static_cast<std::int64_t>(sizeof(float)); }
+std::int64_t bytes_of(std::int64_t floats) {
+  return floats * static_cast<std::int64_t>(sizeof(float));
+}
 
 const Tensor& find(const nn::StateDict& state, const std::string& name, const Shape& shape,
                    const char* what) {
@@ -95,9 +97,12 @@ ShardingMode parse_sharding_mode(const std::string& name) {
 
 const char* sharding_mode_name(ShardingMode mode) {
   switch (mode) {
-    case ShardingMode::kZero1: return "zero1";
-    case ShardingMode::kZero2: return "zero2";
-    case ShardingMode::kFullShard: return "full_shard";
+    case ShardingMode::kZero1:
+      return "zero1";
+    case ShardingMode::kZero2:
+      return "zero2";
+    case ShardingMode::kFullShard:
+      return "full_shard";
   }
   return "?";
 }
@@ -116,7 +121,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
     check_parameters_identical(model_.parameters(), shard_);
     if (replicate_ != nullptr) check_parameters_identical(model_.parameters(), *replicate_);
   }
-  for (std::int64_t u = 0; u <= model_.config().n_layers; ++u) units_.push_back(std::make_unique<Unit>());
+  for (std::int64_t u = 0; u <= model_.config().n_layers; ++u) {
+    units_.push_back(std::make_unique<Unit>());
+  }
   for (const auto& p : model_.parameters().all()) {
     Unit& u = unit_for(model_.unit_of(p->name));
     const std::int64_t rows = p->value.ndim() == 0 ? 1 : p->value.size(0);
@@ -203,8 +210,8 @@ void FullyShardedDataParallel::start_gather(Unit& u) {
   if (u.current || u.gather) return;
   u.gathered = take_buffer(static_cast<std::size_t>(u.size * ranks_));
   count_unsharded(bytes_of(u.size * ranks_));
-  u.gather = shard_.all_gather_async(u.gathered, std::span<float>(values_.data() + u.offset,
-                                                                  static_cast<std::size_t>(u.size)));
+  u.gather = shard_.all_gather_async(
+      u.gathered, std::span<float>(values_.data() + u.offset, static_cast<std::size_t>(u.size)));
 }
 
 void FullyShardedDataParallel::finish_gather(Unit& u) {
@@ -316,8 +323,9 @@ void FullyShardedDataParallel::prepare_sync() { syncing_ = true; }
 
 void FullyShardedDataParallel::finish_sync() {
   if (mode_ == ShardingMode::kZero1 && !syncing_) {
-    throw Error("FSDP zero1: finish_sync() without prepare_sync() before the last backward; "
-                "the gradients were never reduced");
+    throw Error(
+        "FSDP zero1: finish_sync() without prepare_sync() before the last backward; "
+        "the gradients were never reduced");
   }
   while (!reductions_.empty()) finish_reduction();
   if (replicate_ != nullptr) replicate_->all_reduce(grads_);  // HSDP: across the replicas
@@ -329,7 +337,9 @@ double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
   shard_.all_reduce(sum);  // replicas hold equal shards: the shard group covers every element
   const double norm = std::sqrt(sum[0]);
   const double factor = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && factor < 1.0) kernels::scale(grads_.data(), static_cast<float>(factor), shard_size_);
+  if (max_norm > 0 && factor < 1.0) {
+    kernels::scale(grads_.data(), static_cast<float>(factor), shard_size_);
+  }
   return norm;
 }
 
@@ -344,7 +354,8 @@ void FullyShardedDataParallel::step(double lr) {
 }
 
 // The model's parameters in its order, each with its unit and piece.
-std::vector<std::pair<const FullyShardedDataParallel::Unit*, const FullyShardedDataParallel::Piece*>>
+std::vector<
+    std::pair<const FullyShardedDataParallel::Unit*, const FullyShardedDataParallel::Piece*>>
 FullyShardedDataParallel::pieces_in_model_order() const {
   std::vector<std::pair<const Unit*, const Piece*>> order;
   for (const auto& param : model_.parameters().all()) {
@@ -362,8 +373,9 @@ std::pair<nn::StateDict, nn::AdamWState> FullyShardedDataParallel::full_state() 
   nn::StateDict params;
   nn::AdamWState optimizer{{}, {}, steps_};
   const auto order = pieces_in_model_order();
-  for (auto [shards, into] : {std::pair{&values_, &params}, std::pair{&exp_avg_, &optimizer.exp_avg},
-                              std::pair{&exp_avg_sq_, &optimizer.exp_avg_sq}}) {
+  for (auto [shards, into] :
+       {std::pair{&values_, &params}, std::pair{&exp_avg_, &optimizer.exp_avg},
+        std::pair{&exp_avg_sq_, &optimizer.exp_avg_sq}}) {
     shard_.gather(all, *shards, 0);
     if (!root) continue;
     for (const auto& [u, p] : order) {

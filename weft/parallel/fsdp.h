@@ -67,8 +67,9 @@ class FullyShardedDataParallel {
   // model's parameters, which must be the same on every rank (checked under
   // WEFT_DIST_DEBUG=detail), and, as its mode says, frees the full parameters and gradients.
   // Or construct over an uninitialised model and call init_weights().
-  FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard, dist::ProcessGroup* replicate,
-                           ShardingMode mode, nn::AdamWOptions optimizer);
+  FullyShardedDataParallel(nn::Llama& model, dist::ProcessGroup& shard,
+                           dist::ProcessGroup* replicate, ShardingMode mode,
+                           nn::AdamWOptions optimizer);
   ~FullyShardedDataParallel();
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
@@ -119,7 +120,7 @@ class FullyShardedDataParallel {
   void free_parameters(Unit& u);
   void start_reduction(Unit& u);
   void finish_reduction();
-  void count_unsharded(std::int64_t bytes);  // + in use, - done with: for memory()
+  void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()
   std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
   void give_back(std::vector<float>&& buffer);
 

@@ -1,5 +1,7 @@
 #include "weft/tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -8,8 +10,6 @@
 #include <new>
 #include <utility>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "weft/base/check.h"
 
@@ -254,8 +254,9 @@ T* Tensor::data() const {
 
 std::byte* Tensor::element_bytes(std::int64_t offset) const {
   if (!storage_->resident()) {
-    invalid("its storage is released (sharded data parallelism frees a layer's full "
-            "parameters and gradients between uses; read them through the sharding's full state)");
+    invalid(
+        "its storage is released (sharded data parallelism frees a layer's full "
+        "parameters and gradients between uses; read them through the sharding's full state)");
   }
   return storage_->data() + static_cast<std::size_t>(offset) * dtype_size(dtype_);
 }

@@ -62,16 +62,17 @@ void load_into(const checkpoint::SafetensorsFile& file, const std::string& name,
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& folder, const TrainState& state, const nn::StateDict& model,
-                            const nn::AdamWState& optimizer, const std::string& config_toml,
-                            std::int64_t keep_latest) {
+std::string save_checkpoint(const std::string& folder, const TrainState& state,
+                            const nn::StateDict& model, const nn::AdamWState& optimizer,
+                            const std::string& config_toml, std::int64_t keep_latest) {
   const fs::path dir = fs::path(folder) / step_dir(state.step);
   fs::create_directories(dir);
   std::vector<NamedTensor> tensors;
   for (const auto& [name, t] : model) tensors.push_back({"model." + name, t});
   for (std::size_t i = 0; i < optimizer.exp_avg.size(); ++i) {
     tensors.push_back({"optim.exp_avg." + optimizer.exp_avg[i].first, optimizer.exp_avg[i].second});
-    tensors.push_back({"optim.exp_avg_sq." + optimizer.exp_avg_sq[i].first, optimizer.exp_avg_sq[i].second});
+    tensors.push_back(
+        {"optim.exp_avg_sq." + optimizer.exp_avg_sq[i].first, optimizer.exp_avg_sq[i].second});
   }
   const std::string path = (dir / kFile).string();
   checkpoint::save_safetensors(path, tensors,
@@ -92,8 +93,8 @@ std::string save_checkpoint(const std::string& folder, const TrainState& state, 
 std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
                             nn::AdamW& optimizer, const std::string& config_toml,
                             std::int64_t keep_latest) {
-  return save_checkpoint(folder, state, model.parameters().state_dict(), optimizer.state(), config_toml,
-                         keep_latest);
+  return save_checkpoint(folder, state, model.parameters().state_dict(), optimizer.state(),
+                         config_toml, keep_latest);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& folder) {
@@ -110,8 +111,12 @@ TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::s
   }
   for (const auto& [name, t] : model) load_into(file, "model." + name, t, path);
   if (optimizer != nullptr) {
-    for (const auto& [name, t] : optimizer->exp_avg) load_into(file, "optim.exp_avg." + name, t, path);
-    for (const auto& [name, t] : optimizer->exp_avg_sq) load_into(file, "optim.exp_avg_sq." + name, t, path);
+    for (const auto& [name, t] : optimizer->exp_avg) {
+      load_into(file, "optim.exp_avg." + name, t, path);
+    }
+    for (const auto& [name, t] : optimizer->exp_avg_sq) {
+      load_into(file, "optim.exp_avg_sq." + name, t, path);
+    }
     optimizer->steps = metadata_int(file, "optimizer_steps", path);
   }
   return {metadata_int(file, "step", path), metadata_int(file, "loader_batches", path)};
@@ -119,7 +124,9 @@ TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::s
 
 TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
                            nn::Llama& model, nn::AdamW* optimizer) {
-  if (optimizer == nullptr) return load_checkpoint(file, path, model.parameters().state_dict(), nullptr);
+  if (optimizer == nullptr) {
+    return load_checkpoint(file, path, model.parameters().state_dict(), nullptr);
+  }
   nn::AdamWState state = optimizer->state();  // views: loading into them restores the moments
   const TrainState saved = load_checkpoint(file, path, model.parameters().state_dict(), &state);
   optimizer->set_steps(state.steps);

@@ -1,9 +1,9 @@
-// A training run's checkpoints, the same for one process and every data-parallel layout: <folder>/step-<8 digits>/checkpoint.safetensors
-// holding the model ("model.<name>"), AdamW's moments ("optim.exp_avg.<name>",
-// "optim.exp_avg_sq.<name>") and, in the metadata, the step, the optimizer's step count, the
-// data loader's position and the configuration (TOML). The file is written to a temporary
-// name and renamed, so a crash at any moment leaves every earlier checkpoint intact and the
-// newest one either complete or absent. Layout details: docs/TRAINING.md.
+// A training run's checkpoints, the same for one process and every data-parallel layout:
+// <folder>/step-<8 digits>/checkpoint.safetensors holding the model ("model.<name>"), AdamW's
+// moments ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") and, in the metadata, the step, the
+// optimizer's step count, the data loader's position and the configuration (TOML). The file is
+// written to a temporary name and renamed, so a crash at any moment leaves every earlier checkpoint
+// intact and the newest one either complete or absent. Layout details: docs/TRAINING.md.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,9 @@ struct TrainState {
 // Writes the checkpoint of `state.step` from full (unsharded) tensors: the model's parameters
 // and AdamW's state, by name; then, when keep_latest > 0, removes all but the newest
 // keep_latest checkpoints. Returns the file's path.
-std::string save_checkpoint(const std::string& folder, const TrainState& state, const nn::StateDict& model,
-                            const nn::AdamWState& optimizer, const std::string& config_toml,
-                            std::int64_t keep_latest);
+std::string save_checkpoint(const std::string& folder, const TrainState& state,
+                            const nn::StateDict& model, const nn::AdamWState& optimizer,
+                            const std::string& config_toml, std::int64_t keep_latest);
 std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
                             nn::AdamW& optimizer, const std::string& config_toml,
                             std::int64_t keep_latest);

@@ -24,7 +24,8 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
       world_(std::move(world)),
       out_(world_ && world_->rank() != 0 ? null_out_ : out),
       terminal_(terminal),
-      data_(config_.training.dataset_path, config_.training.validation_fraction, config_.training.seq_len),
+      data_(config_.training.dataset_path, config_.training.validation_fraction,
+            config_.training.seq_len),
       model_(config_.model),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
@@ -79,11 +80,13 @@ void Trainer::setup_data_parallel() {
   if (shard == 1) optimizer_ = std::make_unique<nn::AdamW>(model_.parameters(), config_.optimizer);
   if (!world_) return;
   mesh_ = std::make_unique<parallel::DeviceMesh>(
-      world_, std::vector<std::pair<std::string, int>>{{"dp_replicate", static_cast<int>(replicate)},
-                                                       {"dp_shard", static_cast<int>(shard)}});
+      world_,
+      std::vector<std::pair<std::string, int>>{{"dp_replicate", static_cast<int>(replicate)},
+                                               {"dp_shard", static_cast<int>(shard)}});
   if (shard == 1) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-        model_, mesh_->group("dp_replicate"), static_cast<std::size_t>(p.bucket_size_mb * (1 << 20)));
+        model_, mesh_->group("dp_replicate"),
+        static_cast<std::size_t>(p.bucket_size_mb * (1 << 20)));
     return;
   }
   fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(
@@ -102,10 +105,10 @@ void Trainer::resume() {
   world_->all_reduce(low, dist::ReduceOp::kMin);
   world_->all_reduce(high, dist::ReduceOp::kMax);
   if (low[0] != high[0]) {
-    throw checkpoint::CheckpointError(
-        "ranks resumed from different steps (" + std::to_string(low[0]) + " to " +
-        std::to_string(high[0]) + ") of " + config_.checkpoint.folder +
-        "; every rank must see the same checkpoint folder");
+    throw checkpoint::CheckpointError("ranks resumed from different steps (" +
+                                      std::to_string(low[0]) + " to " + std::to_string(high[0]) +
+                                      ") of " + config_.checkpoint.folder +
+                                      "; every rank must see the same checkpoint folder");
   }
 }
 
@@ -152,8 +155,9 @@ void Trainer::log_state_memory(bool with_peak) {
   int n = std::snprintf(line, sizeof(line),
                         "fsdp %s: %.1f MiB per rank held between steps (parameters %.1f, gradients "
                         "%.1f, optimizer %.1f; one process: %.1f)",
-                        parallel::sharding_mode_name(fsdp_->mode()), mib(m.parameters + m.gradients + m.optimizer),
-                        mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.one_process));
+                        parallel::sharding_mode_name(fsdp_->mode()),
+                        mib(m.parameters + m.gradients + m.optimizer), mib(m.parameters),
+                        mib(m.gradients), mib(m.optimizer), mib(m.one_process));
   if (with_peak && n > 0 && static_cast<std::size_t>(n) < sizeof(line)) {
     std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
                   ", and during steps at most %.1f MiB more in full copies and reduction buffers "
@@ -184,7 +188,8 @@ double Trainer::train_step() {
   for (std::int64_t m = 0; m < micro; ++m) {
     const Batch b = train_loader_.next(dp_rank_, dp_size_);
     loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) * share;
-    if (m == micro - 1) {  // the others accumulate locally (FSDP's zero2 and full_shard reduce them)
+    if (m ==
+        micro - 1) {  // the others accumulate locally (FSDP's zero2 and full_shard reduce them)
       if (ddp_) ddp_->prepare_sync();
       if (fsdp_) fsdp_->prepare_sync();
     }

@@ -1,8 +1,8 @@
 // The training loop of weft-train: Llama on a text file, AdamW with clipping, gradient
 // accumulation and the learning-rate schedule, validation, metrics, checkpoints and
 // resumption; under weftrun (WORLD_SIZE > 1) data-parallel over the job's ranks: DDP, FSDP
-// (ZeRO-1/2/3) or HSDP as [parallelism] says (docs/PARALLELISM.md). The constructor checks everything it can
-// (configuration, data file, checkpoint to resume) before anything is written.
+// (ZeRO-1/2/3) or HSDP as [parallelism] says (docs/PARALLELISM.md). The constructor checks
+// everything it can (configuration, data file, checkpoint to resume) before anything is written.
 #pragma once
 
 #include <memory>

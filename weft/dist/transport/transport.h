@@ -71,8 +71,8 @@ class Transport {
   virtual bool has_direct_regions() const { return false; }
   virtual int reserve_direct_region() { return -1; }
   // members: the group's ranks (global, in group order); regions[i]: members[i]'s index.
-  virtual std::unique_ptr<DirectCollectives> direct_collectives_for(const std::vector<int>& /*members*/,
-                                                                    const std::vector<int>& /*regions*/) {
+  virtual std::unique_ptr<DirectCollectives> direct_collectives_for(
+      const std::vector<int>& /*members*/, const std::vector<int>& /*regions*/) {
     return nullptr;
   }
 

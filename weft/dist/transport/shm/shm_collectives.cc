@@ -134,9 +134,10 @@ void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
 void Collectives::check_same_call(int rank, std::uint32_t step) const {
   const Call theirs = call_of(rank, step);
   if (theirs == call_) return;
-  throw InvalidArgument("dist: the ranks' collectives do not match: rank " + std::to_string(job_rank(rank)) +
-                        " called " + describe(theirs) + " where this rank called " + describe(call_) +
-                        "; every rank must make the same calls in the same order with the same sizes");
+  throw InvalidArgument(
+      "dist: the ranks' collectives do not match: rank " + std::to_string(job_rank(rank)) +
+      " called " + describe(theirs) + " where this rank called " + describe(call_) +
+      "; every rank must make the same calls in the same order with the same sizes");
 }
 
 std::byte* Collectives::begin_step(Deadline deadline) {

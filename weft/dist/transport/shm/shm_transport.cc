@@ -117,8 +117,8 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   }
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
-  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone, world_size_,
-                                                    [this](int peer) { check_peer(peer); });
+  collectives_ = std::make_unique<shm::Collectives>(
+      collective_regions(), rank_, everyone, world_size_, [this](int peer) { check_peer(peer); });
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -167,8 +167,8 @@ int ShmTransport::reserve_direct_region() {
   return index <= kGroupRegions ? index : -1;
 }
 
-std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(const std::vector<int>& members,
-                                                                        const std::vector<int>& regions) {
+std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(
+    const std::vector<int>& members, const std::vector<int>& regions) {
   std::vector<std::byte*> group_regions;
   int me = -1;
   for (std::size_t i = 0; i < members.size(); ++i) {

@@ -54,8 +54,8 @@ class ShmTransport final : public Transport {
   static constexpr int kGroupRegions = 6;
   bool has_direct_regions() const override { return true; }
   int reserve_direct_region() override;
-  std::unique_ptr<DirectCollectives> direct_collectives_for(const std::vector<int>& members,
-                                                            const std::vector<int>& regions) override;
+  std::unique_ptr<DirectCollectives> direct_collectives_for(
+      const std::vector<int>& members, const std::vector<int>& regions) override;
 
  private:
   struct Inbound;  // the drain thread's state for one ring
