@@ -54,6 +54,21 @@ TEST(ThreadPoolTest, IdleWorkersAreReusedBeforeNewOnesStart) {
   EXPECT_EQ(pool.num_threads(), 1u);
 }
 
+// Workers that keep polling after going idle (idle_spin) still run every task, in bursts
+// separated by gaps shorter and longer than the spin, and leave at shutdown while polling.
+TEST(ThreadPoolTest, IdleSpinningWorkersRunEveryTaskAndShutDown) {
+  ThreadPoolExecutor pool(2, {.idle_spin = std::chrono::milliseconds(20)});
+  int total = 0;
+  for (int burst = 0; burst < 4; ++burst) {
+    std::vector<Future<int>> futures;
+    for (int i = 0; i < 50; ++i) futures.push_back(pool.submit([i] { return i; }));
+    for (auto& f : futures) total += f.get();
+    std::this_thread::sleep_for(std::chrono::milliseconds(burst % 2 == 0 ? 1 : 40));
+  }
+  EXPECT_EQ(total, 4 * 49 * 50 / 2);
+  pool.shutdown(/*wait=*/true);  // a worker still polling notices the shutdown
+}
+
 TEST(ThreadPoolTest, ArgumentsAreCopiedOrMoved) {
   ThreadPoolExecutor pool(2);
   auto p = std::make_unique<int>(41);

@@ -204,6 +204,14 @@ bool ThreadPoolImpl::wait_for_work() {
     if (should_exit()) return false;
     spin_pause(i);
   }
+  if (options_.idle_spin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + options_.idle_spin;
+    for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+      if (has_work()) return true;
+      if (should_exit()) return false;
+      spin_pause(i);
+    }
+  }
   std::unique_lock lock(sleep_mu_);
   // Dekker-style handshake: we publish that we sleep, then look for work; a submitter
   // publishes work, then looks for sleepers. With seq_cst on both sides one sees the other.

@@ -12,6 +12,7 @@
 // Thread-safety: every member function may be called from any thread, concurrently.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -33,6 +34,11 @@ struct ExecutorOptions {
   // Run once in each worker before its first task. If it throws, the pool is broken:
   // queued tasks fail and later submits throw weft::BrokenExecutor.
   std::function<void()> initializer;
+  // How long an idle worker keeps polling for work (yielding now and then) before it sleeps,
+  // beyond the short default poll. For pools fed by back-to-back parallel loops, as weft's
+  // kernels' pool is, whose workers would otherwise sleep in every gap and wake (tens of
+  // microseconds here) after the caller has started on its own share.
+  std::chrono::microseconds idle_spin{0};
 };
 
 namespace internal {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -12,6 +13,7 @@
 namespace weft::kernels {
 namespace {
 
+constexpr std::chrono::microseconds kIdleSpin{1000};
 std::atomic<int> g_threads{1};
 std::mutex g_pool_mu;
 std::shared_ptr<ThreadPoolExecutor> g_pool;  // threads() - 1 workers; the caller is the last
@@ -20,7 +22,13 @@ std::shared_ptr<ThreadPoolExecutor> g_pool;  // threads() - 1 workers; the calle
 // replaces the pool meanwhile.
 std::shared_ptr<ThreadPoolExecutor> pool(int workers) {
   std::lock_guard lock(g_pool_mu);
-  if (!g_pool) g_pool = std::make_shared<ThreadPoolExecutor>(static_cast<std::size_t>(workers));
+  if (!g_pool) {
+    // The loops of a training step follow each other within microseconds to a millisecond or
+    // so: workers that sleep between them join each loop late (docs/PERFORMANCE.md).
+    g_pool = std::make_shared<ThreadPoolExecutor>(
+        static_cast<std::size_t>(workers),
+        ExecutorOptions{.thread_name_prefix = "weft-kernels", .idle_spin = kIdleSpin});
+  }
   return g_pool;
 }
 
