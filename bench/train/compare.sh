@@ -18,16 +18,7 @@ have_torch=1
 /usr/bin/python3 -c 'import torch' 2>/dev/null || have_torch=0
 [ "$have_torch" = 1 ] || echo "compare: python3-torch missing for /usr/bin/python3: PyTorch left out" >&2
 
-# A weft-train metrics file -> "tokens/s mfu memory_mib" over the steps after the first two.
-summarise() {
-  python3 - "$1" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
-t = sum(r["time_s"] for r in rows)
-tokens = sum(r["tps"] * r["time_s"] for r in rows)
-print(f'{tokens / t:.0f} {100 * sum(r["mfu"] for r in rows) / len(rows):.1f}% {rows[-1]["memory_bytes"] / 2**20:.0f}')
-PY
-}
+summarise() { python3 bench/train/summarise.py "$1"; }
 
 printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
 for cfg in debug llama_512; do

@@ -13,14 +13,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 common=(--config "configs/$cfg.toml" --training.steps 22 --checkpoint.enable false
         --validation.enable false --metrics.log_freq 1)
-tps() {
-  python3 - "$1" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
-t = sum(r["time_s"] for r in rows)
-print(f'{sum(r["tps"] * r["time_s"] for r in rows) / t:.0f}')
-PY
-}
+tps() { python3 bench/train/summarise.py "$1" | cut -d" " -f1; }
 printf "%-4s %10s %10s %10s %9s %12s\n" run "1 rank" "DDP 2" "FSDP 2" scaling "FSDP/DDP"
 for i in $(seq "$runs"); do
   "$tools/weft-train" "${common[@]}" --metrics.jsonl_path "$out/one.$i" > /dev/null

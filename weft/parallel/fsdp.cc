@@ -309,9 +309,8 @@ void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
       model_.init_values(p.param->name, seed, p.first(rank_), p.rows_of(rank_) * p.cols,
                          values_.data() + u->offset + p.offset);
     }
-    free_parameters(*u);
-    u->current = false;
   }
+  mark_stale();
 }
 
 void FullyShardedDataParallel::zero_grad() {
@@ -347,8 +346,14 @@ void FullyShardedDataParallel::step(double lr) {
   ++steps_;
   nn::adamw_update(values_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), shard_size_,
                    options_, lr, steps_);
+  mark_stale();
+}
+
+// The shards changed: full copies go (full_shard: the root may still be gathered after a
+// forward-only pass), and zero1/zero2 refresh theirs at the next forward.
+void FullyShardedDataParallel::mark_stale() {
   for (auto& u : units_) {
-    free_parameters(*u);  // full_shard: the root, still gathered after a forward-only pass
+    free_parameters(*u);
     u->current = false;
   }
 }
@@ -417,10 +422,7 @@ void FullyShardedDataParallel::load_full_state(const nn::StateDict& params,
     s.piece->to_run(rank_, s.exp_avg, exp_avg_.data() + at);
     s.piece->to_run(rank_, s.exp_avg_sq, exp_avg_sq_.data() + at);
   }
-  for (auto& u : units_) {
-    free_parameters(*u);
-    u->current = false;
-  }
+  mark_stale();
   steps_ = optimizer.steps;
 }
 

@@ -118,6 +118,7 @@ class FullyShardedDataParallel {
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void free_parameters(Unit& u);
+  void mark_stale();  // after the shards change
   void start_reduction(Unit& u);
   void finish_reduction();
   void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()

@@ -135,7 +135,11 @@ void Trainer::save() {
   const std::string config_toml = to_toml(config_);
   std::string path;
   if (fsdp_) {
-    const auto [params, optimizer] = fsdp_->full_state();
+    // Replicas hold equal shards: only the one with rank 0 gathers (collective over its shard
+    // group alone, so the others may skip it).
+    const auto [params, optimizer] = mesh_->coordinate("dp_replicate") == 0
+                                         ? fsdp_->full_state()
+                                         : std::pair<nn::StateDict, nn::AdamWState>{};
     if (dp_rank_ == 0) {
       path = save_checkpoint(config_.checkpoint.folder, state_, params, optimizer, config_toml,
                              config_.checkpoint.keep_latest);
@@ -152,18 +156,18 @@ void Trainer::log_state_memory(bool with_peak) {
   const parallel::ShardedMemory m = fsdp_->memory();
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   char line[256];
-  int n = std::snprintf(line, sizeof(line),
-                        "fsdp %s: %.1f MiB per rank held between steps (parameters %.1f, gradients "
-                        "%.1f, optimizer %.1f; one process: %.1f)",
-                        parallel::sharding_mode_name(fsdp_->mode()),
-                        mib(m.parameters + m.gradients + m.optimizer), mib(m.parameters),
-                        mib(m.gradients), mib(m.optimizer), mib(m.one_process));
-  if (with_peak && n > 0 && static_cast<std::size_t>(n) < sizeof(line)) {
-    std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
-                  ", and during steps at most %.1f MiB more in full copies and reduction buffers "
-                  "(%.1f MiB of buffers kept for reuse)",
-                  mib(m.unsharded_peak), mib(m.spare_buffers));
-  }
+  std::snprintf(line, sizeof(line),
+                "fsdp %s: %.1f MiB per rank held between steps (parameters %.1f, gradients %.1f, "
+                "optimizer %.1f; one process: %.1f)",
+                parallel::sharding_mode_name(fsdp_->mode()),
+                mib(m.parameters + m.gradients + m.optimizer), mib(m.parameters),
+                mib(m.gradients), mib(m.optimizer), mib(m.one_process));
+  out_ << line << std::endl;
+  if (!with_peak) return;
+  std::snprintf(line, sizeof(line),
+                "fsdp: during steps at most %.1f MiB more per rank in full copies and reduction "
+                "buffers (%.1f MiB of buffers kept for reuse)",
+                mib(m.unsharded_peak), mib(m.spare_buffers));
   out_ << line << std::endl;
 }
 
