@@ -2,10 +2,13 @@
 // MPI_Barrier swept over sizes like weft-bench, printing "op size time_us busbw" lines (median
 // of the timed iterations on the slowest rank; nccl-tests' busbw). Built by compare.sh with
 // mpicxx; not part of weft's build.
+//
+//   mpi_bench [-n ITERS] [-e MAX_BYTES] OP...     (defaults: 20 iterations, 64 MiB)
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,8 +23,8 @@ double median_slowest(std::vector<double>& times) {
   return slowest;
 }
 
-void sweep(const std::string& op, int rank, int n, int iters, int warmup) {
-  for (std::size_t bytes = 4; bytes <= (std::size_t{64} << 20); bytes *= 4) {
+void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::size_t max_bytes) {
+  for (std::size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = op == "barrier" ? 0 : bytes / sizeof(float);
     std::vector<float> buf(std::max<std::size_t>(count, 1), 1.0f);
     std::vector<double> times;
@@ -53,7 +56,18 @@ int main(int argc, char** argv) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  for (int i = 1; i < argc; ++i) sweep(argv[i], rank, n, 20, 5);
+  int iters = 20;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-n" && i + 1 < argc) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "-e" && i + 1 < argc) {
+      max_bytes = std::strtoull(argv[++i], nullptr, 10);
+    } else {
+      sweep(arg, rank, n, iters, 5, max_bytes);
+    }
+  }
   MPI_Finalize();
   return 0;
 }

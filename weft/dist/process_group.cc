@@ -109,6 +109,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int
       backend_(std::move(backend_name)),
       options_(std::move(options)),
       queue_(std::make_unique<internal::OpQueue>()) {
+  auto done = std::make_shared<weft::internal::FutureState<void>>();
+  done->set_value();
+  completed_ = std::make_shared<Work>(Future<void>(done));
   const auto it = std::find(members_.begin(), members_.end(), transport_->rank());
   if (it == members_.end()) {
     throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(transport_->rank()) +
@@ -158,11 +161,10 @@ std::string ProcessGroup::describe() const {
          " of " + std::to_string(size()) + ")";
 }
 
+template <class Body>
 std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
                                           std::optional<internal::CallSignature> signature,
-                                          std::function<void(const OpCall&)> body) {
-  auto state = std::make_shared<weft::internal::FutureState<void>>();
-  auto work = std::make_shared<Work>(Future<void>(state));
+                                          Body body) {
   std::unique_lock lock(mu_);
   if (!broken_.empty()) {
     throw GroupBroken("dist::" + std::string(op) + " on " + describe() +
@@ -171,37 +173,51 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
-  OpRun run{op, seq, timeout, std::move(signature), std::move(body)};
+  OpRun run{op, seq, timeout, std::move(signature)};
   ++outstanding_;
   if (t_blocking_group == this && outstanding_ == 1) {
     // A blocking call on an idle group runs right here: handing it to the queue thread and
     // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
     inline_running_ = true;
     lock.unlock();
-    complete(*state, run_op(run), /*was_inline=*/true);
+    const std::exception_ptr error = run_op(run, body, /*queued=*/false);
+    finish_inline();
+    if (!error && run.signature) return completed_;
+    auto state = std::make_shared<weft::internal::FutureState<void>>();
+    auto work = std::make_shared<Work>(Future<void>(state));
+    complete(*state, error);
     return work;
   }
-  queue_->push([this, state, run = std::move(run)] {
+  auto state = std::make_shared<weft::internal::FutureState<void>>();
+  auto work = std::make_shared<Work>(Future<void>(state));
+  queue_->push([this, state, run = std::move(run), body = std::move(body)] {
     {
       // Issued after an operation that runs on its caller's thread: keep issue order. No
       // deadline here because that operation has its own, which ends this wait too.
       std::unique_lock wait_lock(mu_);
       inline_done_.wait(wait_lock, [this] { return !inline_running_; });
     }
-    complete(*state, run_op(run), /*was_inline=*/false);
+    const std::exception_ptr error = run_op(run, body, /*queued=*/true);
+    {
+      // Before completing the Work: its waiter may destroy the group right after.
+      std::lock_guard done_lock(mu_);
+      --outstanding_;
+    }
+    complete(*state, error);
   });
   return work;
 }
 
-void ProcessGroup::complete(weft::internal::FutureState<void>& state, std::exception_ptr error,
-                            bool was_inline) {
+void ProcessGroup::finish_inline() {
   {
-    // Before completing the Work: its waiter may destroy the group right after.
     std::lock_guard done_lock(mu_);
     --outstanding_;
-    if (was_inline) inline_running_ = false;
+    inline_running_ = false;
   }
-  if (was_inline) inline_done_.notify_all();
+  inline_done_.notify_all();
+}
+
+void ProcessGroup::complete(weft::internal::FutureState<void>& state, std::exception_ptr error) {
   if (error) {
     state.set_exception(error);
   } else {
@@ -209,9 +225,10 @@ void ProcessGroup::complete(weft::internal::FutureState<void>& state, std::excep
   }
 }
 
-// Runs one operation on the queue thread; returns its error, or nullptr on success.
-std::exception_ptr ProcessGroup::run_op(const OpRun& run) {
-  {
+// Runs one operation, on the queue thread or inline; returns its error, or nullptr on success.
+std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body,
+                                        bool queued) {
+  if (queued) {  // an inline call checked just before, under the same lock as its issue
     std::lock_guard run_lock(mu_);
     if (!broken_.empty()) {
       return std::make_exception_ptr(GroupBroken("dist::" + std::string(run.op) + " on " +
@@ -228,7 +245,7 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run) {
     if (collective && internal::call_checks_enabled()) {
       internal::check_call(call.comm, *run.signature, run.seq, options_.name);
     }
-    run.body(call);
+    body(call);
     return nullptr;
   } catch (const PeerTimeout& e) {
     std::ostringstream msg;

@@ -30,7 +30,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "weft/base/deadline.h"
+#include "weft/base/function_ref.h"
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
 #include "weft/dist/internal/call_check.h"
@@ -187,15 +187,17 @@ class ProcessGroup {
     std::uint64_t seq;
     Seconds timeout;
     std::optional<internal::CallSignature> signature;  // set for collectives
-    std::function<void(const OpCall&)> body;
   };
-  std::exception_ptr run_op(const OpRun& run);
-  void complete(weft::internal::FutureState<void>& state, std::exception_ptr error,
-                bool was_inline);
-  // Queues `body`; collectives carry the signature debug mode compares across ranks.
+  std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body,
+                            bool queued);
+  void complete(weft::internal::FutureState<void>& state, std::exception_ptr error);
+  void finish_inline();
+  // Queues `body` (a copyable callable taking const OpCall&), or runs it right here for a
+  // blocking call on an idle group; collectives carry the signature debug mode compares
+  // across ranks. Defined in process_group.cc, where every operation calls it.
+  template <class Body>
   std::shared_ptr<Work> issue(const char* op, OpOptions options,
-                              std::optional<internal::CallSignature> signature,
-                              std::function<void(const OpCall&)> body);
+                              std::optional<internal::CallSignature> signature, Body body);
   void check_root(const char* op, int root) const;
   void check_reduce(const char* op, const Buffer& buf, ReduceOp op_kind) const;
   void check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const;
@@ -228,6 +230,9 @@ class ProcessGroup {
   bool inline_running_ = false;  // an operation runs on its caller's thread
   std::condition_variable inline_done_;
   std::unique_ptr<internal::OpQueue> queue_;
+  // What a blocking collective that succeeded on its caller's thread returns: completed,
+  // never written to, so one serves every such call (no allocation per operation).
+  std::shared_ptr<Work> completed_;
   // The transport's own collectives for the group of all its ranks (shm), else nullptr.
   std::unique_ptr<DirectCollectives> direct_;
 };

@@ -58,9 +58,20 @@ void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
 
 }  // namespace
 
+// The start of each slot: the step it holds (stored last, with release: a reader that sees
+// it sees the data) and the call. It shares its cache line with the first bytes of data, so
+// a reader polling for the step of a small message receives the message in the same
+// transfer, and nothing else crosses between cores.
+struct Collectives::SlotHeader {
+  std::atomic<std::uint32_t> step;
+  std::uint32_t unused;
+  Call call;
+};
+
 namespace {
-constexpr std::size_t kSlotHeader = 16;  // the call shares the first cache line with the data
-static_assert(sizeof(Collectives::Call) <= kSlotHeader);
+constexpr std::size_t kSlotHeader = 32;  // data follows, 32-byte aligned
+constexpr std::size_t kSlotStride = Collectives::kSlotBytes + 64;  // slots start on a line
+static_assert(kSlotHeader + Collectives::kSlotBytes <= kSlotStride);
 
 const char* op_name(std::uint8_t op) {
   static const char* const names[] = {"barrier", "broadcast", "reduce", "all_reduce",
@@ -75,7 +86,10 @@ std::string describe(const Collectives::Call& c) {
 }
 }  // namespace
 
-std::size_t Collectives::region_bytes() { return sizeof(Line) + kSlots * (kSlotHeader + kSlotBytes); }
+std::size_t Collectives::region_bytes() {
+  static_assert(sizeof(SlotHeader) <= kSlotHeader);
+  return sizeof(Line) + kSlots * kSlotStride;
+}
 
 void Collectives::wake_all(const std::vector<std::byte*>& regions) {
   for (std::byte* region : regions) {
@@ -88,7 +102,8 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
     : regions_(std::move(regions)),
       rank_(rank),
       job_ranks_(std::move(job_ranks)),
-      check_peer_(std::move(check_peer)) {
+      check_peer_(std::move(check_peer)),
+      known_(regions_.size(), 0) {
   cpu_set_t cpus;
   const bool known = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0;
   const bool oversubscribed = known && CPU_COUNT(&cpus) < job_size;
@@ -119,12 +134,16 @@ Collectives::Line& Collectives::line(int rank) const {
 }
 
 std::byte* Collectives::slot(int rank, std::uint32_t step) const {
-  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) +
-         (step % kSlots) * (kSlotHeader + kSlotBytes) + kSlotHeader;
+  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotStride +
+         kSlotHeader;
+}
+
+Collectives::SlotHeader& Collectives::header(int rank, std::uint32_t step) const {
+  return *reinterpret_cast<SlotHeader*>(slot(rank, step) - kSlotHeader);
 }
 
 Collectives::Call& Collectives::call_of(int rank, std::uint32_t step) const {
-  return *reinterpret_cast<Call*>(slot(rank, step) - kSlotHeader);
+  return header(rank, step).call;
 }
 
 void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
@@ -151,23 +170,40 @@ std::byte* Collectives::begin_step(Deadline deadline) {
 }
 
 void Collectives::publish() {
+  header(rank_, step_).step.store(step_, std::memory_order_release);
   Line& mine = line(rank_);
-  // seq_cst on both sides (here and in wait_for): a sleeper counts itself before re-reading
+  // seq_cst on both sides (here and in wait_long): a sleeper counts itself before re-reading
   // `published`, so either it sees the new step or we see it and wake it.
   mine.published.store(step_, std::memory_order_seq_cst);
   if (mine.waiters.load(std::memory_order_seq_cst) > 0) futex_wake(mine.published);
 }
 
+// A rank's slot for step t holds t once it is published there (or a later step that reuses
+// the slot, which also means t was published), so polling that slot's header answers the
+// question, and for a small message brings the data along. known_ remembers what was seen:
+// the reuse wait of begin_step is then mostly answered without reading anything.
 void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
-  Line& l = line(rank);
-  for (int i = 0; i < spin_checks_; ++i) {
-    if (reached(l.published.load(std::memory_order_acquire), step)) return;
+  std::uint32_t& known = known_[static_cast<std::size_t>(rank)];
+  if (reached(known, step)) return;
+  const std::atomic<std::uint32_t>& at = header(rank, step).step;
+  for (int i = 0;; ++i) {
+    if (reached(at.load(std::memory_order_acquire), step)) break;
+    if (i >= spin_checks_) {
+      wait_long(rank, step, deadline);
+      break;
+    }
     cpu_relax();
   }
+  known = step;
+}
+
+void Collectives::wait_long(int rank, std::uint32_t step, Deadline deadline) {
+  Line& l = line(rank);
+  const std::atomic<std::uint32_t>& at = header(rank, step).step;
   const auto start = Clock::now();
   for (;;) {
     const std::uint32_t seen = l.published.load(std::memory_order_acquire);
-    if (reached(seen, step)) return;
+    if (reached(seen, step) || reached(at.load(std::memory_order_acquire), step)) return;
     check_peer_(job_rank(rank));
     if (deadline.expired()) {
       throw PeerTimeout(job_rank(rank),
@@ -225,11 +261,22 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
   }
 }
 
+// With a core per rank every rank waits for every other (one hop). With more ranks than
+// cores, rank 0 collects the arrivals and then releases the others in a second step: a
+// waiting rank then needs one rank to have run, not all, and rank 0 leaves first, so an
+// operation it starts right after (a broadcast from it, say) is under way before the
+// others return. Measured in docs/COLLECTIVES.md.
 void Collectives::barrier(Deadline deadline) {
   start(Op::kBarrier, 0, DType::kUInt8, -1);
   begin_step(deadline);
   publish();
-  wait_all(step_, deadline, /*check=*/true);
+  if (spin_checks_ > 0 || rank_ == 0) wait_all(step_, deadline, /*check=*/true);
+  if (spin_checks_ > 0) return;
+  begin_step(deadline);
+  publish();
+  if (rank_ == 0) return;
+  wait_for(0, step_, deadline);
+  check_same_call(0, step_);
 }
 
 void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {

@@ -51,8 +51,8 @@ class Collectives final : public DirectCollectives {
   void all_to_all(Buffer out, Buffer in, Deadline deadline) override;
   void barrier(Deadline deadline) override;
 
-  // What a step belongs to, in the 16 bytes before each slot's data (the same cache line as a
-  // small message, so checking it costs no extra transfer): readers compare the
+  // What a step belongs to, in each slot's header (the cache line that also holds the step
+  // number and a small message, so checking it costs no extra transfer): readers compare the
   // peer's with their own, so ranks making different calls fail at once instead of reading
   // each other's data as their own (or drifting apart in their step counts).
   struct Call {
@@ -64,11 +64,13 @@ class Collectives final : public DirectCollectives {
 
  private:
   struct Line;
+  struct SlotHeader;
   enum class Op : std::uint8_t {
     kBarrier, kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kAllToAll
   };
   void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
   void start_on_own_cpu(const cpu_set_t& allowed);
+  SlotHeader& header(int rank, std::uint32_t step) const;
   Call& call_of(int rank, std::uint32_t step) const;
   // InvalidArgument naming both calls unless `rank`'s step `step` belongs to the same call.
   void check_same_call(int rank, std::uint32_t step) const;
@@ -81,6 +83,8 @@ class Collectives final : public DirectCollectives {
   void publish();
   // Until `rank` (every other rank) has published `step`.
   void wait_for(int rank, std::uint32_t step, Deadline deadline);
+  // wait_for's slow path: yields, then sleeps on `rank`'s line.
+  void wait_long(int rank, std::uint32_t step, Deadline deadline);
   // check: compare each rank's call for that step with ours (not for the reuse wait).
   void wait_all(std::uint32_t step, Deadline deadline, bool check);
   // The per-block chunk (in elements) when a slot holds one per rank.
@@ -99,6 +103,7 @@ class Collectives final : public DirectCollectives {
   std::function<void(int)> check_peer_;
   int spin_checks_;          // 0 when there are more ranks than this process's cores
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
+  std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
   Call call_;               // the operation running now
 };
 
