@@ -39,9 +39,12 @@ class Collectives final : public DirectCollectives {
   // zero-filled at creation, and `job_ranks[r]` its rank in the job (errors name job ranks).
   // `check_peer(job_rank)` throws PeerError if the job aborted or that rank died. Whether
   // ranks outnumber cores (then waits do not spin) is judged on the job's `job_size`; the
-  // engine of the whole job also starts each rank on a CPU of its own.
+  // engine of the whole job also starts each rank on a CPU of its own. `pids`, unless empty,
+  // are the group ranks' process ids, every one of which may read the others' memory with
+  // process_vm_readv: mid-sized all-reduces and broadcasts then copy straight between the
+  // ranks' buffers (one copy instead of two through the slots).
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, int job_size,
-              std::function<void(int)> check_peer);
+              std::function<void(int)> check_peer, std::vector<int> pids = {});
 
   void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) override;
   void broadcast(Buffer buf, int root, Deadline deadline) override;
@@ -96,6 +99,14 @@ class Collectives final : public DirectCollectives {
                             DType dtype, ReduceOp op) const;
   void all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline);
   void all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline);
+  void all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadline);
+  void broadcast_single_copy(Buffer buf, int root, Deadline deadline);
+  // Starts a step publishing this rank's `buf` address; returns every rank's (single copy).
+  std::vector<std::uint64_t> exchange_addresses(const Buffer& buf, Deadline deadline);
+  // Copies `bytes` from `address` in `rank`'s process into `into` (process_vm_readv).
+  void read_peer(int rank, std::uint64_t address, std::byte* into, std::size_t bytes) const;
+  // An empty step every rank waits for: nobody returns while a peer may still read its buffer.
+  void wait_until_all_done(Deadline deadline);
 
   std::vector<std::byte*> regions_;
   int rank_;
@@ -104,6 +115,8 @@ class Collectives final : public DirectCollectives {
   int spin_checks_;          // 0 when there are more ranks than this process's cores
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
+  std::vector<int> pids_;             // by group rank; empty: no single-copy algorithms
+  std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
   Call call_;               // the operation running now
 };
 

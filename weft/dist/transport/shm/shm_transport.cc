@@ -1,5 +1,6 @@
 #include "weft/dist/transport/shm/shm_transport.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@ struct alignas(64) Control {
   std::uint32_t world_size;
   std::uint64_t ring_bytes;
   std::int32_t pid;
+  std::uint64_t self_address;  // where this segment is mapped in its owner (single-copy probe)
 };
 
 // One single-producer, single-consumer byte ring; the data follows the header.
@@ -96,6 +98,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   me.world_size = static_cast<std::uint32_t>(world_size);
   me.ring_bytes = options_.ring_bytes;
   me.pid = ::getpid();
+  me.self_address = reinterpret_cast<std::uintptr_t>(&me);
   store_->set(key("name", rank), segments_[static_cast<std::size_t>(rank)].name());
   for (int p = 0; p < world_size; ++p) {
     if (p == rank) continue;
@@ -107,18 +110,22 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
                       "(different weft builds or options)");
     }
   }
+  // Counted before "mapped", so the count is complete once every rank has mapped.
+  store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
   store_->wait({"shm/all_mapped"}, options_.connect_timeout);
   segments_[static_cast<std::size_t>(rank)].unlink();
+  single_copy_ = store_->add("shm/single_copy", 0) == world_size;
   for (int p = 0; p < world_size; ++p) {
     send_mu_.push_back(std::make_unique<std::mutex>());
     inbound_.push_back(std::make_unique<Inbound>());
   }
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
-  collectives_ = std::make_unique<shm::Collectives>(
-      collective_regions(), rank_, everyone, world_size_, [this](int peer) { check_peer(peer); });
+  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone,
+                                                    world_size_, [this](int peer) { check_peer(peer); },
+                                                    pids_for(everyone));
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -178,7 +185,36 @@ std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(
   }
   if (me < 0) return nullptr;
   return std::make_unique<shm::Collectives>(group_regions, me, members, world_size_,
-                                            [this](int peer) { check_peer(peer); });
+                                            [this](int peer) { check_peer(peer); },
+                                            pids_for(members));
+}
+
+// Reads each peer's magic number out of the peer's own address space: process_vm_readv works
+// between processes of one user unless a ptrace policy (Yama, a container's seccomp profile)
+// forbids it, and the engine's single-copy algorithms need it between every pair.
+bool ShmTransport::can_read_peers() const {
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_) continue;
+    const Control& c = control(p);
+    const auto magic_offset = reinterpret_cast<const std::byte*>(&c.magic) -
+                              reinterpret_cast<const std::byte*>(&c);
+    std::uint32_t magic = 0;
+    iovec local{&magic, sizeof magic};
+    iovec remote{reinterpret_cast<void*>(c.self_address + static_cast<std::uint64_t>(magic_offset)),
+                 sizeof magic};
+    if (::process_vm_readv(c.pid, &local, 1, &remote, 1, 0) != sizeof magic ||
+        magic != shm::kMagic) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<int> ShmTransport::pids_for(const std::vector<int>& ranks) const {
+  std::vector<int> pids;
+  if (!single_copy_) return pids;
+  for (int r : ranks) pids.push_back(control(r).pid);
+  return pids;
 }
 
 void ShmTransport::check_peer(int peer) {

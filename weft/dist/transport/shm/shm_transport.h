@@ -77,6 +77,10 @@ class ShmTransport final : public Transport {
   void drain_loop();
   bool drain(int from, Inbound& in);
   void check_peers();
+  // Whether this rank can read every peer's memory with process_vm_readv.
+  bool can_read_peers() const;
+  // The processes of `ranks` when every rank can read every other's memory, else empty.
+  std::vector<int> pids_for(const std::vector<int>& ranks) const;
 
   int rank_;
   int world_size_;
@@ -92,6 +96,7 @@ class ShmTransport final : public Transport {
   std::atomic<bool> closing_{false};
   std::atomic<bool> aborted_{false};
   std::unique_ptr<DirectCollectives> collectives_;
+  bool single_copy_ = false;  // every rank can read every other's memory (process_vm_readv)
   std::thread drainer_;
 };
 
