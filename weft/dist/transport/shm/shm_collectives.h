@@ -4,11 +4,14 @@
 //   1. waits until every rank has published step s - kSlots + 2 (a step reads the slots of
 //      itself and of the step before, and a rank publishes t + 1 only after finishing its
 //      reads of step t: so nobody still reads slot s % kSlots),
-//   2. writes what the others need into its slot s % kSlots and publishes s,
+//   2. writes what the others need into its slot s % kSlots and publishes s (in the slot's
+//      header, and in its line for sleepers),
 //   3. waits for the ranks it reads from to publish s, and reads their slots directly.
-// Small messages are one step (a few cache-line transfers, no system call); large ones are
-// chunked through the slots so that chunks stay in cache while they cross between cores,
-// and reductions run in rank order (identical results everywhere). Waiting spins, then
+// Small messages are one step (one cache-line transfer per peer, no system call); large ones
+// are chunked through the slots so that chunks stay in cache while they cross between cores;
+// mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
+// the processes may read each other's memory. Reductions run in rank order (identical
+// results everywhere). Waiting spins, then
 // yields, then sleeps on a futex (docs/COLLECTIVES.md has the layout, the algorithm table
 // and the measurements behind the constants).
 #pragma once
