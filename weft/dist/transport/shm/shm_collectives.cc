@@ -42,8 +42,6 @@ constexpr int kSpinChecks = 100;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
-// Broadcast chunks: measured in docs/COLLECTIVES.md (64 KiB: 6.8-7.0 GB/s in one chunk,
-// 7.8-8.1 in four).
 // Single copy (process_vm_readv) in the range of sizes where it measured faster than the
 // slots, and only with a core per rank (docs/COLLECTIVES.md).
 constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
@@ -51,6 +49,8 @@ constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{256} << 10;  // scratch stays in L2
+// Broadcast chunks through the slots: measured in docs/COLLECTIVES.md (64 KiB: 6.8-7.0 GB/s
+// in one chunk, 7.8-8.1 in four).
 constexpr std::size_t kBroadcastPieces = 4;
 constexpr std::size_t kMinBroadcastChunk = std::size_t{16} << 10;
 
