@@ -3,9 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <memory>
 #include <mutex>
-#include <vector>
 
 #include "weft/kernels/parallel.h"
 
@@ -21,7 +19,8 @@ void ensure_default_threads() {
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
-constexpr std::int64_t kRowGrain = 128;  // rows per share at least
+constexpr std::int64_t kRowGrain = 128;     // rows per share at least
+constexpr std::int64_t kFeatureGrain = 64;  // rows of dW per share at least
 
 }  // namespace
 
@@ -47,10 +46,11 @@ void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
               b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-// With several threads, the rows (tokens) are split between them, each running a
-// single-threaded product on its share: for the tall, narrow products of training this
-// scales better than OpenBLAS's own threading (docs/PERFORMANCE.md). dW sums over the rows,
-// so each share's part goes to its own buffer and the parts are added in share order.
+// With several threads each runs a single-threaded product on its share: for the tall,
+// narrow products of training this scales better than OpenBLAS's own threading
+// (docs/PERFORMANCE.md). y and dx split the rows (tokens); dW splits its own rows (output
+// features), each share summing over every token, so no partial sums are needed and the
+// result does not depend on the number of threads.
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out) {
@@ -61,34 +61,17 @@ void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_
 
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int64_t rows,
-                     std::int64_t in, std::int64_t out) {
+                     std::int64_t in, std::int64_t out, bool accumulate_dx) {
   if (dx != nullptr) {
+    const T beta = accumulate_dx ? T(1) : T(0);
     parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
-      gemm<T>(false, false, end - first, in, out, T(1), dy + first * out, out, w, in, T(0),
+      gemm<T>(false, false, end - first, in, out, T(1), dy + first * out, out, w, in, beta,
               dx + first * in, in);
     });
   }
-  const int shares = static_cast<int>(std::min<std::int64_t>(threads(), rows / kRowGrain));
-  if (shares <= 1) {
-    gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dw, in);
-    return;
-  }
-  // Uninitialised: the products below overwrite them (beta = 0).
-  std::vector<std::unique_ptr<T[]>> parts(static_cast<std::size_t>(shares));
-  parallel_for(shares, 1, [&](std::int64_t s0, std::int64_t s1) {
-    for (std::int64_t s = s0; s < s1; ++s) {
-      const std::int64_t first = rows * s / shares, end = rows * (s + 1) / shares;
-      auto& part = parts[static_cast<std::size_t>(s)];
-      part.reset(new T[static_cast<std::size_t>(out * in)]);
-      gemm<T>(true, false, out, in, end - first, T(1), dy + first * out, out, x + first * in, in,
-              T(0), part.get(), in);
-    }
-  });
-  // Each element sums the parts in share order, whichever thread adds it.
-  parallel_for(out * in, 1 << 14, [&](std::int64_t first, std::int64_t end) {
-    for (const auto& part : parts) {
-      for (std::int64_t i = first; i < end; ++i) dw[i] += part[static_cast<std::size_t>(i)];
-    }
+  parallel_for(out, kFeatureGrain, [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(true, false, end - first, in, rows, T(1), dy + first, out, x, in, T(1), dw + first * in,
+            in);
   });
 }
 
@@ -107,8 +90,8 @@ template void linear_forward<float>(const float*, const float*, float*, std::int
 template void linear_forward<double>(const double*, const double*, double*, std::int64_t,
                                      std::int64_t, std::int64_t);
 template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
-                                     std::int64_t, std::int64_t, std::int64_t);
+                                     std::int64_t, std::int64_t, std::int64_t, bool);
 template void linear_backward<double>(const double*, const double*, const double*, double*,
-                                      double*, std::int64_t, std::int64_t, std::int64_t);
+                                      double*, std::int64_t, std::int64_t, std::int64_t, bool);
 
 }  // namespace weft::kernels

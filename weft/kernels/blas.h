@@ -17,10 +17,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out);
-// dx[rows, in] = dy W (overwritten; skipped when dx is null), dW[out, in] += dy^T x.
+// dx[rows, in] = dy W (added to dx when accumulate_dx, else overwritten; skipped when dx is
+// null), dW[out, in] += dy^T x.
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int64_t rows,
-                     std::int64_t in, std::int64_t out);
+                     std::int64_t in, std::int64_t out, bool accumulate_dx = false);
 
 // OpenBLAS's own threads (1 per rank by default: weft parallelises around it).
 void set_blas_threads(int threads);

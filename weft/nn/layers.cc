@@ -24,12 +24,8 @@ void Linear::forward(const float* x, float* y, std::int64_t rows) const {
 
 void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t rows,
                       bool accumulate_dx) {
-  const float* w = weight_.value.data<float>();
-  if (dx != nullptr) {
-    kernels::gemm<float>(false, false, rows, in_, out_, 1.0f, dy, out_, w, in_,
-                         accumulate_dx ? 1.0f : 0.0f, dx, in_);
-  }
-  kernels::linear_backward<float>(dy, x, w, nullptr, weight_.grad.data<float>(), rows, in_, out_);
+  kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), dx,
+                                  weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
 }
 
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
