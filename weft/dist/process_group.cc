@@ -171,25 +171,30 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
                       ": the group is unusable after an earlier failure (" + broken_ +
                       "); create a new process group");
   }
+  // A blocking call on an idle group runs right here: handing it to the queue thread and
+  // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
+  const bool run_here = t_blocking_group == this && outstanding_ == 0;
+  std::shared_ptr<weft::internal::FutureState<void>> state;
+  std::shared_ptr<Work> work;
+  if (!run_here) {  // before the counts below, which a failed allocation must not change
+    state = std::make_shared<weft::internal::FutureState<void>>();
+    work = std::make_shared<Work>(Future<void>(state));
+  }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
   OpRun run{op, seq, timeout, std::move(signature)};
   ++outstanding_;
-  if (t_blocking_group == this && outstanding_ == 1) {
-    // A blocking call on an idle group runs right here: handing it to the queue thread and
-    // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
+  if (run_here) {
     inline_running_ = true;
     lock.unlock();
     const std::exception_ptr error = run_op(run, body, /*queued=*/false);
     finish_inline();
     if (!error && run.signature) return completed_;
-    auto state = std::make_shared<weft::internal::FutureState<void>>();
-    auto work = std::make_shared<Work>(Future<void>(state));
+    state = std::make_shared<weft::internal::FutureState<void>>();
+    work = std::make_shared<Work>(Future<void>(state));
     complete(*state, error);
     return work;
   }
-  auto state = std::make_shared<weft::internal::FutureState<void>>();
-  auto work = std::make_shared<Work>(Future<void>(state));
   queue_->push([this, state, run = std::move(run), body = std::move(body)] {
     {
       // Issued after an operation that runs on its caller's thread: keep issue order. No

@@ -112,21 +112,21 @@ void Collectives::wake_all(const std::vector<std::byte*>& regions) {
 }
 
 Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks,
-                         int job_size, std::function<void(int)> check_peer, std::vector<int> pids)
+                         JobFacts job, std::function<void(int)> check_peer, std::vector<int> pids)
     : regions_(std::move(regions)),
       rank_(rank),
       job_ranks_(std::move(job_ranks)),
       check_peer_(std::move(check_peer)),
+      spin_checks_(job.oversubscribed ? 0 : kSpinChecks),
       known_(regions_.size(), 0),
+      // With more ranks than cores, a reader waits for the rank it reads from to be scheduled
+      // and the owner waits for every reader: the slots' pipelining measured faster.
+      single_copy_(job.single_copy && !job.oversubscribed),
       pids_(std::move(pids)) {
   cpu_set_t cpus;
-  const bool known = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0;
-  const bool oversubscribed = known && CPU_COUNT(&cpus) < job_size;
-  spin_checks_ = oversubscribed ? 0 : kSpinChecks;
-  // With more ranks than cores, a reader waits for the rank it reads from to be scheduled
-  // and the owner waits for every reader: the slots' pipelining measured faster.
-  if (oversubscribed) pids_.clear();
-  if (known && !oversubscribed && size() == job_size) start_on_own_cpu(cpus);
+  if (!job.oversubscribed && size() == job.size && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
+    start_on_own_cpu(cpus);
+  }
 }
 
 // Ranks forked by one launcher start on the same CPU, and since waiting ranks spin and yield
@@ -303,7 +303,7 @@ void Collectives::barrier(Deadline deadline) {
 void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
   start(Op::kBroadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
-  if (!pids_.empty() && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
+  if (single_copy_ && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
     broadcast_single_copy(buf, root, deadline);
     return;
   }
@@ -343,7 +343,7 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
   if (size() == 1 || buf.count == 0) return;
   if (buf.size_bytes() <= kOneStepAllReduceMax) {
     all_reduce_one_step(buf, op, deadline);
-  } else if (!pids_.empty() && buf.size_bytes() >= kSingleCopyAllReduceMin &&
+  } else if (single_copy_ && buf.size_bytes() >= kSingleCopyAllReduceMin &&
              buf.size_bytes() <= kSingleCopyAllReduceMax) {
     all_reduce_single_copy(buf, op, deadline);
   } else {

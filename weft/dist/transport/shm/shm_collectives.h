@@ -38,16 +38,23 @@ class Collectives final : public DirectCollectives {
   // used when the job aborts.
   static void wake_all(const std::vector<std::byte*>& regions);
 
+  // What every rank of the job agreed on at start-up (through the store), so that all ranks
+  // pick the same algorithms: an operation's number of steps depends on these.
+  struct JobFacts {
+    int size = 1;                 // ranks in the job
+    bool oversubscribed = false;  // some rank has fewer allowed CPUs than the job has ranks
+    bool single_copy = false;     // every rank can read every other's memory (process_vm_readv)
+  };
+
   // A group of the job's ranks: `regions[r]` is group rank r's region, mapped here and
-  // zero-filled at creation, and `job_ranks[r]` its rank in the job (errors name job ranks).
-  // `check_peer(job_rank)` throws PeerError if the job aborted or that rank died. Whether
-  // ranks outnumber cores (then waits do not spin) is judged on the job's `job_size`; the
-  // engine of the whole job also starts each rank on a CPU of its own. `pids`, unless empty,
-  // are the group ranks' process ids, every one of which may read the others' memory with
-  // process_vm_readv: mid-sized all-reduces and broadcasts then copy straight between the
-  // ranks' buffers (one copy instead of two through the slots).
-  Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, int job_size,
-              std::function<void(int)> check_peer, std::vector<int> pids = {});
+  // zero-filled at creation, `job_ranks[r]` its rank in the job (errors name job ranks) and
+  // `pids[r]` its process. `check_peer(job_rank)` throws PeerError if the job aborted or that
+  // rank died. With more ranks than cores, waits do not spin, barriers are released by rank
+  // 0 and nothing is single-copy; otherwise the engine of the whole job starts each rank on a
+  // CPU of its own, and with single copy, mid-sized all-reduces and broadcasts copy straight
+  // between the ranks' buffers (one copy instead of two through the slots).
+  Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
+              std::function<void(int)> check_peer, std::vector<int> pids);
 
   void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) override;
   void broadcast(Buffer buf, int root, Deadline deadline) override;
@@ -115,10 +122,11 @@ class Collectives final : public DirectCollectives {
   int rank_;
   std::vector<int> job_ranks_;
   std::function<void(int)> check_peer_;
-  int spin_checks_;          // 0 when there are more ranks than this process's cores
+  int spin_checks_;          // 0 when the job has more ranks than cores
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
-  std::vector<int> pids_;             // by group rank; empty: no single-copy algorithms
+  bool single_copy_;                  // the single-copy algorithms are in use
+  std::vector<int> pids_;             // by group rank
   std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
   Call call_;               // the operation running now
 };

@@ -1,5 +1,6 @@
 #include "weft/dist/transport/shm/shm_transport.h"
 
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -110,22 +111,29 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
                       "(different weft builds or options)");
     }
   }
-  // Counted before "mapped", so the count is complete once every rank has mapped.
+  // Counted before "mapped", so the counts are complete once every rank has mapped: every
+  // rank then reads the same facts, and its engines pick the same algorithms.
   store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
+  cpu_set_t cpus;
+  const bool few_cpus = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+                        CPU_COUNT(&cpus) < world_size;
+  store_->add("shm/oversubscribed", few_cpus ? 1 : 0);
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
   store_->wait({"shm/all_mapped"}, options_.connect_timeout);
   segments_[static_cast<std::size_t>(rank)].unlink();
-  single_copy_ = store_->add("shm/single_copy", 0) == world_size;
+  job_.size = world_size;
+  job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
+  job_.oversubscribed = store_->add("shm/oversubscribed", 0) > 0;
   for (int p = 0; p < world_size; ++p) {
     send_mu_.push_back(std::make_unique<std::mutex>());
     inbound_.push_back(std::make_unique<Inbound>());
   }
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
-  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone,
-                                                    world_size_, [this](int peer) { check_peer(peer); },
-                                                    pids_for(everyone));
+  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone, job_,
+                                                    [this](int peer) { check_peer(peer); },
+                                                    pids_of(everyone));
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -184,9 +192,9 @@ std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(
     if (members[i] == rank_) me = static_cast<int>(i);
   }
   if (me < 0) return nullptr;
-  return std::make_unique<shm::Collectives>(group_regions, me, members, world_size_,
+  return std::make_unique<shm::Collectives>(group_regions, me, members, job_,
                                             [this](int peer) { check_peer(peer); },
-                                            pids_for(members));
+                                            pids_of(members));
 }
 
 // Reads each peer's magic number out of the peer's own address space: process_vm_readv works
@@ -210,9 +218,8 @@ bool ShmTransport::can_read_peers() const {
   return true;
 }
 
-std::vector<int> ShmTransport::pids_for(const std::vector<int>& ranks) const {
+std::vector<int> ShmTransport::pids_of(const std::vector<int>& ranks) const {
   std::vector<int> pids;
-  if (!single_copy_) return pids;
   for (int r : ranks) pids.push_back(control(r).pid);
   return pids;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "weft/dist/transport/mailbox.h"
+#include "weft/dist/transport/shm/shm_collectives.h"
 #include "weft/dist/transport/shm/shm_segment.h"
 #include "weft/dist/transport/transport.h"
 #include "weft/store/store.h"
@@ -79,8 +80,7 @@ class ShmTransport final : public Transport {
   void check_peers();
   // Whether this rank can read every peer's memory with process_vm_readv.
   bool can_read_peers() const;
-  // The processes of `ranks` when every rank can read every other's memory, else empty.
-  std::vector<int> pids_for(const std::vector<int>& ranks) const;
+  std::vector<int> pids_of(const std::vector<int>& ranks) const;
 
   int rank_;
   int world_size_;
@@ -96,7 +96,7 @@ class ShmTransport final : public Transport {
   std::atomic<bool> closing_{false};
   std::atomic<bool> aborted_{false};
   std::unique_ptr<DirectCollectives> collectives_;
-  bool single_copy_ = false;  // every rank can read every other's memory (process_vm_readv)
+  shm::Collectives::JobFacts job_;  // agreed by every rank at start-up
   std::thread drainer_;
 };
 
