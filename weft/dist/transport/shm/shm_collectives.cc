@@ -4,14 +4,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "weft/base/simd.h"
 #include "weft/dist/transport/shm/futex.h"
 #include "weft/dist/transport/transport.h"
 
@@ -42,10 +42,8 @@ constexpr int kSpinChecks = 100;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
-// Single copy (process_vm_readv) in the range of sizes where it measured faster than the
+// Single copy (process_vm_readv) for the all-reduce sizes where it measured faster than the
 // slots, and only with a core per rank (docs/COLLECTIVES.md).
-constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
-constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{256} << 10;  // scratch stays in L2
@@ -66,8 +64,42 @@ void cpu_relax() {
 #endif
 }
 
+// Copies to and from the slots. glibc's memcpy moves blocks of this size with `rep movsb`,
+// which on this machine's AMD cores ran at 1.6-2 GB/s in about half of all jobs (it depends
+// on where the pages land) against 22-24 GB/s for plain vector moves (docs/COLLECTIVES.md).
+// GCC must not turn the loop back into a memcpy call.
+#if defined(__GNUC__) && !defined(__clang__)
+#define WEFT_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define WEFT_NO_MEMCPY_IDIOM
+#endif
+using Block = char __attribute__((vector_size(64), aligned(1)));
+
+WEFT_NO_MEMCPY_IDIOM WEFT_VECTOR_CLONES
+void copy_vectors(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  std::size_t i = 0;
+  for (; i + sizeof(Block) <= bytes; i += sizeof(Block)) {
+    Block block;
+    __builtin_memcpy(&block, src + i, sizeof(Block));
+    __builtin_memcpy(dst + i, &block, sizeof(Block));
+  }
+  if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
+}
+
+// Below glibc's `rep movsb` threshold its memcpy is the quickest (and small messages are the
+// latency-critical ones).
+constexpr std::size_t kVectorCopyMin = 2048;
+
+void copy_chunk(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (bytes < kVectorCopyMin) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    copy_vectors(dst, src, bytes);
+  }
+}
+
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+  if (dst != src && bytes > 0) copy_chunk(dst, src, bytes);
 }
 
 }  // namespace
@@ -83,9 +115,13 @@ struct Collectives::SlotHeader {
 };
 
 namespace {
-constexpr std::size_t kSlotHeader = 32;  // data follows, 32-byte aligned
-constexpr std::size_t kSlotStride = Collectives::kSlotBytes + 64;  // slots start on a line
-static_assert(kSlotHeader + Collectives::kSlotBytes <= kSlotStride);
+// A slot: its header (32 bytes) and, on the same cache line, the start of a small message;
+// larger payloads start on the next line, where the vector copies run aligned (a copy 32
+// bytes off the line measured 6-13 GB/s against 22-24 aligned: docs/COLLECTIVES.md).
+constexpr std::size_t kSlotHeader = 32;
+constexpr std::size_t kBulkAt = 64;
+constexpr std::size_t kSlotStride = kBulkAt + Collectives::kSlotBytes;
+static_assert(kSlotHeader + kVectorCopyMin <= kSlotStride);
 
 const char* op_name(std::uint8_t op) {
   static const char* const names[] = {"barrier", "broadcast", "reduce", "all_reduce",
@@ -151,13 +187,20 @@ Collectives::Line& Collectives::line(int rank) const {
   return *reinterpret_cast<Line*>(regions_[static_cast<std::size_t>(rank)]);
 }
 
+std::byte* Collectives::slot_start(int rank, std::uint32_t step) const {
+  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotStride;
+}
+
 std::byte* Collectives::slot(int rank, std::uint32_t step) const {
-  return regions_[static_cast<std::size_t>(rank)] + sizeof(Line) + (step % kSlots) * kSlotStride +
-         kSlotHeader;
+  return slot_start(rank, step) + kBulkAt;
+}
+
+std::byte* Collectives::payload(int rank, std::uint32_t step, std::size_t bytes) const {
+  return bytes < kVectorCopyMin ? slot_start(rank, step) + kSlotHeader : slot(rank, step);
 }
 
 Collectives::SlotHeader& Collectives::header(int rank, std::uint32_t step) const {
-  return *reinterpret_cast<SlotHeader*>(slot(rank, step) - kSlotHeader);
+  return *reinterpret_cast<SlotHeader*>(slot_start(rank, step));
 }
 
 Collectives::Call& Collectives::call_of(int rank, std::uint32_t step) const {
@@ -275,7 +318,7 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
     }
     for (int q = 2; q < size(); ++q) reduce_into(acc, src(q) + at, n, dtype, op);
     copy_bytes(out + at, acc, n * esz);
-    if (also_out != nullptr) std::memcpy(also_out + at, acc, n * esz);
+    if (also_out != nullptr) copy_chunk(also_out + at, acc, n * esz);
   }
 }
 
@@ -303,21 +346,17 @@ void Collectives::barrier(Deadline deadline) {
 void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
   start(Op::kBroadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
-  if (single_copy_ && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
-    broadcast_single_copy(buf, root, deadline);
-    return;
-  }
   const std::size_t piece = (total / kBroadcastPieces + 63) / 64 * 64;
   const std::size_t chunk = std::clamp(piece, kMinBroadcastChunk, kSlotBytes);
   for (std::size_t off = 0; off < total; off += chunk) {
     const std::size_t len = std::min(chunk, total - off);
-    std::byte* mine = begin_step(deadline);
-    if (rank_ == root) std::memcpy(mine, buf.bytes() + off, len);
+    begin_step(deadline);
+    if (rank_ == root) copy_chunk(payload(rank_, step_, len), buf.bytes() + off, len);
     publish();
     if (rank_ == root) continue;
     wait_for(root, step_, deadline);
     check_same_call(root, step_);
-    std::memcpy(buf.bytes() + off, slot(root, step_), len);
+    copy_chunk(buf.bytes() + off, payload(root, step_, len), len);
   }
 }
 
@@ -327,14 +366,15 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
   const std::size_t chunk = kSlotBytes / esz;
   for (std::size_t first = 0; first < buf.count; first += chunk) {
     const std::size_t count = std::min(chunk, buf.count - first);
-    std::byte* mine = begin_step(deadline);
-    std::memcpy(mine, buf.bytes() + first * esz, count * esz);
+    const std::size_t bytes = count * esz;
+    begin_step(deadline);
+    copy_chunk(payload(rank_, step_, bytes), buf.bytes() + first * esz, bytes);
     publish();
     if (rank_ != root) continue;
     wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
-    reduce_in_rank_order(buf.bytes() + first * esz, nullptr, [&](int q) { return slot(q, s); },
-                         count, buf.dtype, op);
+    reduce_in_rank_order(buf.bytes() + first * esz, nullptr,
+                         [&](int q) { return payload(q, s, bytes); }, count, buf.dtype, op);
   }
 }
 
@@ -353,13 +393,14 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
 
 // Every rank publishes its whole buffer and reduces all of them: one step, n reads each.
 void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline) {
-  std::byte* mine = begin_step(deadline);
-  std::memcpy(mine, buf.data, buf.size_bytes());
+  const std::size_t bytes = buf.size_bytes();
+  begin_step(deadline);
+  copy_chunk(payload(rank_, step_, bytes), buf.bytes(), bytes);
   publish();
   wait_all(step_, deadline, /*check=*/true);
   const std::uint32_t s = step_;
-  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return slot(q, s); }, buf.count,
-                       buf.dtype, op);
+  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return payload(q, s, bytes); },
+                       buf.count, buf.dtype, op);
 }
 
 // Reduce-scatter then all-gather, chunk by chunk, one step per chunk: rank r owns slice r.
@@ -387,7 +428,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
     for (int q = 0; more && q < size(); ++q) {
       const auto [first, count] = range(q, at);
       if (q != rank_) {
-        std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
+        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
                     count * esz);
       }
     }
@@ -396,7 +437,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
     const std::uint32_t s = step_;
     for (int q = 0; waiting && q < size(); ++q) {
       const auto [first, count] = range(q, *waiting);
-      if (q != rank_) std::memcpy(buf.bytes() + first * esz, slot(q, s - 1) + reduced_at, count * esz);
+      if (q != rank_) copy_chunk(buf.bytes() + first * esz, slot(q, s - 1) + reduced_at, count * esz);
     }
     if (!more) return;
     const auto [own, own_count] = range(rank_, at);
@@ -450,26 +491,6 @@ void Collectives::wait_until_all_done(Deadline deadline) {
   wait_all(step_, deadline, /*check=*/true);
 }
 
-// The root publishes its buffer's address; every other rank copies the whole buffer out of
-// the root's memory in one process_vm_readv (the kernel copies page by page: one pass, no
-// staging), then says so; the root returns once every rank has.
-void Collectives::broadcast_single_copy(Buffer buf, int root, Deadline deadline) {
-  std::byte* mine = begin_step(deadline);
-  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buf.data);
-  std::memcpy(mine, &address, sizeof address);
-  publish();
-  if (rank_ != root) {
-    wait_for(root, step_, deadline);
-    check_same_call(root, step_);
-    std::uint64_t root_address = 0;
-    std::memcpy(&root_address, slot(root, step_), sizeof root_address);
-    read_peer(root, root_address, buf.bytes(), buf.size_bytes());
-  }
-  begin_step(deadline);
-  publish();
-  if (rank_ == root) wait_all(step_, deadline, /*check=*/true);
-}
-
 // Rank r owns slice r. Step 1 exchanges the buffers' addresses; then each rank copies the
 // others' parts of its slice into an L2-sized scratch, chunk by chunk, and reduces them with
 // its own in rank order into its buffer. Step 2 says the slices are reduced; each rank copies
@@ -520,7 +541,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline de
     };
     std::byte* mine = begin_step(deadline);
     for (int q = 0; q < size(); ++q) {
-      if (q != rank_) std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
+      if (q != rank_) copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
     }
     publish();
     wait_all(step_, deadline, /*check=*/true);
@@ -540,13 +561,13 @@ void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
   const std::size_t block = in.size_bytes();
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
-    std::byte* mine = begin_step(deadline);
-    std::memcpy(mine, in.bytes() + off, len);
+    begin_step(deadline);
+    copy_chunk(payload(rank_, step_, len), in.bytes() + off, len);
     publish();
     wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
       std::byte* dst = out.bytes() + static_cast<std::size_t>(q) * block + off;
-      copy_bytes(dst, q == rank_ ? in.bytes() + off : slot(q, step_), len);
+      copy_bytes(dst, q == rank_ ? in.bytes() + off : payload(q, step_, len), len);
     }
   }
 }
@@ -563,7 +584,7 @@ void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
     std::byte* mine = begin_step(deadline);
     for (int q = 0; q < size(); ++q) {
       if (q != rank_) {
-        std::memcpy(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
+        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
                     count * esz);
       }
     }
