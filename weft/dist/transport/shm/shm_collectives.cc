@@ -42,8 +42,10 @@ constexpr int kSpinChecks = 100;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
-// Single copy (process_vm_readv) for the all-reduce sizes where it measured faster than the
-// slots, and only with a core per rank (docs/COLLECTIVES.md).
+// Single copy (process_vm_readv) for the sizes where it measured faster than the slots or as
+// fast, and only with a core per rank (docs/COLLECTIVES.md).
+constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
+constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{256} << 10;  // scratch stays in L2
@@ -346,6 +348,10 @@ void Collectives::barrier(Deadline deadline) {
 void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
   start(Op::kBroadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
+  if (single_copy_ && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
+    broadcast_single_copy(buf, root, deadline);
+    return;
+  }
   const std::size_t piece = (total / kBroadcastPieces + 63) / 64 * 64;
   const std::size_t chunk = std::clamp(piece, kMinBroadcastChunk, kSlotBytes);
   for (std::size_t off = 0; off < total; off += chunk) {
@@ -489,6 +495,26 @@ void Collectives::wait_until_all_done(Deadline deadline) {
   begin_step(deadline);
   publish();
   wait_all(step_, deadline, /*check=*/true);
+}
+
+// The root publishes its buffer's address; every other rank copies the whole buffer out of
+// the root's memory in one process_vm_readv (the kernel copies page by page: one pass, no
+// staging), then says so; the root returns once every rank has.
+void Collectives::broadcast_single_copy(Buffer buf, int root, Deadline deadline) {
+  std::byte* mine = begin_step(deadline);
+  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buf.data);
+  std::memcpy(mine, &address, sizeof address);
+  publish();
+  if (rank_ != root) {
+    wait_for(root, step_, deadline);
+    check_same_call(root, step_);
+    std::uint64_t root_address = 0;
+    std::memcpy(&root_address, slot(root, step_), sizeof root_address);
+    read_peer(root, root_address, buf.bytes(), buf.size_bytes());
+  }
+  begin_step(deadline);
+  publish();
+  if (rank_ == root) wait_all(step_, deadline, /*check=*/true);
 }
 
 // Rank r owns slice r. Step 1 exchanges the buffers' addresses; then each rank copies the

@@ -9,8 +9,8 @@
 //   3. waits for the ranks it reads from to publish s, and reads their slots directly.
 // Small messages are one step (one cache-line transfer per peer, no system call); large ones
 // are chunked through the slots so that chunks stay in cache while they cross between cores;
-// mid-sized all-reduces copy once, straight between the ranks' buffers, where the processes
-// may read each other's memory. Reductions run in rank order (identical
+// mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
+// the processes may read each other's memory. Reductions run in rank order (identical
 // results everywhere). Waiting spins, then
 // yields, then sleeps on a futex (docs/COLLECTIVES.md has the layout, the algorithm table
 // and the measurements behind the constants).
@@ -51,8 +51,8 @@ class Collectives final : public DirectCollectives {
   // `pids[r]` its process. `check_peer(job_rank)` throws PeerError if the job aborted or that
   // rank died. With more ranks than cores, waits do not spin, barriers are released by rank
   // 0 and nothing is single-copy; otherwise the engine of the whole job starts each rank on a
-  // CPU of its own, and with single copy, mid-sized all-reduces copy straight between the
-  // ranks' buffers (one copy instead of two through the slots).
+  // CPU of its own, and with single copy, mid-sized all-reduces and broadcasts copy straight
+  // between the ranks' buffers (one copy instead of two through the slots).
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids);
 
@@ -115,6 +115,7 @@ class Collectives final : public DirectCollectives {
   void all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline);
   void all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadline);
+  void broadcast_single_copy(Buffer buf, int root, Deadline deadline);
   // Starts a step publishing this rank's `buf` address; returns every rank's (single copy).
   std::vector<std::uint64_t> exchange_addresses(const Buffer& buf, Deadline deadline);
   // Copies `bytes` from `address` in `rank`'s process into `into` (process_vm_readv).
