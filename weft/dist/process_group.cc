@@ -245,8 +245,8 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, run.seq),
                          Deadline::after(run.timeout)},
                     run.seq};
-  if (collective) transport_->note_arrival(call.comm.tag, size());
   try {
+    if (collective) transport_->note_arrival(call.comm.tag, size());
     if (collective && internal::call_checks_enabled()) {
       internal::check_call(call.comm, *run.signature, run.seq, options_.name);
     }
@@ -270,6 +270,10 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   } catch (const std::exception& e) {
     fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
          " failed: " + e.what());
+    return std::current_exception();
+  } catch (...) {  // whatever it was, the operation must complete (with it) so nothing waits
+    fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
+         " failed with an exception that is not a std::exception");
     return std::current_exception();
   }
 }
