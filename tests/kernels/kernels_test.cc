@@ -202,6 +202,16 @@ TEST(ElementwiseTest, AddScaleSumSquares) {
   EXPECT_EQ(sum_squares(y.data(), 3), 116.0);
 }
 
+// Blocked and laned, against a long double running sum: uneven blocks and a ragged tail.
+TEST(ElementwiseTest, SumSquaresMatchesAPlainSum) {
+  std::vector<float> x(100'003);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
+  long double plain = 0;
+  for (float v : x) plain += static_cast<long double>(v) * v;
+  const double got = sum_squares(x.data(), static_cast<std::int64_t>(x.size()));
+  EXPECT_NEAR(got, static_cast<double>(plain), 1e-12 * static_cast<double>(plain));
+}
+
 // The plain definition: softmax over the whole causal row, then the weighted sum of values.
 template <class T>
 std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>& q,

@@ -8,6 +8,7 @@
 
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
+#include "weft/kernels/elementwise.h"
 #include "weft/kernels/loss.h"
 #include "weft/kernels/parallel.h"
 #include "weft/kernels/rmsnorm.h"
@@ -59,6 +60,16 @@ Outputs run_all(int threads) {
   cross_entropy_forward(x.data(), targets.data(), rows, dim, o.losses.data());
   set_threads(1);
   return o;
+}
+
+TEST(KernelThreadsTest, SumOfSquaresDoesNotDependOnTheThreads) {
+  const auto x = random_vec(300'001, 12);
+  set_threads(1);
+  const double one = sum_squares(x.data(), static_cast<std::int64_t>(x.size()));
+  set_threads(2);
+  const double two = sum_squares(x.data(), static_cast<std::int64_t>(x.size()));
+  set_threads(1);
+  EXPECT_EQ(one, two);
 }
 
 TEST(KernelThreadsTest, TwoThreadsGiveTheSingleThreadedResults) {

@@ -1,5 +1,9 @@
 #include "weft/kernels/elementwise.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "weft/base/simd.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
@@ -13,14 +17,51 @@ void add_into(T* y, const T* x, std::int64_t n) {
 
 template <class T>
 void scale(T* y, T factor, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] *= factor;
+  parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) y[i] *= factor;
+  });
 }
+
+namespace {
+
+// Sums of squares go block by block, each block in kLanes independent accumulators: the adds
+// pipeline and vectorise instead of waiting on one another (a single running sum took about
+// 30 ms per step for llama_512's 27 M gradients), and the blocks are fixed, so the result does
+// not depend on how many threads share them.
+constexpr std::int64_t kSquaresBlock = 4096;
+constexpr int kLanes = 8;
+
+template <class T>
+WEFT_VECTOR_CLONES double block_sum_squares(const T* __restrict x, std::int64_t n) {
+  double lane[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      lane[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+    }
+  }
+  for (; i < n; ++i) lane[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  double sum = 0;
+  for (double v : lane) sum += v;
+  return sum;
+}
+
+}  // namespace
 
 template <class T>
 double sum_squares(const T* x, std::int64_t n) {
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return sum;
+  const std::int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
+  if (blocks <= 1) return block_sum_squares(x, n);
+  std::vector<double> sums(static_cast<std::size_t>(blocks));
+  parallel_for(blocks, 16, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t b = first; b < end; ++b) {
+      const std::int64_t at = b * kSquaresBlock;
+      sums[static_cast<std::size_t>(b)] = block_sum_squares(x + at, std::min(kSquaresBlock, n - at));
+    }
+  });
+  double total = 0;
+  for (double v : sums) total += v;
+  return total;
 }
 
 template void add_into<float>(float*, const float*, std::int64_t);
