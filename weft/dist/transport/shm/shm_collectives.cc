@@ -67,9 +67,9 @@ void cpu_relax() {
 }
 
 // Copies to and from the slots. glibc's memcpy moves blocks of this size with `rep movsb`,
-// which on this machine's AMD cores ran at 1.6-2 GB/s in about half of all jobs (it depends
-// on where the pages land) against 22-24 GB/s for plain vector moves (docs/COLLECTIVES.md).
-// GCC must not turn the loop back into a memcpy call.
+// which on this machine's AMD cores ran at 1.6-2 GB/s in some jobs (why was not pinned down)
+// where plain vector moves ran at 22-24 GB/s (docs/COLLECTIVES.md). GCC must not turn the
+// loop back into a memcpy call.
 #if defined(__GNUC__) && !defined(__clang__)
 #define WEFT_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #else
@@ -107,9 +107,9 @@ void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
 }  // namespace
 
 // The start of each slot: the step it holds (stored last, with release: a reader that sees
-// it sees the data) and the call. It shares its cache line with the first bytes of data, so
-// a reader polling for the step of a small message receives the message in the same
-// transfer, and nothing else crosses between cores.
+// it sees the data) and the call. It shares its cache line with a small message, so a reader
+// polling for the step of a small message receives the message in the same transfer, and
+// nothing else crosses between cores.
 struct Collectives::SlotHeader {
   std::atomic<std::uint32_t> step;
   std::uint32_t unused;
