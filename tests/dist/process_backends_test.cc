@@ -40,7 +40,8 @@ void expect_all_exited_zero(const std::vector<weft::test::RankExit>& exits) {
 class ValuesTest : public testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(ValuesTest, AllCollectivesAsProcesses) {
-  const auto [backend, n] = GetParam();
+  const std::string backend = std::get<0>(GetParam());  // lambdas capture no bindings (clang)
+  const int n = std::get<1>(GetParam());
   expect_all_exited_zero(weft::test::run_forked_ranks(n, [&](int) {
     auto pg = init_process_group({.backend = backend, .timeout = Seconds(60)});
     test::all_checks<float>(*pg);

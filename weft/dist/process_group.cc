@@ -1,5 +1,7 @@
 #include "weft/dist/process_group.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <numeric>
 #include <set>
@@ -187,8 +189,16 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
   if (run_here) {
     inline_running_ = true;
     lock.unlock();
-    const std::exception_ptr error = run_op(run, body, /*queued=*/false);
-    finish_inline();
+    std::exception_ptr error;
+    {
+      // However run_op leaves (its error handling can throw too), operations queued behind
+      // this one must be released.
+      struct Finish {
+        ProcessGroup& group;
+        ~Finish() { group.finish_inline(); }
+      } finish{*this};
+      error = run_op(run, body, /*queued=*/false);
+    }
     if (!error && run.signature) return completed_;
     state = std::make_shared<weft::internal::FutureState<void>>();
     work = std::make_shared<Work>(Future<void>(state));
@@ -202,7 +212,12 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
       std::unique_lock wait_lock(mu_);
       inline_done_.wait(wait_lock, [this] { return !inline_running_; });
     }
-    const std::exception_ptr error = run_op(run, body, /*queued=*/true);
+    std::exception_ptr error;
+    try {
+      error = run_op(run, body, /*queued=*/true);
+    } catch (...) {  // run_op's error handling failed itself (out of memory): still complete
+      error = std::current_exception();
+    }
     {
       // Before completing the Work: its waiter may destroy the group right after.
       std::lock_guard done_lock(mu_);
@@ -271,6 +286,8 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
     fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
          " failed: " + e.what());
     return std::current_exception();
+  } catch (const abi::__forced_unwind&) {
+    throw;  // thread cancellation must unwind on
   } catch (...) {  // whatever it was, the operation must complete (with it) so nothing waits
     fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
          " failed with an exception that is not a std::exception");

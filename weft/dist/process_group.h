@@ -170,10 +170,6 @@ class ProcessGroup {
  private:
   // Marks this thread as making a blocking call on `group` for the call's duration, so that
   // issue() may run the operation on this thread (defined in process_group.cc).
-  // Waits for a blocking call's Work; the shared completed one needs no wait.
-  void wait_blocking(const std::shared_ptr<Work>& work) const {
-    if (work != completed_) work->wait();
-  }
   class Blocking {
    public:
     explicit Blocking(const ProcessGroup* group);
@@ -184,6 +180,10 @@ class ProcessGroup {
    private:
     const ProcessGroup* previous_;
   };
+  // Waits for a blocking call's Work; the shared completed one needs no wait.
+  void wait_blocking(const std::shared_ptr<Work>& work) const {
+    if (work != completed_) work->wait();
+  }
 
   struct OpCall;
   struct OpRun {

@@ -447,10 +447,11 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
     }
     if (!more) return;
     const auto [own, own_count] = range(rank_, at);
+    std::byte* const own_data = buf.bytes() + own * esz;  // lambdas capture no bindings (clang)
     reduce_in_rank_order(
-        buf.bytes() + own * esz, mine + reduced_at,
+        own_data, mine + reduced_at,
         [&](int q) {
-          return q == rank_ ? buf.bytes() + own * esz
+          return q == rank_ ? own_data
                             : slot(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
         },
         own_count, buf.dtype, op);

@@ -15,7 +15,7 @@
 namespace weft::dist {
 namespace shm {
 
-constexpr std::uint32_t kMagic = 0x4d534657;  // "WFSM"
+constexpr std::uint32_t kMagic = 0x32534657;  // "WFS2"; changed with every change of layout
 constexpr Tag kAbortTag = ~Tag{0};             // an abort notice, not a message
 
 // The first cache line of every segment.
