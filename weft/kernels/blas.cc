@@ -2,7 +2,6 @@
 
 #include <cblas.h>
 
-#include <algorithm>
 #include <mutex>
 
 #include "weft/kernels/parallel.h"
