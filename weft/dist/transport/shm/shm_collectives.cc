@@ -155,7 +155,7 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
       rank_(rank),
       job_ranks_(std::move(job_ranks)),
       check_peer_(std::move(check_peer)),
-      spin_checks_(job.oversubscribed ? 0 : kSpinChecks),
+      oversubscribed_(job.oversubscribed),
       known_(regions_.size(), 0),
       // With more ranks than cores, a reader waits for the rank it reads from to be scheduled
       // and the owner waits for every reader: the slots' pipelining measured faster.
@@ -251,7 +251,7 @@ void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
   const std::atomic<std::uint32_t>& at = header(rank, step).step;
   for (int i = 0;; ++i) {
     if (reached(at.load(std::memory_order_acquire), step)) break;
-    if (i >= spin_checks_) {
+    if (oversubscribed_ || i >= kSpinChecks) {
       wait_long(rank, step, deadline);
       break;
     }
@@ -333,8 +333,8 @@ void Collectives::barrier(Deadline deadline) {
   start(Op::kBarrier, 0, DType::kUInt8, -1);
   begin_step(deadline);
   publish();
-  if (spin_checks_ > 0 || rank_ == 0) wait_all(step_, deadline, /*check=*/true);
-  if (spin_checks_ > 0) return;
+  if (!oversubscribed_ || rank_ == 0) wait_all(step_, deadline, /*check=*/true);
+  if (!oversubscribed_) return;
   begin_step(deadline);
   publish();
   if (rank_ == 0) return;
@@ -459,16 +459,23 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
   }
 }
 
-std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf, Deadline deadline) {
-  std::byte* mine = begin_step(deadline);
+void Collectives::publish_address(const Buffer& buf, Deadline deadline) {
   const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buf.data);
-  std::memcpy(mine, &address, sizeof address);
+  std::memcpy(begin_step(deadline), &address, sizeof address);
   publish();
+}
+
+std::uint64_t Collectives::address_of(int rank) const {
+  std::uint64_t address = 0;
+  std::memcpy(&address, slot(rank, step_), sizeof address);
+  return address;
+}
+
+std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf, Deadline deadline) {
+  publish_address(buf, deadline);
   wait_all(step_, deadline, /*check=*/true);
   std::vector<std::uint64_t> addresses(static_cast<std::size_t>(size()));
-  for (int q = 0; q < size(); ++q) {
-    std::memcpy(&addresses[static_cast<std::size_t>(q)], slot(q, step_), sizeof address);
-  }
+  for (int q = 0; q < size(); ++q) addresses[static_cast<std::size_t>(q)] = address_of(q);
   return addresses;
 }
 
@@ -488,7 +495,9 @@ void Collectives::read_peer(int rank, std::uint64_t address, std::byte* into,
     check_peer_(job_rank(rank));  // a peer that died says so first
     throw PeerError("dist: reading rank " + std::to_string(job_rank(rank)) +
                     "'s buffer failed (process_vm_readv: " +
-                    (got == 0 ? std::string("no progress") : std::strerror(error)) + ")");
+                    (got == 0 ? std::string("no progress") : std::strerror(error)) +
+                    "); check that rank's own error, and that no rank frees or unmaps a "
+                    "buffer before its collective returns");
   }
 }
 
@@ -502,16 +511,11 @@ void Collectives::wait_until_all_done(Deadline deadline) {
 // the root's memory in one process_vm_readv (the kernel copies page by page: one pass, no
 // staging), then says so; the root returns once every rank has.
 void Collectives::broadcast_single_copy(Buffer buf, int root, Deadline deadline) {
-  std::byte* mine = begin_step(deadline);
-  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buf.data);
-  std::memcpy(mine, &address, sizeof address);
-  publish();
+  publish_address(buf, deadline);
   if (rank_ != root) {
     wait_for(root, step_, deadline);
     check_same_call(root, step_);
-    std::uint64_t root_address = 0;
-    std::memcpy(&root_address, slot(root, step_), sizeof root_address);
-    read_peer(root, root_address, buf.bytes(), buf.size_bytes());
+    read_peer(root, address_of(root), buf.bytes(), buf.size_bytes());
   }
   begin_step(deadline);
   publish();

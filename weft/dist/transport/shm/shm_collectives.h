@@ -116,7 +116,10 @@ class Collectives final : public DirectCollectives {
   void all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadline);
   void broadcast_single_copy(Buffer buf, int root, Deadline deadline);
-  // Starts a step publishing this rank's `buf` address; returns every rank's (single copy).
+  // A step publishing where this rank's `buf` lives (single copy); address_of reads a rank's
+  // from the current step, exchange_addresses waits for and returns every rank's.
+  void publish_address(const Buffer& buf, Deadline deadline);
+  std::uint64_t address_of(int rank) const;
   std::vector<std::uint64_t> exchange_addresses(const Buffer& buf, Deadline deadline);
   // Copies `bytes` from `address` in `rank`'s process into `into` (process_vm_readv).
   void read_peer(int rank, std::uint64_t address, std::byte* into, std::size_t bytes) const;
@@ -127,7 +130,7 @@ class Collectives final : public DirectCollectives {
   int rank_;
   std::vector<int> job_ranks_;
   std::function<void(int)> check_peer_;
-  int spin_checks_;          // 0 when the job has more ranks than cores
+  bool oversubscribed_;      // the job has more ranks than cores: no spinning, no single copy
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
   bool single_copy_;                  // the single-copy algorithms are in use
