@@ -162,15 +162,18 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
       single_copy_(job.single_copy && !job.oversubscribed),
       pids_(std::move(pids)) {
   cpu_set_t cpus;
-  if (!job.oversubscribed && size() == job.size && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
+  if (size() == job.size && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
     start_on_own_cpu(cpus);
   }
 }
 
 // Ranks forked by one launcher start on the same CPU, and since waiting ranks spin and yield
 // rather than sleep, the scheduler takes milliseconds to separate them (docs/PERFORMANCE.md).
-// Moving this thread to the rank-th allowed CPU and then allowing every CPU again puts the
-// ranks on distinct CPUs from the start without binding them.
+// Moving this thread to the (rank mod CPUs)-th allowed CPU and then allowing every CPU again
+// spreads the ranks from the start without binding them. With more ranks than CPUs it also
+// decides which ranks share a CPU, and the balancer then mostly leaves them there: rank 0 (the
+// barrier's releaser) shares with rank 2 on two CPUs, which measured faster than whatever
+// pairs the balancer made (docs/COLLECTIVES.md, "Barrier").
 void Collectives::start_on_own_cpu(const cpu_set_t& allowed) {
   int index = rank_ % CPU_COUNT(&allowed);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
