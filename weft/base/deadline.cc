@@ -14,6 +14,22 @@ Deadline Deadline::after(std::optional<Seconds> timeout) {
   return Deadline(now + std::chrono::duration_cast<Clock::duration>(left));
 }
 
+Deadline Deadline::after_first_use(std::optional<Seconds> timeout) {
+  if (!timeout) return never();
+  return Deadline(Clock::time_point::max(), timeout);
+}
+
+Deadline& Deadline::operator=(const Deadline& other) {
+  when_ = other.when();
+  pending_.reset();
+  return *this;
+}
+
+void Deadline::start() const {
+  when_ = after(pending_).when_;
+  pending_.reset();
+}
+
 Clock::duration Deadline::remaining() const {
   if (is_never()) return Clock::duration::max();
   return std::max(when_ - Clock::now(), Clock::duration::zero());

@@ -20,16 +20,31 @@ class Deadline {
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   // `timeout` from now (negative counts as zero), or never() for std::nullopt.
   static Deadline after(std::optional<Seconds> timeout);
+  // `timeout` from the moment this deadline is first asked anything or copied, whichever
+  // comes first. A call that completes without waiting (a collective whose peers are already
+  // there) then never reads the clock, which costs about 30 ns here. Pass it by reference to
+  // keep it unstarted; every copy starts it first, so copies share one budget.
+  static Deadline after_first_use(std::optional<Seconds> timeout);
 
-  bool is_never() const { return when_ == Clock::time_point::max(); }
+  Deadline(const Deadline& other) : when_(other.when()) {}
+  Deadline& operator=(const Deadline& other);
+
+  bool is_never() const { return when() == Clock::time_point::max(); }
   bool expired() const { return !is_never() && Clock::now() >= when_; }
-  Clock::time_point when() const { return when_; }
+  Clock::time_point when() const {
+    if (pending_) start();
+    return when_;
+  }
   // Time left, at least zero; Clock::duration::max() for never().
   Clock::duration remaining() const;
 
  private:
-  explicit Deadline(Clock::time_point when) : when_(when) {}
-  Clock::time_point when_;
+  explicit Deadline(Clock::time_point when, std::optional<Seconds> pending = std::nullopt)
+      : when_(when), pending_(pending) {}
+  void start() const;
+
+  mutable Clock::time_point when_;
+  mutable std::optional<Seconds> pending_;  // the timeout of a deadline not started yet
 };
 
 }  // namespace weft

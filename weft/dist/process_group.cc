@@ -258,7 +258,7 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   }
   const bool collective = run.signature.has_value();
   const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, run.seq),
-                         Deadline::after(run.timeout)},
+                         Deadline::after_first_use(run.timeout)},
                     run.seq};
   try {
     if (collective) transport_->note_arrival(call.comm.tag, size());

@@ -20,17 +20,17 @@ class DirectCollectives {
  public:
   virtual ~DirectCollectives() = default;
 
-  virtual void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) = 0;
-  virtual void broadcast(Buffer buf, int root, Deadline deadline) = 0;
+  virtual void all_reduce(Buffer buf, ReduceOp op, const Deadline& deadline) = 0;
+  virtual void broadcast(Buffer buf, int root, const Deadline& deadline) = 0;
   // Only the root's `buf` receives the result.
-  virtual void reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) = 0;
+  virtual void reduce(Buffer buf, int root, ReduceOp op, const Deadline& deadline) = 0;
   // out holds size() blocks of in.count; `in` may alias this rank's block of `out`.
-  virtual void all_gather(Buffer out, Buffer in, Deadline deadline) = 0;
+  virtual void all_gather(Buffer out, Buffer in, const Deadline& deadline) = 0;
   // in holds size() blocks of out.count; this rank gets the reduction of its block.
-  virtual void reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) = 0;
+  virtual void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadline& deadline) = 0;
   // in and out hold size() blocks; block j of `in` goes to rank j. out may equal in.
-  virtual void all_to_all(Buffer out, Buffer in, Deadline deadline) = 0;
-  virtual void barrier(Deadline deadline) = 0;
+  virtual void all_to_all(Buffer out, Buffer in, const Deadline& deadline) = 0;
+  virtual void barrier(const Deadline& deadline) = 0;
 };
 
 }  // namespace weft::dist

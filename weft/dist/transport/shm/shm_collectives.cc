@@ -225,7 +225,7 @@ void Collectives::check_same_call(int rank, std::uint32_t step) const {
       "; every rank must make the same calls in the same order with the same sizes");
 }
 
-std::byte* Collectives::begin_step(Deadline deadline) {
+std::byte* Collectives::begin_step(const Deadline& deadline) {
   // Step t reads slots t and t - 1 (the sliced all-reduce reads the previous step's
   // reductions), and a rank publishes t + 1 only after its reads of step t: so slot s may be
   // rewritten once every rank has published s + 1 - kSlots + 1.
@@ -248,7 +248,7 @@ void Collectives::publish() {
 // the slot, which also means t was published), so polling that slot's header answers the
 // question, and for a small message brings the data along. known_ remembers what was seen:
 // the reuse wait of begin_step is then mostly answered without reading anything.
-void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
+void Collectives::wait_for(int rank, std::uint32_t step, const Deadline& deadline) {
   std::uint32_t& known = known_[static_cast<std::size_t>(rank)];
   if (reached(known, step)) return;
   const std::atomic<std::uint32_t>& at = header(rank, step).step;
@@ -263,7 +263,7 @@ void Collectives::wait_for(int rank, std::uint32_t step, Deadline deadline) {
   known = step;
 }
 
-void Collectives::wait_long(int rank, std::uint32_t step, Deadline deadline) {
+void Collectives::wait_long(int rank, std::uint32_t step, const Deadline& deadline) {
   Line& l = line(rank);
   const std::atomic<std::uint32_t>& at = header(rank, step).step;
   const auto start = Clock::now();
@@ -287,7 +287,7 @@ void Collectives::wait_long(int rank, std::uint32_t step, Deadline deadline) {
   }
 }
 
-void Collectives::wait_all(std::uint32_t step, Deadline deadline, bool check) {
+void Collectives::wait_all(std::uint32_t step, const Deadline& deadline, bool check) {
   for (int r = 0; r < size(); ++r) {
     if (r == rank_) continue;
     wait_for(r, step, deadline);
@@ -332,7 +332,7 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
 // waiting rank then needs one rank to have run, not all, and rank 0 leaves first, so an
 // operation it starts right after (a broadcast from it, say) is under way before the
 // others return. Measured in docs/COLLECTIVES.md.
-void Collectives::barrier(Deadline deadline) {
+void Collectives::barrier(const Deadline& deadline) {
   start(Op::kBarrier, 0, DType::kUInt8, -1);
   begin_step(deadline);
   publish();
@@ -348,7 +348,7 @@ void Collectives::barrier(Deadline deadline) {
 // The root copies chunk k into its slot while the others copy chunk k - 1 out of it, so a
 // message is cut into at least kBroadcastPieces chunks (of at least kMinBroadcastChunk) for
 // the two copies to overlap.
-void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
+void Collectives::broadcast(Buffer buf, int root, const Deadline& deadline) {
   start(Op::kBroadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
   if (single_copy_ && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
@@ -369,7 +369,7 @@ void Collectives::broadcast(Buffer buf, int root, Deadline deadline) {
   }
 }
 
-void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
+void Collectives::reduce(Buffer buf, int root, ReduceOp op, const Deadline& deadline) {
   start(Op::kReduce, buf.count, buf.dtype, root);
   const std::size_t esz = dtype_size(buf.dtype);
   const std::size_t chunk = kSlotBytes / esz;
@@ -387,7 +387,7 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) {
   }
 }
 
-void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
+void Collectives::all_reduce(Buffer buf, ReduceOp op, const Deadline& deadline) {
   start(Op::kAllReduce, buf.count, buf.dtype, -1);
   if (size() == 1 || buf.count == 0) return;
   if (buf.size_bytes() <= kOneStepAllReduceMax) {
@@ -401,7 +401,7 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, Deadline deadline) {
 }
 
 // Every rank publishes its whole buffer and reduces all of them: one step, n reads each.
-void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline) {
+void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& deadline) {
   const std::size_t bytes = buf.size_bytes();
   begin_step(deadline);
   copy_chunk(payload(rank_, step_, bytes), buf.bytes(), bytes);
@@ -418,7 +418,7 @@ void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline
 // its own chunk k (its data plus the others' staged parts, in rank order) into its buffer
 // and into the rest of its slot, where the others find it in step k + 1. Each element is
 // read from memory once and written once per rank; the slots stay in cache.
-void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) {
+void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline) {
   const std::size_t esz = dtype_size(buf.dtype);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t slice = (buf.count + n - 1) / n;
@@ -462,7 +462,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline) 
   }
 }
 
-void Collectives::publish_address(const Buffer& buf, Deadline deadline) {
+void Collectives::publish_address(const Buffer& buf, const Deadline& deadline) {
   const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buf.data);
   std::memcpy(begin_step(deadline), &address, sizeof address);
   publish();
@@ -474,7 +474,7 @@ std::uint64_t Collectives::address_of(int rank) const {
   return address;
 }
 
-std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf, Deadline deadline) {
+std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf, const Deadline& deadline) {
   publish_address(buf, deadline);
   wait_all(step_, deadline, /*check=*/true);
   std::vector<std::uint64_t> addresses(static_cast<std::size_t>(size()));
@@ -504,7 +504,7 @@ void Collectives::read_peer(int rank, std::uint64_t address, std::byte* into,
   }
 }
 
-void Collectives::wait_until_all_done(Deadline deadline) {
+void Collectives::wait_until_all_done(const Deadline& deadline) {
   begin_step(deadline);
   publish();
   wait_all(step_, deadline, /*check=*/true);
@@ -513,7 +513,7 @@ void Collectives::wait_until_all_done(Deadline deadline) {
 // The root publishes its buffer's address; every other rank copies the whole buffer out of
 // the root's memory in one process_vm_readv (the kernel copies page by page: one pass, no
 // staging), then says so; the root returns once every rank has.
-void Collectives::broadcast_single_copy(Buffer buf, int root, Deadline deadline) {
+void Collectives::broadcast_single_copy(Buffer buf, int root, const Deadline& deadline) {
   publish_address(buf, deadline);
   if (rank_ != root) {
     wait_for(root, step_, deadline);
@@ -530,7 +530,7 @@ void Collectives::broadcast_single_copy(Buffer buf, int root, Deadline deadline)
 // its own in rank order into its buffer. Step 2 says the slices are reduced; each rank copies
 // the others' reduced slices into its buffer. Step 3 keeps everyone until nobody reads.
 // No rank writes a part of its buffer that another reads in the same phase.
-void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadline) {
+void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline) {
   const std::size_t esz = dtype_size(buf.dtype);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t slice = (buf.count + n - 1) / n;
@@ -563,7 +563,7 @@ void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadl
   wait_until_all_done(deadline);
 }
 
-void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) {
+void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadline& deadline) {
   start(Op::kReduceScatter, out.count, out.dtype, -1);
   const std::size_t esz = dtype_size(out.dtype);
   const std::size_t chunk = block_chunk(esz);
@@ -590,7 +590,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline de
   }
 }
 
-void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
+void Collectives::all_gather(Buffer out, Buffer in, const Deadline& deadline) {
   start(Op::kAllGather, in.count, in.dtype, -1);
   const std::size_t block = in.size_bytes();
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
@@ -606,7 +606,7 @@ void Collectives::all_gather(Buffer out, Buffer in, Deadline deadline) {
   }
 }
 
-void Collectives::all_to_all(Buffer out, Buffer in, Deadline deadline) {
+void Collectives::all_to_all(Buffer out, Buffer in, const Deadline& deadline) {
   start(Op::kAllToAll, in.count, in.dtype, -1);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t esz = dtype_size(in.dtype);

@@ -56,13 +56,13 @@ class Collectives final : public DirectCollectives {
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids);
 
-  void all_reduce(Buffer buf, ReduceOp op, Deadline deadline) override;
-  void broadcast(Buffer buf, int root, Deadline deadline) override;
-  void reduce(Buffer buf, int root, ReduceOp op, Deadline deadline) override;
-  void all_gather(Buffer out, Buffer in, Deadline deadline) override;
-  void reduce_scatter(Buffer out, Buffer in, ReduceOp op, Deadline deadline) override;
-  void all_to_all(Buffer out, Buffer in, Deadline deadline) override;
-  void barrier(Deadline deadline) override;
+  void all_reduce(Buffer buf, ReduceOp op, const Deadline& deadline) override;
+  void broadcast(Buffer buf, int root, const Deadline& deadline) override;
+  void reduce(Buffer buf, int root, ReduceOp op, const Deadline& deadline) override;
+  void all_gather(Buffer out, Buffer in, const Deadline& deadline) override;
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadline& deadline) override;
+  void all_to_all(Buffer out, Buffer in, const Deadline& deadline) override;
+  void barrier(const Deadline& deadline) override;
 
   // What a step belongs to, in each slot's header (the cache line that also holds the step
   // number and a small message, so checking it costs no extra transfer): readers compare the
@@ -97,14 +97,14 @@ class Collectives final : public DirectCollectives {
   // transfer brings the step and the data), else slot().
   std::byte* payload(int rank, std::uint32_t step, std::size_t bytes) const;
   // Starts the next step: waits for the reuse condition and returns this rank's slot.
-  std::byte* begin_step(Deadline deadline);
+  std::byte* begin_step(const Deadline& deadline);
   void publish();
   // Until `rank` (every other rank) has published `step`.
-  void wait_for(int rank, std::uint32_t step, Deadline deadline);
+  void wait_for(int rank, std::uint32_t step, const Deadline& deadline);
   // wait_for's slow path: yields, then sleeps on `rank`'s line.
-  void wait_long(int rank, std::uint32_t step, Deadline deadline);
+  void wait_long(int rank, std::uint32_t step, const Deadline& deadline);
   // check: compare each rank's call for that step with ours (not for the reuse wait).
-  void wait_all(std::uint32_t step, Deadline deadline, bool check);
+  void wait_all(std::uint32_t step, const Deadline& deadline, bool check);
   // The per-block chunk (in elements) when a slot holds one per rank.
   std::size_t block_chunk(std::size_t element_bytes) const;
   // out = src(0) op src(1) op ... op src(n - 1) over `count` elements, also into `also_out`
@@ -112,19 +112,19 @@ class Collectives final : public DirectCollectives {
   void reduce_in_rank_order(std::byte* out, std::byte* also_out,
                             const std::function<const std::byte*(int)>& src, std::size_t count,
                             DType dtype, ReduceOp op) const;
-  void all_reduce_one_step(Buffer buf, ReduceOp op, Deadline deadline);
-  void all_reduce_sliced(Buffer buf, ReduceOp op, Deadline deadline);
-  void all_reduce_single_copy(Buffer buf, ReduceOp op, Deadline deadline);
-  void broadcast_single_copy(Buffer buf, int root, Deadline deadline);
+  void all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& deadline);
+  void all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline);
+  void all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline);
+  void broadcast_single_copy(Buffer buf, int root, const Deadline& deadline);
   // A step publishing where this rank's `buf` lives (single copy); address_of reads a rank's
   // from the current step, exchange_addresses waits for and returns every rank's.
-  void publish_address(const Buffer& buf, Deadline deadline);
+  void publish_address(const Buffer& buf, const Deadline& deadline);
   std::uint64_t address_of(int rank) const;
-  std::vector<std::uint64_t> exchange_addresses(const Buffer& buf, Deadline deadline);
+  std::vector<std::uint64_t> exchange_addresses(const Buffer& buf, const Deadline& deadline);
   // Copies `bytes` from `address` in `rank`'s process into `into` (process_vm_readv).
   void read_peer(int rank, std::uint64_t address, std::byte* into, std::size_t bytes) const;
   // An empty step every rank waits for: nobody returns while a peer may still read its buffer.
-  void wait_until_all_done(Deadline deadline);
+  void wait_until_all_done(const Deadline& deadline);
 
   std::vector<std::byte*> regions_;
   int rank_;
