@@ -48,7 +48,9 @@ constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
 constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
-constexpr std::size_t kSingleCopyChunkBytes = std::size_t{256} << 10;  // scratch stays in L2
+// Fewer, larger kernel copies measured faster, though the scratch then outgrows L2 (2-rank
+// all-reduce, docs/COLLECTIVES.md: 1 MiB in 120 us with 256 KiB chunks, 107 with 512 KiB).
+constexpr std::size_t kSingleCopyChunkBytes = std::size_t{1} << 20;
 // Broadcast chunks through the slots: measured in docs/COLLECTIVES.md (64 KiB: 6.8-7.0 GB/s
 // in one chunk, 7.8-8.1 in four).
 constexpr std::size_t kBroadcastPieces = 4;
@@ -303,10 +305,15 @@ std::size_t Collectives::block_chunk(std::size_t element_bytes) const {
 
 // Block by block, so that a block written to `out` is still in L1 when it is copied to
 // `also_out`. `out` may be one of the sources; the first two are combined in one pass, and
-// when `out` is a later source the block is reduced in an L1 buffer first.
+// when `out` is a later source the block is reduced in an L1 buffer first. Two sources and
+// no second output make one pass with nothing to keep in L1: one call then.
 void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
                                        const std::function<const std::byte*(int)>& src,
                                        std::size_t count, DType dtype, ReduceOp op) const {
+  if (size() == 2 && also_out == nullptr) {
+    reduce_pair(out, src(0), src(1), count, dtype, op);
+    return;
+  }
   alignas(64) std::byte scratch[kReduceBlockBytes];
   const std::size_t esz = dtype_size(dtype);
   const std::size_t per_block = kReduceBlockBytes / esz;
@@ -322,7 +329,7 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
       reduce_pair(acc, src(0) + at, src(1) + at, n, dtype, op);
     }
     for (int q = 2; q < size(); ++q) reduce_into(acc, src(q) + at, n, dtype, op);
-    copy_bytes(out + at, acc, n * esz);
+    if (out_is_late_source) copy_bytes(out + at, acc, n * esz);
     if (also_out != nullptr) copy_chunk(also_out + at, acc, n * esz);
   }
 }
@@ -526,7 +533,7 @@ void Collectives::broadcast_single_copy(Buffer buf, int root, const Deadline& de
 }
 
 // Rank r owns slice r. Step 1 exchanges the buffers' addresses; then each rank copies the
-// others' parts of its slice into an L2-sized scratch, chunk by chunk, and reduces them with
+// others' parts of its slice into a scratch, 1 MiB at a time, and reduces them with
 // its own in rank order into its buffer. Step 2 says the slices are reduced; each rank copies
 // the others' reduced slices into its buffer. Step 3 keeps everyone until nobody reads.
 // No rank writes a part of its buffer that another reads in the same phase.
