@@ -256,8 +256,69 @@ TEST(AttentionTest, TiledForwardMatchesTheDefinition) {
   }
 }
 
+// The plain backward of reference_attention: per query row, the softmax's probabilities p,
+// then dv_j += p_j dO, ds_j = p_j (dO . v_j - sum_j' p_j' dO . v_j'), dq += scale ds_j k_j and
+// dk_j += scale ds_j q.
+void reference_attention_backward(const AttentionShape& s, const Vec& q, const Vec& k, const Vec& v,
+                                  const Vec& dout, Vec& dq, Vec& dk, Vec& dv) {
+  const std::int64_t d = s.head_dim, group = s.heads / s.kv_heads;
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  auto at = [&](std::int64_t b, std::int64_t t, std::int64_t heads, std::int64_t h) {
+    return static_cast<std::size_t>(((b * s.seq + t) * heads + h) * d);
+  };
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      for (std::int64_t i = 0; i <= s.seq - 1; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(i + 1)), dp(p.size());
+        double max = -1e300, sum = 0, mean = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double e = 0;
+          for (std::int64_t x = 0; x < d; ++x) e += q[at(b, i, s.heads, h) + x] * k[at(b, j, s.kv_heads, h / group) + x];
+          max = std::max(max, p[j] = e * scale);
+        }
+        for (auto& e : p) sum += (e = std::exp(e - max));
+        for (std::int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          for (std::int64_t x = 0; x < d; ++x) {
+            dv[at(b, j, s.kv_heads, h / group) + x] += p[j] * dout[at(b, i, s.heads, h) + x];
+            dp[j] += dout[at(b, i, s.heads, h) + x] * v[at(b, j, s.kv_heads, h / group) + x];
+          }
+          mean += p[j] * dp[j];
+        }
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - mean) * scale;
+          for (std::int64_t x = 0; x < d; ++x) {
+            dq[at(b, i, s.heads, h) + x] += ds * k[at(b, j, s.kv_heads, h / group) + x];
+            dk[at(b, j, s.kv_heads, h / group) + x] += ds * q[at(b, i, s.heads, h) + x];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Longer than one block of keys (forward) and of queries (backward): the running softmax
+// carries across blocks and the backward's row blocks add up.
+TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
+  const AttentionShape s{1, 300, 2, 1, 4};
+  const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+  const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
+  Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3), r = random_vec(nq, 4);
+  Vec out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
+  attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  const Vec want = reference_attention(s, q, k, v);
+  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 1e-12) << "out " << i;
+  Vec dq(nq), dk(nkv), dv(nkv), want_dq(nq), want_dk(nkv), want_dv(nkv);
+  attention_backward(s, q.data(), k.data(), v.data(), out.data(), r.data(), lse.data(), dq.data(),
+                     dk.data(), dv.data());
+  reference_attention_backward(s, q, k, v, r, want_dq, want_dk, want_dv);
+  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-12) << "dq " << i;
+  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-12) << "dk " << i;
+  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-12) << "dv " << i;
+}
+
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
-  const AttentionShape s{2, 37, 4, 2, 8};  // two key tiles, grouped heads
+  const AttentionShape s{2, 70, 4, 2, 8};  // two key tiles, grouped heads
   const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
   const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
   Vec q = random_vec(nq, 1), k = random_vec(nkv, 2), v = random_vec(nkv, 3), r = random_vec(nq, 4);
