@@ -32,11 +32,12 @@ TEST(DeadlineTest, NegativeIsExpiredAndHugeSaturates) {
 }
 
 TEST(DeadlineTest, AfterFirstUseStartsWhenFirstAsked) {
-  const Deadline d = Deadline::after_first_use(20ms);
-  std::this_thread::sleep_for(40ms);
-  EXPECT_FALSE(d.expired());  // started by this question
-  EXPECT_GT(d.remaining(), Clock::duration::zero());
-  std::this_thread::sleep_for(40ms);
+  const Deadline d = Deadline::after_first_use(200ms);
+  std::this_thread::sleep_for(250ms);
+  const auto before = Clock::now();
+  const auto when = d.when();  // started by this question
+  EXPECT_GE(when, before + std::chrono::duration_cast<Clock::duration>(200ms));
+  std::this_thread::sleep_for(250ms);
   EXPECT_TRUE(d.expired());
   EXPECT_TRUE(Deadline::after_first_use(std::nullopt).is_never());
 }
@@ -45,6 +46,11 @@ TEST(DeadlineTest, CopiesOfAnUnstartedDeadlineShareOneStart) {
   const Deadline d = Deadline::after_first_use(1s);
   const Deadline copy = d;  // starts d
   EXPECT_EQ(copy.when(), d.when());
+  Deadline moved = Deadline::after_first_use(1s);
+  std::this_thread::sleep_for(20ms);
+  const auto before = Clock::now();
+  const Deadline target = std::move(moved);  // still unstarted
+  EXPECT_GE(target.when(), before + std::chrono::duration_cast<Clock::duration>(1s));
   Deadline assigned = Deadline::never();
   const Deadline other = Deadline::after_first_use(1s);
   assigned = other;

@@ -200,6 +200,28 @@ void all_checks(ProcessGroup& pg) {
   data_movement_ops<T>(pg);
 }
 
+// All-reduces of 1-4 MiB (the shm engine's single-copy range with a core per rank), odd
+// counts so that the last chunk is partial, summed and maximised, for one dtype.
+template <class T>
+void mid_size_all_reduce_checks(ProcessGroup& pg, std::size_t count) {
+  const int n = pg.size();
+  const std::string what = std::string(dtype_name(dtype_of<T>())) + " mid-size n " + std::to_string(n);
+  auto value = [](int rank, std::size_t i) { return static_cast<T>((i * 7 + static_cast<std::size_t>(rank) * 3) % 101); };
+  std::vector<T> v(count), sum(count), max(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    v[i] = value(pg.rank(), i);
+    for (int q = 0; q < n; ++q) {
+      sum[i] = static_cast<T>(sum[i] + value(q, i));
+      max[i] = std::max(max[i], value(q, i));
+    }
+  }
+  std::vector<T> w = v;
+  pg.all_reduce(v);
+  expect_equal(v, sum, "all_reduce " + what);
+  pg.all_reduce(w, ReduceOp::kMax);
+  expect_equal(w, max, "all_reduce max " + what);
+}
+
 // Large buffers (several chunks of the shm engine, slices of uneven length) whose values
 // differ at every index, so that a chunk or slice put in the wrong place is seen.
 template <class T>

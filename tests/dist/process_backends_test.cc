@@ -48,6 +48,8 @@ TEST_P(ValuesTest, AllCollectivesAsProcesses) {
     test::all_checks<BFloat16>(*pg);
     test::all_checks<std::int64_t>(*pg);
     test::large_checks<float>(*pg);
+    test::mid_size_all_reduce_checks<std::int64_t>(*pg, 300'001);   // 2.3 MiB
+    test::mid_size_all_reduce_checks<std::uint8_t>(*pg, 3'000'001);  // 2.9 MiB
     test::async_and_subgroup_checks(*pg);
     return testing::Test::HasFailure() ? 1 : 0;
   }));

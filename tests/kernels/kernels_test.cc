@@ -268,12 +268,14 @@ void reference_attention_backward(const AttentionShape& s, const Vec& q, const V
   };
   for (std::int64_t b = 0; b < s.batch; ++b) {
     for (std::int64_t h = 0; h < s.heads; ++h) {
-      for (std::int64_t i = 0; i <= s.seq - 1; ++i) {
+      for (std::int64_t i = 0; i < s.seq; ++i) {
         std::vector<double> p(static_cast<std::size_t>(i + 1)), dp(p.size());
         double max = -1e300, sum = 0, mean = 0;
         for (std::int64_t j = 0; j <= i; ++j) {
           double e = 0;
-          for (std::int64_t x = 0; x < d; ++x) e += q[at(b, i, s.heads, h) + x] * k[at(b, j, s.kv_heads, h / group) + x];
+          for (std::int64_t x = 0; x < d; ++x) {
+            e += q[at(b, i, s.heads, h) + x] * k[at(b, j, s.kv_heads, h / group) + x];
+          }
           max = std::max(max, p[j] = e * scale);
         }
         for (auto& e : p) sum += (e = std::exp(e - max));
@@ -303,7 +305,8 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
   const AttentionShape s{1, 300, 2, 1, 4};
   const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
   const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
-  Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3), r = random_vec(nq, 4);
+  Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3),
+      r = random_vec(nq, 4);
   Vec out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
   attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
   const Vec want = reference_attention(s, q, k, v);

@@ -19,13 +19,19 @@ Deadline Deadline::after_first_use(std::optional<Seconds> timeout) {
   return Deadline(Clock::time_point::max(), timeout);
 }
 
-Deadline& Deadline::operator=(const Deadline& other) {
+Deadline& Deadline::operator=(const Deadline& other) noexcept {
   when_ = other.when();
   pending_.reset();
   return *this;
 }
 
-void Deadline::start() const {
+Deadline& Deadline::operator=(Deadline&& other) noexcept {
+  when_ = other.when_;
+  pending_ = other.pending_;
+  return *this;
+}
+
+void Deadline::start() const noexcept {
   when_ = after(pending_).when_;
   pending_.reset();
 }

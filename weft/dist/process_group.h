@@ -16,7 +16,8 @@
 //     one at a time in issue order. The blocking form is the async one plus Work::wait().
 //     Buffers must stay valid and untouched until the Work completes.
 //   - Each operation has a deadline: the group's timeout (300 s unless set) or OpOptions's,
-//     counted from when it starts. Past it, dist::TimeoutError names the operation, its
+//     counted from the operation's first wait for a peer (work it does before that, such
+//     as copies, is not counted; an operation that never waits never reads the clock). Past it, dist::TimeoutError names the operation, its
 //     sequence number, the group and the rank that had not arrived. After any failure the
 //     group (and its transport) is broken: the other ranks are told at once (PeerError),
 //     and every later call throws dist::GroupBroken instead of hanging.

@@ -70,7 +70,8 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kBlock) {
     const std::int64_t cols = std::min(kBlock, i0 + rows - j0);
     const T* kj = k + at.kv_offset + j0 * at.kv_stride;
-    gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), scores, kBlock);
+    gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), scores,
+            kBlock);
     if (j0 + cols > i0) mask_tile(scores, kBlock, rows, cols, i0, j0);
     T correction[kTile];
     internal::softmax_block(scores, kBlock, rows, cols, m, l, correction);

@@ -104,12 +104,12 @@ WEFT_VECTOR_CLONES void scale_rows(T* out, std::int64_t out_stride, const T* in,
   }
 }
 
-#define WEFT_SOFTMAX_ROWS(T)                                                                     \
-  template void softmax_block<T>(T*, std::int64_t, std::int64_t, std::int64_t, T*, T*, T*);     \
-  template void exp_block<T>(T*, std::int64_t, std::int64_t, std::int64_t, const T*);           \
-  template void softmax_grad_block<T>(T*, const T*, std::int64_t, std::int64_t, std::int64_t,   \
-                                      const T*, T);                                             \
-  template void row_dots<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*);  \
+#define WEFT_SOFTMAX_ROWS(T)                                                                   \
+  template void softmax_block<T>(T*, std::int64_t, std::int64_t, std::int64_t, T*, T*, T*);    \
+  template void exp_block<T>(T*, std::int64_t, std::int64_t, std::int64_t, const T*);          \
+  template void softmax_grad_block<T>(T*, const T*, std::int64_t, std::int64_t, std::int64_t,  \
+                                      const T*, T);                                            \
+  template void row_dots<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t, T*); \
   template void scale_rows<T>(T*, std::int64_t, const T*, std::int64_t, std::int64_t, const T*);
 WEFT_SOFTMAX_ROWS(float)
 WEFT_SOFTMAX_ROWS(double)

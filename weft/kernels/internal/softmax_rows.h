@@ -26,7 +26,8 @@ void softmax_grad_block(T* dp, const T* p, std::int64_t ld, std::int64_t rows, s
 
 // dot[r] = sum over x < n of a[r * stride + x] * b[r * stride + x].
 template <class T>
-void row_dots(const T* a, const T* b, std::int64_t stride, std::int64_t rows, std::int64_t n, T* dot);
+void row_dots(const T* a, const T* b, std::int64_t stride, std::int64_t rows, std::int64_t n,
+              T* dot);
 
 // out[r * out_stride + x] = in[r * n + x] * factor[r] for x < n; out may be in.
 template <class T>

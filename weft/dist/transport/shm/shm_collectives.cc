@@ -49,7 +49,8 @@ constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 // Fewer, larger kernel copies measured faster, though the scratch then outgrows L2 (2-rank
-// all-reduce, docs/COLLECTIVES.md: 1 MiB in 120 us with 256 KiB chunks, 107 with 512 KiB).
+// all-reduce, docs/COLLECTIVES.md: 4 MiB in 386-391 us with 1-2 MiB chunks, 393-405 with 512
+// KiB, 403-405 with 256 KiB).
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{1} << 20;
 // Broadcast chunks through the slots: measured in docs/COLLECTIVES.md (64 KiB: 6.8-7.0 GB/s
 // in one chunk, 7.8-8.1 in four).
@@ -481,7 +482,8 @@ std::uint64_t Collectives::address_of(int rank) const {
   return address;
 }
 
-std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf, const Deadline& deadline) {
+std::vector<std::uint64_t> Collectives::exchange_addresses(const Buffer& buf,
+                                                           const Deadline& deadline) {
   publish_address(buf, deadline);
   wait_all(step_, deadline, /*check=*/true);
   std::vector<std::uint64_t> addresses(static_cast<std::size_t>(size()));
@@ -546,13 +548,16 @@ void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline
     return std::pair{first, std::min(buf.count, first + slice) - first};
   };
   const std::vector<std::uint64_t> at = exchange_addresses(buf, deadline);
-  const std::size_t chunk = kSingleCopyChunkBytes / esz;
-  scratch_.resize(n * kSingleCopyChunkBytes);
+  // A part per rank (this rank's stays unused), no larger than a slice: n parts of a 1 MiB
+  // chunk would be n MiB per rank for a 4 MiB message.
+  const std::size_t part_bytes = std::min(kSingleCopyChunkBytes, (slice * esz + 63) / 64 * 64);
+  const std::size_t chunk = part_bytes / esz;
+  scratch_.resize(n * part_bytes);
   const auto [own, own_count] = slice_of(rank_);
   for (std::size_t done = 0; done < own_count; done += chunk) {
     const std::size_t count = std::min(chunk, own_count - done);
     const std::size_t offset = (own + done) * esz;
-    auto part = [&](int q) { return scratch_.data() + static_cast<std::size_t>(q) * kSingleCopyChunkBytes; };
+    auto part = [&](int q) { return scratch_.data() + static_cast<std::size_t>(q) * part_bytes; };
     for (int q = 0; q < size(); ++q) {
       if (q != rank_) read_peer(q, at[static_cast<std::size_t>(q)] + offset, part(q), count * esz);
     }
@@ -587,7 +592,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadl
     publish();
     wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
-    // Block by block, so `out` may overlap this rank's block of `in`.
+    // `out` may be this rank's block of `in`: reduce_in_rank_order lets `out` be a source.
     reduce_in_rank_order(
         out.bytes() + at * esz, nullptr,
         [&](int q) {
