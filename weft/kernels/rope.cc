@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "weft/base/simd.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
@@ -50,27 +51,36 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   return t;
 }
 
+// The rows [first, end) of a share, compiled for AVX-512 and AVX2 as well (the pairs'
+// interleaving needs shuffles that the baseline's vectors do poorly).
+template <class T>
+WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t first,
+                                    std::int64_t end, std::int64_t seq, std::int64_t heads,
+                                    std::int64_t head_dim, std::int64_t row_stride, T sign) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t bt = first; bt < end; ++bt) {
+    const T* __restrict c = table.cos.data() + (bt % seq) * half;
+    const T* __restrict s = table.sin.data() + (bt % seq) * half;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      T* __restrict v = x + bt * row_stride + h * head_dim;
+      for (std::int64_t i = 0; i < half; ++i) {
+        const T x0 = v[2 * i];
+        const T x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c[i] - x1 * sign * s[i];
+        v[2 * i + 1] = x0 * sign * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
 // Rotates every pair by +angle (sign 1) or -angle (sign -1).
 template <class T>
 void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim,
             double theta, std::int64_t first_position, std::int64_t row_stride, T sign) {
   if (row_stride == 0) row_stride = heads * head_dim;
-  const std::int64_t half = head_dim / 2;
   const auto table = table_for<T>(seq, head_dim, theta, first_position);
   parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
-    for (std::int64_t bt = first; bt < end; ++bt) {
-      const T* c = table->cos.data() + (bt % seq) * half;
-      const T* s = table->sin.data() + (bt % seq) * half;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        T* v = x + bt * row_stride + h * head_dim;
-        for (std::int64_t i = 0; i < half; ++i) {
-          const T x0 = v[2 * i];
-          const T x1 = v[2 * i + 1];
-          v[2 * i] = x0 * c[i] - x1 * sign * s[i];
-          v[2 * i + 1] = x0 * sign * s[i] + x1 * c[i];
-        }
-      }
-    }
+    rotate_rows(x, *table, first, end, seq, heads, head_dim, row_stride, sign);
   });
 }
 

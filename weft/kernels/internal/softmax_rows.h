@@ -1,7 +1,6 @@
 // The row loops of tiled attention, one call per tile: softmax's maximum, exponentials and
-// sums, and the backward's element-wise steps. Sums and maxima run in kLanes independent
-// lanes in a fixed order, so that they vectorise without reassociating anything: results do
-// not depend on the instruction set picked at load time.
+// sums, and the backward's element-wise steps, compiled for AVX-512 and AVX2 as well, with
+// sums and maxima in fixed lanes (internal/lanes.h).
 #pragma once
 
 #include <cstdint>

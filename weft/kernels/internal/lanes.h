@@ -1,0 +1,44 @@
+// Reductions over a row in kLanes independent lanes, combined in a fixed order: they
+// vectorise without the compiler reassociating anything (a single running sum is a chain of
+// dependent additions it may not reorder), and the result does not depend on the instruction
+// set the calling function was compiled for. Always inlined, so that they take the caller's
+// vector clone (WEFT_VECTOR_CLONES).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+namespace weft::kernels::internal {
+
+inline constexpr int kLanes = 16;
+
+// The sum of term(i) for i in [0, n).
+template <class T, class Term>
+[[gnu::always_inline]] inline T lane_sum(std::int64_t n, Term term) {
+  T lane[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane[k] += term(i + k);
+  }
+  for (; i < n; ++i) lane[0] += term(i);
+  T sum = 0;
+  for (T v : lane) sum += v;
+  return sum;
+}
+
+// The largest of x[0, n); -infinity when n is 0.
+template <class T>
+[[gnu::always_inline]] inline T lane_max(const T* x, std::int64_t n) {
+  T lane[kLanes];
+  for (T& v : lane) v = -std::numeric_limits<T>::infinity();
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane[k] = lane[k] < x[i + k] ? x[i + k] : lane[k];
+  }
+  for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
+  T max = lane[0];
+  for (int k = 1; k < kLanes; ++k) max = max < lane[k] ? lane[k] : max;
+  return max;
+}
+
+}  // namespace weft::kernels::internal
