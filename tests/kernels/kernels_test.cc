@@ -245,7 +245,7 @@ std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>
 
 TEST(AttentionTest, TiledForwardMatchesTheDefinition) {
   for (const AttentionShape s : {AttentionShape{2, 70, 4, 2, 16}, AttentionShape{1, 33, 2, 2, 8},
-                                 AttentionShape{1, 1, 3, 1, 4}}) {
+                                 AttentionShape{1, 1, 3, 1, 4}, AttentionShape{1, 300, 2, 1, 16}}) {
     const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
     const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
     auto q = random_vec<float>(nq, 1), k = random_vec<float>(nkv, 2), v = random_vec<float>(nkv, 3);
@@ -318,6 +318,17 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
   for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-12) << "dq " << i;
   for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-12) << "dk " << i;
   for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-12) << "dv " << i;
+
+  // float, the training path (the fast exp, FMA where the vector clone contracts).
+  auto narrow = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
+  std::vector<float> qf = narrow(q), kf = narrow(k), vf = narrow(v), rf = narrow(r);
+  std::vector<float> of(nq), lf(lse.size()), dqf(nq), dkf(nkv), dvf(nkv);
+  attention_forward(s, qf.data(), kf.data(), vf.data(), of.data(), lf.data());
+  attention_backward(s, qf.data(), kf.data(), vf.data(), of.data(), rf.data(), lf.data(),
+                     dqf.data(), dkf.data(), dvf.data());
+  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dqf[i], want_dq[i], 1e-4) << "float dq " << i;
+  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dkf[i], want_dk[i], 1e-4) << "float dk " << i;
+  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dvf[i], want_dv[i], 1e-4) << "float dv " << i;
 }
 
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {

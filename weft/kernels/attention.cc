@@ -14,11 +14,11 @@ namespace weft::kernels {
 namespace {
 
 // Tiles of 64 queries (forward) or 64 keys (backward), each against blocks of up to 256 of
-// the other side, so that each product OpenBLAS runs is at least 64 x 64 x 64 and usually
-// larger (64 x 64 products alone ran at 40-60 GFLOP/s here, a quarter of a training step's
-// non-linear time), while a block's scores (64 KiB in float) stay in L2. Memory stays linear
-// in the sequence: no seq x seq matrix, and the forward's running softmax carries across key
-// blocks when the sequence is longer than one.
+// the other side: a causal row of up to 256 keys needs no rescaling of the running softmax,
+// and there are fewer, larger products (1.1x faster than 64 x 64 tiles once the row work was
+// vectorised; docs/TRAINING.md), while a block's scores (64 KiB in float) stay in L2. Memory
+// stays linear in the sequence: no seq x seq matrix, and the forward's running softmax carries
+// across key blocks when the sequence is longer than one.
 constexpr std::int64_t kTile = 64;
 constexpr std::int64_t kBlock = 256;
 
@@ -139,8 +139,8 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
   });
 }
 
-// Per key tile j and every query tile i that may see it (flash attention 2's backward), the
-// scores are recomputed from lse (P = exp(S - lse)) and the gradients follow:
+// Per key tile j and every block of up to 256 query rows that may see it (flash attention 2's
+// backward), the scores are recomputed from lse (P = exp(S - lse)) and the gradients follow:
 // dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P * (dP - rowsum(dO_i * O_i)) * scale,
 // dQ_i += dS K_j, dK_j += dS^T Q_i.
 template <class T>

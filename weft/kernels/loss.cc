@@ -1,7 +1,7 @@
 #include "weft/kernels/loss.h"
 
-#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "weft/base/simd.h"
 #include "weft/kernels/internal/check_ids.h"
@@ -14,8 +14,7 @@ namespace {
 
 // max and log(sum(exp(x - max))) of one row.
 template <class T>
-[[gnu::always_inline]] inline std::pair<T, T> log_sum_exp(const T* __restrict x,
-                                                          std::int64_t vocab) {
+[[gnu::always_inline]] inline std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
   const T max = internal::lane_max(x, vocab);
   const T sum =
       internal::lane_sum<T>(vocab, [&](std::int64_t j) { return internal::exp_of(x[j] - max); });
@@ -39,8 +38,8 @@ WEFT_VECTOR_CLONES void backward_rows(const T* logits, const std::int32_t* targe
                                       std::int64_t first, std::int64_t end, std::int64_t vocab,
                                       T scale, T* dlogits) {
   for (std::int64_t i = first; i < end; ++i) {
-    const T* __restrict row = logits + i * vocab;
-    T* __restrict d = dlogits + i * vocab;
+    const T* row = logits + i * vocab;
+    T* d = dlogits + i * vocab;
     const auto [max, lse] = log_sum_exp(row, vocab);
     const T shift = max + lse;
     for (std::int64_t j = 0; j < vocab; ++j) d[j] = internal::exp_of(row[j] - shift) * scale;

@@ -17,8 +17,8 @@ template <class T>
 WEFT_VECTOR_CLONES void forward_rows(const T* x, const T* w, T* y, T* rstd, std::int64_t first,
                                      std::int64_t end, std::int64_t dim, double eps) {
   for (std::int64_t r = first; r < end; ++r) {
-    const T* __restrict xr = x + r * dim;
-    T* __restrict yr = y + r * dim;
+    const T* xr = x + r * dim;
+    T* yr = y + r * dim;
     const T sum_sq = internal::lane_sum<T>(dim, [&](std::int64_t j) { return xr[j] * xr[j]; });
     const T s = static_cast<T>(
         1.0 / std::sqrt(static_cast<double>(sum_sq) / static_cast<double>(dim) + eps));
@@ -31,9 +31,9 @@ template <class T>
 WEFT_VECTOR_CLONES void backward_rows(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
                                       std::int64_t first, std::int64_t end, std::int64_t dim) {
   for (std::int64_t r = first; r < end; ++r) {
-    const T* __restrict xr = x + r * dim;
-    const T* __restrict dyr = dy + r * dim;
-    T* __restrict dxr = dx + r * dim;
+    const T* xr = x + r * dim;
+    const T* dyr = dy + r * dim;
+    T* dxr = dx + r * dim;
     const T s = rstd[r];
     const T dot = internal::lane_sum<T>(dim, [&](std::int64_t j) { return dyr[j] * w[j] * xr[j]; });
     const T mean = dot * s / static_cast<T>(dim);
@@ -46,11 +46,10 @@ WEFT_VECTOR_CLONES void accumulate_dw(const T* dy, const T* x, const T* rstd, T*
                                       std::int64_t rows, std::int64_t dim, std::int64_t first,
                                       std::int64_t end) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* __restrict xr = x + r * dim;
-    const T* __restrict dyr = dy + r * dim;
-    T* __restrict dwr = dw;
+    const T* xr = x + r * dim;
+    const T* dyr = dy + r * dim;
     const T s = rstd[r];
-    for (std::int64_t j = first; j < end; ++j) dwr[j] += dyr[j] * xr[j] * s;
+    for (std::int64_t j = first; j < end; ++j) dw[j] += dyr[j] * xr[j] * s;
   }
 }
 

@@ -23,12 +23,13 @@ template <class T>
 void softmax_grad_block(T* dp, const T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                         const T* delta, T scale);
 
-// dot[r] = sum over x < n of a[r * stride + x] * b[r * stride + x].
+// out[r] = sum over x < n of a[r * stride + x] * b[r * stride + x].
 template <class T>
 void row_dots(const T* a, const T* b, std::int64_t stride, std::int64_t rows, std::int64_t n,
-              T* dot);
+              T* out);
 
-// out[r * out_stride + x] = in[r * n + x] * factor[r] for x < n; out may be in.
+// out[r * out_stride + x] = in[r * n + x] * factor[r] for x < n; out may be in
+// when out_stride is n.
 template <class T>
 void scale_rows(T* out, std::int64_t out_stride, const T* in, std::int64_t rows, std::int64_t n,
                 const T* factor);
