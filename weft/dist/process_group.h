@@ -17,10 +17,11 @@
 //     Buffers must stay valid and untouched until the Work completes.
 //   - Each operation has a deadline: the group's timeout (300 s unless set) or OpOptions's,
 //     counted from the operation's first wait for a peer (work it does before that, such
-//     as copies, is not counted; an operation that never waits never reads the clock). Past it, dist::TimeoutError names the operation, its
-//     sequence number, the group and the rank that had not arrived. After any failure the
-//     group (and its transport) is broken: the other ranks are told at once (PeerError),
-//     and every later call throws dist::GroupBroken instead of hanging.
+//     as copies, is not counted; an operation that never waits never reads the clock).
+//     Past it, dist::TimeoutError names the operation, its sequence number, the group and
+//     the rank that had not arrived. After any failure the group (and its transport) is
+//     broken: the other ranks are told at once (PeerError), and every later call throws
+//     dist::GroupBroken instead of hanging.
 //   - Zero-element buffers are legal. float16/bfloat16 reductions accumulate in float32.
 //
 // Thread-safety: a group may be used from several threads; operations are issued in the

@@ -1,8 +1,8 @@
 // Reductions over a row in kLanes independent lanes, combined in a fixed order: they
 // vectorise without the compiler reassociating anything (a single running sum is a chain of
-// dependent additions it may not reorder), and the result does not depend on the instruction
-// set the calling function was compiled for. Always inlined, so that they take the caller's
-// vector clone (WEFT_VECTOR_CLONES).
+// dependent additions it may not reorder), and the order of the additions does not depend on
+// the vector width (the rounding can: an AVX-512 clone may fuse a * b + c into one FMA).
+// Always inlined, so that they take the caller's vector clone (WEFT_VECTOR_CLONES).
 #pragma once
 
 #include <cstdint>

@@ -57,7 +57,7 @@ template <class T>
 WEFT_VECTOR_CLONES void scale_rows(T* out, std::int64_t out_stride, const T* in, std::int64_t rows,
                                    std::int64_t n, const T* factor) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    T* o = out + r * out_stride;  // may be x: no restrict
+    T* o = out + r * out_stride;  // may be `in`: no restrict
     const T* x = in + r * n;
     const T f = factor[r];
     for (std::int64_t c = 0; c < n; ++c) o[c] = x[c] * f;
