@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "weft/base/simd.h"
+#include "weft/kernels/internal/lanes.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
@@ -24,26 +25,16 @@ void scale(T* y, T factor, std::int64_t n) {
 
 namespace {
 
-// Sums of squares go block by block, each block in kLanes independent accumulators: the adds
+// Sums of squares go block by block, each block in fixed lanes (internal/lanes.h): the adds
 // pipeline and vectorise instead of waiting on one another (a single running sum chains
 // llama_512's 27 M additions at ~4 cycles each: ~30 ms per step, estimated), and the blocks
 // are fixed, so the result does not depend on how many threads share them.
 constexpr std::int64_t kSquaresBlock = 4096;
-constexpr int kLanes = 8;
 
 template <class T>
 WEFT_VECTOR_CLONES double block_sum_squares(const T* __restrict x, std::int64_t n) {
-  double lane[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      lane[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
-    }
-  }
-  for (; i < n; ++i) lane[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  double sum = 0;
-  for (double v : lane) sum += v;
-  return sum;
+  return internal::lane_sum<double>(
+      n, [&](std::int64_t i) { return static_cast<double>(x[i]) * static_cast<double>(x[i]); });
 }
 
 }  // namespace

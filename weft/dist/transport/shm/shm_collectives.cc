@@ -309,8 +309,8 @@ std::size_t Collectives::block_chunk(std::size_t element_bytes) const {
 // when `out` is a later source the block is reduced in an L1 buffer first. Two sources and
 // no second output make one pass with nothing to keep in L1: one call then.
 void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
-                                       const std::function<const std::byte*(int)>& src,
-                                       std::size_t count, DType dtype, ReduceOp op) const {
+                                       FunctionRef<const std::byte*(int)> src, std::size_t count,
+                                       DType dtype, ReduceOp op) const {
   if (size() == 2 && also_out == nullptr) {
     reduce_pair(out, src(0), src(1), count, dtype, op);
     return;

@@ -11,9 +11,8 @@
 // are chunked through the slots so that chunks stay in cache while they cross between cores;
 // mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
 // the processes may read each other's memory. Reductions run in rank order (identical
-// results everywhere). Waiting spins, then
-// yields, then sleeps on a futex (docs/COLLECTIVES.md has the layout, the algorithm table
-// and the measurements behind the constants).
+// results everywhere). Waiting spins, then yields, then sleeps on a futex (docs/COLLECTIVES.md
+// has the layout, the algorithm table and the measurements behind the constants).
 #pragma once
 
 #include <sched.h>
@@ -24,6 +23,7 @@
 #include <functional>
 #include <vector>
 
+#include "weft/base/function_ref.h"
 #include "weft/dist/transport/direct_collectives.h"
 
 namespace weft::dist::shm {
@@ -49,10 +49,11 @@ class Collectives final : public DirectCollectives {
   // A group of the job's ranks: `regions[r]` is group rank r's region, mapped here and
   // zero-filled at creation, `job_ranks[r]` its rank in the job (errors name job ranks) and
   // `pids[r]` its process. `check_peer(job_rank)` throws PeerError if the job aborted or that
-  // rank died. With more ranks than cores, waits do not spin, barriers are released by rank
-  // 0 and nothing is single-copy; otherwise the engine of the whole job starts each rank on a
-  // CPU of its own, and with single copy, mid-sized all-reduces and broadcasts copy straight
-  // between the ranks' buffers (one copy instead of two through the slots).
+  // rank died. The engine of the whole job starts rank r on the (r mod CPUs)-th allowed CPU
+  // (unbound afterwards). With more ranks than cores, waits do not spin, barriers are released
+  // by rank 0 and nothing is single-copy; otherwise, with single copy, mid-sized all-reduces
+  // and broadcasts copy straight between the ranks' buffers (one copy instead of two through
+  // the slots).
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids);
 
@@ -110,8 +111,8 @@ class Collectives final : public DirectCollectives {
   // out = src(0) op src(1) op ... op src(n - 1) over `count` elements, also into `also_out`
   // unless it is null. `out` may alias a source element for element.
   void reduce_in_rank_order(std::byte* out, std::byte* also_out,
-                            const std::function<const std::byte*(int)>& src, std::size_t count,
-                            DType dtype, ReduceOp op) const;
+                            FunctionRef<const std::byte*(int)> src, std::size_t count, DType dtype,
+                            ReduceOp op) const;
   void all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline);
