@@ -95,6 +95,16 @@ TEST(BlasTest, LinearGradients) {
   expect_gradient(w, dw, loss, "linear dw");
 }
 
+// accumulate adds the product to y (the residual add of a transformer block).
+TEST(BlasTest, LinearForwardAccumulateAddsTheProduct) {
+  const std::int64_t rows = 300, in = 7, out = 5;  // more rows than one thread's share
+  Vec x = random_vec(rows * in, 1), w = random_vec(out * in, 2), y0 = random_vec(rows * out, 3);
+  Vec product(y0.size()), y = y0;
+  linear_forward(x.data(), w.data(), product.data(), rows, in, out);
+  linear_forward(x.data(), w.data(), y.data(), rows, in, out, /*accumulate=*/true);
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y0[i] + product[i], 1e-12) << i;
+}
+
 TEST(BlasTest, ThreadCountIsOnePerRankByDefault) { EXPECT_EQ(blas_threads(), 1); }
 
 TEST(EmbeddingTest, ForwardGathersRowsAndBackwardAccumulates) {
@@ -133,6 +143,12 @@ TEST(RmsNormTest, MatchesTheFormulaAndItsGradients) {
   rmsnorm_backward(r.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
   expect_gradient(x, dx, loss, "rmsnorm dx");
   expect_gradient(w, dw, loss, "rmsnorm dw");
+
+  Vec base = random_vec(x.size(), 4), sum = base, dw2(dim, 0.0);  // accumulate_dx adds dx
+  rmsnorm_backward(r.data(), x.data(), w.data(), rstd.data(), sum.data(), dw2.data(), rows, dim,
+                   /*accumulate_dx=*/true);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(sum[i], base[i] + dx[i], 1e-12) << i;
+  EXPECT_EQ(dw2, dw);
 }
 
 TEST(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
@@ -311,7 +327,9 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
   attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
   const Vec want = reference_attention(s, q, k, v);
   for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 1e-12) << "out " << i;
-  Vec dq(nq), dk(nkv), dv(nkv), want_dq(nq), want_dk(nkv), want_dv(nkv);
+  // The gradients start as NaN: the backward overwrites them, it does not add to them.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Vec dq(nq, nan), dk(nkv, nan), dv(nkv, nan), want_dq(nq), want_dk(nkv), want_dv(nkv);
   attention_backward(s, q.data(), k.data(), v.data(), out.data(), r.data(), lse.data(), dq.data(),
                      dk.data(), dv.data());
   reference_attention_backward(s, q, k, v, r, want_dq, want_dk, want_dv);
@@ -322,7 +340,8 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
   // float, the training path (the fast exp, FMA where the vector clone contracts).
   auto narrow = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
   std::vector<float> qf = narrow(q), kf = narrow(k), vf = narrow(v), rf = narrow(r);
-  std::vector<float> of(nq), lf(lse.size()), dqf(nq), dkf(nkv), dvf(nkv);
+  const float nanf = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> of(nq), lf(lse.size()), dqf(nq, nanf), dkf(nkv, nanf), dvf(nkv, nanf);
   attention_forward(s, qf.data(), kf.data(), vf.data(), of.data(), lf.data());
   attention_backward(s, qf.data(), kf.data(), vf.data(), of.data(), rf.data(), lf.data(),
                      dqf.data(), dkf.data(), dvf.data());

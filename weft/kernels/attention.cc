@@ -87,12 +87,15 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   internal::scale_rows(out + at.o_offset + i0 * at.o_stride, at.o_stride, acc, rows, d, inv);
 }
 
-// The backward of one (batch, query head) pair, accumulating into its rows of dq, dk, dv:
-// per key tile j, the query rows that may see it in blocks of up to kBlock rows.
+// The backward of one (batch, query head) pair into its rows of dq, dk, dv: per key tile j,
+// the query rows that may see it in blocks of up to kBlock rows. The first product into a
+// gradient overwrites it (beta 0) instead of adding to zeros: dq's rows all meet key tile 0
+// first, and dk's and dv's rows of tile j meet query block j first, in the group's first head
+// (`first_in_group`; the group's other heads add to them).
 template <class T>
-void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k, const T* v,
-                   const T* out, const T* dout, const T* lse_bh, T* dq, T* dk, T* dv, T scale,
-                   T* delta, T* p, T* dp) {
+void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
+                   const T* v, const T* out, const T* dout, const T* lse_bh, T* dq, T* dk, T* dv,
+                   T scale, bool first_in_group, T* delta, T* p, T* dp) {
   const std::int64_t d = s.head_dim;
   internal::row_dots(out + at.o_offset, dout + at.o_offset, at.o_stride, s.seq, d, delta);
   for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
@@ -105,15 +108,18 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
       const std::int64_t rows = std::min(kBlock, s.seq - i0);
       const T* qi = q + at.q_offset + i0 * at.q_stride;
       const T* doi = dout + at.o_offset + i0 * at.o_stride;
+      const T kv_beta = first_in_group && i0 == j0 ? T(0) : T(1);
       gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p, kTile);
       if (j0 + cols > i0) mask_tile(p, kTile, rows, cols, i0, j0);
       internal::exp_block(p, kTile, rows, cols, lse_bh + i0);
-      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.o_stride, T(1), dvj, at.kv_stride);
+      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.o_stride, kv_beta, dvj,
+              at.kv_stride);
       gemm<T>(false, true, rows, cols, d, T(1), doi, at.o_stride, vj, at.kv_stride, T(0), dp, kTile);
       internal::softmax_grad_block(dp, p, kTile, rows, cols, delta + i0, scale);
-      gemm<T>(false, false, rows, d, cols, T(1), dp, kTile, kj, at.kv_stride, T(1),
+      gemm<T>(false, false, rows, d, cols, T(1), dp, kTile, kj, at.kv_stride, j0 == 0 ? T(0) : T(1),
               dq + at.q_offset + i0 * at.q_stride, at.q_stride);
-      gemm<T>(true, false, cols, d, rows, T(1), dp, kTile, qi, at.q_stride, T(1), dkj, at.kv_stride);
+      gemm<T>(true, false, cols, d, rows, T(1), dp, kTile, qi, at.q_stride, kv_beta, dkj,
+              at.kv_stride);
     }
   }
 }
@@ -149,12 +155,6 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
   check_shape(s);
   const std::int64_t d = s.head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  const HeadView<T> layout(s, 0, 0);
-  for (std::int64_t t = 0; t < s.batch * s.seq; ++t) {  // row by row: the layout may be fused
-    std::fill(dq + t * layout.q_stride, dq + t * layout.q_stride + s.heads * d, T(0));
-    std::fill(dk + t * layout.kv_stride, dk + t * layout.kv_stride + s.kv_heads * d, T(0));
-    std::fill(dv + t * layout.kv_stride, dv + t * layout.kv_stride + s.kv_heads * d, T(0));
-  }
   // A key/value head and the query heads that read it write their own dk, dv and dq rows:
   // split the (batch, key/value head) pairs over the threads.
   const std::int64_t group = s.heads / s.kv_heads;
@@ -162,10 +162,11 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
     std::vector<T> delta(static_cast<std::size_t>(s.seq));
     std::vector<T> p(static_cast<std::size_t>(kBlock * kTile)), dp(p.size());
     for (std::int64_t bg = first; bg < end; ++bg) {
-      for (std::int64_t h = (bg % s.kv_heads) * group; h < (bg % s.kv_heads + 1) * group; ++h) {
+      const std::int64_t first_head = (bg % s.kv_heads) * group;
+      for (std::int64_t h = first_head; h < first_head + group; ++h) {
         backward_head(s, HeadView<T>(s, bg / s.kv_heads, h), q, k, v, out, dout,
                       lse + ((bg / s.kv_heads) * s.heads + h) * s.seq, dq, dk, dv, scale,
-                      delta.data(), p.data(), dp.data());
+                      h == first_head, delta.data(), p.data(), dp.data());
       }
     }
   });

@@ -52,9 +52,11 @@ void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
 // result does not depend on the number of threads.
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
-                    std::int64_t out) {
+                    std::int64_t out, bool accumulate) {
+  const T beta = accumulate ? T(1) : T(0);
   parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
-    gemm<T>(false, true, end - first, out, in, T(1), x + first * in, in, w, in, T(0), y + first * out, out);
+    gemm<T>(false, true, end - first, out, in, T(1), x + first * in, in, w, in, beta,
+            y + first * out, out);
   });
 }
 
@@ -84,10 +86,10 @@ int blas_threads() {
   return openblas_get_num_threads();
 }
 
-template void linear_forward<float>(const float*, const float*, float*, std::int64_t,
-                                    std::int64_t, std::int64_t);
+template void linear_forward<float>(const float*, const float*, float*, std::int64_t, std::int64_t,
+                                    std::int64_t, bool);
 template void linear_forward<double>(const double*, const double*, double*, std::int64_t,
-                                     std::int64_t, std::int64_t);
+                                     std::int64_t, std::int64_t, bool);
 template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
                                      std::int64_t, std::int64_t, std::int64_t, bool);
 template void linear_backward<double>(const double*, const double*, const double*, double*,

@@ -29,7 +29,8 @@ WEFT_VECTOR_CLONES void forward_rows(const T* x, const T* w, T* y, T* rstd, std:
 
 template <class T>
 WEFT_VECTOR_CLONES void backward_rows(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
-                                      std::int64_t first, std::int64_t end, std::int64_t dim) {
+                                      std::int64_t first, std::int64_t end, std::int64_t dim,
+                                      bool accumulate_dx) {
   for (std::int64_t r = first; r < end; ++r) {
     const T* xr = x + r * dim;
     const T* dyr = dy + r * dim;
@@ -37,7 +38,11 @@ WEFT_VECTOR_CLONES void backward_rows(const T* dy, const T* x, const T* w, const
     const T s = rstd[r];
     const T dot = internal::lane_sum<T>(dim, [&](std::int64_t j) { return dyr[j] * w[j] * xr[j]; });
     const T mean = dot * s / static_cast<T>(dim);
-    for (std::int64_t j = 0; j < dim; ++j) dxr[j] = s * (dyr[j] * w[j] - xr[j] * s * mean);
+    if (accumulate_dx) {
+      for (std::int64_t j = 0; j < dim; ++j) dxr[j] += s * (dyr[j] * w[j] - xr[j] * s * mean);
+    } else {
+      for (std::int64_t j = 0; j < dim; ++j) dxr[j] = s * (dyr[j] * w[j] - xr[j] * s * mean);
+    }
   }
 }
 
@@ -68,9 +73,9 @@ void rmsnorm_forward(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, s
 // (each column summed over the rows in order, whatever the thread count).
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw,
-                      std::int64_t rows, std::int64_t dim) {
+                      std::int64_t rows, std::int64_t dim, bool accumulate_dx) {
   parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
-    backward_rows(dy, x, w, rstd, dx, first, end, dim);
+    backward_rows(dy, x, w, rstd, dx, first, end, dim, accumulate_dx);
   });
   parallel_for(dim, 16, [&](std::int64_t first, std::int64_t end) {
     accumulate_dw(dy, x, rstd, dw, rows, dim, first, end);
@@ -82,9 +87,8 @@ template void rmsnorm_forward<float>(const float*, const float*, float*, float*,
 template void rmsnorm_forward<double>(const double*, const double*, double*, double*,
                                       std::int64_t, std::int64_t, double);
 template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
-                                      float*, float*, std::int64_t, std::int64_t);
-template void rmsnorm_backward<double>(const double*, const double*, const double*,
-                                       const double*, double*, double*, std::int64_t,
-                                       std::int64_t);
+                                      float*, float*, std::int64_t, std::int64_t, bool);
+template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*,
+                                       double*, double*, std::int64_t, std::int64_t, bool);
 
 }  // namespace weft::kernels

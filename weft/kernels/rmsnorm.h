@@ -9,9 +9,9 @@ namespace weft::kernels {
 template <class T>
 void rmsnorm_forward(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t dim,
                      double eps);
-// dx (overwritten) and dw (accumulated) from dy.
+// dx (overwritten, or added to when accumulate_dx) and dw (accumulated) from dy.
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw,
-                      std::int64_t rows, std::int64_t dim);
+                      std::int64_t rows, std::int64_t dim, bool accumulate_dx = false);
 
 }  // namespace weft::kernels

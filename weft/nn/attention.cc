@@ -25,7 +25,7 @@ std::int64_t Attention::qkv_width() const {
   return (config_.n_heads + 2 * config_.n_kv_heads) * config_.head_dim();
 }
 
-void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq) {
+void Attention::forward(const float* x, float* residual, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq, hd = config_.head_dim(), width = qkv_width();
   const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
   float* q = ensure(qkv_, {rows, width});
@@ -37,7 +37,7 @@ void Attention::forward(const float* x, float* out, std::int64_t batch, std::int
   kernels::rope_forward(q, batch, seq, config_.n_heads, hd, config_.rope_theta, 0, width);
   kernels::rope_forward(k, batch, seq, config_.n_kv_heads, hd, config_.rope_theta, 0, width);
   kernels::attention_forward(shape, q, k, v, att, lse);
-  wo_.forward(att, out, rows);
+  wo_.forward(att, residual, rows, /*accumulate=*/true);
 }
 
 void Attention::backward(const float* dout, const float* x, float* dx, std::int64_t batch,
@@ -58,8 +58,8 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
   wqkv_.backward(dq, x, dx, rows);
 }
 
-void Attention::forward_cached(const float* x, float* out, std::int64_t n, std::int64_t position,
-                               LayerCache& cache) {
+void Attention::forward_cached(const float* x, float* residual, std::int64_t n,
+                               std::int64_t position, LayerCache& cache) {
   const std::int64_t hd = config_.head_dim(), heads = config_.n_heads, kv = config_.n_kv_heads;
   float* q = ensure(q_, {n, heads * hd});
   float* att = ensure(att_, {n, heads * hd});
@@ -96,7 +96,7 @@ void Attention::forward_cached(const float* x, float* out, std::int64_t n, std::
       }
     }
   }
-  wo_.forward(att, out, n);
+  wo_.forward(att, residual, n, /*accumulate=*/true);
 }
 
 void Attention::release() { qkv_ = att_ = lse_ = Tensor(); }

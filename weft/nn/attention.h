@@ -20,13 +20,16 @@ struct AttentionConfig {
 class Attention {
  public:
   Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config);
-  // x and out: [batch * seq, dim]. Keeps q, k, v, the attention output and lse for backward.
-  void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq);
+  // x and residual: [batch * seq, dim]; the attention's output is added to residual (the
+  // block's residual stream), inside the output projection's product. Keeps q, k, v, the
+  // attention output and lse for backward.
+  void forward(const float* x, float* residual, std::int64_t batch, std::int64_t seq);
   // dx ([batch * seq, dim]) is overwritten; x is the forward's input.
   void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq);
   // Inference: x [n, dim] are positions cache.length .. + n of one sequence; their keys and
-  // values are appended to `cache` and each attends to every cached position up to itself.
-  void forward_cached(const float* x, float* out, std::int64_t n, std::int64_t position,
+  // values are appended to `cache` and each attends to every cached position up to itself;
+  // the output is added to residual, as in forward.
+  void forward_cached(const float* x, float* residual, std::int64_t n, std::int64_t position,
                       LayerCache& cache);
   // Frees what forward kept (activation checkpointing: forward runs again before backward).
   void release();

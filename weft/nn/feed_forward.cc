@@ -12,12 +12,12 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
       w13_(w13_weight_, dim, 2 * hidden),
       w2_(params, prefix + ".w2", hidden, dim) {}
 
-void FeedForward::forward(const float* x, float* out, std::int64_t rows) {
+void FeedForward::forward(const float* x, float* residual, std::int64_t rows) {
   float* ab = ensure(ab_, {rows, 2 * hidden_});
   float* g = ensure(g_, {rows, hidden_});
   w13_.forward(x, ab, rows);
   kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
-  w2_.forward(g, out, rows);
+  w2_.forward(g, residual, rows, /*accumulate=*/true);
 }
 
 void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {

@@ -12,7 +12,8 @@ class FeedForward {
  public:
   FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
               std::int64_t hidden);
-  void forward(const float* x, float* out, std::int64_t rows);
+  // Adds the output to residual ([rows, dim], the block's residual stream) inside w2's product.
+  void forward(const float* x, float* residual, std::int64_t rows);
   // dx overwritten; x is the forward's input.
   void backward(const float* dout, const float* x, float* dx, std::int64_t rows);
   void release();

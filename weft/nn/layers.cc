@@ -18,8 +18,8 @@ Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, 
 Linear::Linear(Parameter& shared, std::int64_t in, std::int64_t out)
     : weight_(shared), in_(in), out_(out) {}
 
-void Linear::forward(const float* x, float* y, std::int64_t rows) const {
-  kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_);
+void Linear::forward(const float* x, float* y, std::int64_t rows, bool accumulate) const {
+  kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_, accumulate);
 }
 
 void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t rows,
@@ -49,10 +49,8 @@ void RMSNorm::forward(const float* x, float* y, float* rstd, std::int64_t rows) 
 
 void RMSNorm::backward(const float* dy, const float* x, const float* rstd, float* dx,
                        std::int64_t rows, bool accumulate_dx) {
-  float* out = accumulate_dx ? ensure(scratch_, {rows, dim_}) : dx;
-  kernels::rmsnorm_backward(dy, x, weight_.value.data<float>(), rstd, out,
-                            weight_.grad.data<float>(), rows, dim_);
-  if (accumulate_dx) kernels::add_into(dx, out, rows * dim_);
+  kernels::rmsnorm_backward(dy, x, weight_.value.data<float>(), rstd, dx,
+                            weight_.grad.data<float>(), rows, dim_, accumulate_dx);
 }
 
 }  // namespace weft::nn

@@ -20,8 +20,8 @@ class Linear {
   // Over an existing [out, in] parameter (tied weights: the output layer reuses the token
   // embedding); gradients from both uses add up in its grad.
   Linear(Parameter& shared, std::int64_t in, std::int64_t out);
-  // y[rows, out] = x[rows, in] W^T
-  void forward(const float* x, float* y, std::int64_t rows) const;
+  // y[rows, out] = x[rows, in] W^T, or y += x W^T when accumulate.
+  void forward(const float* x, float* y, std::int64_t rows, bool accumulate = false) const;
   // dx[rows, in] = dy W (skipped when dx is null; accumulated when accumulate_dx), dW += dy^T x.
   void backward(const float* dy, const float* x, float* dx, std::int64_t rows,
                 bool accumulate_dx = false);
@@ -60,7 +60,6 @@ class RMSNorm {
   Parameter& weight_;
   std::int64_t dim_;
   double eps_;
-  Tensor scratch_;  // dx before it is added, when accumulating
 };
 
 }  // namespace weft::nn

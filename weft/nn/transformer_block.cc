@@ -3,8 +3,6 @@
 #include <cstring>
 #include <string>
 
-#include "weft/kernels/elementwise.h"
-
 namespace weft::nn {
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c)
@@ -24,27 +22,21 @@ void TransformerBlock::forward(float* x, std::int64_t batch, std::int64_t seq) {
 void TransformerBlock::run_forward(float* x, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq, n = rows * dim_;
   float* h1 = ensure(h1_, {rows, dim_});
-  float* branch = ensure(branch_, {rows, dim_});
   attention_norm_.forward(x, h1, ensure(rstd1_, {rows}), rows);
-  attention_.forward(h1, branch, batch, seq);
-  kernels::add_into(x, branch, n);
+  attention_.forward(h1, x, batch, seq);  // x += attention(h1)
   std::memcpy(ensure(x2_, {rows, dim_}), x, static_cast<std::size_t>(n) * sizeof(float));
   float* h2 = ensure(h2_, {rows, dim_});
   ffn_norm_.forward(x, h2, ensure(rstd2_, {rows}), rows);
-  feed_forward_.forward(h2, branch, rows);
-  kernels::add_into(x, branch, n);
+  feed_forward_.forward(h2, x, rows);  // x += ffn(h2)
 }
 
 void TransformerBlock::forward_cached(float* x, std::int64_t n, std::int64_t position,
                                       LayerCache& cache) {
   float* h = ensure(h1_, {n, dim_});
-  float* branch = ensure(branch_, {n, dim_});
   attention_norm_.forward(x, h, ensure(rstd1_, {n}), n);
-  attention_.forward_cached(h, branch, n, position, cache);
-  kernels::add_into(x, branch, n * dim_);
+  attention_.forward_cached(h, x, n, position, cache);
   ffn_norm_.forward(x, h, ensure(rstd2_, {n}), n);
-  feed_forward_.forward(h, branch, n);
-  kernels::add_into(x, branch, n * dim_);
+  feed_forward_.forward(h, x, n);
 }
 
 void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq) {

@@ -39,7 +39,7 @@ class TransformerBlock {
   FeedForward feed_forward_;
   Tensor input_;                          // always kept
   Tensor h1_, rstd1_, x2_, h2_, rstd2_;   // kept unless checkpointing
-  Tensor branch_, dh_, recompute_;        // scratch
+  Tensor dh_, recompute_;                 // scratch
 };
 
 }  // namespace weft::nn

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace weft::kernels::internal {
@@ -26,18 +27,24 @@ template <class T, class Term>
   return sum;
 }
 
-// The largest of x[0, n); -infinity when n is 0.
+// The largest of x[0, n); -infinity when n is 0. On vectors of kLanes: GCC does not vectorise
+// a running `a < b ? b : a` over float lanes (it is not a MAX_EXPR unless NaNs and signed
+// zeros are ruled out), but a select between whole vectors becomes one vmaxps, with the same
+// result for NaN (the select's order is the instruction's).
 template <class T>
 [[gnu::always_inline]] inline T lane_max(const T* x, std::int64_t n) {
-  T lane[kLanes];
-  for (T& v : lane) v = -std::numeric_limits<T>::infinity();
+  using Lanes [[gnu::vector_size(kLanes * sizeof(T))]] = T;
+  Lanes lane;
+  for (int k = 0; k < kLanes; ++k) lane[k] = -std::numeric_limits<T>::infinity();
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lane[k] = lane[k] < x[i + k] ? x[i + k] : lane[k];
+    Lanes v;
+    std::memcpy(&v, x + i, sizeof v);  // x need not be aligned to the vector
+    lane = lane < v ? v : lane;
   }
-  for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
   T max = lane[0];
   for (int k = 1; k < kLanes; ++k) max = max < lane[k] ? lane[k] : max;
+  for (; i < n; ++i) max = max < x[i] ? x[i] : max;
   return max;
 }
 
