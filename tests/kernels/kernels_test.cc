@@ -316,38 +316,44 @@ void reference_attention_backward(const AttentionShape& s, const Vec& q, const V
 }
 
 // Longer than one block of keys (forward) and of queries (backward): the running softmax
-// carries across blocks and the backward's row blocks add up.
+// carries across blocks and the backward's row blocks add up. Head sizes of whole vectors
+// (80 floats: a block of four vectors and one of one), of vectors and a scalar rest (20), and
+// of scalars only (4), in float64 and in float.
 TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
-  const AttentionShape s{1, 300, 2, 1, 4};
-  const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
-  const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
-  Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3),
-      r = random_vec(nq, 4);
-  Vec out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
-  attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-  const Vec want = reference_attention(s, q, k, v);
-  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 1e-12) << "out " << i;
-  // The gradients start as NaN: the backward overwrites them, it does not add to them.
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  Vec dq(nq, nan), dk(nkv, nan), dv(nkv, nan), want_dq(nq), want_dk(nkv), want_dv(nkv);
-  attention_backward(s, q.data(), k.data(), v.data(), out.data(), r.data(), lse.data(), dq.data(),
-                     dk.data(), dv.data());
-  reference_attention_backward(s, q, k, v, r, want_dq, want_dk, want_dv);
-  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-12) << "dq " << i;
-  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-12) << "dk " << i;
-  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-12) << "dv " << i;
+  for (const AttentionShape s : {AttentionShape{1, 300, 2, 1, 4}, AttentionShape{1, 300, 2, 1, 80},
+                                 AttentionShape{2, 70, 2, 2, 20}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(s.head_dim));
+    const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
+    Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3),
+        r = random_vec(nq, 4);
+    Vec out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
+    attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    const Vec want = reference_attention(s, q, k, v);
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 1e-12) << "out " << i;
+    // The gradients start as NaN: the backward overwrites them, it does not add to them.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Vec dq(nq, nan), dk(nkv, nan), dv(nkv, nan), want_dq(nq), want_dk(nkv), want_dv(nkv);
+    attention_backward(s, q.data(), k.data(), v.data(), out.data(), r.data(), lse.data(), dq.data(),
+                       dk.data(), dv.data());
+    reference_attention_backward(s, q, k, v, r, want_dq, want_dk, want_dv);
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-12) << "dq " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-12) << "dk " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-12) << "dv " << i;
 
-  // float, the training path (the fast exp, FMA where the vector clone contracts).
-  auto narrow = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
-  std::vector<float> qf = narrow(q), kf = narrow(k), vf = narrow(v), rf = narrow(r);
-  const float nanf = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> of(nq), lf(lse.size()), dqf(nq, nanf), dkf(nkv, nanf), dvf(nkv, nanf);
-  attention_forward(s, qf.data(), kf.data(), vf.data(), of.data(), lf.data());
-  attention_backward(s, qf.data(), kf.data(), vf.data(), of.data(), rf.data(), lf.data(),
-                     dqf.data(), dkf.data(), dvf.data());
-  for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dqf[i], want_dq[i], 1e-4) << "float dq " << i;
-  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dkf[i], want_dk[i], 1e-4) << "float dk " << i;
-  for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dvf[i], want_dv[i], 1e-4) << "float dv " << i;
+    // float, the training path (the fast exp, FMA where the vector clone contracts).
+    auto narrow = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
+    std::vector<float> qf = narrow(q), kf = narrow(k), vf = narrow(v), rf = narrow(r);
+    const float nanf = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> of(nq), lf(lse.size()), dqf(nq, nanf), dkf(nkv, nanf), dvf(nkv, nanf);
+    attention_forward(s, qf.data(), kf.data(), vf.data(), of.data(), lf.data());
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(of[i], want[i], 1e-5) << "float out " << i;
+    attention_backward(s, qf.data(), kf.data(), vf.data(), of.data(), rf.data(), lf.data(),
+                       dqf.data(), dkf.data(), dvf.data());
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dqf[i], want_dq[i], 1e-4) << "float dq " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dkf[i], want_dk[i], 1e-4) << "float dk " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dvf[i], want_dv[i], 1e-4) << "float dv " << i;
+  }
 }
 
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "weft/base/check.h"
-#include "weft/kernels/blas.h"
+#include "weft/kernels/internal/attention_tiles.h"
 #include "weft/kernels/internal/softmax_rows.h"
 #include "weft/kernels/parallel.h"
 
@@ -15,16 +15,22 @@ namespace {
 
 // Tiles of 64 queries (forward) or 64 keys (backward), each against blocks of up to 256 of
 // the other side: a causal row of up to 256 keys needs no rescaling of the running softmax,
-// and there are fewer, larger products (1.1x faster than 64 x 64 tiles once the row work was
-// vectorised; docs/TRAINING.md), while a block's scores (64 KiB in float) stay in L2. Memory
-// stays linear in the sequence: no seq x seq matrix, and the forward's running softmax carries
-// across key blocks when the sequence is longer than one.
+// while a block's scores (64 KiB in float) stay in L2. Memory stays linear in the sequence:
+// no seq x seq matrix, and the forward's running softmax carries across key blocks when the
+// sequence is longer than one. The tiles' products are internal/attention_tiles.h's, which
+// skip the masked pairs; each head's keys (and values, for the backward) are transposed once
+// into a [head_dim, seq] panel for them.
 constexpr std::int64_t kTile = 64;
 constexpr std::int64_t kBlock = 256;
 
 void check_shape(const AttentionShape& s) {
   WEFT_CHECK_GT(s.kv_heads, 0);
   WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
+}
+
+std::int64_t padded(std::int64_t n) {
+  constexpr std::int64_t panel = internal::kTilePanel<float>;  // a multiple of double's
+  return (n + panel - 1) / panel * panel;
 }
 
 // The strided views of one (batch, query head) pair: q (and dq) rows q_stride apart, k and v
@@ -59,8 +65,9 @@ void mask_tile(T* scores, std::int64_t ld, std::int64_t rows, std::int64_t cols,
 // unnormalised and rescaled whenever m grows (only between blocks, so never when the whole
 // causal row fits one block).
 template <class T>
-void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
-                  const T* v, T* out, T* lse, std::int64_t i0, std::int64_t rows, T* scores, T* acc) {
+void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* kt,
+                  const T* v, T* out, T* lse, std::int64_t i0, std::int64_t rows, T* scores,
+                  T* acc) {
   const std::int64_t d = s.head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   T m[kTile], l[kTile];
@@ -69,15 +76,14 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   const T* qi = q + at.q_offset + i0 * at.q_stride;
   for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kBlock) {
     const std::int64_t cols = std::min(kBlock, i0 + rows - j0);
-    const T* kj = k + at.kv_offset + j0 * at.kv_stride;
-    gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), scores,
-            kBlock);
+    internal::scores_tile(qi, at.q_stride, kt + j0, padded(s.seq), rows, cols, d, i0 - j0, scale,
+                          scores, kBlock);
     if (j0 + cols > i0) mask_tile(scores, kBlock, rows, cols, i0, j0);
     T correction[kTile];
     internal::softmax_block(scores, kBlock, rows, cols, m, l, correction);
     if (j0 > 0) internal::scale_rows(acc, d, acc, rows, d, correction);
-    gemm<T>(false, false, rows, d, cols, T(1), scores, kBlock, v + at.kv_offset + j0 * at.kv_stride,
-            at.kv_stride, j0 > 0 ? T(1) : T(0), acc, d);
+    internal::rows_times_tile(scores, kBlock, v + at.kv_offset + j0 * at.kv_stride, at.kv_stride,
+                              rows, cols, d, i0 - j0, /*accumulate=*/j0 > 0, acc, d);
   }
   T inv[kTile];
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -87,39 +93,59 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   internal::scale_rows(out + at.o_offset + i0 * at.o_stride, at.o_stride, acc, rows, d, inv);
 }
 
+// One thread's buffers for the backward: delta (rowsum(dO * O) per query), a block of P and
+// one of dP (zeroed once: entries a causal tile skips stay finite, and P is 0 there), and the
+// key/value head's keys and values transposed.
+template <class T>
+struct BackwardScratch {
+  std::vector<T> delta, p, dp, kt, vt;
+  explicit BackwardScratch(const AttentionShape& s)
+      : delta(static_cast<std::size_t>(s.seq)),
+        p(static_cast<std::size_t>(kBlock * kTile)),
+        dp(p.size()),
+        kt(static_cast<std::size_t>(s.head_dim * padded(s.seq))),
+        vt(kt.size()) {}
+};
+
 // The backward of one (batch, query head) pair into its rows of dq, dk, dv: per key tile j,
 // the query rows that may see it in blocks of up to kBlock rows. The first product into a
-// gradient overwrites it (beta 0) instead of adding to zeros: dq's rows all meet key tile 0
-// first, and dk's and dv's rows of tile j meet query block j first, in the group's first head
-// (`first_in_group`; the group's other heads add to them).
+// gradient overwrites it instead of adding to zeros: dq's rows all meet key tile 0 first, and
+// dk's and dv's rows of tile j meet query block j first, in the group's first head
+// (`first_in_group`; the group's other heads add to them). x.kt and x.vt hold the head's keys
+// and values transposed.
 template <class T>
 void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
-                   const T* v, const T* out, const T* dout, const T* lse_bh, T* dq, T* dk, T* dv,
-                   T scale, bool first_in_group, T* delta, T* p, T* dp) {
-  const std::int64_t d = s.head_dim;
-  internal::row_dots(out + at.o_offset, dout + at.o_offset, at.o_stride, s.seq, d, delta);
+                   const T* out, const T* dout, const T* lse_bh, T* dq, T* dk, T* dv,
+                   bool first_in_group, BackwardScratch<T>& x) {
+  const std::int64_t d = s.head_dim, ldt = padded(s.seq);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  T* p = x.p.data();
+  T* dp = x.dp.data();
+  internal::row_dots(out + at.o_offset, dout + at.o_offset, at.o_stride, s.seq, d, x.delta.data());
   for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
     const std::int64_t cols = std::min(kTile, s.seq - j0);
     const T* kj = k + at.kv_offset + j0 * at.kv_stride;
-    const T* vj = v + at.kv_offset + j0 * at.kv_stride;
     T* dkj = dk + at.kv_offset + j0 * at.kv_stride;
     T* dvj = dv + at.kv_offset + j0 * at.kv_stride;
     for (std::int64_t i0 = j0; i0 < s.seq; i0 += kBlock) {
-      const std::int64_t rows = std::min(kBlock, s.seq - i0);
+      const std::int64_t rows = std::min(kBlock, s.seq - i0), diagonal = i0 - j0;
       const T* qi = q + at.q_offset + i0 * at.q_stride;
       const T* doi = dout + at.o_offset + i0 * at.o_stride;
-      const T kv_beta = first_in_group && i0 == j0 ? T(0) : T(1);
-      gemm<T>(false, true, rows, cols, d, scale, qi, at.q_stride, kj, at.kv_stride, T(0), p, kTile);
+      const bool kv_accumulate = !(first_in_group && i0 == j0);
+      internal::scores_tile(qi, at.q_stride, x.kt.data() + j0, ldt, rows, cols, d, diagonal, scale,
+                            p, kTile);
       if (j0 + cols > i0) mask_tile(p, kTile, rows, cols, i0, j0);
       internal::exp_block(p, kTile, rows, cols, lse_bh + i0);
-      gemm<T>(true, false, cols, d, rows, T(1), p, kTile, doi, at.o_stride, kv_beta, dvj,
-              at.kv_stride);
-      gemm<T>(false, true, rows, cols, d, T(1), doi, at.o_stride, vj, at.kv_stride, T(0), dp, kTile);
-      internal::softmax_grad_block(dp, p, kTile, rows, cols, delta + i0, scale);
-      gemm<T>(false, false, rows, d, cols, T(1), dp, kTile, kj, at.kv_stride, j0 == 0 ? T(0) : T(1),
-              dq + at.q_offset + i0 * at.q_stride, at.q_stride);
-      gemm<T>(true, false, cols, d, rows, T(1), dp, kTile, qi, at.q_stride, kv_beta, dkj,
-              at.kv_stride);
+      internal::tile_transposed_times_rows(p, kTile, doi, at.o_stride, rows, cols, d, diagonal,
+                                           kv_accumulate, dvj, at.kv_stride);
+      internal::scores_tile(doi, at.o_stride, x.vt.data() + j0, ldt, rows, cols, d, diagonal, T(1),
+                            dp, kTile);
+      internal::softmax_grad_block(dp, p, kTile, rows, cols, x.delta.data() + i0, scale);
+      internal::rows_times_tile(dp, kTile, kj, at.kv_stride, rows, cols, d, diagonal,
+                                /*accumulate=*/j0 > 0, dq + at.q_offset + i0 * at.q_stride,
+                                at.q_stride);
+      internal::tile_transposed_times_rows(dp, kTile, qi, at.q_stride, rows, cols, d, diagonal,
+                                           kv_accumulate, dkj, at.kv_stride);
     }
   }
 }
@@ -134,12 +160,15 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
   parallel_for(s.batch * s.heads, 1, [&](std::int64_t first, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(kTile * kBlock));
     std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
+    std::vector<T> kt(static_cast<std::size_t>(s.head_dim * padded(s.seq)));
     for (std::int64_t bh = first; bh < end; ++bh) {
       const HeadView<T> at(s, bh / s.heads, bh % s.heads);
+      internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.seq, s.head_dim, kt.data(),
+                                padded(s.seq));
       T* lse_bh = lse + bh * s.seq;
       for (std::int64_t i0 = 0; i0 < s.seq; i0 += kTile) {
-        forward_tile(s, at, q, k, v, out, lse_bh, i0, std::min(kTile, s.seq - i0), scores.data(),
-                     acc.data());
+        forward_tile(s, at, q, kt.data(), v, out, lse_bh, i0, std::min(kTile, s.seq - i0),
+                     scores.data(), acc.data());
       }
     }
   });
@@ -153,20 +182,21 @@ template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out,
                         const T* dout, const T* lse, T* dq, T* dk, T* dv) {
   check_shape(s);
-  const std::int64_t d = s.head_dim;
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   // A key/value head and the query heads that read it write their own dk, dv and dq rows:
   // split the (batch, key/value head) pairs over the threads.
   const std::int64_t group = s.heads / s.kv_heads;
   parallel_for(s.batch * s.kv_heads, 1, [&](std::int64_t first, std::int64_t end) {
-    std::vector<T> delta(static_cast<std::size_t>(s.seq));
-    std::vector<T> p(static_cast<std::size_t>(kBlock * kTile)), dp(p.size());
+    BackwardScratch<T> scratch(s);
     for (std::int64_t bg = first; bg < end; ++bg) {
-      const std::int64_t first_head = (bg % s.kv_heads) * group;
+      const std::int64_t b = bg / s.kv_heads, first_head = (bg % s.kv_heads) * group;
+      const HeadView<T> kv(s, b, first_head);
+      internal::pack_transposed(k + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
+                                scratch.kt.data(), padded(s.seq));
+      internal::pack_transposed(v + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
+                                scratch.vt.data(), padded(s.seq));
       for (std::int64_t h = first_head; h < first_head + group; ++h) {
-        backward_head(s, HeadView<T>(s, bg / s.kv_heads, h), q, k, v, out, dout,
-                      lse + ((bg / s.kv_heads) * s.heads + h) * s.seq, dq, dk, dv, scale,
-                      h == first_head, delta.data(), p.data(), dp.data());
+        backward_head(s, HeadView<T>(s, b, h), q, k, out, dout, lse + (b * s.heads + h) * s.seq, dq,
+                      dk, dv, h == first_head, scratch);
       }
     }
   });

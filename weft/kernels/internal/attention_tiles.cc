@@ -1,0 +1,246 @@
+#include "weft/kernels/internal/attention_tiles.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "weft/base/simd.h"
+
+// The vector helpers below take and return 64-byte vectors, always inlined into the vector
+// clones: no call ever passes one, so GCC's note that such a call's ABI depends on AVX-512
+// does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace weft::kernels::internal {
+namespace {
+
+// 64-byte vectors (one AVX-512 register, two AVX2 ones); loads and stores go through memcpy,
+// since rows need not be aligned to them.
+template <class T>
+using Vec [[gnu::vector_size(64)]] = T;
+template <class T>
+constexpr int kWidth = 64 / static_cast<int>(sizeof(T));
+
+// Rows per register block. Six rows by two vectors keep 12 accumulators and the two loaded
+// vectors in registers (AVX-512 has 32), with enough independent FMAs in flight to cover
+// their latency; the widest block over d is four vectors (24 accumulators).
+constexpr int kRows = 6;
+constexpr int kMaxVectors = 4;
+
+template <class T>
+[[gnu::always_inline]] inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void store(T* p, Vec<T> v, bool accumulate) {
+  if (accumulate) v += load<T>(p);
+  std::memcpy(p, &v, sizeof v);
+}
+
+// Columns [0, end) of rows [r0, r0 + R) of the scores: the panels up to the last row's
+// visible columns.
+template <class T, int R>
+[[gnu::always_inline]] inline void scores_block(const T* a, std::int64_t lda, const T* bt,
+                                                std::int64_t ldbt, std::int64_t r0,
+                                                std::int64_t end, std::int64_t d, T scale, T* s,
+                                                std::int64_t ld_s) {
+  constexpr int W = kWidth<T>;
+  for (std::int64_t c = 0; c < end; c += 2 * W) {
+    Vec<T> acc[R][2] = {};
+    for (std::int64_t x = 0; x < d; ++x) {
+      const Vec<T> b0 = load<T>(bt + x * ldbt + c), b1 = load<T>(bt + x * ldbt + c + W);
+      for (int i = 0; i < R; ++i) {
+        const T av = a[(r0 + i) * lda + x];
+        acc[i][0] += av * b0;
+        acc[i][1] += av * b1;
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      store<T>(s + (r0 + i) * ld_s + c, acc[i][0] * scale, false);
+      store<T>(s + (r0 + i) * ld_s + c + W, acc[i][1] * scale, false);
+    }
+  }
+}
+
+// o[r0 + i][x0, x0 + NV * W) = (+=) sum over k < end of p[r0 + i][k] * v[k][...].
+template <class T, int R, int NV>
+[[gnu::always_inline]] inline void rows_block(const T* p, std::int64_t ldp, const T* v,
+                                              std::int64_t ldv, std::int64_t r0, std::int64_t end,
+                                              std::int64_t x0, bool accumulate, T* o,
+                                              std::int64_t ldo) {
+  constexpr int W = kWidth<T>;
+  Vec<T> acc[R][NV] = {};
+  for (std::int64_t k = 0; k < end; ++k) {
+    Vec<T> vk[NV];
+    for (int q = 0; q < NV; ++q) vk[q] = load<T>(v + k * ldv + x0 + q * W);
+    for (int i = 0; i < R; ++i) {
+      const T pv = p[(r0 + i) * ldp + k];
+      for (int q = 0; q < NV; ++q) acc[i][q] += pv * vk[q];
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int q = 0; q < NV; ++q) store<T>(o + (r0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
+  }
+}
+
+// o[k0 + i][x0, x0 + NV * W) = (+=) sum over r in [begin, rows) of p[r][k0 + i] * b[r][...].
+template <class T, int R, int NV>
+[[gnu::always_inline]] inline void transposed_block(const T* p, std::int64_t ldp, const T* b,
+                                                    std::int64_t ldb, std::int64_t k0,
+                                                    std::int64_t begin, std::int64_t rows,
+                                                    std::int64_t x0, bool accumulate, T* o,
+                                                    std::int64_t ldo) {
+  constexpr int W = kWidth<T>;
+  Vec<T> acc[R][NV] = {};
+  for (std::int64_t r = begin; r < rows; ++r) {
+    Vec<T> br[NV];
+    for (int q = 0; q < NV; ++q) br[q] = load<T>(b + r * ldb + x0 + q * W);
+    for (int i = 0; i < R; ++i) {
+      const T pv = p[r * ldp + k0 + i];
+      for (int q = 0; q < NV; ++q) acc[i][q] += pv * br[q];
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int q = 0; q < NV; ++q) store<T>(o + (k0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
+  }
+}
+
+// Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors;
+// returns where the whole vectors end (the caller does the rest of d in scalars).
+template <class T, class Block>
+[[gnu::always_inline]] inline std::int64_t over_vectors(std::int64_t d, Block&& block) {
+  constexpr int W = kWidth<T>;
+  std::int64_t x0 = 0;
+  for (; x0 + kMaxVectors * W <= d; x0 += kMaxVectors * W) block.template operator()<4>(x0);
+  switch ((d - x0) / W) {
+    case 3:
+      block.template operator()<3>(x0);
+      break;
+    case 2:
+      block.template operator()<2>(x0);
+      break;
+    case 1:
+      block.template operator()<1>(x0);
+      break;
+    default:
+      break;
+  }
+  return d - d % W;
+}
+
+// The visible end (exclusive) of a block's columns: those of its last row, within [0, cols].
+std::int64_t visible_end(std::int64_t last_row, std::int64_t diagonal, std::int64_t cols) {
+  return std::clamp<std::int64_t>(last_row + diagonal + 1, 0, cols);
+}
+
+}  // namespace
+
+// In blocks of 16 rows of src: each of their cache lines is read for 16 consecutive x, and
+// each write is 16 consecutive elements of dst (a column at a time, it was 11 % of attention).
+template <class T>
+void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,
+                     std::int64_t ld_dst) {
+  constexpr std::int64_t kBlock = 16;
+  const std::int64_t padded = (n + kTilePanel<T> - 1) / kTilePanel<T> * kTilePanel<T>;
+  for (std::int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const std::int64_t j1 = std::min(n, j0 + kBlock);
+    for (std::int64_t x = 0; x < d; ++x) {
+      for (std::int64_t j = j0; j < j1; ++j) dst[x * ld_dst + j] = src[j * ld + x];
+    }
+  }
+  for (std::int64_t x = 0; x < d; ++x)
+    std::fill(dst + x * ld_dst + n, dst + x * ld_dst + padded, T(0));
+}
+
+template <class T>
+WEFT_VECTOR_CLONES void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,
+                                    std::int64_t rows, std::int64_t cols, std::int64_t d,
+                                    std::int64_t diagonal, T scale, T* s, std::int64_t ld_s) {
+  std::int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    scores_block<T, kRows>(a, lda, bt, ldbt, r, visible_end(r + kRows - 1, diagonal, cols), d,
+                           scale, s, ld_s);
+  }
+  for (; r < rows; ++r) {
+    scores_block<T, 1>(a, lda, bt, ldbt, r, visible_end(r, diagonal, cols), d, scale, s, ld_s);
+  }
+}
+
+template <class T>
+WEFT_VECTOR_CLONES void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
+                                        std::int64_t rows, std::int64_t cols, std::int64_t d,
+                                        std::int64_t diagonal, bool accumulate, T* o,
+                                        std::int64_t ldo) {
+  std::int64_t vectors_end = d;
+  std::int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    const std::int64_t end = visible_end(r + kRows - 1, diagonal, cols);
+    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
+      rows_block<T, kRows, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
+    });
+  }
+  for (; r < rows; ++r) {
+    const std::int64_t end = visible_end(r, diagonal, cols);
+    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
+      rows_block<T, 1, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
+    });
+  }
+  for (r = 0; r < rows; ++r) {  // the last d % W columns, when d is not whole vectors
+    const std::int64_t end = visible_end(r, diagonal, cols);
+    for (std::int64_t x = vectors_end; x < d; ++x) {
+      T sum = 0;
+      for (std::int64_t k = 0; k < end; ++k) sum += p[r * ldp + k] * v[k * ldv + x];
+      o[r * ldo + x] = accumulate ? o[r * ldo + x] + sum : sum;
+    }
+  }
+}
+
+template <class T>
+WEFT_VECTOR_CLONES void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b,
+                                                   std::int64_t ldb, std::int64_t rows,
+                                                   std::int64_t cols, std::int64_t d,
+                                                   std::int64_t diagonal, bool accumulate, T* o,
+                                                   std::int64_t ldo) {
+  // Row r sees column k when r >= k - diagonal: a block of columns starts at its first's.
+  auto first_row = [&](std::int64_t k) { return std::clamp<std::int64_t>(k - diagonal, 0, rows); };
+  std::int64_t vectors_end = d;
+  std::int64_t k = 0;
+  for (; k + kRows <= cols; k += kRows) {
+    const std::int64_t begin = first_row(k);
+    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
+      transposed_block<T, kRows, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
+    });
+  }
+  for (; k < cols; ++k) {
+    const std::int64_t begin = first_row(k);
+    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
+      transposed_block<T, 1, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
+    });
+  }
+  for (k = 0; k < cols; ++k) {  // the last d % W columns of o
+    for (std::int64_t x = vectors_end; x < d; ++x) {
+      T sum = 0;
+      for (std::int64_t r = first_row(k); r < rows; ++r) sum += p[r * ldp + k] * b[r * ldb + x];
+      o[k * ldo + x] = accumulate ? o[k * ldo + x] + sum : sum;
+    }
+  }
+}
+
+#define WEFT_ATTENTION_TILES(T)                                                                  \
+  template void pack_transposed<T>(const T*, std::int64_t, std::int64_t, std::int64_t, T*,       \
+                                   std::int64_t);                                                \
+  template void scores_tile<T>(const T*, std::int64_t, const T*, std::int64_t, std::int64_t,     \
+                               std::int64_t, std::int64_t, std::int64_t, T, T*, std::int64_t);   \
+  template void rows_times_tile<T>(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, \
+                                   std::int64_t, std::int64_t, std::int64_t, bool, T*,           \
+                                   std::int64_t);                                                \
+  template void tile_transposed_times_rows<T>(const T*, std::int64_t, const T*, std::int64_t,    \
+                                              std::int64_t, std::int64_t, std::int64_t,          \
+                                              std::int64_t, bool, T*, std::int64_t);
+WEFT_ATTENTION_TILES(float)
+WEFT_ATTENTION_TILES(double)
+#undef WEFT_ATTENTION_TILES
+
+}  // namespace weft::kernels::internal
