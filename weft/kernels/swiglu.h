@@ -11,10 +11,11 @@ namespace weft::kernels {
 template <class T>
 void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_t cols,
                     std::int64_t ab_stride);
-// da and db (overwritten, same layout as a and b) from dh.
+// Replaces a and b by da and db, from dh: in place, since the forward's a and b are needed by
+// nothing after it, and writing into the lines just read costs no fetch of a fresh buffer's.
 template <class T>
-void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t rows,
-                     std::int64_t cols, std::int64_t ab_stride);
+void swiglu_backward(const T* dh, T* a, T* b, std::int64_t rows, std::int64_t cols,
+                     std::int64_t ab_stride);
 
 // n contiguous elements.
 template <class T>
@@ -22,8 +23,8 @@ void swiglu_forward(const T* a, const T* b, T* h, std::int64_t n) {
   swiglu_forward(a, b, h, 1, n, n);
 }
 template <class T>
-void swiglu_backward(const T* dh, const T* a, const T* b, T* da, T* db, std::int64_t n) {
-  swiglu_backward(dh, a, b, da, db, 1, n, n);
+void swiglu_backward(const T* dh, T* a, T* b, std::int64_t n) {
+  swiglu_backward(dh, a, b, 1, n, n);
 }
 
 }  // namespace weft::kernels

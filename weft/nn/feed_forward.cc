@@ -22,11 +22,10 @@ void FeedForward::forward(const float* x, float* residual, std::int64_t rows) {
 
 void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {
   float* dg = ensure(dg_, {rows, hidden_});
-  float* dab = ensure(dab_, {rows, 2 * hidden_});
-  const float* ab = ab_.data<float>();
+  float* ab = ab_.data<float>();
   w2_.backward(dout, g_.data<float>(), dg, rows);
-  kernels::swiglu_backward(dg, ab, ab + hidden_, dab, dab + hidden_, rows, hidden_, 2 * hidden_);
-  w13_.backward(dab, x, dx, rows);
+  kernels::swiglu_backward(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);  // ab becomes dab
+  w13_.backward(ab, x, dx, rows);
 }
 
 void FeedForward::release() { ab_ = g_ = Tensor(); }

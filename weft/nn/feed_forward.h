@@ -24,7 +24,7 @@ class FeedForward {
   Parameter w13_weight_;
   Linear w13_, w2_;
   Tensor ab_, g_;    // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward
-  Tensor dg_, dab_;  // backward's scratch
+  Tensor dg_;        // backward's scratch (it turns ab_ into the gradient of w13's output)
 };
 
 }  // namespace weft::nn
