@@ -17,13 +17,20 @@ namespace {
 // since rows need not be aligned to them.
 template <class T>
 using Vec [[gnu::vector_size(64)]] = T;
+// The lambdas that walk the blocks must be inlined into the vector clones too: otherwise they
+// are functions of their own, built for the baseline x86-64 (20x slower here).
+#define WEFT_INLINE_LAMBDA __attribute__((always_inline))
+
 template <class T>
 constexpr int kWidth = 64 / static_cast<int>(sizeof(T));
 
-// Rows per register block. Six rows by two vectors keep 12 accumulators and the two loaded
-// vectors in registers (AVX-512 has 32), with enough independent FMAs in flight to cover
-// their latency; the widest block over d is four vectors (24 accumulators).
-constexpr int kRows = 6;
+// Rows per register block: 8 rows by the two vectors of a panel for the scores, 4 rows by up
+// to 4 vectors of d for the others: 16 accumulators and the loaded vectors stay in registers
+// (AVX-512 has 32), with enough independent FMAs in flight to cover their latency. Both
+// divide the tiles' 64 rows: a one-row block (2 to 4 chains of dependent FMAs) runs at a
+// fraction of the speed, and with blocks of 6 every tile ended in four of them.
+constexpr int kScoreRows = 8;
+constexpr int kRows = 4;
 constexpr int kMaxVectors = 4;
 
 template <class T>
@@ -107,10 +114,10 @@ template <class T, int R, int NV>
   }
 }
 
-// Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors;
-// returns where the whole vectors end (the caller does the rest of d in scalars).
+// Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors, up
+// to the last whole vector (the caller does the rest of d in scalars).
 template <class T, class Block>
-[[gnu::always_inline]] inline std::int64_t over_vectors(std::int64_t d, Block&& block) {
+[[gnu::always_inline]] inline void over_vectors(std::int64_t d, Block&& block) {
   constexpr int W = kWidth<T>;
   std::int64_t x0 = 0;
   for (; x0 + kMaxVectors * W <= d; x0 += kMaxVectors * W) block.template operator()<4>(x0);
@@ -127,7 +134,15 @@ template <class T, class Block>
     default:
       break;
   }
-  return d - d % W;
+}
+
+// Calls block.template operator()<R>(r) for the blocks of R rows in [begin, end), then the
+// rest in at most one block each of R / 2, R / 4, ..., 1 rows.
+template <int R, class Block>
+[[gnu::always_inline]] inline void over_row_blocks(std::int64_t begin, std::int64_t end,
+                                                   Block&& block) {
+  for (; begin + R <= end; begin += R) block.template operator()<R>(begin);
+  if constexpr (R > 1) over_row_blocks<R / 2>(begin, end, block);
 }
 
 // The visible end (exclusive) of a block's columns: those of its last row, within [0, cols].
@@ -158,14 +173,10 @@ template <class T>
 WEFT_VECTOR_CLONES void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,
                                     std::int64_t rows, std::int64_t cols, std::int64_t d,
                                     std::int64_t diagonal, T scale, T* s, std::int64_t ld_s) {
-  std::int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    scores_block<T, kRows>(a, lda, bt, ldbt, r, visible_end(r + kRows - 1, diagonal, cols), d,
-                           scale, s, ld_s);
-  }
-  for (; r < rows; ++r) {
-    scores_block<T, 1>(a, lda, bt, ldbt, r, visible_end(r, diagonal, cols), d, scale, s, ld_s);
-  }
+  over_row_blocks<kScoreRows>(0, rows, [&]<int R>(std::int64_t r) WEFT_INLINE_LAMBDA {
+    scores_block<T, R>(a, lda, bt, ldbt, r, visible_end(r + R - 1, diagonal, cols), d, scale, s,
+                       ld_s);
+  });
 }
 
 template <class T>
@@ -173,21 +184,14 @@ WEFT_VECTOR_CLONES void rows_times_tile(const T* p, std::int64_t ldp, const T* v
                                         std::int64_t rows, std::int64_t cols, std::int64_t d,
                                         std::int64_t diagonal, bool accumulate, T* o,
                                         std::int64_t ldo) {
-  std::int64_t vectors_end = d;
-  std::int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    const std::int64_t end = visible_end(r + kRows - 1, diagonal, cols);
-    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
-      rows_block<T, kRows, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
+  over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t r) WEFT_INLINE_LAMBDA {
+    const std::int64_t end = visible_end(r + R - 1, diagonal, cols);
+    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) WEFT_INLINE_LAMBDA {
+      rows_block<T, R, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
     });
-  }
-  for (; r < rows; ++r) {
-    const std::int64_t end = visible_end(r, diagonal, cols);
-    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
-      rows_block<T, 1, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
-    });
-  }
-  for (r = 0; r < rows; ++r) {  // the last d % W columns, when d is not whole vectors
+  });
+  const std::int64_t vectors_end = d - d % kWidth<T>;
+  for (std::int64_t r = 0; r < rows; ++r) {  // the last d % W columns, when d is not whole vectors
     const std::int64_t end = visible_end(r, diagonal, cols);
     for (std::int64_t x = vectors_end; x < d; ++x) {
       T sum = 0;
@@ -205,21 +209,14 @@ WEFT_VECTOR_CLONES void tile_transposed_times_rows(const T* p, std::int64_t ldp,
                                                    std::int64_t ldo) {
   // Row r sees column k when r >= k - diagonal: a block of columns starts at its first's.
   auto first_row = [&](std::int64_t k) { return std::clamp<std::int64_t>(k - diagonal, 0, rows); };
-  std::int64_t vectors_end = d;
-  std::int64_t k = 0;
-  for (; k + kRows <= cols; k += kRows) {
+  over_row_blocks<kRows>(0, cols, [&]<int R>(std::int64_t k) WEFT_INLINE_LAMBDA {
     const std::int64_t begin = first_row(k);
-    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
-      transposed_block<T, kRows, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
+    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) WEFT_INLINE_LAMBDA {
+      transposed_block<T, R, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
     });
-  }
-  for (; k < cols; ++k) {
-    const std::int64_t begin = first_row(k);
-    vectors_end = over_vectors<T>(d, [&]<int NV>(std::int64_t x0) {
-      transposed_block<T, 1, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
-    });
-  }
-  for (k = 0; k < cols; ++k) {  // the last d % W columns of o
+  });
+  const std::int64_t vectors_end = d - d % kWidth<T>;
+  for (std::int64_t k = 0; k < cols; ++k) {  // the last d % W columns of o
     for (std::int64_t x = vectors_end; x < d; ++x) {
       T sum = 0;
       for (std::int64_t r = first_row(k); r < rows; ++r) sum += p[r * ldp + k] * b[r * ldb + x];
