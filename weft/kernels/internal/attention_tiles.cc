@@ -5,9 +5,8 @@
 
 #include "weft/base/simd.h"
 
-// The vector helpers below take and return 64-byte vectors, always inlined into the vector
-// clones: no call ever passes one, so GCC's note that such a call's ABI depends on AVX-512
-// does not apply.
+// load() below returns a 64-byte vector, always inlined into the vector clones: no call ever
+// returns one, so GCC's warning that such a call's ABI depends on AVX-512 does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace weft::kernels::internal {
@@ -41,8 +40,8 @@ template <class T>
 }
 
 template <class T>
-[[gnu::always_inline]] inline void store(T* p, Vec<T> v, bool accumulate) {
-  if (accumulate) v += load<T>(p);
+[[gnu::always_inline]] inline void store(T* p, const Vec<T>& value, bool accumulate) {
+  const Vec<T> v = accumulate ? value + load<T>(p) : value;
   std::memcpy(p, &v, sizeof v);
 }
 
