@@ -317,11 +317,14 @@ void reference_attention_backward(const AttentionShape& s, const Vec& q, const V
 
 // Longer than one block of keys (forward) and of queries (backward): the running softmax
 // carries across blocks and the backward's row blocks add up. Head sizes of whole vectors
-// (80 floats: a block of four vectors and one of one), of vectors and a scalar rest (20), and
-// of scalars only (4), in float64 and in float.
+// (16 floats or 8 doubles each: 80 is blocks of four and one, 48 of three floats, 24 of three
+// doubles, 32 of two floats), of vectors and a scalar rest (20), and of scalars only (4), in
+// float64 and in float.
 TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
-  for (const AttentionShape s : {AttentionShape{1, 300, 2, 1, 4}, AttentionShape{1, 300, 2, 1, 80},
-                                 AttentionShape{2, 70, 2, 2, 20}}) {
+  for (const AttentionShape s :
+       {AttentionShape{1, 300, 2, 1, 4}, AttentionShape{1, 300, 2, 1, 80},
+        AttentionShape{2, 70, 2, 2, 20}, AttentionShape{1, 100, 4, 2, 48},
+        AttentionShape{1, 90, 2, 2, 32}, AttentionShape{1, 70, 2, 1, 24}}) {
     SCOPED_TRACE("head_dim " + std::to_string(s.head_dim));
     const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
     const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
@@ -353,6 +356,32 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
     for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dqf[i], want_dq[i], 1e-4) << "float dq " << i;
     for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dkf[i], want_dk[i], 1e-4) << "float dk " << i;
     for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dvf[i], want_dv[i], 1e-4) << "float dv " << i;
+  }
+}
+
+// A non-finite value in one batch's inputs stays in that batch: the backward's buffers, reused
+// across heads and batches, hold entries that causal tiles skip.
+TEST(AttentionTest, NonFiniteInputsDoNotReachOtherBatches) {
+  const AttentionShape s{2, 100, 2, 2, 32};
+  const auto per_batch = static_cast<std::size_t>(s.seq * s.heads * s.head_dim);
+  auto q = random_vec<float>(2 * per_batch, 1), k = random_vec<float>(2 * per_batch, 2);
+  auto v = random_vec<float>(2 * per_batch, 3), r = random_vec<float>(2 * per_batch, 4);
+  auto gradients = [&](const std::vector<float>& vv) {
+    std::vector<float> out(q.size()), lse(static_cast<std::size_t>(2 * s.heads * s.seq));
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    attention_forward(s, q.data(), k.data(), vv.data(), out.data(), lse.data());
+    attention_backward(s, q.data(), k.data(), vv.data(), out.data(), r.data(), lse.data(),
+                       dq.data(), dk.data(), dv.data());
+    return std::vector<std::vector<float>>{dq, dk, dv};
+  };
+  const auto clean = gradients(v);
+  auto poisoned = v;
+  poisoned[per_batch / 2] = std::numeric_limits<float>::infinity();  // batch 0 only
+  const auto got = gradients(poisoned);
+  for (std::size_t g = 0; g < 3; ++g) {
+    for (std::size_t i = per_batch; i < 2 * per_batch; ++i) {
+      ASSERT_EQ(got[g][i], clean[g][i]) << "gradient " << g << " of batch 1 at " << i;
+    }
   }
 }
 

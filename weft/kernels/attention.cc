@@ -28,10 +28,12 @@ void check_shape(const AttentionShape& s) {
   WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
 }
 
-std::int64_t padded(std::int64_t n) {
-  constexpr std::int64_t panel = internal::kTilePanel<float>;  // a multiple of double's
-  return (n + panel - 1) / panel * panel;
-}
+// Tiles and blocks start on panel boundaries of the transposed keys and values, and a block's
+// scores are written in whole panels.
+static_assert(kTile % internal::kTilePanel<float> == 0 &&
+              kBlock % internal::kTilePanel<float> == 0);
+static_assert(kTile % internal::kTilePanel<double> == 0 &&
+              kBlock % internal::kTilePanel<double> == 0);
 
 // The strided views of one (batch, query head) pair: q (and dq) rows q_stride apart, k and v
 // (and dk, dv) rows kv_stride apart, out and dout rows o_stride apart.
@@ -76,8 +78,8 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   const T* qi = q + at.q_offset + i0 * at.q_stride;
   for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kBlock) {
     const std::int64_t cols = std::min(kBlock, i0 + rows - j0);
-    internal::scores_tile(qi, at.q_stride, kt + j0, padded(s.seq), rows, cols, d, i0 - j0, scale,
-                          scores, kBlock);
+    internal::scores_tile(qi, at.q_stride, kt + j0, internal::panel_padded<T>(s.seq), rows, cols, d,
+                          i0 - j0, scale, scores, kBlock);
     if (j0 + cols > i0) mask_tile(scores, kBlock, rows, cols, i0, j0);
     T correction[kTile];
     internal::softmax_block(scores, kBlock, rows, cols, m, l, correction);
@@ -93,16 +95,15 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   internal::scale_rows(out + at.o_offset + i0 * at.o_stride, at.o_stride, acc, rows, d, inv);
 }
 
-// One thread's buffers for the backward: a block of P and one of dP (zeroed once: entries a
-// causal tile skips stay finite, and P is 0 there), and the key/value head's keys and values
-// transposed.
+// One thread's buffers for the backward: a block of P and one of dP, and the key/value head's
+// keys and values transposed.
 template <class T>
 struct BackwardScratch {
   std::vector<T> p, dp, kt, vt;
   explicit BackwardScratch(const AttentionShape& s)
       : p(static_cast<std::size_t>(kBlock * kTile)),
         dp(p.size()),
-        kt(static_cast<std::size_t>(s.head_dim * padded(s.seq))),
+        kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.seq))),
         vt(kt.size()) {}
 };
 
@@ -110,16 +111,16 @@ struct BackwardScratch {
 // the query rows that may see it in blocks of up to kBlock rows. The first product into a
 // gradient overwrites it instead of adding to zeros: dq's rows all meet key tile 0 first, and
 // dk's and dv's rows of tile j meet query block j first, in the group's first head
-// (`first_in_group`; the group's other heads add to them). x.kt and x.vt hold the head's keys
+// (`first_in_group`; the group's other heads add to them). buf.kt and buf.vt hold the head's keys
 // and values transposed; delta_bh is rowsum(dO * O) per query.
 template <class T>
 void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
                    const T* dout, const T* lse_bh, const T* delta_bh, T* dq, T* dk, T* dv,
-                   bool first_in_group, BackwardScratch<T>& x) {
-  const std::int64_t d = s.head_dim, ldt = padded(s.seq);
+                   bool first_in_group, BackwardScratch<T>& buf) {
+  const std::int64_t d = s.head_dim, ldt = internal::panel_padded<T>(s.seq);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  T* p = x.p.data();
-  T* dp = x.dp.data();
+  T* p = buf.p.data();
+  T* dp = buf.dp.data();
   for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
     const std::int64_t cols = std::min(kTile, s.seq - j0);
     const T* kj = k + at.kv_offset + j0 * at.kv_stride;
@@ -130,14 +131,14 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
       const T* qi = q + at.q_offset + i0 * at.q_stride;
       const T* doi = dout + at.o_offset + i0 * at.o_stride;
       const bool kv_accumulate = !(first_in_group && i0 == j0);
-      internal::scores_tile(qi, at.q_stride, x.kt.data() + j0, ldt, rows, cols, d, diagonal, scale,
-                            p, kTile);
+      internal::scores_tile(qi, at.q_stride, buf.kt.data() + j0, ldt, rows, cols, d, diagonal,
+                            scale, p, kTile);
       if (j0 + cols > i0) mask_tile(p, kTile, rows, cols, i0, j0);
       internal::exp_block(p, kTile, rows, cols, lse_bh + i0);
       internal::tile_transposed_times_rows(p, kTile, doi, at.o_stride, rows, cols, d, diagonal,
                                            kv_accumulate, dvj, at.kv_stride);
-      internal::scores_tile(doi, at.o_stride, x.vt.data() + j0, ldt, rows, cols, d, diagonal, T(1),
-                            dp, kTile);
+      internal::scores_tile(doi, at.o_stride, buf.vt.data() + j0, ldt, rows, cols, d, diagonal,
+                            T(1), dp, kTile);
       internal::softmax_grad_block(dp, p, kTile, rows, cols, delta_bh + i0, scale);
       internal::rows_times_tile(dp, kTile, kj, at.kv_stride, rows, cols, d, diagonal,
                                 /*accumulate=*/j0 > 0, dq + at.q_offset + i0 * at.q_stride,
@@ -158,11 +159,11 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
   parallel_for(s.batch * s.heads, 1, [&](std::int64_t first, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(kTile * kBlock));
     std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
-    std::vector<T> kt(static_cast<std::size_t>(s.head_dim * padded(s.seq)));
+    std::vector<T> kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.seq)));
     for (std::int64_t bh = first; bh < end; ++bh) {
       const HeadView<T> at(s, bh / s.heads, bh % s.heads);
       internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.seq, s.head_dim, kt.data(),
-                                padded(s.seq));
+                                internal::panel_padded<T>(s.seq));
       T* lse_bh = lse + bh * s.seq;
       for (std::int64_t i0 = 0; i0 < s.seq; i0 += kTile) {
         forward_tile(s, at, q, kt.data(), v, out, lse_bh, i0, std::min(kTile, s.seq - i0),
@@ -203,9 +204,9 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
       const std::int64_t b = bg / s.kv_heads, first_head = (bg % s.kv_heads) * group;
       const HeadView<T> kv(s, b, first_head);
       internal::pack_transposed(k + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
-                                scratch.kt.data(), padded(s.seq));
+                                scratch.kt.data(), internal::panel_padded<T>(s.seq));
       internal::pack_transposed(v + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
-                                scratch.vt.data(), padded(s.seq));
+                                scratch.vt.data(), internal::panel_padded<T>(s.seq));
       for (std::int64_t h = first_head; h < first_head + group; ++h) {
         const std::int64_t bh = b * s.heads + h;
         backward_head(s, HeadView<T>(s, b, h), q, k, dout, lse + bh * s.seq,

@@ -13,8 +13,9 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
           const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
           std::int64_t ldc);
 
-// y[rows, out] = x[rows, in] W[out, in]^T, or y += that product when accumulate (a residual
-// add inside the product: no pass of its own, and OpenBLAS skips zeroing y for beta 0).
+// y[rows, out] = x[rows, in] W[out, in]^T, or y += that product when accumulate: a residual
+// add inside the product, with no pass of its own (and none of the zeroing of y that OpenBLAS
+// does first when it overwrites, beta 0).
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate = false);

@@ -13,6 +13,7 @@ void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_
                     std::int64_t ab_stride);
 // Replaces a and b by da and db, from dh: in place, since the forward's a and b are needed by
 // nothing after it, and writing into the lines just read costs no fetch of a fresh buffer's.
+// dh overlaps neither; a and b are disjoint (two halves of each row, or two arrays).
 template <class T>
 void swiglu_backward(const T* dh, T* a, T* b, std::int64_t rows, std::int64_t cols,
                      std::int64_t ab_stride);

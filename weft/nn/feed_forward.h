@@ -1,4 +1,5 @@
-// Llama's SwiGLU feed-forward: out = w2(silu(w1 x) * w3 x), hidden size from the config.
+// Llama's SwiGLU feed-forward: w2(silu(w1 x) * w3 x), added to the residual stream; hidden
+// size from the config.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,8 @@ class FeedForward {
               std::int64_t hidden);
   // Adds the output to residual ([rows, dim], the block's residual stream) inside w2's product.
   void forward(const float* x, float* residual, std::int64_t rows);
-  // dx overwritten; x is the forward's input.
+  // dx overwritten; x is the forward's input. Consumes what forward kept (w1 x | w3 x become
+  // their gradients): one backward per forward.
   void backward(const float* dout, const float* x, float* dx, std::int64_t rows);
   void release();
 
@@ -23,7 +25,7 @@ class FeedForward {
   // w1 and w3 are stacked in one weight: one product gives both halves of each row.
   Parameter w13_weight_;
   Linear w13_, w2_;
-  Tensor ab_, g_;    // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward
+  Tensor ab_, g_;    // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward for backward
   Tensor dg_;        // backward's scratch (it turns ab_ into the gradient of w13's output)
 };
 

@@ -1,7 +1,6 @@
 #include "weft/nn/layers.h"
 
 #include "weft/kernels/blas.h"
-#include "weft/kernels/elementwise.h"
 #include "weft/kernels/embedding.h"
 #include "weft/kernels/rmsnorm.h"
 

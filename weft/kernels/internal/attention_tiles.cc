@@ -115,6 +115,7 @@ template <class T, int R, int NV>
 
 // Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors, up
 // to the last whole vector (the caller does the rest of d in scalars).
+static_assert(kMaxVectors == 4, "over_vectors spells out blocks of 4, 3, 2 and 1 vectors");
 template <class T, class Block>
 [[gnu::always_inline]] inline void over_vectors(std::int64_t d, Block&& block) {
   constexpr int W = kWidth<T>;
@@ -157,7 +158,7 @@ template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,
                      std::int64_t ld_dst) {
   constexpr std::int64_t kBlock = 16;
-  const std::int64_t padded = (n + kTilePanel<T> - 1) / kTilePanel<T> * kTilePanel<T>;
+  const std::int64_t padded = panel_padded<T>(n);
   for (std::int64_t j0 = 0; j0 < n; j0 += kBlock) {
     const std::int64_t j1 = std::min(n, j0 + kBlock);
     for (std::int64_t x = 0; x < d; ++x) {
@@ -238,5 +239,6 @@ WEFT_VECTOR_CLONES void tile_transposed_times_rows(const T* p, std::int64_t ldp,
 WEFT_ATTENTION_TILES(float)
 WEFT_ATTENTION_TILES(double)
 #undef WEFT_ATTENTION_TILES
+#undef WEFT_INLINE_LAMBDA
 
 }  // namespace weft::kernels::internal

@@ -39,7 +39,11 @@ WEFT_VECTOR_CLONES void softmax_grad_block(T* dp, const T* p, std::int64_t ld, s
     T* __restrict g = dp + r * ld;
     const T* __restrict pr = p + r * ld;
     const T dr = delta[r];
-    for (std::int64_t c = 0; c < cols; ++c) g[c] = pr[c] * (g[c] - dr) * scale;
+    // A select, not a product, where p is 0: causal tiles leave the masked dp entries as they
+    // were, and a non-finite value there (another head's, from non-finite inputs) must not
+    // turn into NaN here.
+    for (std::int64_t c = 0; c < cols; ++c)
+      g[c] = pr[c] != T(0) ? pr[c] * (g[c] - dr) * scale : T(0);
   }
 }
 

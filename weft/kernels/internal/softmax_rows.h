@@ -18,7 +18,8 @@ void softmax_block(T* s, std::int64_t ld, std::int64_t rows, std::int64_t cols, 
 template <class T>
 void exp_block(T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols, const T* shift);
 
-// dp = p * (dp - delta[r]) * scale per row r (the softmax's backward).
+// dp = p * (dp - delta[r]) * scale per row r (the softmax's backward), and exactly 0 where p
+// is 0 whatever dp held.
 template <class T>
 void softmax_grad_block(T* dp, const T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                         const T* delta, T scale);
