@@ -113,9 +113,10 @@ template <class T, int R, int NV>
   }
 }
 
+static_assert(kMaxVectors == 4, "over_vectors spells out blocks of 4, 3, 2 and 1 vectors");
+
 // Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors, up
 // to the last whole vector (the caller does the rest of d in scalars).
-static_assert(kMaxVectors == 4, "over_vectors spells out blocks of 4, 3, 2 and 1 vectors");
 template <class T, class Block>
 [[gnu::always_inline]] inline void over_vectors(std::int64_t d, Block&& block) {
   constexpr int W = kWidth<T>;
