@@ -50,13 +50,14 @@ struct HeadView {
   }
 };
 
-// Causal mask of the scores whose first query is i0 and first key j0 (rows ld apart): scores
-// of keys after their query become -inf.
+// Causal mask of a block of scores (rows ld apart), with the tiles' convention
+// (internal/attention_tiles.h): row r sees column c when c <= r + diagonal; the others
+// become -inf. Blocks that lie wholly below the diagonal are left as they are.
 template <class T>
-void mask_tile(T* scores, std::int64_t ld, std::int64_t rows, std::int64_t cols, std::int64_t i0,
-               std::int64_t j0) {
-  for (std::int64_t r = 0; r < rows && i0 + r - j0 + 1 < cols; ++r) {
-    for (std::int64_t c = std::max<std::int64_t>(0, i0 + r - j0 + 1); c < cols; ++c) {
+void mask_tile(T* scores, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+               std::int64_t diagonal) {
+  for (std::int64_t r = 0; r < rows && r + diagonal + 1 < cols; ++r) {
+    for (std::int64_t c = std::max<std::int64_t>(0, r + diagonal + 1); c < cols; ++c) {
       scores[r * ld + c] = -std::numeric_limits<T>::infinity();
     }
   }
@@ -77,15 +78,15 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   std::fill(l, l + rows, T(0));
   const T* qi = q + at.q_offset + i0 * at.q_stride;
   for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kBlock) {
-    const std::int64_t cols = std::min(kBlock, i0 + rows - j0);
+    const std::int64_t cols = std::min(kBlock, i0 + rows - j0), diagonal = i0 - j0;
     internal::scores_tile(qi, at.q_stride, kt + j0, internal::panel_padded<T>(s.seq), rows, cols, d,
-                          i0 - j0, scale, scores, kBlock);
-    if (j0 + cols > i0) mask_tile(scores, kBlock, rows, cols, i0, j0);
+                          diagonal, scale, scores, kBlock);
+    mask_tile(scores, kBlock, rows, cols, diagonal);
     T correction[kTile];
     internal::softmax_block(scores, kBlock, rows, cols, m, l, correction);
     if (j0 > 0) internal::scale_rows(acc, d, acc, rows, d, correction);
     internal::rows_times_tile(scores, kBlock, v + at.kv_offset + j0 * at.kv_stride, at.kv_stride,
-                              rows, cols, d, i0 - j0, /*accumulate=*/j0 > 0, acc, d);
+                              rows, cols, d, diagonal, /*accumulate=*/j0 > 0, acc, d);
   }
   T inv[kTile];
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -133,7 +134,7 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
       const bool kv_accumulate = !(first_in_group && i0 == j0);
       internal::scores_tile(qi, at.q_stride, buf.kt.data() + j0, ldt, rows, cols, d, diagonal,
                             scale, p, kTile);
-      if (j0 + cols > i0) mask_tile(p, kTile, rows, cols, i0, j0);
+      mask_tile(p, kTile, rows, cols, diagonal);
       internal::exp_block(p, kTile, rows, cols, lse_bh + i0);
       internal::tile_transposed_times_rows(p, kTile, doi, at.o_stride, rows, cols, d, diagonal,
                                            kv_accumulate, dvj, at.kv_stride);
