@@ -3,6 +3,9 @@
 // multiply-add as two.
 //   BM_FmaPeak        independent fused multiply-adds on 64-byte vectors: the core's peak
 //   BM_Sgemm/n        OpenBLAS's n x n x n sgemm through weft's gemm (the MFU reference)
+//   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
+//   BM_PvTile/i       cache: S = Q K^T (64 x 256 x 64) and P V (64 x 64 x 256), through
+//                     OpenBLAS (i = 0) and through weft's own tiles (i = 1)
 //   BM_Attention*     weft's causal attention at the debug model's shape (batch 8, sequence
 //                     256, 4 heads of 64, fused q|k|v rows); FLOP/s counts the causal pairs
 //
@@ -17,6 +20,7 @@
 #include "weft/base/simd.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
+#include "weft/kernels/internal/attention_tiles.h"
 
 namespace {
 
@@ -67,6 +71,58 @@ void BM_Sgemm(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Sgemm)->Arg(256)->Arg(1024);
+
+// One head's tile at the debug model's sizes: 64 queries, 256 keys, head_dim 64, q and k rows
+// 768 apart (fused q|k|v); no key is masked.
+constexpr std::int64_t kTileRows = 64, kTileKeys = 256, kTileDim = 64, kFusedRow = 768;
+constexpr std::int64_t kNothingMasked = kTileKeys;  // a diagonal past every column
+constexpr double kTileFlops = 2.0 * kTileRows * kTileKeys * kTileDim;
+
+void set_tile_flops(benchmark::State& state) {
+  state.counters["FLOP/s"] = benchmark::Counter(
+      kTileFlops * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_ScoresTile(benchmark::State& state) {
+  const auto q = random_floats(kTileRows * kFusedRow, 1);
+  const auto k = random_floats(kTileKeys * kFusedRow, 2);
+  std::vector<float> kt(kTileDim * kTileKeys), s(kTileRows * kTileKeys);
+  weft::kernels::internal::pack_transposed(k.data(), kFusedRow, kTileKeys, kTileDim, kt.data(),
+                                           kTileKeys);
+  const float scale = 0.125f;
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      weft::kernels::gemm<float>(false, true, kTileRows, kTileKeys, kTileDim, scale, q.data(),
+                                 kFusedRow, k.data(), kFusedRow, 0.0f, s.data(), kTileKeys);
+    } else {
+      weft::kernels::internal::scores_tile(q.data(), kFusedRow, kt.data(), kTileKeys, kTileRows,
+                                           kTileKeys, kTileDim, kNothingMasked, scale, s.data(),
+                                           kTileKeys);
+    }
+    benchmark::DoNotOptimize(s.data());
+  }
+  set_tile_flops(state);
+}
+BENCHMARK(BM_ScoresTile)->Arg(0)->Arg(1);
+
+void BM_PvTile(benchmark::State& state) {
+  const auto p = random_floats(kTileRows * kTileKeys, 1);
+  const auto v = random_floats(kTileKeys * kFusedRow, 2);
+  std::vector<float> o(kTileRows * kTileDim);
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      weft::kernels::gemm<float>(false, false, kTileRows, kTileDim, kTileKeys, 1.0f, p.data(),
+                                 kTileKeys, v.data(), kFusedRow, 0.0f, o.data(), kTileDim);
+    } else {
+      weft::kernels::internal::rows_times_tile(p.data(), kTileKeys, v.data(), kFusedRow, kTileRows,
+                                               kTileKeys, kTileDim, kNothingMasked, false,
+                                               o.data(), kTileDim);
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  set_tile_flops(state);
+}
+BENCHMARK(BM_PvTile)->Arg(0)->Arg(1);
 
 // The debug model's attention: q|k|v as column blocks of one fused row, as weft-train has it.
 struct DebugAttention {
