@@ -38,7 +38,7 @@ void Deadline::start() const noexcept {
 
 Clock::duration Deadline::remaining() const {
   if (is_never()) return Clock::duration::max();
-  return std::max(when_ - Clock::now(), Clock::duration::zero());
+  return std::max(when() - Clock::now(), Clock::duration::zero());
 }
 
 }  // namespace weft

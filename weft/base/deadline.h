@@ -35,7 +35,7 @@ class Deadline {
   Deadline& operator=(Deadline&& other) noexcept;
 
   bool is_never() const { return when() == Clock::time_point::max(); }
-  bool expired() const { return !is_never() && Clock::now() >= when_; }
+  bool expired() const { return !is_never() && Clock::now() >= when(); }
   Clock::time_point when() const noexcept {
     if (pending_) start();
     return when_;
