@@ -3,8 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <numeric>
+#include <string>
 
 namespace weft {
 namespace {
@@ -75,6 +79,36 @@ TEST(TensorTest, StorageReleaseAndRestoreKeepViews) {
     storage->restore();  // resident already: keeps the data
     EXPECT_EQ(whole.to_vector<float>()[static_cast<std::size_t>(3 * 128 + 127)], 5.0f);
   }
+}
+
+// "THPeligible: 1" in /proc/self/smaps for the mapping that holds `address`.
+bool huge_page_eligible(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &begin, &end) == 2) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.starts_with("THPeligible:")) {
+      return line.find('1') != std::string::npos;
+    }
+  }
+  return false;
+}
+
+TEST(TensorTest, LargeStoragesAskForHugePages) {
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(mode, modes);
+  if (modes.empty() || modes.find("[never]") != std::string::npos) {
+    GTEST_SKIP() << "transparent huge pages are off on this system";
+  }
+  Tensor large = Tensor::zeros({1024, 1024});  // 4 MiB
+  EXPECT_TRUE(huge_page_eligible(large.data<float>()));
+  large.storage()->release();
+  large.storage()->restore();
+  EXPECT_TRUE(huge_page_eligible(large.data<float>()));
 }
 
 TEST(TensorTest, SliceTakesPythonBounds) {

@@ -18,6 +18,7 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kMapBytes = std::size_t{256} << 10;
+constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
 [[noreturn]] void invalid(const std::string& what) { throw InvalidArgument("Tensor: " + what); }
 
@@ -180,6 +181,8 @@ void Storage::restore() {
     }
     void* p = mmap(nullptr, rounded(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Advice only: where huge pages are off or short, the mapping keeps 4 KiB pages.
+    if (rounded() >= kHugePageBytes) madvise(p, rounded(), MADV_HUGEPAGE);
     data_ = static_cast<std::byte*>(p);
     return;
   }
