@@ -172,6 +172,34 @@ TEST(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
   expect_gradient(x, dx, loss, "rope dx");
 }
 
+// float rows of whole vectors plus a rest (head_dim 40 = 16 + 16 + 8), inside wider rows as in
+// the fused q|k|v layout: each pair against the rotation in double, the other columns
+// untouched, and the backward undoing the forward.
+TEST(RopeTest, FloatVectorsAndRestMatchThePairLoop) {
+  const std::int64_t b = 2, t = 7, h = 3, d = 40, stride = h * d + 24, first = 5;
+  const double theta = 10000.0;
+  std::vector<float> x(static_cast<std::size_t>(b * t * stride));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * i));
+  std::vector<float> y = x;
+  rope_forward(y.data(), b, t, h, d, theta, first, stride);
+  for (std::int64_t row = 0; row < b * t; ++row) {
+    const std::int64_t position = row % t + first;
+    for (std::int64_t c = 0; c < stride; c += 2) {
+      const auto at = static_cast<std::size_t>(row * stride + c);
+      if (c >= h * d) {
+        ASSERT_EQ(y[at], x[at]);
+        ASSERT_EQ(y[at + 1], x[at + 1]);
+        continue;
+      }
+      const double angle = position * std::pow(theta, -static_cast<double>(c % d) / d);
+      ASSERT_NEAR(y[at], x[at] * std::cos(angle) - x[at + 1] * std::sin(angle), 1e-5) << at;
+      ASSERT_NEAR(y[at + 1], x[at] * std::sin(angle) + x[at + 1] * std::cos(angle), 1e-5) << at;
+    }
+  }
+  rope_backward(y.data(), b, t, h, d, theta, first, stride);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << i;
+}
+
 TEST(SwigluTest, Gradients) {
   const std::int64_t n = 50;
   Vec a = random_vec(n, 1, 2.0), bb = random_vec(n, 2), r = random_vec(n, 3);

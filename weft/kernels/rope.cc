@@ -1,19 +1,27 @@
 #include "weft/kernels/rope.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "weft/base/simd.h"
 #include "weft/kernels/parallel.h"
+
+// Vec<T> is a 64-byte vector, only ever inside always-inlined code of the vector clones: no
+// call passes one, so GCC's warning that such a call's ABI depends on AVX-512 does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace weft::kernels {
 namespace {
 
 // cos and sin of p * theta^(-2i / head_dim) for the positions [first, first + seq): computed
 // in double (as PyTorch's reference does before casting) once, and kept for the next call
-// with the same sizes: a training step asks for the same table 4 x n_layers times.
+// with the same sizes: a training step asks for the same table 2 x n_layers times. Both are
+// laid out as the rows they rotate, each value twice (for x[2i] and x[2i+1]), and the sines
+// signed as they enter the rotation: -sin for x[2i], +sin for x[2i+1].
 template <class T>
 struct Table {
   std::int64_t seq = -1, head_dim = -1, first = -1;
@@ -35,15 +43,16 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   }
   auto t = std::make_shared<Table<T>>();
   t->seq = seq, t->head_dim = head_dim, t->theta = theta, t->first = first;
-  const std::int64_t half = head_dim / 2;
-  t->cos.resize(static_cast<std::size_t>(seq * half));
+  t->cos.resize(static_cast<std::size_t>(seq * head_dim));
   t->sin.resize(t->cos.size());
   for (std::int64_t p = 0; p < seq; ++p) {
-    for (std::int64_t i = 0; i < half; ++i) {
+    for (std::int64_t i = 0; i < head_dim / 2; ++i) {
       const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
       const double angle = static_cast<double>(p + first) * freq;
-      t->cos[static_cast<std::size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
-      t->sin[static_cast<std::size_t>(p * half + i)] = static_cast<T>(std::sin(angle));
+      const auto at = static_cast<std::size_t>(p * head_dim + 2 * i);
+      t->cos[at] = t->cos[at + 1] = static_cast<T>(std::cos(angle));
+      t->sin[at] = static_cast<T>(-std::sin(angle));
+      t->sin[at + 1] = static_cast<T>(std::sin(angle));
     }
   }
   std::lock_guard lock(mu);
@@ -51,23 +60,42 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   return t;
 }
 
-// The rows [first, end) of a share, compiled for AVX-512 and AVX2 as well (the pairs'
-// interleaving needs shuffles that the baseline's vectors do poorly).
+template <class T>
+using Vec [[gnu::vector_size(64)]] = T;
+
+// (v[1], v[0], v[3], v[2], ...): each pair's partner.
+template <class T, std::size_t... I>
+[[gnu::always_inline]] inline Vec<T> swap_pairs(const Vec<T>& v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (I ^ 1)...);
+}
+
+// The rows [first, end) of a share: x = x * cos + partner(x) * sin * sign, in whole vectors
+// with one shuffle each (the pairs' interleaving, written per pair, left GCC's vectors half
+// used: twice the time), compiled for AVX-512 and AVX2 as well.
 template <class T>
 WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t first,
                                     std::int64_t end, std::int64_t seq, std::int64_t heads,
                                     std::int64_t head_dim, std::int64_t row_stride, T sign) {
-  const std::int64_t half = head_dim / 2;
+  constexpr int W = 64 / static_cast<int>(sizeof(T));
   for (std::int64_t bt = first; bt < end; ++bt) {
-    const T* __restrict c = table.cos.data() + (bt % seq) * half;
-    const T* __restrict s = table.sin.data() + (bt % seq) * half;
+    const T* c = table.cos.data() + (bt % seq) * head_dim;
+    const T* s = table.sin.data() + (bt % seq) * head_dim;
     for (std::int64_t h = 0; h < heads; ++h) {
-      T* __restrict v = x + bt * row_stride + h * head_dim;
-      for (std::int64_t i = 0; i < half; ++i) {
-        const T x0 = v[2 * i];
-        const T x1 = v[2 * i + 1];
-        v[2 * i] = x0 * c[i] - x1 * sign * s[i];
-        v[2 * i + 1] = x0 * sign * s[i] + x1 * c[i];
+      T* v = x + bt * row_stride + h * head_dim;
+      std::int64_t j = 0;
+      for (; j + W <= head_dim; j += W) {
+        Vec<T> vj, cj, sj;
+        std::memcpy(&vj, v + j, sizeof vj);
+        std::memcpy(&cj, c + j, sizeof cj);
+        std::memcpy(&sj, s + j, sizeof sj);
+        const Vec<T> rotated =
+            vj * cj + swap_pairs<T>(vj, std::make_index_sequence<W>{}) * (sj * sign);
+        std::memcpy(v + j, &rotated, sizeof rotated);
+      }
+      for (; j < head_dim; j += 2) {
+        const T x0 = v[j], x1 = v[j + 1];
+        v[j] = x0 * c[j] + x1 * s[j] * sign;
+        v[j + 1] = x1 * c[j + 1] + x0 * s[j + 1] * sign;
       }
     }
   }

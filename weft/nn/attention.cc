@@ -34,8 +34,9 @@ void Attention::forward(const float* x, float* residual, std::int64_t batch, std
   float* att = ensure(att_, {rows, config_.n_heads * hd});
   float* lse = ensure(lse_, {batch, config_.n_heads, seq});
   wqkv_.forward(x, q, rows);
-  kernels::rope_forward(q, batch, seq, config_.n_heads, hd, config_.rope_theta, 0, width);
-  kernels::rope_forward(k, batch, seq, config_.n_kv_heads, hd, config_.rope_theta, 0, width);
+  // k's heads follow q's in each fused row: one pass rotates both.
+  kernels::rope_forward(q, batch, seq, config_.n_heads + config_.n_kv_heads, hd, config_.rope_theta,
+                        0, width);
   kernels::attention_forward(shape, q, k, v, att, lse);
   wo_.forward(att, residual, rows, /*accumulate=*/true);
 }
@@ -53,8 +54,8 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
   const float* v = k + config_.n_kv_heads * hd;
   wo_.backward(dout, att_.data<float>(), datt, rows);
   kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq, dk, dv);
-  kernels::rope_backward(dq, batch, seq, config_.n_heads, hd, config_.rope_theta, 0, width);
-  kernels::rope_backward(dk, batch, seq, config_.n_kv_heads, hd, config_.rope_theta, 0, width);
+  kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
+                         config_.rope_theta, 0, width);
   wqkv_.backward(dq, x, dx, rows);
 }
 
