@@ -1,17 +1,16 @@
 #include "weft/kernels/rope.h"
 
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "weft/base/simd.h"
+#include "weft/kernels/internal/vec.h"
 #include "weft/kernels/parallel.h"
 
-// Vec<T> is a 64-byte vector, only ever inside always-inlined code of the vector clones: no
-// call passes one, so GCC's warning that such a call's ABI depends on AVX-512 does not apply.
+// swap_pairs() below returns a 64-byte vector (internal/vec.h says why that is harmless).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace weft::kernels {
@@ -60,8 +59,7 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   return t;
 }
 
-template <class T>
-using Vec [[gnu::vector_size(64)]] = T;
+using internal::Vec;
 
 // (v[1], v[0], v[3], v[2], ...): each pair's partner.
 template <class T, std::size_t... I>
@@ -76,7 +74,7 @@ template <class T>
 WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t first,
                                     std::int64_t end, std::int64_t seq, std::int64_t heads,
                                     std::int64_t head_dim, std::int64_t row_stride, T sign) {
-  constexpr int W = 64 / static_cast<int>(sizeof(T));
+  constexpr int W = internal::kWidth<T>;
   for (std::int64_t bt = first; bt < end; ++bt) {
     const T* c = table.cos.data() + (bt % seq) * head_dim;
     const T* s = table.sin.data() + (bt % seq) * head_dim;
@@ -84,13 +82,11 @@ WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t fi
       T* v = x + bt * row_stride + h * head_dim;
       std::int64_t j = 0;
       for (; j + W <= head_dim; j += W) {
-        Vec<T> vj, cj, sj;
-        std::memcpy(&vj, v + j, sizeof vj);
-        std::memcpy(&cj, c + j, sizeof cj);
-        std::memcpy(&sj, s + j, sizeof sj);
+        const Vec<T> vj = internal::load(v + j);
         const Vec<T> rotated =
-            vj * cj + swap_pairs<T>(vj, std::make_index_sequence<W>{}) * (sj * sign);
-        std::memcpy(v + j, &rotated, sizeof rotated);
+            vj * internal::load(c + j) +
+            swap_pairs<T>(vj, std::make_index_sequence<W>{}) * (internal::load(s + j) * sign);
+        internal::store<T>(v + j, rotated);
       }
       for (; j < head_dim; j += 2) {
         const T x0 = v[j], x1 = v[j + 1];

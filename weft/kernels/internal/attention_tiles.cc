@@ -5,24 +5,17 @@
 #include <type_traits>
 
 #include "weft/base/simd.h"
+#include "weft/kernels/internal/vec.h"
 
-// load() below returns a 64-byte vector, always inlined into the vector clones: no call ever
-// returns one, so GCC's warning that such a call's ABI depends on AVX-512 does not apply.
+// load8() below returns a 32-byte vector (internal/vec.h says why that is harmless).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace weft::kernels::internal {
 namespace {
 
-// 64-byte vectors (one AVX-512 register, two AVX2 ones); loads and stores go through memcpy,
-// since rows need not be aligned to them.
-template <class T>
-using Vec [[gnu::vector_size(64)]] = T;
 // The lambdas that walk the blocks must be inlined into the vector clones too: otherwise they
 // are functions of their own, built for the baseline x86-64 (20x slower here).
 #define WEFT_INLINE_LAMBDA __attribute__((always_inline))
-
-template <class T>
-constexpr int kWidth = 64 / static_cast<int>(sizeof(T));
 
 // Rows per register block: 8 rows by the two vectors of a panel for the scores, 4 rows by up
 // to 4 vectors of d for the others: 16 accumulators and the loaded vectors stay in registers
@@ -34,16 +27,8 @@ constexpr int kRows = 4;
 constexpr int kMaxVectors = 4;
 
 template <class T>
-[[gnu::always_inline]] inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class T>
-[[gnu::always_inline]] inline void store(T* p, const Vec<T>& value, bool accumulate) {
-  const Vec<T> v = accumulate ? value + load<T>(p) : value;
-  std::memcpy(p, &v, sizeof v);
+[[gnu::always_inline]] inline void store_or_add(T* p, const Vec<T>& value, bool accumulate) {
+  store<T>(p, accumulate ? value + load<T>(p) : value);
 }
 
 // Columns [0, end) of rows [r0, r0 + R) of the scores: the panels up to the last row's
@@ -65,8 +50,8 @@ template <class T, int R>
       }
     }
     for (int i = 0; i < R; ++i) {
-      store<T>(s + (r0 + i) * ld_s + c, acc[i][0] * scale, false);
-      store<T>(s + (r0 + i) * ld_s + c + W, acc[i][1] * scale, false);
+      store<T>(s + (r0 + i) * ld_s + c, acc[i][0] * scale);
+      store<T>(s + (r0 + i) * ld_s + c + W, acc[i][1] * scale);
     }
   }
 }
@@ -88,7 +73,8 @@ template <class T, int R, int NV>
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int q = 0; q < NV; ++q) store<T>(o + (r0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
+    for (int q = 0; q < NV; ++q)
+      store_or_add<T>(o + (r0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
   }
 }
 
@@ -110,7 +96,8 @@ template <class T, int R, int NV>
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int q = 0; q < NV; ++q) store<T>(o + (k0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
+    for (int q = 0; q < NV; ++q)
+      store_or_add<T>(o + (k0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
   }
 }
 
