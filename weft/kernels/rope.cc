@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/base/check.h"
 #include "weft/base/simd.h"
 #include "weft/kernels/internal/vec.h"
 #include "weft/kernels/parallel.h"
@@ -101,6 +102,7 @@ WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t fi
 template <class T>
 void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim,
             double theta, std::int64_t first_position, std::int64_t row_stride, T sign) {
+  WEFT_CHECK_EQ(head_dim % 2, 0);  // pairs: the rows' last loop reads two at a time
   if (row_stride == 0) row_stride = heads * head_dim;
   const auto table = table_for<T>(seq, head_dim, theta, first_position);
   parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {

@@ -1,8 +1,9 @@
 // Rotary position embedding (Llama's): within each head of `head_dim`, the pairs (x[2i],
 // x[2i+1]) at position p are rotated by the angle p * theta^(-2i / head_dim). Applied in
 // place to x[batch, seq, heads, head_dim]; positions start at `first_position` (the KV
-// cache's offset when generating). Rows (positions) are `row_stride` elements apart, 0
-// meaning heads * head_dim (packed); a larger stride reads q or k inside a fused q|k|v row.
+// cache's offset when generating); head_dim must be even. Rows (positions) are `row_stride`
+// elements apart, 0 meaning heads * head_dim (packed); a larger stride reads q or k inside a
+// fused q|k|v row.
 #pragma once
 
 #include <cstdint>
