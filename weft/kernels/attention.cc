@@ -156,15 +156,21 @@ template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
                        T* lse) {
   check_shape(s);
-  // (batch, head) pairs are independent: split them over the threads.
+  const std::int64_t group = s.heads / s.kv_heads;
+  // (batch, head) pairs are independent: split them over the threads. Consecutive heads of a
+  // group read the same keys (bh / group is their (batch, key/value head)): packed once.
   parallel_for(s.batch * s.heads, 1, [&](std::int64_t first, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(kTile * kBlock));
     std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
     std::vector<T> kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.seq)));
+    std::int64_t packed = -1;  // the (batch, key/value head) whose keys kt holds
     for (std::int64_t bh = first; bh < end; ++bh) {
       const HeadView<T> at(s, bh / s.heads, bh % s.heads);
-      internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.seq, s.head_dim, kt.data(),
-                                internal::panel_padded<T>(s.seq));
+      if (bh / group != packed) {
+        internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.seq, s.head_dim, kt.data(),
+                                  internal::panel_padded<T>(s.seq));
+        packed = bh / group;
+      }
       T* lse_bh = lse + bh * s.seq;
       for (std::int64_t i0 = 0; i0 < s.seq; i0 += kTile) {
         forward_tile(s, at, q, kt.data(), v, out, lse_bh, i0, std::min(kTile, s.seq - i0),

@@ -6,8 +6,6 @@
 namespace weft::kernels {
 
 template <class T>
-void add_into(T* y, const T* x, std::int64_t n);  // y += x
-template <class T>
 void scale(T* y, T factor, std::int64_t n);  // y *= factor
 // sum of x[i]^2, accumulated in double (the gradient norm for clipping).
 template <class T>

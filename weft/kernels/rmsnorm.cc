@@ -38,10 +38,9 @@ WEFT_VECTOR_CLONES void backward_rows(const T* dy, const T* x, const T* w, const
     const T s = rstd[r];
     const T dot = internal::lane_sum<T>(dim, [&](std::int64_t j) { return dyr[j] * w[j] * xr[j]; });
     const T mean = dot * s / static_cast<T>(dim);
-    if (accumulate_dx) {
-      for (std::int64_t j = 0; j < dim; ++j) dxr[j] += s * (dyr[j] * w[j] - xr[j] * s * mean);
-    } else {
-      for (std::int64_t j = 0; j < dim; ++j) dxr[j] = s * (dyr[j] * w[j] - xr[j] * s * mean);
+    for (std::int64_t j = 0; j < dim; ++j) {
+      const T g = s * (dyr[j] * w[j] - xr[j] * s * mean);
+      dxr[j] = accumulate_dx ? dxr[j] + g : g;
     }
   }
 }
