@@ -8,6 +8,8 @@
 //                     OpenBLAS (i = 0) and through weft's own tiles (i = 1)
 //   BM_Attention*     weft's causal attention at the debug model's shape (batch 8, sequence
 //                     256, 4 heads of 64, fused q|k|v rows); FLOP/s counts the causal pairs
+//   BM_PackKeys       one head's keys transposed for the score tiles (256 x 64)
+//   BM_Rope           RoPE over the debug model's q and k, in their fused rows
 //
 //   build/release/bench/bench_compute --benchmark_repetitions=3
 //   --benchmark_report_aggregates_only=true
@@ -21,10 +23,12 @@
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/internal/attention_tiles.h"
+#include "weft/kernels/internal/vec.h"
+#include "weft/kernels/rope.h"
 
 namespace {
 
-using Vec [[gnu::vector_size(64)]] = float;
+using Vec = weft::kernels::internal::Vec<float>;
 constexpr int kChains = 12;  // FMA latency (4 cycles) x 2 pipes, with room to spare
 
 // kChains independent chains of n multiply-adds each, in the caller's best vector clone.
@@ -168,6 +172,31 @@ void BM_AttentionBackward(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond);
+
+// One head's keys transposed into the panel its score tiles read: 256 rows of 64, 768 apart.
+void BM_PackKeys(benchmark::State& state) {
+  const auto k = random_floats(kTileKeys * kFusedRow, 1);
+  std::vector<float> kt(kTileDim * kTileKeys);
+  for (auto _ : state) {
+    weft::kernels::internal::pack_transposed(k.data(), kFusedRow, kTileKeys, kTileDim, kt.data(),
+                                             kTileKeys);
+    benchmark::DoNotOptimize(kt.data());
+  }
+}
+BENCHMARK(BM_PackKeys)->Unit(benchmark::kMicrosecond);
+
+// RoPE over the debug model's q and k (8 heads of 64 per fused row of 768), in place; the
+// rotation is repeated, so values stay bounded.
+void BM_Rope(benchmark::State& state) {
+  DebugAttention a;
+  for (auto _ : state) {
+    weft::kernels::rope_forward(a.qkv.data(), DebugAttention::kBatch, DebugAttention::kSeq,
+                                2 * DebugAttention::kHeads, DebugAttention::kHeadDim, 10000.0, 0,
+                                DebugAttention::kWidth);
+    benchmark::DoNotOptimize(a.qkv.data());
+  }
+}
+BENCHMARK(BM_Rope)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -70,7 +70,8 @@ template <class T, std::size_t... I>
 
 // The rows [first, end) of a share: x = x * cos + partner(x) * sin * sign, in whole vectors
 // with one shuffle each (the pairs' interleaving, written per pair, left GCC's vectors half
-// used: twice the time), compiled for AVX-512 and AVX2 as well.
+// used: 8 % slower with the rows in cache, twice as slow from memory; docs/TRAINING.md),
+// compiled for AVX-512 and AVX2 as well.
 template <class T>
 WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t first,
                                     std::int64_t end, std::int64_t seq, std::int64_t heads,
