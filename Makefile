@@ -25,12 +25,12 @@ test: build race
 # The concurrency tests (label "race") again under ThreadSanitizer: part of make test, so
 # that CI catches data races, not only wrong results.
 RACE_TARGETS := future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test
-race: deps build/tsan/CMakeCache.txt
+race: deps build/tsan/build.ninja
 	@cmake --build build/tsan --target $(RACE_TARGETS) -- --quiet
 	@ctest --test-dir build/tsan -L race -j$(CTEST_JOBS) --output-on-failure --no-tests=error
 
-build/tsan/CMakeCache.txt:
-	@cmake --preset tsan >/dev/null
+build/tsan/build.ninja:
+	@$(call configure,tsan)
 
 # The quick set while developing: everything but the tests labelled slow.
 test-fast: build
@@ -42,11 +42,17 @@ test-tsan:
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan
 
-build: deps $(BUILD)/CMakeCache.txt
+build: deps $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -- --quiet
 
-$(BUILD)/CMakeCache.txt:
-	@cmake --preset $(PRESET) >/dev/null
+# Keyed on build.ninja, which CMake writes only when a configure succeeds: a failed one (a
+# package missing) leaves a CMakeCache.txt behind, and the next make configures again.
+$(BUILD)/build.ninja:
+	@$(call configure,$(PRESET))
+
+configure = cmake --preset $(1) >/dev/null || { echo "make: configuring build/$(1) failed" \
+  "(above: what CMake could not find). scripts/install-deps installs every package weft" \
+  "needs; if one is missing from its list, add it there. Then run make again." >&2; exit 1; }
 
 deps:
 	@scripts/install-deps

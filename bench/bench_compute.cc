@@ -1,56 +1,90 @@
 // bench_compute: what one core computes, the bound that training's speed is read against
 // (docs/PERFORMANCE.md, docs/TRAINING.md). Single-threaded throughout; FLOP/s counts a fused
-// multiply-add as two.
-//   BM_FmaPeak        independent fused multiply-adds on 64-byte vectors: the core's peak
+// multiply-add as two. Every benchmark runs once per vector target this CPU has, named
+// <benchmark>/<target> (BM_ScoresTile/1/AVX2); WEFT_SIMD_TARGET=AVX2 runs that target only.
+//   BM_FmaPeak        independent fused multiply-adds on the target's vectors: its peak
 //   BM_Sgemm/n        OpenBLAS's n x n x n sgemm through weft's gemm (the MFU reference)
 //   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
 //   BM_PvTile/i       cache: S = Q K^T (64 x 256 x 64) and P V (64 x 64 x 256), through
 //                     OpenBLAS (i = 0) and through weft's own tiles (i = 1)
 //   BM_Attention*     weft's causal attention at the debug model's shape (batch 8, sequence
 //                     256, 4 heads of 64, fused q|k|v rows); FLOP/s counts the causal pairs
+//   BM_Linear/i       the debug model's q|k|v projection (2048 tokens, 256 -> 768), forward
+//                     and backward: weft's linear_* in fixed blocks of rows (i = 0), against
+//                     the same three products as one OpenBLAS call each (i = 1)
 //   BM_PackKeys       one head's keys transposed for the score tiles (256 x 64)
 //   BM_Rope           RoPE over the debug model's q and k, in their fused rows
 //
 //   build/release/bench/bench_compute --benchmark_repetitions=3
 //   --benchmark_report_aggregates_only=true
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/bench_compute.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#ifndef BENCH_COMPUTE_CHAINS
+#define BENCH_COMPUTE_CHAINS
+namespace {
+constexpr int kChains = 12;  // FMA latency (4 cycles) x 2 pipes, with room to spare
+}  // namespace
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace bench::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// kChains independent chains of n multiply-adds each on the target's vectors; returns a sum
+// (so that nothing is optimised away) and the lanes per vector.
+float FmaChains(std::int64_t n, float m, float c, std::size_t* lanes) {
+  const hn::ScalableTag<float> d;
+  hn::Vec<decltype(d)> acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = hn::Set(d, static_cast<float>(i));
+  const auto mv = hn::Set(d, m), cv = hn::Set(d, c);
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < kChains; ++i) acc[i] = hn::MulAdd(acc[i], mv, cv);
+  }
+  float sum = 0;
+  for (int i = 0; i < kChains; ++i) sum += hn::GetLane(acc[i]);
+  *lanes = hn::Lanes(d);
+  return sum;
+}
+
+}  // namespace bench::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include <benchmark/benchmark.h>
 
-#include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "weft/base/simd.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/internal/attention_tiles.h"
-#include "weft/kernels/internal/vec.h"
 #include "weft/kernels/rope.h"
+
+namespace bench {
+HWY_EXPORT(FmaChains);
+}  // namespace bench
 
 namespace {
 
-using Vec = weft::kernels::internal::Vec<float>;
-constexpr int kChains = 12;  // FMA latency (4 cycles) x 2 pipes, with room to spare
-
-// kChains independent chains of n multiply-adds each, in the caller's best vector clone.
-WEFT_VECTOR_CLONES float fma_chains(std::int64_t n, float m, float c) {
-  Vec acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = Vec{} + static_cast<float>(i);
-  for (std::int64_t k = 0; k < n; ++k) {
-    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * m + c;
-  }
-  float sum = 0;
-  for (int i = 0; i < kChains; ++i) sum += acc[i][0];
-  return sum;
-}
-
 void BM_FmaPeak(benchmark::State& state) {
   constexpr std::int64_t kSteps = 1 << 20;
-  for (auto _ : state) benchmark::DoNotOptimize(fma_chains(kSteps, 0.999f, 1e-4f));
-  const double flops = 2.0 * kChains * (sizeof(Vec) / sizeof(float)) * kSteps;
+  std::size_t lanes = 0;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(bench::FmaChains)(kSteps, 0.999f, 1e-4f, &lanes));
+  const double flops = 2.0 * kChains * static_cast<double>(lanes) * kSteps;
   state.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
                                                 benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_FmaPeak);
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -74,7 +108,6 @@ void BM_Sgemm(benchmark::State& state) {
       2.0 * static_cast<double>(n * n * n) * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Sgemm)->Arg(256)->Arg(1024);
 
 // One head's tile at the debug model's sizes: 64 queries, 256 keys, head_dim 64, q and k rows
 // 768 apart (fused q|k|v); no key is masked.
@@ -107,7 +140,6 @@ void BM_ScoresTile(benchmark::State& state) {
   }
   set_tile_flops(state);
 }
-BENCHMARK(BM_ScoresTile)->Arg(0)->Arg(1);
 
 void BM_PvTile(benchmark::State& state) {
   const auto p = random_floats(kTileRows * kTileKeys, 1);
@@ -126,7 +158,6 @@ void BM_PvTile(benchmark::State& state) {
   }
   set_tile_flops(state);
 }
-BENCHMARK(BM_PvTile)->Arg(0)->Arg(1);
 
 // The debug model's attention: q|k|v as column blocks of one fused row, as weft-train has it.
 struct DebugAttention {
@@ -160,7 +191,6 @@ void BM_AttentionForward(benchmark::State& state) {
       2 * DebugAttention::product_flops() * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond);
 
 // Five products: P recomputed, dV, dP, dQ, dK.
 void BM_AttentionBackward(benchmark::State& state) {
@@ -171,7 +201,31 @@ void BM_AttentionBackward(benchmark::State& state) {
       5 * DebugAttention::product_flops() * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond);
+
+void BM_Linear(benchmark::State& state) {
+  constexpr std::int64_t kRows = 2048, kIn = 256, kOut = 768;
+  const auto x = random_floats(kRows * kIn, 1), w = random_floats(kOut * kIn, 2);
+  const auto dy = random_floats(kRows * kOut, 3);
+  std::vector<float> y(kRows * kOut), dx(kRows * kIn), dw(kOut * kIn);
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      weft::kernels::linear_forward(x.data(), w.data(), y.data(), kRows, kIn, kOut);
+      weft::kernels::linear_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), kRows,
+                                     kIn, kOut);
+    } else {
+      using weft::kernels::gemm;
+      gemm<float>(false, true, kRows, kOut, kIn, 1, x.data(), kIn, w.data(), kIn, 0, y.data(), kOut);
+      gemm<float>(false, false, kRows, kIn, kOut, 1, dy.data(), kOut, w.data(), kIn, 0, dx.data(),
+                  kIn);
+      gemm<float>(true, false, kOut, kIn, kRows, 1, dy.data(), kOut, x.data(), kIn, 1, dw.data(),
+                  kIn);
+    }
+    benchmark::DoNotOptimize(dw.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      3 * 2.0 * kRows * kIn * kOut * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
 
 // One head's keys transposed into the panel its score tiles read: 256 rows of 64, 768 apart.
 void BM_PackKeys(benchmark::State& state) {
@@ -183,7 +237,6 @@ void BM_PackKeys(benchmark::State& state) {
     benchmark::DoNotOptimize(kt.data());
   }
 }
-BENCHMARK(BM_PackKeys)->Unit(benchmark::kMicrosecond);
 
 // RoPE over the debug model's q and k (8 heads of 64 per fused row of 768), in place; the
 // rotation is repeated, so values stay bounded.
@@ -196,8 +249,59 @@ void BM_Rope(benchmark::State& state) {
     benchmark::DoNotOptimize(a.qkv.data());
   }
 }
-BENCHMARK(BM_Rope)->Unit(benchmark::kMicrosecond);
+
+struct Registration {
+  const char* name;
+  void (*run)(benchmark::State&);
+  std::function<void(benchmark::internal::Benchmark*)> configure;
+};
+
+const std::vector<Registration>& benchmarks() {
+  auto ms = [](benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMillisecond); };
+  auto us = [](benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMicrosecond); };
+  auto both = [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1); };
+  static const std::vector<Registration> all = {
+      {"BM_FmaPeak", BM_FmaPeak, [](benchmark::internal::Benchmark*) {}},
+      {"BM_Sgemm", BM_Sgemm, [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); }},
+      {"BM_ScoresTile", BM_ScoresTile, both},
+      {"BM_PvTile", BM_PvTile, both},
+      {"BM_AttentionForward", BM_AttentionForward, ms},
+      {"BM_AttentionBackward", BM_AttentionBackward, ms},
+      {"BM_Linear", BM_Linear, [](benchmark::internal::Benchmark* b) {
+         b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+       }},
+      {"BM_PackKeys", BM_PackKeys, us},
+      {"BM_Rope", BM_Rope, us},
+  };
+  return all;
+}
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const char* only = std::getenv("WEFT_SIMD_TARGET");
+  const std::vector<std::string> targets =
+      only != nullptr && *only != '\0' ? std::vector<std::string>{only}
+                                       : weft::simd::supported_targets();
+  for (const std::string& target : targets) {
+    weft::simd::ScopedTarget check(target);  // throws, naming the supported ones, if unknown
+    for (const Registration& r : benchmarks()) {
+      auto run = r.run;
+      r.configure(benchmark::RegisterBenchmark((std::string(r.name) + "/" + target).c_str(),
+                                               [run, target](benchmark::State& state) {
+                                                 weft::simd::ScopedTarget on(target);
+                                                 run(state);
+                                               }));
+    }
+  }
+  benchmark::AddCustomContext("weft SIMD targets", [&] {
+    std::string names;
+    for (const std::string& t : targets) names += (names.empty() ? "" : ", ") + t;
+    return names;
+  }());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+#endif  // HWY_ONCE

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_ops.h"
+#include "weft/base/simd.h"
 #include "weft/dist.h"
 
 namespace {
@@ -81,28 +82,30 @@ int main(int argc, char** argv) {
   BenchOptions o;
   std::string min = "8", max = "64M", dtype = "float32", redop = "sum", backend;
   int threads = 0;
-  app.add_option("op", o.op, "all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
-                             "all_to_all, barrier or sendrecv")
+  // --help shows each option's default from the variable it sets, never a copy of the value.
+  app.option_defaults()->always_capture_default();
+  app.add_option("op", o.op, "The operation to time")
       ->required()
       ->check(CLI::IsMember(weft::tools::bench_op_names()));
-  app.add_option("-b,--min-bytes", min, "Smallest size, e.g. 8, 1K, 4M (default 8)");
-  app.add_option("-e,--max-bytes", max, "Largest size (default 64M)");
-  app.add_option("-f,--step-factor", o.factor, "Size multiplier between steps (default 2)")
+  app.add_option("-b,--min-bytes", min, "Smallest size, e.g. 8, 1K, 4M")->type_name("SIZE");
+  app.add_option("-e,--max-bytes", max, "Largest size")->type_name("SIZE");
+  app.add_option("-f,--step-factor", o.factor, "Size multiplier between steps")
       ->check(CLI::Range(1.01, 1e6));
-  app.add_option("-n,--iters", o.iters, "Timed iterations per size (default 20)")
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("-w,--warmup-iters", o.warmup, "Untimed iterations first (default 5)")
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup-iters", o.warmup, "Untimed iterations first")
       ->check(CLI::Range(0, 1000000));
-  app.add_option("-d,--datatype", dtype, "float32, float64, float16, bfloat16, int8, uint8, "
-                                         "int32 or int64 (default float32)");
-  app.add_option("-o,--op", redop, "sum, prod, min, max, avg, band, bor or bxor (default sum)");
-  app.add_option("--backend", backend, "Backend under weftrun (default: WEFT_BACKEND or tcp)");
-  app.add_option("--threads", threads, "Run N ranks as threads (the thread backend) instead "
-                                       "of joining a weftrun job")
+  app.add_option("-d,--datatype", dtype,
+                 "float32, float64, float16, bfloat16, int8, uint8, int32 or int64");
+  app.add_option("-o,--op", redop, "Reduction: sum, prod, min, max, avg, band, bor or bxor");
+  app.add_option("--backend", backend,
+                 "Backend under weftrun; empty: $WEFT_BACKEND, else shm on one host, tcp across");
+  app.add_option("--threads", threads,
+                 "Run N ranks as threads (the thread backend); 0: join a weftrun job instead")
       ->check(CLI::Range(1, 1024));
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
   CLI11_PARSE(app, argc, argv);
   try {
+    weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     o.min_bytes = parse_size(min);
     o.max_bytes = parse_size(max);
     if (o.op == "barrier") o.min_bytes = o.max_bytes = 0;  // no buffer: one line

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "weft/base/simd.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/generate.h"
@@ -33,18 +34,27 @@ int main(int argc, char** argv) {
   CLI::App app("weft-generate: samples text from a weft-train checkpoint", "weft-generate");
   std::string checkpoint, prompt = "ROMEO:";
   weft::train::SamplingOptions o;
-  app.add_option("--checkpoint", checkpoint, "checkpoint file, step directory or folder")->required();
-  app.add_option("--prompt", prompt, "the text to continue (default ROMEO:)");
-  app.add_option("--max-new-tokens", o.max_new_tokens, "bytes to generate (default 200)")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--temperature", o.temperature, "softmax temperature; 0 is greedy (default 0.8)")->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "sample among the k most likely bytes; 0: all (default 0)")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--seed", o.seed, "random seed (default 0)");
+  // --help shows each option's default from the variable it sets, never a copy of the value.
+  app.option_defaults()->always_capture_default();
+  app.add_option("--checkpoint", checkpoint,
+                 "checkpoint file, step directory, or folder (its newest checkpoint)")
+      ->required();
+  app.add_option("--prompt", prompt, "the text to continue");
+  app.add_option("--max-new-tokens", o.max_new_tokens,
+                 "bytes to generate (fewer if the model's max_seq_len comes first)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--temperature", o.temperature, "softmax temperature; 0: the most likely byte")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", o.top_k, "sample among the k most likely bytes; 0: among all")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--seed", o.seed, "random seed: the same seed gives the same text");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
+    weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     const std::string path = checkpoint_file(checkpoint);
     const auto file = weft::checkpoint::load_safetensors(path);  // read once
     const weft::train::Config config = weft::train::parse_config(

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/base/simd.h"
 #include "weft/dist/init.h"
 #include "weft/train/trainer.h"
 
@@ -39,6 +40,20 @@ std::vector<std::pair<std::string, std::string>> overrides(const std::vector<std
   return out;
 }
 
+// Where the descriptions start, for CLI11's options and the configuration keys alike, and
+// where the keys' lines end.
+constexpr std::size_t kHelpColumn = 44;
+constexpr std::size_t kHelpWidth = 100;
+
+// The configuration keys after CLI11's options: they are not CLI11 options (overrides() reads
+// them from what CLI11 leaves over, in order), so --help lists them from the config table.
+std::string keys_help() {
+  return "Configuration keys, as --section.key TYPE=default: set in the --config file as\n"
+         "[section] key = value, or here as --section.key value (or =value), which wins over\n"
+         "the file. The default is what applies when neither sets a key.\n\n" +
+         weft::train::config_help(kHelpColumn, kHelpWidth);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,14 +62,17 @@ int main(int argc, char** argv) {
                "  weft-train --config configs/debug.toml --training.steps 100 --optimizer.lr 1e-3",
                "weft-train");
   std::string config_path;
-  app.add_option("--config", config_path, "TOML configuration (configs/debug.toml)");
+  app.add_option("--config", config_path, "TOML configuration, e.g. configs/debug.toml");
   app.allow_extras();
+  app.get_formatter()->column_width(kHelpColumn);
+  app.footer(keys_help());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
+    weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
     // Under weftrun with several ranks: the job's world group (shm on one host).
     std::shared_ptr<weft::dist::ProcessGroup> world;

@@ -12,7 +12,6 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
-#include "weft/kernels/internal/fast_exp.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/embedding.h"
@@ -20,11 +19,29 @@
 #include "weft/kernels/rmsnorm.h"
 #include "weft/kernels/rope.h"
 #include "weft/kernels/swiglu.h"
+#include "weft/kernels/internal/softmax_rows.h"
+#include "tests/support/simd_targets.h"
 
 namespace weft::kernels {
 namespace {
 
 using Vec = std::vector<double>;
+
+// The suites of vector kernels run on every SIMD target (tests/support/simd_targets.h).
+class RmsNormTest : public weft::testing::OnEveryTarget {};
+class RopeTest : public weft::testing::OnEveryTarget {};
+class SwigluTest : public weft::testing::OnEveryTarget {};
+class CrossEntropyTest : public weft::testing::OnEveryTarget {};
+class ElementwiseTest : public weft::testing::OnEveryTarget {};
+class AttentionTest : public weft::testing::OnEveryTarget {};
+class FastExpTest : public weft::testing::OnEveryTarget {};
+WEFT_ON_EVERY_TARGET(RmsNormTest);
+WEFT_ON_EVERY_TARGET(RopeTest);
+WEFT_ON_EVERY_TARGET(SwigluTest);
+WEFT_ON_EVERY_TARGET(CrossEntropyTest);
+WEFT_ON_EVERY_TARGET(ElementwiseTest);
+WEFT_ON_EVERY_TARGET(AttentionTest);
+WEFT_ON_EVERY_TARGET(FastExpTest);
 
 template <class T = double>
 std::vector<T> random_vec(std::size_t n, unsigned seed, double scale = 1.0) {
@@ -126,7 +143,7 @@ TEST(EmbeddingTest, ForwardGathersRowsAndBackwardAccumulates) {
   EXPECT_THROW(embedding_forward(&bad, 1, table.data(), vocab, dim, out.data()), InvalidArgument);
 }
 
-TEST(RmsNormTest, MatchesTheFormulaAndItsGradients) {
+TEST_P(RmsNormTest, MatchesTheFormulaAndItsGradients) {
   const std::int64_t rows = 3, dim = 8;
   Vec x = random_vec(rows * dim, 1), w = random_vec(dim, 2), r = random_vec(rows * dim, 3);
   Vec y(x.size()), rstd(rows);
@@ -151,7 +168,7 @@ TEST(RmsNormTest, MatchesTheFormulaAndItsGradients) {
   EXPECT_EQ(dw2, dw);
 }
 
-TEST(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
+TEST_P(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
   const std::int64_t b = 2, t = 5, h = 3, d = 8;
   const double theta = 10000.0;
   Vec x = random_vec(b * t * h * d, 1), r = random_vec(x.size(), 2);
@@ -175,7 +192,7 @@ TEST(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
 // float rows of whole vectors plus a rest (head_dim 40 = 16 + 16 + 8), inside wider rows as in
 // the fused q|k|v layout: each pair against the rotation in double, the other columns
 // untouched, and the backward undoing the forward.
-TEST(RopeTest, FloatVectorsAndRestMatchThePairLoop) {
+TEST_P(RopeTest, FloatVectorsAndRestMatchThePairLoop) {
   const std::int64_t b = 2, t = 7, h = 3, d = 40, stride = h * d + 24, first = 5;
   const double theta = 10000.0;
   std::vector<float> x(static_cast<std::size_t>(b * t * stride));
@@ -200,7 +217,7 @@ TEST(RopeTest, FloatVectorsAndRestMatchThePairLoop) {
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << i;
 }
 
-TEST(SwigluTest, Gradients) {
+TEST_P(SwigluTest, Gradients) {
   const std::int64_t n = 50;
   Vec a = random_vec(n, 1, 2.0), bb = random_vec(n, 2), r = random_vec(n, 3);
   auto loss = [&] {
@@ -217,7 +234,7 @@ TEST(SwigluTest, Gradients) {
   expect_gradient(bb, db, loss, "swiglu db");
 }
 
-TEST(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
+TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
   const std::int64_t n = 4, vocab = 7;
   Vec logits = random_vec(n * vocab, 1, 3.0);
   const std::vector<std::int32_t> targets{0, 6, 3, 3};
@@ -238,7 +255,7 @@ TEST(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
   EXPECT_THROW(cross_entropy_forward(logits.data(), &bad, 1, vocab, losses.data()), InvalidArgument);
 }
 
-TEST(ElementwiseTest, ScaleSumSquares) {
+TEST_P(ElementwiseTest, ScaleSumSquares) {
   std::vector<float> y{2, 3, 4};
   scale(y.data(), 2.0f, 3);
   EXPECT_EQ(y, (std::vector<float>{4, 6, 8}));
@@ -246,7 +263,7 @@ TEST(ElementwiseTest, ScaleSumSquares) {
 }
 
 // Blocked and laned, against a long double running sum: uneven blocks and a ragged tail.
-TEST(ElementwiseTest, SumSquaresMatchesAPlainSum) {
+TEST_P(ElementwiseTest, SumSquaresMatchesAPlainSum) {
   std::vector<float> x(100'003);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * 3.0f;
   long double plain = 0;
@@ -286,7 +303,7 @@ std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>
   return out;
 }
 
-TEST(AttentionTest, TiledForwardMatchesTheDefinition) {
+TEST_P(AttentionTest, TiledForwardMatchesTheDefinition) {
   for (const AttentionShape s : {AttentionShape{2, 70, 4, 2, 16}, AttentionShape{1, 33, 2, 2, 8},
                                  AttentionShape{1, 1, 3, 1, 4}, AttentionShape{1, 300, 2, 1, 16}}) {
     const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
@@ -347,7 +364,7 @@ void reference_attention_backward(const AttentionShape& s, const Vec& q, const V
 // (16 floats or 8 doubles each: 80 is blocks of four and one, 48 of three floats, 24 of three
 // doubles, 32 of two floats), of vectors and a scalar rest (20), and of scalars only (4), in
 // float64 and in float.
-TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
+TEST_P(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
   for (const AttentionShape s :
        {AttentionShape{1, 300, 2, 1, 4}, AttentionShape{1, 300, 2, 1, 80},
         AttentionShape{2, 70, 2, 2, 20}, AttentionShape{1, 100, 4, 2, 48},
@@ -388,7 +405,7 @@ TEST(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
 
 // A non-finite value in one batch's inputs stays in that batch: the backward's buffers, reused
 // across heads and batches, hold entries that causal tiles skip.
-TEST(AttentionTest, NonFiniteInputsDoNotReachOtherBatches) {
+TEST_P(AttentionTest, NonFiniteInputsDoNotReachOtherBatches) {
   const AttentionShape s{2, 100, 2, 2, 32};
   const auto per_batch = static_cast<std::size_t>(s.seq * s.heads * s.head_dim);
   auto q = random_vec<float>(2 * per_batch, 1), k = random_vec<float>(2 * per_batch, 2);
@@ -412,7 +429,7 @@ TEST(AttentionTest, NonFiniteInputsDoNotReachOtherBatches) {
   }
 }
 
-TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
+TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
   const AttentionShape s{2, 70, 4, 2, 8};  // two key tiles, grouped heads
   const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
   const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
@@ -438,16 +455,32 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
 namespace weft::kernels {
 namespace {
 
-TEST(FastExpTest, WithinTwoUlpOfStdExp) {
+// exp through exp_block (p = exp(p - 0)), in one row: whole vectors and a one-lane rest.
+std::vector<float> fast_exp(std::vector<float> x) {
+  const float shift = 0.0f;
+  internal::exp_block(x.data(), static_cast<std::int64_t>(x.size()), 1,
+                      static_cast<std::int64_t>(x.size()), &shift);
+  return x;
+}
+
+TEST_P(FastExpTest, WithinTwoUlpOfStdExp) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
+  const std::vector<float> got = fast_exp(x);
   double worst = 0;
-  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
-    const double want = std::exp(static_cast<double>(x));
-    worst = std::max(worst, std::abs(internal::exp_fast(x) - want) / want);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    worst = std::max(worst, std::abs(got[i] - want) / want);
   }
   EXPECT_LT(worst, 2.5e-7);
-  EXPECT_EQ(internal::exp_fast(-1e30f), 0.0f);
-  EXPECT_EQ(internal::exp_fast(-std::numeric_limits<float>::infinity()), 0.0f);
-  EXPECT_EQ(internal::exp_fast(0.0f), 1.0f);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = fast_exp({-1e30f, -kInf, 0.0f, -87.5f, 1.0f});
+  EXPECT_EQ(edges[0], 0.0f);
+  EXPECT_EQ(edges[1], 0.0f);
+  EXPECT_EQ(edges[2], 1.0f);
+  EXPECT_EQ(edges[3], 0.0f);
+  EXPECT_NEAR(edges[4], std::exp(1.0), 3e-7);
+  EXPECT_TRUE(std::isnan(fast_exp({std::numeric_limits<float>::quiet_NaN()})[0]));
 }
 
 }  // namespace
@@ -458,7 +491,7 @@ namespace {
 
 // q, k and v as column blocks of one fused row (the q|k|v projection's output) give the
 // results of the packed layout, bitwise, and RoPE reads the same rows with a stride.
-TEST(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
+TEST_P(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
   const AttentionShape packed{2, 40, 4, 2, 8};
   const std::int64_t rows = 2 * 40, qw = 4 * 8, kw = 2 * 8, width = qw + 2 * kw;
   auto q = random_vec<float>(rows * qw, 1), k = random_vec<float>(rows * kw, 2);

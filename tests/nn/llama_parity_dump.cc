@@ -3,11 +3,13 @@
 //   init.safetensors   the initial weights (metadata: the model config and the batch shape)
 //   step0.safetensors  tokens, targets, logits, loss and every parameter's gradient
 //   train.safetensors  the losses of 10 AdamW steps from the initial weights
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "weft/base/simd.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
@@ -31,9 +33,17 @@ std::vector<NamedTensor> parameters(weft::nn::ParameterList& params, bool grads)
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: llama_parity_dump OUT_DIR\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: llama_parity_dump OUT_DIR [SIMD_TARGET]\n");
     return 2;
+  }
+  if (argc == 3) {  // that target's kernels; exit 77 (ctest's skip) where this CPU lacks it
+    const auto targets = weft::simd::supported_targets();
+    if (std::find(targets.begin(), targets.end(), argv[2]) == targets.end()) {
+      std::printf("skipped: this CPU does not run SIMD target %s\n", argv[2]);
+      return 77;
+    }
+    weft::simd::use_target(argv[2]);
   }
   const std::string dir = argv[1];
   const weft::nn::LlamaConfig config{.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,

@@ -1,14 +1,55 @@
-// WEFT_VECTOR_CLONES: compiles a function (loops over arrays) for AVX-512, AVX2 with FMA
-// (x86-64-v3: GCC's plain "avx2" target has no FMA, so its multiply-adds would be two
-// instructions) and the baseline x86-64 of Debian's packages, the version picked once at load
-// time (GCC's target_clones, an ifunc). Elsewhere, with clang, and under the sanitizers
-// (whose runtimes do not get along with ifunc resolvers) it is empty and the baseline version
-// is built.
+// Which vector target weft's kernels run on. Every vector loop in weft (kernels, the
+// optimizer, the collectives' reductions) is written once against Google Highway and compiled
+// for each target of this build (on x86-64: AVX-512 "AVX3", "AVX2" with FMA, "SSE4" and the
+// portable "EMU128"; on Arm: NEON and SVE); Highway picks the best one the CPU has on the
+// first call. These functions name the targets and narrow that choice: for a benchmark of
+// the AVX2 path on an AVX-512 machine (WEFT_SIMD_TARGET=AVX2), and for the tests, which run
+// each kernel on every target the machine has.
+//
+// Thread-safety: the choice is process-wide. Change it only while no kernel runs (at
+// start-up, or between tests); reading it is safe at any time.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define WEFT_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-#else
-#define WEFT_VECTOR_CLONES
-#endif
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft::simd {
+
+// The targets this build has and this CPU runs, best first, by Highway's names ("AVX3",
+// "AVX2", "SSE4", "EMU128", "NEON", ...). Unaffected by use_target().
+std::vector<std::string> supported_targets();
+
+// The target the kernels dispatch to now.
+std::string current_target();
+
+// From now on the kernels run on `name` (one of supported_targets(), case-insensitive), the
+// better targets being disabled; "" or "best" restores the best. Throws InvalidArgument,
+// listing the supported targets, for any other name.
+void use_target(std::string_view name);
+
+// use_target(getenv("WEFT_SIMD_TARGET")) when that is set and not empty; the tools call it
+// at start-up.
+void use_target_from_env();
+
+// use_target(name) for a scope, then back to the best target.
+class ScopedTarget {
+ public:
+  explicit ScopedTarget(std::string_view name) { use_target(name); }
+  ~ScopedTarget() { use_target(""); }
+  ScopedTarget(const ScopedTarget&) = delete;
+  ScopedTarget& operator=(const ScopedTarget&) = delete;
+};
+
+}  // namespace weft::simd
+
+// In a source's HWY_ONCE part (after HWY_EXPORT(name##F32) and HWY_EXPORT(name##F64)): the
+// best target's name##F32 when T is float, name##F64 when it is double, so that a kernel's
+// template entry point dispatches in one line.
+#define WEFT_DISPATCH_BY_TYPE(T, name)                              \
+  ([] {                                                             \
+    if constexpr (sizeof(T) == sizeof(float))                       \
+      return &HWY_DYNAMIC_DISPATCH(name##F32);                      \
+    else                                                            \
+      return &HWY_DYNAMIC_DISPATCH(name##F64);                      \
+  }())

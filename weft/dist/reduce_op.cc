@@ -1,3 +1,11 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target):
+// the loops below are plain C++, compiled with each target's instructions (HWY_BEFORE_NAMESPACE
+// sets them) and vectorised by the compiler; the loops are memory bound, but the wider forms
+// halve the instructions when the data sits in cache.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/dist/reduce_op.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "weft/dist/reduce_op.h"
 
 #include <algorithm>
@@ -5,9 +13,9 @@
 #include <type_traits>
 
 #include "weft/base/check.h"
-#include "weft/base/simd.h"
 
-namespace weft::dist {
+HWY_BEFORE_NAMESPACE();
+namespace weft::dist::HWY_NAMESPACE {
 namespace {
 
 // One loop per (type, op) so that the compiler vectorises each; the switch is outside.
@@ -56,40 +64,10 @@ void reduce_typed(T* acc, const T* acc_in, const T* in, std::size_t count, Reduc
   WEFT_CHECK(false && "bitwise reduction of a floating-point type");
 }
 
-template <class T>
-void divide(T* acc, std::size_t count, std::size_t n) {
-  for (std::size_t i = 0; i < count; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
-}
-
 }  // namespace
 
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProduct: return "product";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kBAnd: return "band";
-    case ReduceOp::kBOr: return "bor";
-    case ReduceOp::kBXor: return "bxor";
-  }
-  return "unknown";
-}
-
-bool is_bitwise(ReduceOp op) {
-  return op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor;
-}
-
-void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op) {
-  reduce_pair(acc, acc, in, count, dtype, op);
-}
-
-// The loops are memory bound, but the wider forms halve the instructions when the data sits
-// in cache.
-WEFT_VECTOR_CLONES
-void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
-                 ReduceOp op) {
+void ReducePair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
+                ReduceOp op) {
   switch (dtype) {
     case DType::kFloat32:
       return reduce_typed(static_cast<float*>(out), static_cast<const float*>(a),
@@ -116,6 +94,49 @@ void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DTy
   WEFT_CHECK(false && "16-bit floats are widened to float32 before reducing");
 }
 
+}  // namespace weft::dist::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace weft::dist {
+namespace {
+
+template <class T>
+void divide(T* acc, std::size_t count, std::size_t n) {
+  for (std::size_t i = 0; i < count; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
+}
+
+}  // namespace
+
+HWY_EXPORT(ReducePair);
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kBAnd: return "band";
+    case ReduceOp::kBOr: return "bor";
+    case ReduceOp::kBXor: return "bxor";
+  }
+  return "unknown";
+}
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor;
+}
+
+void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, ReduceOp op) {
+  reduce_pair(acc, acc, in, count, dtype, op);
+}
+
+void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
+                 ReduceOp op) {
+  HWY_DYNAMIC_DISPATCH(ReducePair)(out, a, b, count, dtype, op);
+}
+
 void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n) {
   switch (dtype) {
     case DType::kFloat32: return divide(static_cast<float*>(acc), count, n);
@@ -132,3 +153,4 @@ void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n) {
 }
 
 }  // namespace weft::dist
+#endif  // HWY_ONCE

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include "weft/kernels/parallel.h"
@@ -18,8 +20,19 @@ void ensure_default_threads() {
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
-constexpr std::int64_t kRowGrain = 128;     // rows per share at least
-constexpr std::int64_t kFeatureGrain = 64;  // rows of dW per share at least
+// The products are cut into blocks of these sizes whatever the thread count (below).
+constexpr std::int64_t kRowBlock = 512;      // rows (tokens) of y and dx per product
+constexpr std::int64_t kFeatureBlock = 128;  // rows (output features) of dW per product
+
+// fn(first, end) for the blocks [b * block, (b + 1) * block) of [0, n), the last one shorter,
+// shared among the threads a whole block at a time.
+void for_fixed_blocks(std::int64_t n, std::int64_t block,
+                      const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  const std::int64_t blocks = (n + block - 1) / block;
+  parallel_for(blocks, 1, [&](std::int64_t first_block, std::int64_t end_block) {
+    for (std::int64_t b = first_block; b < end_block; ++b) fn(b * block, std::min(n, (b + 1) * block));
+  });
+}
 
 }  // namespace
 
@@ -45,16 +58,19 @@ void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
               b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-// With several threads each runs a single-threaded product on its share: for the tall,
-// narrow products of training this scales better than OpenBLAS's own threading
-// (docs/PERFORMANCE.md). y and dx split the rows (tokens); dW splits its own rows (output
-// features), each share summing over every token, so no partial sums are needed and the
-// result does not depend on the number of threads.
+// With several threads each runs single-threaded products on its share: for the tall, narrow
+// products of training this scales better than OpenBLAS's own threading (docs/PERFORMANCE.md).
+// y and dx split the rows (tokens); dW splits its own rows (output features), each block
+// summing over every token, so no partial sums are needed. The blocks are fixed, one OpenBLAS
+// call each, so that one thread makes the same calls as many: OpenBLAS's result for a row
+// depends on the shape of the call it is in (on Zen 3, rows of a 300-row product differ in
+// their last bits from the same rows in its 150-row halves), and results must not depend on
+// the thread count (docs/TRAINING.md).
 template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate) {
   const T beta = accumulate ? T(1) : T(0);
-  parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
+  for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
     gemm<T>(false, true, end - first, out, in, T(1), x + first * in, in, w, in, beta,
             y + first * out, out);
   });
@@ -65,12 +81,12 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int
                      std::int64_t in, std::int64_t out, bool accumulate_dx) {
   if (dx != nullptr) {
     const T beta = accumulate_dx ? T(1) : T(0);
-    parallel_for(rows, kRowGrain, [&](std::int64_t first, std::int64_t end) {
+    for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
       gemm<T>(false, false, end - first, in, out, T(1), dy + first * out, out, w, in, beta,
               dx + first * in, in);
     });
   }
-  parallel_for(out, kFeatureGrain, [&](std::int64_t first, std::int64_t end) {
+  for_fixed_blocks(out, kFeatureBlock, [&](std::int64_t first, std::int64_t end) {
     gemm<T>(true, false, end - first, in, rows, T(1), dy + first, out, x, in, T(1), dw + first * in,
             in);
   });

@@ -1,13 +1,46 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/kernels/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
 #include "weft/kernels/elementwise.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace weft::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// One block's sum of squares in double, in fixed lanes (weft/base/simd-inl.h).
+template <class T>
+double block_sum_squares(const T* x, std::int64_t n) {
+  return simd::HWY_NAMESPACE::LaneSum<double>(n, [&](auto d, std::int64_t i) {
+    if constexpr (sizeof(T) == sizeof(double)) {
+      const auto v = hn::LoadU(d, x + i);
+      return hn::Mul(v, v);
+    } else {
+      const auto v = hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, decltype(d)>(), x + i));
+      return hn::Mul(v, v);
+    }
+  });
+}
+
+double BlockSumSquaresF32(const float* x, std::int64_t n) { return block_sum_squares(x, n); }
+double BlockSumSquaresF64(const double* x, std::int64_t n) { return block_sum_squares(x, n); }
+
+}  // namespace weft::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include <algorithm>
 #include <vector>
 
 #include "weft/base/simd.h"
-#include "weft/kernels/internal/lanes.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::kernels {
+
+HWY_EXPORT(BlockSumSquaresF32);
+HWY_EXPORT(BlockSumSquaresF64);
 
 template <class T>
 void scale(T* y, T factor, std::int64_t n) {
@@ -18,16 +51,15 @@ void scale(T* y, T factor, std::int64_t n) {
 
 namespace {
 
-// Sums of squares go block by block, each block in fixed lanes (internal/lanes.h): the adds
-// pipeline and vectorise instead of waiting on one another (a single running sum chains
-// llama_512's 27 M additions at ~4 cycles each: ~30 ms per step, estimated), and the blocks
-// are fixed, so the result does not depend on how many threads share them.
+// Sums of squares go block by block, each block in fixed lanes: the adds pipeline and
+// vectorise instead of waiting on one another (a single running sum chains llama_512's 27 M
+// additions at ~4 cycles each: ~30 ms per step, estimated), and the blocks are fixed, so the
+// result does not depend on how many threads share them.
 constexpr std::int64_t kSquaresBlock = 4096;
 
 template <class T>
-WEFT_VECTOR_CLONES double block_sum_squares(const T* __restrict x, std::int64_t n) {
-  return internal::lane_sum<double>(
-      n, [&](std::int64_t i) { return static_cast<double>(x[i]) * static_cast<double>(x[i]); });
+double block_sum_squares(const T* x, std::int64_t n) {
+  return WEFT_DISPATCH_BY_TYPE(T, BlockSumSquares)(x, n);
 }
 
 }  // namespace
@@ -54,3 +86,4 @@ template double sum_squares<float>(const float*, std::int64_t);
 template double sum_squares<double>(const double*, std::int64_t);
 
 }  // namespace weft::kernels
+#endif  // HWY_ONCE

@@ -1,31 +1,36 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/kernels/loss.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/exp-inl.h"
 #include "weft/kernels/loss.h"
 
 #include <cmath>
 #include <utility>
 
-#include "weft/base/simd.h"
-#include "weft/kernels/internal/check_ids.h"
-#include "weft/kernels/internal/fast_exp.h"
-#include "weft/kernels/internal/lanes.h"
-#include "weft/kernels/parallel.h"
-
-namespace weft::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace weft::kernels::HWY_NAMESPACE {
 namespace {
+
+using simd::HWY_NAMESPACE::ForVectors;
+using simd::HWY_NAMESPACE::LaneMax;
+using simd::HWY_NAMESPACE::LaneSum;
 
 // max and log(sum(exp(x - max))) of one row.
 template <class T>
-[[gnu::always_inline]] inline std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
-  const T max = internal::lane_max(x, vocab);
-  const T sum =
-      internal::lane_sum<T>(vocab, [&](std::int64_t j) { return internal::exp_of(x[j] - max); });
+HWY_INLINE std::pair<T, T> log_sum_exp(const T* x, std::int64_t vocab) {
+  const T max = LaneMax(x, vocab);
+  const T sum = LaneSum<T>(vocab, [&](auto d, std::int64_t j) {
+    return FastExp(d, hn::Sub(hn::LoadU(d, x + j), hn::Set(d, max)));
+  });
   return {max, std::log(sum)};
 }
 
-// The rows of a share, compiled for AVX-512 and AVX2 as well, with log_sum_exp inlined.
 template <class T>
-WEFT_VECTOR_CLONES void forward_rows(const T* logits, const std::int32_t* targets,
-                                     std::int64_t first, std::int64_t end, std::int64_t vocab,
-                                     T* losses) {
+void forward_rows(const T* logits, const std::int32_t* targets, std::int64_t first,
+                  std::int64_t end, std::int64_t vocab, T* losses) {
   for (std::int64_t i = first; i < end; ++i) {
     const T* row = logits + i * vocab;
     const auto [max, lse] = log_sum_exp(row, vocab);
@@ -34,27 +39,57 @@ WEFT_VECTOR_CLONES void forward_rows(const T* logits, const std::int32_t* target
 }
 
 template <class T>
-WEFT_VECTOR_CLONES void backward_rows(const T* logits, const std::int32_t* targets,
-                                      std::int64_t first, std::int64_t end, std::int64_t vocab,
-                                      T scale, T* dlogits) {
+void backward_rows(const T* logits, const std::int32_t* targets, std::int64_t first,
+                   std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {
   for (std::int64_t i = first; i < end; ++i) {
     const T* row = logits + i * vocab;
-    T* d = dlogits + i * vocab;
+    T* dr = dlogits + i * vocab;
     const auto [max, lse] = log_sum_exp(row, vocab);
     const T shift = max + lse;
-    for (std::int64_t j = 0; j < vocab; ++j) d[j] = internal::exp_of(row[j] - shift) * scale;
-    d[targets[i]] -= scale;
+    ForVectors<T>(vocab, [&](auto d, std::int64_t j) {
+      const auto e = FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, shift)));
+      hn::StoreU(hn::Mul(e, hn::Set(d, scale)), d, dr + j);
+    });
+    dr[targets[i]] -= scale;
   }
 }
 
 }  // namespace
+
+#define WEFT_LOSS(T, S)                                                                       \
+  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,      \
+                      std::int64_t end, std::int64_t vocab, T* losses) {                      \
+    forward_rows(logits, targets, first, end, vocab, losses);                                 \
+  }                                                                                           \
+  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,     \
+                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {           \
+    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                        \
+  }
+WEFT_LOSS(float, F32)
+WEFT_LOSS(double, F64)
+#undef WEFT_LOSS
+
+}  // namespace weft::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "weft/base/simd.h"
+#include "weft/kernels/internal/check_ids.h"
+#include "weft/kernels/parallel.h"
+
+namespace weft::kernels {
+
+HWY_EXPORT(ForwardRowsF32);
+HWY_EXPORT(ForwardRowsF64);
+HWY_EXPORT(BackwardRowsF32);
+HWY_EXPORT(BackwardRowsF64);
 
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,
                              std::int64_t vocab, T* losses) {
   internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
-    forward_rows(logits, targets, first, end, vocab, losses);
+    WEFT_DISPATCH_BY_TYPE(T, ForwardRows)(logits, targets, first, end, vocab, losses);
   });
   double total = 0;  // in row order, whatever the thread count
   for (std::int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]);
@@ -67,7 +102,7 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::i
   const T scale = static_cast<T>(dloss);
   internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
-    backward_rows(logits, targets, first, end, vocab, scale, dlogits);
+    WEFT_DISPATCH_BY_TYPE(T, BackwardRows)(logits, targets, first, end, vocab, scale, dlogits);
   });
 }
 
@@ -81,3 +116,4 @@ template void cross_entropy_backward<double>(const double*, const std::int32_t*,
                                              std::int64_t, double, double*);
 
 }  // namespace weft::kernels
+#endif  // HWY_ONCE

@@ -1,3 +1,8 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/kernels/rope.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "weft/kernels/rope.h"
 
 #include <cmath>
@@ -8,12 +13,9 @@
 
 #include "weft/base/check.h"
 #include "weft/base/simd.h"
-#include "weft/kernels/internal/vec.h"
 #include "weft/kernels/parallel.h"
 
-// swap_pairs() below returns a 64-byte vector (internal/vec.h says why that is harmless).
-#pragma GCC diagnostic ignored "-Wpsabi"
-
+#if HWY_ONCE
 namespace weft::kernels {
 namespace {
 
@@ -60,44 +62,65 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   return t;
 }
 
-using internal::Vec;
+}  // namespace
+}  // namespace weft::kernels
+#endif  // HWY_ONCE
 
-// (v[1], v[0], v[3], v[2], ...): each pair's partner.
-template <class T, std::size_t... I>
-[[gnu::always_inline]] inline Vec<T> swap_pairs(const Vec<T>& v, std::index_sequence<I...>) {
-  return __builtin_shufflevector(v, v, (I ^ 1)...);
-}
+HWY_BEFORE_NAMESPACE();
+namespace weft::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 // The rows [first, end) of a share: x = x * cos + partner(x) * sin * sign, in whole vectors
-// with one shuffle each (the pairs' interleaving, written per pair, left GCC's vectors half
-// used: 8 % slower with the rows in cache, twice as slow from memory; docs/TRAINING.md),
-// compiled for AVX-512 and AVX2 as well.
+// with one shuffle each (Reverse2: each pair's partner; the pairs' interleaving, written per
+// pair, left GCC's vectors half used: 8 % slower with the rows in cache, twice as slow from
+// memory; docs/TRAINING.md). Multiplies and adds, not fused: the same bits on every target.
 template <class T>
-WEFT_VECTOR_CLONES void rotate_rows(T* x, const Table<T>& table, std::int64_t first,
-                                    std::int64_t end, std::int64_t seq, std::int64_t heads,
-                                    std::int64_t head_dim, std::int64_t row_stride, T sign) {
-  constexpr int W = internal::kWidth<T>;
+void rotate_rows(T* x, const T* cos, const T* sin, std::int64_t first, std::int64_t end,
+                 std::int64_t seq, std::int64_t heads, std::int64_t head_dim,
+                 std::int64_t row_stride, T sign) {
+  const hn::ScalableTag<T> d;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto signv = hn::Set(d, sign);
   for (std::int64_t bt = first; bt < end; ++bt) {
-    const T* c = table.cos.data() + (bt % seq) * head_dim;
-    const T* s = table.sin.data() + (bt % seq) * head_dim;
+    const T* c = cos + (bt % seq) * head_dim;
+    const T* s = sin + (bt % seq) * head_dim;
     for (std::int64_t h = 0; h < heads; ++h) {
       T* v = x + bt * row_stride + h * head_dim;
       std::int64_t j = 0;
-      for (; j + W <= head_dim; j += W) {
-        const Vec<T> vj = internal::load(v + j);
-        const Vec<T> rotated =
-            vj * internal::load(c + j) +
-            swap_pairs<T>(vj, std::make_index_sequence<W>{}) * (internal::load(s + j) * sign);
-        internal::store<T>(v + j, rotated);
+      for (; w >= 2 && j + w <= head_dim; j += w) {  // (the scalar fallback has 1-lane vectors)
+        const auto vj = hn::LoadU(d, v + j);
+        const auto partner = hn::Mul(hn::Reverse2(d, vj), hn::Mul(hn::LoadU(d, s + j), signv));
+        hn::StoreU(hn::Add(hn::Mul(vj, hn::LoadU(d, c + j)), partner), d, v + j);
       }
       for (; j < head_dim; j += 2) {
         const T x0 = v[j], x1 = v[j + 1];
-        v[j] = x0 * c[j] + x1 * s[j] * sign;
-        v[j + 1] = x1 * c[j + 1] + x0 * s[j + 1] * sign;
+        v[j] = x0 * c[j] + x1 * (s[j] * sign);
+        v[j + 1] = x1 * c[j + 1] + x0 * (s[j + 1] * sign);
       }
     }
   }
 }
+
+#define WEFT_ROPE(T, S)                                                                        \
+  void RotateRows##S(T* x, const T* cos, const T* sin, std::int64_t first, std::int64_t end,   \
+                     std::int64_t seq, std::int64_t heads, std::int64_t head_dim,              \
+                     std::int64_t row_stride, T sign) {                                        \
+    rotate_rows(x, cos, sin, first, end, seq, heads, head_dim, row_stride, sign);              \
+  }
+WEFT_ROPE(float, F32)
+WEFT_ROPE(double, F64)
+#undef WEFT_ROPE
+
+}  // namespace weft::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace weft::kernels {
+
+HWY_EXPORT(RotateRowsF32);
+HWY_EXPORT(RotateRowsF64);
+
+namespace {
 
 // Rotates every pair by +angle (sign 1) or -angle (sign -1).
 template <class T>
@@ -107,7 +130,8 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
   if (row_stride == 0) row_stride = heads * head_dim;
   const auto table = table_for<T>(seq, head_dim, theta, first_position);
   parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
-    rotate_rows(x, *table, first, end, seq, heads, head_dim, row_stride, sign);
+    WEFT_DISPATCH_BY_TYPE(T, RotateRows)(x, table->cos.data(), table->sin.data(), first, end,
+                                         seq, heads, head_dim, row_stride, sign);
   });
 }
 
@@ -137,3 +161,4 @@ template void rope_backward<double>(double*, std::int64_t, std::int64_t, std::in
                                     std::int64_t, double, std::int64_t, std::int64_t);
 
 }  // namespace weft::kernels
+#endif  // HWY_ONCE

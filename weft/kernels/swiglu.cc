@@ -1,56 +1,96 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/kernels/swiglu.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/exp-inl.h"
 #include "weft/kernels/swiglu.h"
 
-#include <algorithm>
-
-#include "weft/base/simd.h"
-#include "weft/kernels/internal/fast_exp.h"
-#include "weft/kernels/parallel.h"
-
-namespace weft::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace weft::kernels::HWY_NAMESPACE {
 namespace {
 
-constexpr std::int64_t kGrain = 1 << 14;
+using simd::HWY_NAMESPACE::ForVectors;
 
-// The loops over one share, on restrict pointers so that they vectorise.
+template <class D, class V>
+HWY_INLINE V sigmoid(D d, V a) {
+  const V one = hn::Set(d, 1);
+  return hn::Div(one, hn::Add(one, FastExp(d, hn::Neg(a))));
+}
+
 template <class T>
-WEFT_VECTOR_CLONES void forward_range(const T* __restrict a, const T* __restrict b, T* __restrict h, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T sig = T(1) / (T(1) + internal::exp_of(-a[i]));
-    h[i] = a[i] * sig * b[i];
-  }
+void forward_range(const T* a, const T* b, T* h, std::int64_t n) {
+  ForVectors<T>(n, [&](auto d, std::int64_t i) {
+    const auto ai = hn::LoadU(d, a + i);
+    hn::StoreU(hn::Mul(hn::Mul(ai, sigmoid(d, ai)), hn::LoadU(d, b + i)), d, h + i);
+  });
 }
 
 // d silu(a) / da = sig * (1 + a * (1 - sig)); a and b become da and db.
 template <class T>
-WEFT_VECTOR_CLONES void backward_range(const T* __restrict dh, T* __restrict a, T* __restrict b,
-                                       std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T ai = a[i], bi = b[i];
-    const T sig = T(1) / (T(1) + internal::exp_of(-ai));
-    b[i] = dh[i] * ai * sig;
-    a[i] = dh[i] * bi * sig * (T(1) + ai * (T(1) - sig));
-  }
+void backward_range(const T* dh, T* a, T* b, std::int64_t n) {
+  ForVectors<T>(n, [&](auto d, std::int64_t i) {
+    const auto ai = hn::LoadU(d, a + i), bi = hn::LoadU(d, b + i), dhi = hn::LoadU(d, dh + i);
+    const auto sig = sigmoid(d, ai), one = hn::Set(d, 1);
+    hn::StoreU(hn::Mul(hn::Mul(dhi, ai), sig), d, b + i);
+    const auto dsilu = hn::Add(one, hn::Mul(ai, hn::Sub(one, sig)));
+    hn::StoreU(hn::Mul(hn::Mul(hn::Mul(dhi, bi), sig), dsilu), d, a + i);
+  });
 }
 
+}  // namespace
+
+#define WEFT_SWIGLU(T, S)                                                              \
+  void ForwardRange##S(const T* a, const T* b, T* h, std::int64_t n) {                \
+    forward_range(a, b, h, n);                                                         \
+  }                                                                                    \
+  void BackwardRange##S(const T* dh, T* a, T* b, std::int64_t n) {                    \
+    backward_range(dh, a, b, n);                                                       \
+  }
+WEFT_SWIGLU(float, F32)
+WEFT_SWIGLU(double, F64)
+#undef WEFT_SWIGLU
+
+}  // namespace weft::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+
+#include "weft/base/simd.h"
+#include "weft/kernels/parallel.h"
+
+namespace weft::kernels {
+
+HWY_EXPORT(ForwardRangeF32);
+HWY_EXPORT(ForwardRangeF64);
+HWY_EXPORT(BackwardRangeF32);
+HWY_EXPORT(BackwardRangeF64);
+
+namespace {
+constexpr std::int64_t kGrain = 1 << 14;
 }  // namespace
 
 template <class T>
 void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_t cols,
                     std::int64_t ab_stride) {
-  parallel_for(rows, std::max<std::int64_t>(1, kGrain / cols), [&](std::int64_t first, std::int64_t end) {
-    for (std::int64_t r = first; r < end; ++r) {
-      forward_range(a + r * ab_stride, b + r * ab_stride, h + r * cols, cols);
-    }
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / cols);
+  parallel_for(rows, grain, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t r = first; r < end; ++r)
+      WEFT_DISPATCH_BY_TYPE(T, ForwardRange)(a + r * ab_stride, b + r * ab_stride, h + r * cols,
+                                             cols);
   });
 }
 
 template <class T>
 void swiglu_backward(const T* dh, T* a, T* b, std::int64_t rows, std::int64_t cols,
                      std::int64_t ab_stride) {
-  parallel_for(rows, std::max<std::int64_t>(1, kGrain / cols), [&](std::int64_t first, std::int64_t end) {
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / cols);
+  parallel_for(rows, grain, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t r = first; r < end; ++r) {
       const std::int64_t at = r * ab_stride;
-      backward_range(dh + r * cols, a + at, b + at, cols);
+      WEFT_DISPATCH_BY_TYPE(T, BackwardRange)(dh + r * cols, a + at, b + at, cols);
     }
   });
 }
@@ -65,3 +105,4 @@ template void swiglu_backward<double>(const double*, double*, double*, std::int6
                                       std::int64_t);
 
 }  // namespace weft::kernels
+#endif  // HWY_ONCE

@@ -1,34 +1,56 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/nn/optim.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
 #include "weft/nn/optim.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "weft/base/simd.h"
+#ifndef WEFT_NN_ADAMW_CONSTANTS
+#define WEFT_NN_ADAMW_CONSTANTS
+namespace weft::nn {
+namespace {
+struct AdamWConstants {
+  float decay, step_size, sqrt_c2, b1, b2, eps;
+};
+}  // namespace
+}  // namespace weft::nn
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace weft::nn::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// PyTorch's float32 order of operations, unfused: the same bits on every target.
+void AdamWRange(float* p, const float* g, float* m, float* v, std::int64_t n, AdamWConstants k) {
+  simd::HWY_NAMESPACE::ForVectors<float>(n, [&](auto d, std::int64_t j) {
+    const auto gj = hn::LoadU(d, g + j);
+    const auto mj = hn::Add(hn::Mul(hn::LoadU(d, m + j), hn::Set(d, k.b1)),
+                            hn::Mul(gj, hn::Set(d, 1.0f - k.b1)));
+    const auto vj = hn::Add(hn::Mul(hn::LoadU(d, v + j), hn::Set(d, k.b2)),
+                            hn::Mul(hn::Mul(gj, gj), hn::Set(d, 1.0f - k.b2)));
+    const auto denom = hn::Add(hn::Div(hn::Sqrt(vj), hn::Set(d, k.sqrt_c2)), hn::Set(d, k.eps));
+    const auto pj = hn::Mul(hn::LoadU(d, p + j), hn::Set(d, k.decay));
+    hn::StoreU(hn::Sub(pj, hn::Mul(hn::Set(d, k.step_size), hn::Div(mj, denom))), d, p + j);
+    hn::StoreU(mj, d, m + j);
+    hn::StoreU(vj, d, v + j);
+  });
+}
+
+}  // namespace weft::nn::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::nn {
 
-namespace {
-
-struct AdamWConstants {
-  float decay, step_size, sqrt_c2, b1, b2, eps;
-};
-
-WEFT_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g,
-                                    float* __restrict m, float* __restrict v, std::int64_t n,
-                                    AdamWConstants k) {
-  for (std::int64_t j = 0; j < n; ++j) {
-    p[j] *= k.decay;
-    m[j] = m[j] * k.b1 + g[j] * (1.0f - k.b1);
-    v[j] = v[j] * k.b2 + g[j] * g[j] * (1.0f - k.b2);
-    const float denom = std::sqrt(v[j]) / k.sqrt_c2 + k.eps;
-    p[j] -= k.step_size * (m[j] / denom);
-  }
-}
-
-}  // namespace
+HWY_EXPORT(AdamWRange);
 
 AdamW::AdamW(ParameterList& params, AdamWOptions options) : params_(params), options_(options) {
   for (const auto& p : params_.all()) {
@@ -58,7 +80,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
                          static_cast<float>(options.beta1), static_cast<float>(options.beta2),
                          static_cast<float>(options.eps)};
   kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
-    adamw_range(p + first, g + first, m + first, v + first, end - first, k);
+    HWY_DYNAMIC_DISPATCH(AdamWRange)(p + first, g + first, m + first, v + first, end - first, k);
   });
 }
 
@@ -102,3 +124,4 @@ double LrSchedule::at(std::int64_t step) const {
 }
 
 }  // namespace weft::nn
+#endif  // HWY_ONCE

@@ -1,7 +1,9 @@
 #include "weft/train/config.h"
 
+#include <charconv>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <toml++/toml.h>
 #include <variant>
@@ -14,50 +16,121 @@ using Target = std::variant<std::int64_t*, double*, bool*, std::string*>;
 struct Field {
   const char* section;
   const char* key;
+  const char* meaning;  // one line for --help
   Target (*get)(Config&);
   double min = -INFINITY;  // numbers: inclusive range
   double max = INFINITY;
   std::vector<std::string> allowed = {};  // strings: the values allowed (empty: any)
 };
 
-#define WEFT_FIELD(section, member, ...) \
-  Field { #section, #member, [](Config& c) -> Target { return &c.section.member; }, __VA_ARGS__ }
+// Kept by hand: clang-format splits the stringizing #s from their names.
+// clang-format off
+#define WEFT_FIELD(section, member, meaning, ...) \
+  Field { #section, #member, meaning, [](Config& c) -> Target { return &c.section.member; }, \
+          __VA_ARGS__ }
+// clang-format on
 
+// One entry per key, in the order of to_toml and --help. The defaults are the structs'.
 const std::vector<Field>& fields() {
   static const std::vector<Field> all = {
-      WEFT_FIELD(model, dim, 1), WEFT_FIELD(model, n_layers, 1), WEFT_FIELD(model, n_heads, 1),
-      WEFT_FIELD(model, n_kv_heads, 0), WEFT_FIELD(model, vocab_size, 256),
-      WEFT_FIELD(model, multiple_of, 1), WEFT_FIELD(model, max_seq_len, 1),
-      WEFT_FIELD(model, rope_theta, 1e-9), WEFT_FIELD(model, norm_eps, 1e-12, 1.0),
-      WEFT_FIELD(model, tie_embeddings),
-      WEFT_FIELD(training, batch_size, 1), WEFT_FIELD(training, seq_len, 1),
-      WEFT_FIELD(training, steps, 1), WEFT_FIELD(training, seed, 0),
-      WEFT_FIELD(training, max_norm, 0), WEFT_FIELD(training, gradient_accumulation_steps, 1),
-      WEFT_FIELD(training, dataset_path), WEFT_FIELD(training, validation_fraction, 0.0, 0.5),
-      WEFT_FIELD(training, activation_checkpointing), WEFT_FIELD(training, threads, 1, 1024),
-      WEFT_FIELD(optimizer, lr, 1e-12, 10.0), WEFT_FIELD(optimizer, weight_decay, 0.0, 10.0),
-      WEFT_FIELD(optimizer, beta1, 0.0, 0.999999), WEFT_FIELD(optimizer, beta2, 0.0, 0.999999),
-      WEFT_FIELD(optimizer, eps, 1e-30, 1.0),
-      WEFT_FIELD(lr_scheduler, warmup_steps, 0),
-      WEFT_FIELD(lr_scheduler, decay_type, -INFINITY, INFINITY, {"cosine", "linear", "constant"}),
-      WEFT_FIELD(lr_scheduler, min_lr_ratio, 0.0, 1.0),
-      WEFT_FIELD(checkpoint, enable), WEFT_FIELD(checkpoint, folder),
-      WEFT_FIELD(checkpoint, interval, 1), WEFT_FIELD(checkpoint, resume),
-      WEFT_FIELD(checkpoint, keep_latest, 0),
-      WEFT_FIELD(metrics, log_freq, 1), WEFT_FIELD(metrics, jsonl_path),
-      WEFT_FIELD(metrics, peak_gflops, 0),
-      WEFT_FIELD(validation, enable), WEFT_FIELD(validation, freq, 1),
-      WEFT_FIELD(validation, steps, 1),
-      WEFT_FIELD(parallelism, data_parallel_replicate_degree, -1, 1 << 20),
-      WEFT_FIELD(parallelism, data_parallel_shard_degree, 1, 1 << 20),
-      WEFT_FIELD(parallelism, fsdp_mode, -INFINITY, INFINITY, {"full_shard", "zero1", "zero2"}),
-      WEFT_FIELD(parallelism, bucket_size_mb, 0.001, 1 << 20),
+      WEFT_FIELD(model, dim, "model width: the embeddings and the residual stream", 1),
+      WEFT_FIELD(model, n_layers, "transformer blocks", 1),
+      WEFT_FIELD(model, n_heads, "attention heads; the head size dim/n_heads must be even", 1),
+      WEFT_FIELD(model, n_kv_heads,
+                 "key/value heads (grouped-query attention), dividing n_heads; 0: n_heads", 0),
+      WEFT_FIELD(model, vocab_size, "output classes; the tokens are bytes 0-255", 256),
+      WEFT_FIELD(model, multiple_of,
+                 "the feed-forward hidden size (2/3 of 4*dim) is rounded up to a multiple of this",
+                 1),
+      WEFT_FIELD(model, max_seq_len,
+                 "the longest sequence the model takes: training.seq_len, or prompt and generation",
+                 1),
+      WEFT_FIELD(model, rope_theta,
+                 "RoPE's base: pair i of a head turns by position*rope_theta^(-2i/head_size)",
+                 1e-9),
+      WEFT_FIELD(model, norm_eps, "added to the mean square in RMSNorm", 1e-12, 1.0),
+      WEFT_FIELD(model, tie_embeddings,
+                 "the output layer reuses tok_embeddings.weight instead of a matrix of its own"),
+      WEFT_FIELD(training, batch_size, "sequences per micro-batch on each data-parallel rank", 1),
+      WEFT_FIELD(training, seq_len, "tokens (bytes) per sequence; at most model.max_seq_len", 1),
+      WEFT_FIELD(training, steps, "optimizer steps to train; the schedule spans them", 1),
+      WEFT_FIELD(training, seed, "seeds the initial weights and the order of the batches", 0),
+      WEFT_FIELD(training, max_norm,
+                 "clips the gradients to this global L2 norm; 0: no clipping (still logged)", 0),
+      WEFT_FIELD(training, gradient_accumulation_steps,
+                 "micro-batches whose gradients are summed into each optimizer step", 1),
+      WEFT_FIELD(training, dataset_path, "the text file to train on, read as bytes"),
+      WEFT_FIELD(training, validation_fraction,
+                 "the end of the text held out for validation; 0 needs validation.enable = false",
+                 0.0, 0.5),
+      WEFT_FIELD(training, activation_checkpointing,
+                 "keep only each block's input and run its forward again in backward (less "
+                 "memory)"),
+      WEFT_FIELD(training, threads,
+                 "cores this process computes with (weft's threads; OpenBLAS runs on one)", 1,
+                 1024),
+      WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
+                 10.0),
+      WEFT_FIELD(optimizer, weight_decay,
+                 "AdamW's decoupled weight decay, p -= lr*weight_decay*p, on every parameter", 0.0,
+                 10.0),
+      WEFT_FIELD(optimizer, beta1, "AdamW's decay of the gradients' running mean", 0.0, 0.999999),
+      WEFT_FIELD(optimizer, beta2, "AdamW's decay of the squared gradients' running mean", 0.0,
+                 0.999999),
+      WEFT_FIELD(optimizer, eps, "AdamW's epsilon, added to sqrt(v) in the update's denominator",
+                 1e-30, 1.0),
+      WEFT_FIELD(lr_scheduler, warmup_steps,
+                 "steps of linear warm-up, step s (from 0) at lr*(s+1)/warmup_steps; 0: none", 0),
+      WEFT_FIELD(lr_scheduler, decay_type,
+                 "how the learning rate falls after the warm-up, from lr towards lr*min_lr_ratio",
+                 -INFINITY, INFINITY, {"cosine", "linear", "constant"}),
+      WEFT_FIELD(lr_scheduler, min_lr_ratio,
+                 "the floor of the decay, as a fraction of optimizer.lr", 0.0, 1.0),
+      WEFT_FIELD(checkpoint, enable,
+                 "save checkpoints every checkpoint.interval steps and at the last step"),
+      WEFT_FIELD(checkpoint, folder,
+                 "where checkpoints go: <folder>/step-00000100/checkpoint.safetensors"),
+      WEFT_FIELD(checkpoint, interval, "steps between checkpoints; the last step always saves", 1),
+      WEFT_FIELD(checkpoint, resume,
+                 "continue from the newest checkpoint in checkpoint.folder, if there is one"),
+      WEFT_FIELD(checkpoint, keep_latest,
+                 "checkpoints kept, older ones removed once a newer one is complete; 0: all", 0),
+      WEFT_FIELD(metrics, log_freq, "steps between logged steps; the last step is always logged",
+                 1),
+      WEFT_FIELD(metrics, jsonl_path,
+                 "also append each step and validation to this file as JSON lines; empty: none"),
+      WEFT_FIELD(metrics, peak_gflops,
+                 "one rank's peak GFLOP/s, for the MFU; 0: measured at start-up with an sgemm", 0),
+      WEFT_FIELD(validation, enable,
+                 "compute the validation loss every validation.freq steps and at the last step"),
+      WEFT_FIELD(validation, freq, "steps between validations", 1),
+      WEFT_FIELD(validation, steps, "global batches each validation averages over", 1),
+      WEFT_FIELD(
+          parallelism, data_parallel_replicate_degree,
+          "replicas: DDP, or HSDP with a shard degree; -1: the world size over the shard degree",
+          -1, 1 << 20),
+      WEFT_FIELD(parallelism, data_parallel_shard_degree,
+                 "ranks FSDP shards the state over (see fsdp_mode); 1: no FSDP", 1, 1 << 20),
+      WEFT_FIELD(parallelism, fsdp_mode,
+                 "what FSDP shards: everything (full_shard, ZeRO-3), gradients and moments "
+                 "(zero2), or moments (zero1)",
+                 -INFINITY, INFINITY, {"full_shard", "zero1", "zero2"}),
+      WEFT_FIELD(parallelism, bucket_size_mb,
+                 "DDP's gradient buckets in MiB, each all-reduced once backward has filled it",
+                 0.001, 1 << 20),
   };
   return all;
 }
 #undef WEFT_FIELD
 
 std::string name_of(const Field& f) { return std::string(f.section) + "." + f.key; }
+
+// The type as --help names it, in CLI11's words; in the order of Target's alternatives.
+const char* type_label(const Target& t) {
+  static constexpr const char* kLabels[] = {"INT", "FLOAT", "BOOL", "TEXT"};
+  static_assert(std::size(kLabels) == std::variant_size_v<Target>);
+  return kLabels[t.index()];
+}
 
 const char* type_of(const Target& t) {
   switch (t.index()) {
@@ -124,6 +197,83 @@ void check_value(const Field& f, Config& c, const std::string& where) {
     }
     throw ConfigError(where + name_of(f) + " = '" + **s + "' is not allowed; use one of: " + list);
   }
+}
+
+// The shortest text that reads back as `v` (1e-05, 0.1, 1048576).
+std::string shortest(double v) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, result.ptr);
+}
+
+// A value as TOML writes it. Floats get `precision` significant digits, or with 0 the shortest
+// text that reads back the same, and always a fraction or exponent (else TOML reads an integer).
+std::string toml_value(const Target& t, int precision) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        std::ostringstream out;
+        if constexpr (std::is_same_v<T, std::string>) {
+          out << toml::value<std::string>(*p);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out << (*p ? "true" : "false");
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (precision > 0) {
+            out.precision(precision);
+            out << *p;
+          } else {
+            out << shortest(*p);
+          }
+          const std::string s = out.str();
+          return s.find_first_of(".eEin") == std::string::npos ? s + ".0" : s;
+        } else {
+          out << *p;
+        }
+        return out.str();
+      },
+      t);
+}
+
+// What check_value lets through, for --help; empty when any value of the type does.
+std::string allowed_of(const Field& f, const Target& t) {
+  if (!f.allowed.empty()) {
+    std::string list;
+    for (const auto& a : f.allowed) list += (list.empty() ? "one of " : ", ") + a;
+    return list;
+  }
+  if (std::holds_alternative<bool*>(t) || std::holds_alternative<std::string*>(t)) return "";
+  if (!std::isfinite(f.min)) return "";
+  if (!std::isfinite(f.max)) return "at least " + shortest(f.min);
+  return shortest(f.min) + " to " + shortest(f.max);
+}
+
+// `words` from column `column` on, with a line break instead of a space where the next word
+// would reach `width` (a word longer than the room stays whole); the lines after the first
+// indented to `column`.
+std::string wrapped(const std::vector<std::string>& words, std::size_t column, std::size_t width) {
+  std::ostringstream out;
+  std::size_t at = column;
+  for (const std::string& word : words) {
+    if (at > column && at + 1 + word.size() >= width) {
+      out << "\n" << std::string(column, ' ');
+      at = column;
+    } else if (at > column) {
+      out << ' ';
+      ++at;
+    }
+    out << word;
+    at += word.size();
+  }
+  return out.str();
+}
+
+// The meaning's words, then what is allowed as one (it reads badly cut).
+std::vector<std::string> words_of(const ConfigKey& k) {
+  std::istringstream meaning(k.meaning);
+  std::vector<std::string> words;
+  for (std::string word; meaning >> word;) words.push_back(word);
+  if (!k.allowed.empty()) words.push_back("(" + k.allowed + ")");
+  return words;
 }
 
 std::string toml_type_name(const toml::node& node) {
@@ -281,27 +431,40 @@ std::string to_toml(const Config& config) {
       section = f.section;
       out << (out.tellp() > 0 ? "\n" : "") << "[" << section << "]\n";
     }
-    out << f.key << " = ";
-    std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, std::string>) {
-            out << toml::value<std::string>(*p);
-          } else if constexpr (std::is_same_v<T, bool>) {
-            out << (*p ? "true" : "false");
-          } else if constexpr (std::is_same_v<T, double>) {
-            std::ostringstream v;
-            v.precision(17);
-            v << *p;
-            std::string s = v.str();
-            if (s.find_first_of(".eEin") == std::string::npos) s += ".0";
-            out << s;
-          } else {
-            out << *p;
-          }
-        },
-        f.get(c));
-    out << "\n";
+    out << f.key << " = " << toml_value(f.get(c), 17) << "\n";
+  }
+  return out.str();
+}
+
+std::vector<ConfigKey> config_keys() {
+  Config defaults;
+  std::vector<ConfigKey> keys;
+  for (const Field& f : fields()) {
+    const Target t = f.get(defaults);
+    keys.push_back(
+        {f.section, name_of(f), type_label(t), toml_value(t, 0), allowed_of(f, t), f.meaning});
+  }
+  return keys;
+}
+
+// A stream rather than string sums: GCC 12 at -O3 warns (-Wrestrict) about those falsely.
+std::string config_help(std::size_t column, std::size_t width) {
+  std::ostringstream out;
+  std::string section;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.section != section) {
+      section = k.section;
+      out << (out.tellp() > 0 ? "\n[" : "[") << section << "]\n";
+    }
+    // As CLI11 lays out its options: the meaning on the next line when the name is too long.
+    const std::string name = "  --" + k.name + " " + k.type + "=" + k.default_value;
+    out << name;
+    if (name.size() < column) {
+      out << std::string(column - name.size(), ' ');
+    } else {
+      out << "\n" << std::string(column, ' ');
+    }
+    out << wrapped(words_of(k), column, width) << "\n";
   }
   return out.str();
 }

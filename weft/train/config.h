@@ -83,4 +83,22 @@ Config parse_config(const std::string& text, const std::string& what);
 // The configuration as TOML text (what a checkpoint records).
 std::string to_toml(const Config& config);
 
+// One key of the configuration, as weft-train --help lists it. Everything comes from the
+// table that parses and checks the keys, and the default from a default-constructed Config,
+// so the help cannot drift from what a run does.
+struct ConfigKey {
+  std::string section;        // "training"
+  std::string name;           // "training.steps", as --training.steps overrides it
+  std::string type;           // INT, FLOAT, BOOL or TEXT
+  std::string default_value;  // as TOML writes it: 100, 1e-05, false, 'checkpoints'
+  std::string allowed;        // "at least 1", "0 to 0.5", "one of ..."; empty: any of its type
+  std::string meaning;        // one line
+};
+// Every key, section by section, in the order of to_toml.
+std::vector<ConfigKey> config_keys();
+// The keys grouped under "[section]" headings: "--name TYPE=default", then the meaning and
+// what is allowed from `column` on (on the next line when the name reaches it), wrapped
+// between words to end before `width`.
+std::string config_help(std::size_t column, std::size_t width);
+
 }  // namespace weft::train

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "weft/base/simd.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/parallel.h"
 
@@ -46,13 +47,15 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   const bool measured = config_.metrics.peak_gflops <= 0;
   peak_gflops_ = measured ? measure_peak_gflops(static_cast<int>(config_.training.threads))
                           : config_.metrics.peak_gflops;
-  char line[160];
+  char line[200];
   std::snprintf(line, sizeof(line),
-                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s, %lld thread%s)",
+                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s, %lld "
+                "thread%s); kernels: %s",
                 static_cast<double>(model_.parameters().numel()) / 1e6,
                 model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
                 measured ? "sgemm measured" : "metrics.peak_gflops",
-                static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s");
+                static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s",
+                simd::current_target().c_str());
   out_ << line << std::endl;
   if (fsdp_) log_state_memory(false);
   metrics_ = std::make_unique<MetricsLogger>(out_, terminal_ && dp_rank_ == 0,

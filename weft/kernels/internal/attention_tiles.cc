@@ -1,141 +1,150 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/kernels/internal/attention_tiles.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "weft/kernels/internal/attention_tiles.h"
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 
-#include "weft/base/simd.h"
-#include "weft/kernels/internal/vec.h"
-
-// load8() below returns a 32-byte vector (internal/vec.h says why that is harmless).
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-namespace weft::kernels::internal {
+HWY_BEFORE_NAMESPACE();
+namespace weft::kernels::HWY_NAMESPACE {
 namespace {
 
-// The lambdas that walk the blocks must be inlined into the vector clones too: otherwise they
-// are functions of their own, built for the baseline x86-64 (20x slower here).
-#define WEFT_INLINE_LAMBDA __attribute__((always_inline))
+namespace hn = hwy::HWY_NAMESPACE;
 
-// Rows per register block: 8 rows by the two vectors of a panel for the scores, 4 rows by up
-// to 4 vectors of d for the others: 16 accumulators and the loaded vectors stay in registers
-// (AVX-512 has 32), with enough independent FMAs in flight to cover their latency. Both
-// divide the tiles' 64 rows: a one-row block (2 to 4 chains of dependent FMAs) runs at a
-// fraction of the speed, and with blocks of 6 every tile ended in four of them.
-constexpr int kScoreRows = 8;
-constexpr int kRows = 4;
-constexpr int kMaxVectors = 4;
-
+// Vectors of at most 64 bytes: two of them always divide a panel (kTilePanel, 128 bytes).
 template <class T>
-[[gnu::always_inline]] inline void store_or_add(T* p, const Vec<T>& value, bool accumulate) {
-  store<T>(p, accumulate ? value + load<T>(p) : value);
+using Tag = hn::CappedTag<T, 64 / sizeof(T)>;
+
+// Register blocks sized to the target's vector registers (16 on SSE4 and AVX2, 32 on AVX-512
+// and NEON), so that the accumulators and the loaded vectors stay in registers with enough
+// independent FMAs in flight to cover their latency. Each divides the tiles' 64 rows: a
+// one-row block (2 to 4 chains of dependent FMAs) runs at a fraction of the speed.
+// - scores: kScoreRows rows by the two vectors of a half panel (8 x 2 accumulators with 32
+//   registers, 4 x 2 with 16);
+// - the others: kRows rows by up to kMaxVectors vectors of d (4 x 4, or 4 x 2).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // AVX2, SSE4, EMU128
+constexpr int kRegisters = 16;
+#else
+constexpr int kRegisters = 32;
+#endif
+constexpr int kScoreRows = kRegisters == 32 ? 8 : 4;
+constexpr int kRows = 4;
+constexpr int kMaxVectors = kRegisters == 32 ? 4 : 2;
+
+template <class D, class V>
+HWY_INLINE void store_or_add(D d, V value, bool accumulate, hn::TFromD<D>* p) {
+  hn::StoreU(accumulate ? hn::Add(value, hn::LoadU(d, p)) : value, d, p);
 }
 
-// Columns [0, end) of rows [r0, r0 + R) of the scores: the panels up to the last row's
-// visible columns.
+// Columns [0, end) of rows [r0, r0 + R) of the scores, rounded up to whole pairs of vectors:
+// the panels up to the last row's visible columns.
 template <class T, int R>
-[[gnu::always_inline]] inline void scores_block(const T* a, std::int64_t lda, const T* bt,
-                                                std::int64_t ldbt, std::int64_t r0,
-                                                std::int64_t end, std::int64_t d, T scale, T* s,
-                                                std::int64_t ld_s) {
-  constexpr int W = kWidth<T>;
-  for (std::int64_t c = 0; c < end; c += 2 * W) {
-    Vec<T> acc[R][2] = {};
+HWY_INLINE void scores_block(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,
+                             std::int64_t r0, std::int64_t end, std::int64_t d, T scale, T* s,
+                             std::int64_t ld_s) {
+  const Tag<T> dt;
+  using V = hn::Vec<decltype(dt)>;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(dt));
+  for (std::int64_t c = 0; c < end; c += 2 * w) {
+    V acc[R][2];
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = hn::Zero(dt);
     for (std::int64_t x = 0; x < d; ++x) {
-      const Vec<T> b0 = load<T>(bt + x * ldbt + c), b1 = load<T>(bt + x * ldbt + c + W);
+      const V b0 = hn::LoadU(dt, bt + x * ldbt + c), b1 = hn::LoadU(dt, bt + x * ldbt + c + w);
       for (int i = 0; i < R; ++i) {
-        const T av = a[(r0 + i) * lda + x];
-        acc[i][0] += av * b0;
-        acc[i][1] += av * b1;
+        const V av = hn::Set(dt, a[(r0 + i) * lda + x]);
+        acc[i][0] = hn::MulAdd(av, b0, acc[i][0]);
+        acc[i][1] = hn::MulAdd(av, b1, acc[i][1]);
       }
     }
+    const V sv = hn::Set(dt, scale);
     for (int i = 0; i < R; ++i) {
-      store<T>(s + (r0 + i) * ld_s + c, acc[i][0] * scale);
-      store<T>(s + (r0 + i) * ld_s + c + W, acc[i][1] * scale);
+      hn::StoreU(hn::Mul(acc[i][0], sv), dt, s + (r0 + i) * ld_s + c);
+      hn::StoreU(hn::Mul(acc[i][1], sv), dt, s + (r0 + i) * ld_s + c + w);
     }
   }
 }
 
-// o[r0 + i][x0, x0 + NV * W) = (+=) sum over k < end of p[r0 + i][k] * v[k][...].
+// o[r0 + i][x0, x0 + NV vectors) = (+=) sum over k < end of p[r0 + i][k] * v[k][...].
 template <class T, int R, int NV>
-[[gnu::always_inline]] inline void rows_block(const T* p, std::int64_t ldp, const T* v,
-                                              std::int64_t ldv, std::int64_t r0, std::int64_t end,
-                                              std::int64_t x0, bool accumulate, T* o,
-                                              std::int64_t ldo) {
-  constexpr int W = kWidth<T>;
-  Vec<T> acc[R][NV] = {};
+HWY_INLINE void rows_block(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
+                           std::int64_t r0, std::int64_t end, std::int64_t x0, bool accumulate,
+                           T* o, std::int64_t ldo) {
+  const Tag<T> dt;
+  using V = hn::Vec<decltype(dt)>;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(dt));
+  V acc[R][NV];
+  for (int i = 0; i < R; ++i)
+    for (int q = 0; q < NV; ++q) acc[i][q] = hn::Zero(dt);
   for (std::int64_t k = 0; k < end; ++k) {
-    Vec<T> vk[NV];
-    for (int q = 0; q < NV; ++q) vk[q] = load<T>(v + k * ldv + x0 + q * W);
+    V vk[NV];
+    for (int q = 0; q < NV; ++q) vk[q] = hn::LoadU(dt, v + k * ldv + x0 + q * w);
     for (int i = 0; i < R; ++i) {
-      const T pv = p[(r0 + i) * ldp + k];
-      for (int q = 0; q < NV; ++q) acc[i][q] += pv * vk[q];
+      const V pv = hn::Set(dt, p[(r0 + i) * ldp + k]);
+      for (int q = 0; q < NV; ++q) acc[i][q] = hn::MulAdd(pv, vk[q], acc[i][q]);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    for (int q = 0; q < NV; ++q)
-      store_or_add<T>(o + (r0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
-  }
+  for (int i = 0; i < R; ++i)
+    for (int q = 0; q < NV; ++q) store_or_add(dt, acc[i][q], accumulate, o + (r0 + i) * ldo + x0 + q * w);
 }
 
-// o[k0 + i][x0, x0 + NV * W) = (+=) sum over r in [begin, rows) of p[r][k0 + i] * b[r][...].
+// o[k0 + i][x0, x0 + NV vectors) = (+=) sum over r in [begin, rows) of p[r][k0 + i] * b[r][...].
 template <class T, int R, int NV>
-[[gnu::always_inline]] inline void transposed_block(const T* p, std::int64_t ldp, const T* b,
-                                                    std::int64_t ldb, std::int64_t k0,
-                                                    std::int64_t begin, std::int64_t rows,
-                                                    std::int64_t x0, bool accumulate, T* o,
-                                                    std::int64_t ldo) {
-  constexpr int W = kWidth<T>;
-  Vec<T> acc[R][NV] = {};
+HWY_INLINE void transposed_block(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,
+                                 std::int64_t k0, std::int64_t begin, std::int64_t rows,
+                                 std::int64_t x0, bool accumulate, T* o, std::int64_t ldo) {
+  const Tag<T> dt;
+  using V = hn::Vec<decltype(dt)>;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(dt));
+  V acc[R][NV];
+  for (int i = 0; i < R; ++i)
+    for (int q = 0; q < NV; ++q) acc[i][q] = hn::Zero(dt);
   for (std::int64_t r = begin; r < rows; ++r) {
-    Vec<T> br[NV];
-    for (int q = 0; q < NV; ++q) br[q] = load<T>(b + r * ldb + x0 + q * W);
+    V br[NV];
+    for (int q = 0; q < NV; ++q) br[q] = hn::LoadU(dt, b + r * ldb + x0 + q * w);
     for (int i = 0; i < R; ++i) {
-      const T pv = p[r * ldp + k0 + i];
-      for (int q = 0; q < NV; ++q) acc[i][q] += pv * br[q];
+      const V pv = hn::Set(dt, p[r * ldp + k0 + i]);
+      for (int q = 0; q < NV; ++q) acc[i][q] = hn::MulAdd(pv, br[q], acc[i][q]);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    for (int q = 0; q < NV; ++q)
-      store_or_add<T>(o + (k0 + i) * ldo + x0 + q * W, acc[i][q], accumulate);
-  }
+  for (int i = 0; i < R; ++i)
+    for (int q = 0; q < NV; ++q) store_or_add(dt, acc[i][q], accumulate, o + (k0 + i) * ldo + x0 + q * w);
 }
 
-static_assert(kMaxVectors == 4, "over_vectors spells out blocks of 4, 3, 2 and 1 vectors");
+// block.template operator()<NV>(x0) for the last chunk of d: NV == rest vectors.
+template <int NV, class Block>
+HWY_INLINE void rest_of_vectors(std::int64_t rest, std::int64_t x0, Block& block) {
+  if constexpr (NV > 0) {
+    if (rest == NV) {
+      block.template operator()<NV>(x0);
+    } else {
+      rest_of_vectors<NV - 1>(rest, x0, block);
+    }
+  }
+}
 
 // Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors, up
 // to the last whole vector (the caller does the rest of d in scalars).
 template <class T, class Block>
-[[gnu::always_inline]] inline void over_vectors(std::int64_t d, Block&& block) {
-  constexpr int W = kWidth<T>;
+HWY_INLINE void over_vectors(std::int64_t d, Block&& block) {
+  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
   std::int64_t x0 = 0;
-  for (; x0 + kMaxVectors * W <= d; x0 += kMaxVectors * W) block.template operator()<4>(x0);
-  switch ((d - x0) / W) {
-    case 3:
-      block.template operator()<3>(x0);
-      break;
-    case 2:
-      block.template operator()<2>(x0);
-      break;
-    case 1:
-      block.template operator()<1>(x0);
-      break;
-    default:
-      break;
-  }
+  for (; x0 + kMaxVectors * w <= d; x0 += kMaxVectors * w) block.template operator()<kMaxVectors>(x0);
+  rest_of_vectors<kMaxVectors - 1>((d - x0) / w, x0, block);
 }
 
 // Calls block.template operator()<R>(r) for the blocks of R rows in [begin, end), then the
 // rest in at most one block each of R / 2, R / 4, ..., 1 rows.
 template <int R, class Block>
-[[gnu::always_inline]] inline void over_row_blocks(std::int64_t begin, std::int64_t end,
-                                                   Block&& block) {
+HWY_INLINE void over_row_blocks(std::int64_t begin, std::int64_t end, Block&& block) {
   for (; begin + R <= end; begin += R) block.template operator()<R>(begin);
   if constexpr (R > 1) over_row_blocks<R / 2>(begin, end, block);
 }
 
 // The visible end (exclusive) of a block's columns: those of its last row, within [0, cols].
-std::int64_t visible_end(std::int64_t last_row, std::int64_t diagonal, std::int64_t cols) {
+HWY_INLINE std::int64_t visible_end(std::int64_t last_row, std::int64_t diagonal,
+                                    std::int64_t cols) {
   return std::clamp<std::int64_t>(last_row + diagonal + 1, 0, cols);
 }
 
@@ -147,92 +156,76 @@ void transpose_scalar(const T* src, std::int64_t ld, std::int64_t j0, std::int64
   }
 }
 
-// An 8 x 8 block of floats transposed in registers: pairs of rows interleaved, then pairs of
-// pairs, then halves; 24 two-input shuffles for 64 elements.
-using Vec8f [[gnu::vector_size(32)]] = float;
-
-[[gnu::always_inline]] inline Vec8f load8(const float* p) {
-  Vec8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+// A 4 x 4 block of floats transposed in 128-bit registers (every target but the scalar
+// fallback has them): rows interleaved in pairs, then the pairs' halves concatenated; 8
+// shuffles for 16 elements.
+#if HWY_TARGET == HWY_SCALAR
+constexpr bool kTransposeInRegisters = false;
+HWY_INLINE void transpose_4x4(const float*, std::int64_t, float*, std::int64_t) {}
+#else
+constexpr bool kTransposeInRegisters = true;
+HWY_INLINE void transpose_4x4(const float* src, std::int64_t ld, float* dst, std::int64_t ld_dst) {
+  const hn::Full128<float> d4;
+  const auto r0 = hn::LoadU(d4, src), r1 = hn::LoadU(d4, src + ld);
+  const auto r2 = hn::LoadU(d4, src + 2 * ld), r3 = hn::LoadU(d4, src + 3 * ld);
+  const auto t0 = hn::InterleaveLower(d4, r0, r1), t1 = hn::InterleaveLower(d4, r2, r3);
+  const auto t2 = hn::InterleaveUpper(d4, r0, r1), t3 = hn::InterleaveUpper(d4, r2, r3);
+  hn::StoreU(hn::ConcatLowerLower(d4, t1, t0), d4, dst);
+  hn::StoreU(hn::ConcatUpperUpper(d4, t1, t0), d4, dst + ld_dst);
+  hn::StoreU(hn::ConcatLowerLower(d4, t3, t2), d4, dst + 2 * ld_dst);
+  hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, dst + 3 * ld_dst);
 }
+#endif
 
-[[gnu::always_inline]] inline void transpose_8x8(const float* src, std::int64_t ld, float* dst,
-                                                 std::int64_t ld_dst) {
-  Vec8f r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = load8(src + i * ld);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int h = 0; h < 8; h += 4) {
-    r[h] = __builtin_shufflevector(t[h], t[h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    r[h + 1] = __builtin_shufflevector(t[h], t[h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    r[h + 2] = __builtin_shufflevector(t[h + 1], t[h + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-    r[h + 3] = __builtin_shufflevector(t[h + 1], t[h + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  // r[h + c] holds column c (low half) and column c + 4 (high half) of rows h to h + 3.
-  for (int c = 0; c < 4; ++c) {
-    const Vec8f low = __builtin_shufflevector(r[c], r[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    const Vec8f high = __builtin_shufflevector(r[c], r[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-    std::memcpy(dst + c * ld_dst, &low, sizeof low);
-    std::memcpy(dst + (c + 4) * ld_dst, &high, sizeof high);
-  }
-}
-
-}  // namespace
-
-// Floats go in blocks of 16 rows of src by 8 columns, two 8 x 8 transposes: each write fills
-// a 64-byte line of dst. The scalar loop (16 rows, a column at a time) took 2.8x as long, 9.1
-// us per 256 x 64 head (bench_compute's BM_PackKeys), 8 % of attention; doubles (the float64
-// checks) keep it.
+// Floats go in blocks of 16 rows of src by 4 columns, four 4 x 4 transposes: each write of
+// the block fills a 64-byte line of dst. The scalar loop (a column at a time) took 2.8x as
+// long (bench_compute's BM_PackKeys); doubles (the float64 checks) keep it.
 template <class T>
-WEFT_VECTOR_CLONES void pack_transposed(const T* src, std::int64_t ld, std::int64_t n,
-                                        std::int64_t d, T* dst, std::int64_t ld_dst) {
+void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,
+                     std::int64_t ld_dst) {
   constexpr std::int64_t kBlock = 16;
   std::int64_t j0 = 0;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (sizeof(T) == sizeof(float) && kTransposeInRegisters) {
     for (; j0 + kBlock <= n; j0 += kBlock) {
       std::int64_t x0 = 0;
-      for (; x0 + 8 <= d; x0 += 8) {
-        transpose_8x8(src + j0 * ld + x0, ld, dst + x0 * ld_dst + j0, ld_dst);
-        transpose_8x8(src + (j0 + 8) * ld + x0, ld, dst + x0 * ld_dst + j0 + 8, ld_dst);
+      for (; x0 + 4 <= d; x0 += 4) {
+        for (std::int64_t j = j0; j < j0 + kBlock; j += 4)
+          transpose_4x4(src + j * ld + x0, ld, dst + x0 * ld_dst + j, ld_dst);
       }
       transpose_scalar(src, ld, j0, j0 + kBlock, x0, d, dst, ld_dst);
     }
   }
   for (; j0 < n; j0 += kBlock)
     transpose_scalar(src, ld, j0, std::min(n, j0 + kBlock), 0, d, dst, ld_dst);
-  const std::int64_t padded = panel_padded<T>(n);
+  const std::int64_t padded = internal::panel_padded<T>(n);
   for (std::int64_t x = 0; x < d; ++x)
     std::fill(dst + x * ld_dst + n, dst + x * ld_dst + padded, T(0));
 }
 
 template <class T>
-WEFT_VECTOR_CLONES void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,
-                                    std::int64_t rows, std::int64_t cols, std::int64_t d,
-                                    std::int64_t diagonal, T scale, T* s, std::int64_t ld_s) {
-  over_row_blocks<kScoreRows>(0, rows, [&]<int R>(std::int64_t r) WEFT_INLINE_LAMBDA {
+void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt, std::int64_t rows,
+                 std::int64_t cols, std::int64_t d, std::int64_t diagonal, T scale, T* s,
+                 std::int64_t ld_s) {
+  over_row_blocks<kScoreRows>(0, rows, [&]<int R>(std::int64_t r) HWY_ATTR {
     scores_block<T, R>(a, lda, bt, ldbt, r, visible_end(r + R - 1, diagonal, cols), d, scale, s,
                        ld_s);
   });
 }
 
 template <class T>
-WEFT_VECTOR_CLONES void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
-                                        std::int64_t rows, std::int64_t cols, std::int64_t d,
-                                        std::int64_t diagonal, bool accumulate, T* o,
-                                        std::int64_t ldo) {
-  over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t r) WEFT_INLINE_LAMBDA {
+void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
+                     std::int64_t rows, std::int64_t cols, std::int64_t d, std::int64_t diagonal,
+                     bool accumulate, T* o, std::int64_t ldo) {
+  over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t r) HWY_ATTR {
     const std::int64_t end = visible_end(r + R - 1, diagonal, cols);
-    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) WEFT_INLINE_LAMBDA {
+    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
       rows_block<T, R, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
     });
   });
-  const std::int64_t vectors_end = d - d % kWidth<T>;
-  for (std::int64_t r = 0; r < rows; ++r) {  // the last d % W columns, when d is not whole vectors
+  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
+  for (std::int64_t r = 0; r < rows; ++r) {  // the last d % w columns
     const std::int64_t end = visible_end(r, diagonal, cols);
-    for (std::int64_t x = vectors_end; x < d; ++x) {
+    for (std::int64_t x = d - d % w; x < d; ++x) {
       T sum = 0;
       for (std::int64_t k = 0; k < end; ++k) sum += p[r * ldp + k] * v[k * ldv + x];
       o[r * ldo + x] = accumulate ? o[r * ldo + x] + sum : sum;
@@ -241,27 +234,99 @@ WEFT_VECTOR_CLONES void rows_times_tile(const T* p, std::int64_t ldp, const T* v
 }
 
 template <class T>
-WEFT_VECTOR_CLONES void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b,
-                                                   std::int64_t ldb, std::int64_t rows,
-                                                   std::int64_t cols, std::int64_t d,
-                                                   std::int64_t diagonal, bool accumulate, T* o,
-                                                   std::int64_t ldo) {
+void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,
+                                std::int64_t rows, std::int64_t cols, std::int64_t d,
+                                std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {
   // Row r sees column k when r >= k - diagonal: a block of columns starts at its first's.
   auto first_row = [&](std::int64_t k) { return std::clamp<std::int64_t>(k - diagonal, 0, rows); };
-  over_row_blocks<kRows>(0, cols, [&]<int R>(std::int64_t k) WEFT_INLINE_LAMBDA {
+  over_row_blocks<kRows>(0, cols, [&]<int R>(std::int64_t k) HWY_ATTR {
     const std::int64_t begin = first_row(k);
-    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) WEFT_INLINE_LAMBDA {
+    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
       transposed_block<T, R, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
     });
   });
-  const std::int64_t vectors_end = d - d % kWidth<T>;
-  for (std::int64_t k = 0; k < cols; ++k) {  // the last d % W columns of o
-    for (std::int64_t x = vectors_end; x < d; ++x) {
+  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
+  for (std::int64_t k = 0; k < cols; ++k) {  // the last d % w columns of o
+    for (std::int64_t x = d - d % w; x < d; ++x) {
       T sum = 0;
       for (std::int64_t r = first_row(k); r < rows; ++r) sum += p[r * ldp + k] * b[r * ldb + x];
       o[k * ldo + x] = accumulate ? o[k * ldo + x] + sum : sum;
     }
   }
+}
+
+}  // namespace
+
+// The entry points Highway's dispatch tables take: functions, not templates.
+#define WEFT_ATTENTION_TILES(T, S)                                                              \
+  void PackTransposed##S(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst, \
+                         std::int64_t ld_dst) {                                                 \
+    pack_transposed(src, ld, n, d, dst, ld_dst);                                                \
+  }                                                                                             \
+  void ScoresTile##S(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,              \
+                     std::int64_t rows, std::int64_t cols, std::int64_t d, std::int64_t diagonal, \
+                     T scale, T* s, std::int64_t ld_s) {                                        \
+    scores_tile(a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);                     \
+  }                                                                                             \
+  void RowsTimesTile##S(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,             \
+                        std::int64_t rows, std::int64_t cols, std::int64_t d,                   \
+                        std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {       \
+    rows_times_tile(p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o, ldo);               \
+  }                                                                                             \
+  void TileTransposedTimesRows##S(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,   \
+                                  std::int64_t rows, std::int64_t cols, std::int64_t d,         \
+                                  std::int64_t diagonal, bool accumulate, T* o,                 \
+                                  std::int64_t ldo) {                                           \
+    tile_transposed_times_rows(p, ldp, b, ldb, rows, cols, d, diagonal, accumulate, o, ldo);    \
+  }
+WEFT_ATTENTION_TILES(float, F32)
+WEFT_ATTENTION_TILES(double, F64)
+#undef WEFT_ATTENTION_TILES
+
+}  // namespace weft::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "weft/base/simd.h"
+
+namespace weft::kernels::internal {
+
+HWY_EXPORT(PackTransposedF32);
+HWY_EXPORT(PackTransposedF64);
+HWY_EXPORT(ScoresTileF32);
+HWY_EXPORT(ScoresTileF64);
+HWY_EXPORT(RowsTimesTileF32);
+HWY_EXPORT(RowsTimesTileF64);
+HWY_EXPORT(TileTransposedTimesRowsF32);
+HWY_EXPORT(TileTransposedTimesRowsF64);
+
+template <class T>
+void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,
+                     std::int64_t ld_dst) {
+  WEFT_DISPATCH_BY_TYPE(T, PackTransposed)(src, ld, n, d, dst, ld_dst);
+}
+
+template <class T>
+void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt, std::int64_t rows,
+                 std::int64_t cols, std::int64_t d, std::int64_t diagonal, T scale, T* s,
+                 std::int64_t ld_s) {
+  WEFT_DISPATCH_BY_TYPE(T, ScoresTile)(a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);
+}
+
+template <class T>
+void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv, std::int64_t rows,
+                     std::int64_t cols, std::int64_t d, std::int64_t diagonal, bool accumulate,
+                     T* o, std::int64_t ldo) {
+  WEFT_DISPATCH_BY_TYPE(T, RowsTimesTile)(p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o,
+                                          ldo);
+}
+
+template <class T>
+void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,
+                                std::int64_t rows, std::int64_t cols, std::int64_t d,
+                                std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {
+  WEFT_DISPATCH_BY_TYPE(T, TileTransposedTimesRows)(p, ldp, b, ldb, rows, cols, d, diagonal,
+                                                    accumulate, o, ldo);
 }
 
 #define WEFT_ATTENTION_TILES(T)                                                                  \
@@ -278,6 +343,6 @@ WEFT_VECTOR_CLONES void tile_transposed_times_rows(const T* p, std::int64_t ldp,
 WEFT_ATTENTION_TILES(float)
 WEFT_ATTENTION_TILES(double)
 #undef WEFT_ATTENTION_TILES
-#undef WEFT_INLINE_LAMBDA
 
 }  // namespace weft::kernels::internal
+#endif  // HWY_ONCE

@@ -1,8 +1,8 @@
 // The products of tiled attention, register-blocked and causal: a tile computes only the
 // rows' visible (query, key) pairs, rounded out to its register blocks, where OpenBLAS would
 // pack both operands of every 64-wide product and compute the masked half of the diagonal
-// tiles too (docs/TRAINING.md measures both). Row-major throughout; compiled for AVX-512 and
-// AVX2 as well (WEFT_VECTOR_CLONES).
+// tiles too (docs/TRAINING.md measures both). Row-major throughout; one Highway source for
+// every vector target, register blocks sized to the target's registers (weft/base/simd.h).
 //
 // Causality is one number, `diagonal`: row r of the tile sees column c when c <= r + diagonal
 // (a query tile starting at i0 against keys starting at j0 has diagonal i0 - j0). Each product
@@ -18,8 +18,8 @@
 
 namespace weft::kernels::internal {
 
-// Columns of a packed transposed operand are padded to a multiple of this (two 64-byte
-// vectors), and scores_tile writes whole panels of them.
+// Columns of a packed transposed operand are padded to a multiple of this (128 bytes: two
+// vectors of the widest target, four of AVX2's), and scores_tile writes whole panels of them.
 template <class T>
 constexpr std::int64_t kTilePanel = 2 * 64 / static_cast<std::int64_t>(sizeof(T));
 

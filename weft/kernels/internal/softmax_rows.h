@@ -1,6 +1,6 @@
 // The row loops of tiled attention, one call per tile: softmax's maximum, exponentials and
-// sums, and the backward's element-wise steps, compiled for AVX-512 and AVX2 as well, with
-// sums and maxima in fixed lanes (internal/lanes.h).
+// sums, and the backward's element-wise steps: one Highway source for every vector target,
+// sums in fixed lanes (weft/base/simd-inl.h), so the same bits on every target.
 #pragma once
 
 #include <cstdint>

@@ -11,9 +11,9 @@
 #include <string>
 #include <utility>
 
-#include "weft/base/simd.h"
 #include "weft/dist/transport/shm/futex.h"
 #include "weft/dist/transport/transport.h"
+#include "weft/dist/transport/shm/vector_copy.h"
 
 namespace weft::dist::shm {
 
@@ -69,28 +69,6 @@ void cpu_relax() {
 #endif
 }
 
-// Copies to and from the slots. glibc's memcpy moves blocks of this size with `rep movsb`,
-// which on this machine's AMD cores ran at 1.6-2 GB/s in some jobs (why was not pinned down)
-// where plain vector moves ran at 22-24 GB/s (docs/COLLECTIVES.md). GCC must not turn the
-// loop back into a memcpy call.
-#if defined(__GNUC__) && !defined(__clang__)
-#define WEFT_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define WEFT_NO_MEMCPY_IDIOM
-#endif
-using Block = char __attribute__((vector_size(64), aligned(1)));
-
-WEFT_NO_MEMCPY_IDIOM WEFT_VECTOR_CLONES
-void copy_vectors(std::byte* dst, const std::byte* src, std::size_t bytes) {
-  std::size_t i = 0;
-  for (; i + sizeof(Block) <= bytes; i += sizeof(Block)) {
-    Block block;
-    __builtin_memcpy(&block, src + i, sizeof(Block));
-    __builtin_memcpy(dst + i, &block, sizeof(Block));
-  }
-  if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
-}
-
 // Below glibc's `rep movsb` threshold its memcpy is the quickest (and small messages are the
 // latency-critical ones).
 constexpr std::size_t kVectorCopyMin = 2048;
@@ -99,7 +77,7 @@ void copy_chunk(std::byte* dst, const std::byte* src, std::size_t bytes) {
   if (bytes < kVectorCopyMin) {
     std::memcpy(dst, src, bytes);
   } else {
-    copy_vectors(dst, src, bytes);
+    vector_copy(dst, src, bytes);
   }
 }
 
