@@ -19,11 +19,11 @@
 //   --benchmark_report_aggregates_only=true
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/bench_compute.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 #ifndef BENCH_COMPUTE_CHAINS
 #define BENCH_COMPUTE_CHAINS
@@ -151,8 +151,8 @@ void BM_PvTile(benchmark::State& state) {
                                  kTileKeys, v.data(), kFusedRow, 0.0f, o.data(), kTileDim);
     } else {
       weft::kernels::internal::rows_times_tile(p.data(), kTileKeys, v.data(), kFusedRow, kTileRows,
-                                               kTileKeys, kTileDim, kNothingMasked, false,
-                                               o.data(), kTileDim);
+                                               kTileKeys, kTileDim, kNothingMasked, false, o.data(),
+                                               kTileDim);
     }
     benchmark::DoNotOptimize(o.data());
   }
@@ -214,7 +214,8 @@ void BM_Linear(benchmark::State& state) {
                                      kIn, kOut);
     } else {
       using weft::kernels::gemm;
-      gemm<float>(false, true, kRows, kOut, kIn, 1, x.data(), kIn, w.data(), kIn, 0, y.data(), kOut);
+      gemm<float>(false, true, kRows, kOut, kIn, 1, x.data(), kIn, w.data(), kIn, 0, y.data(),
+                  kOut);
       gemm<float>(false, false, kRows, kIn, kOut, 1, dy.data(), kOut, w.data(), kIn, 0, dx.data(),
                   kIn);
       gemm<float>(true, false, kOut, kIn, kRows, 1, dy.data(), kOut, x.data(), kIn, 1, dw.data(),
@@ -222,9 +223,9 @@ void BM_Linear(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(dw.data());
   }
-  state.counters["FLOP/s"] = benchmark::Counter(
-      3 * 2.0 * kRows * kIn * kOut * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(3 * 2.0 * kRows * kIn * kOut * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 // One head's keys transposed into the panel its score tiles read: 256 rows of 64, 768 apart.
@@ -267,9 +268,8 @@ const std::vector<Registration>& benchmarks() {
       {"BM_PvTile", BM_PvTile, both},
       {"BM_AttentionForward", BM_AttentionForward, ms},
       {"BM_AttentionBackward", BM_AttentionBackward, ms},
-      {"BM_Linear", BM_Linear, [](benchmark::internal::Benchmark* b) {
-         b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-       }},
+      {"BM_Linear", BM_Linear,
+       [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond); }},
       {"BM_PackKeys", BM_PackKeys, us},
       {"BM_Rope", BM_Rope, us},
   };
@@ -281,9 +281,9 @@ const std::vector<Registration>& benchmarks() {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   const char* only = std::getenv("WEFT_SIMD_TARGET");
-  const std::vector<std::string> targets =
-      only != nullptr && *only != '\0' ? std::vector<std::string>{only}
-                                       : weft::simd::supported_targets();
+  const std::vector<std::string> targets = only != nullptr && *only != '\0'
+                                               ? std::vector<std::string>{only}
+                                               : weft::simd::supported_targets();
   for (const std::string& target : targets) {
     weft::simd::ScopedTarget check(target);  // throws, naming the supported ones, if unknown
     for (const Registration& r : benchmarks()) {

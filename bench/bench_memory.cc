@@ -5,7 +5,8 @@
 // And the bound for mid-sized broadcasts, whose receivers copy what another core has just
 // written (BM_CopyFromOtherCore): bytes_per_second there counts the bytes copied, as busbw.
 //
-//   build/release/bench/bench_memory --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   build/release/bench/bench_memory --benchmark_repetitions=5
+//   --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -25,7 +26,8 @@ void BM_Copy(benchmark::State& state) {
   for (auto _ : state) {
     std::vector<std::thread> workers;
     for (std::size_t t = 1; t < threads; ++t) {
-      workers.emplace_back([&, t] { std::memcpy(dst.data() + t * part, src.data() + t * part, part); });
+      workers.emplace_back(
+          [&, t] { std::memcpy(dst.data() + t * part, src.data() + t * part, part); });
     }
     std::memcpy(dst.data(), src.data(), part);
     for (auto& w : workers) w.join();

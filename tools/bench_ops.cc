@@ -18,14 +18,22 @@ using dist::ReduceOp;
 template <class F>
 decltype(auto) with_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return f.template operator()<float>();
-    case DType::kFloat64: return f.template operator()<double>();
-    case DType::kFloat16: return f.template operator()<Half>();
-    case DType::kBFloat16: return f.template operator()<BFloat16>();
-    case DType::kInt8: return f.template operator()<std::int8_t>();
-    case DType::kUInt8: return f.template operator()<std::uint8_t>();
-    case DType::kInt32: return f.template operator()<std::int32_t>();
-    case DType::kInt64: return f.template operator()<std::int64_t>();
+    case DType::kFloat32:
+      return f.template operator()<float>();
+    case DType::kFloat64:
+      return f.template operator()<double>();
+    case DType::kFloat16:
+      return f.template operator()<Half>();
+    case DType::kBFloat16:
+      return f.template operator()<BFloat16>();
+    case DType::kInt8:
+      return f.template operator()<std::int8_t>();
+    case DType::kUInt8:
+      return f.template operator()<std::uint8_t>();
+    case DType::kInt32:
+      return f.template operator()<std::int32_t>();
+    case DType::kInt64:
+      return f.template operator()<std::int64_t>();
   }
   return f.template operator()<float>();
 }
@@ -65,13 +73,27 @@ T expected(ReduceOp op, int n, std::size_t i) {
     const W v = static_cast<W>(input(r, i));
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc = static_cast<W>(static_cast<Acc>(acc + v)); break;
-      case ReduceOp::kProduct: acc = static_cast<W>(static_cast<Acc>(acc * v)); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kBAnd: if constexpr (std::is_integral_v<W>) acc &= v; break;
-      case ReduceOp::kBOr: if constexpr (std::is_integral_v<W>) acc |= v; break;
-      case ReduceOp::kBXor: if constexpr (std::is_integral_v<W>) acc ^= v; break;
+      case ReduceOp::kAvg:
+        acc = static_cast<W>(static_cast<Acc>(acc + v));
+        break;
+      case ReduceOp::kProduct:
+        acc = static_cast<W>(static_cast<Acc>(acc * v));
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kBAnd:
+        if constexpr (std::is_integral_v<W>) acc &= v;
+        break;
+      case ReduceOp::kBOr:
+        if constexpr (std::is_integral_v<W>) acc |= v;
+        break;
+      case ReduceOp::kBXor:
+        if constexpr (std::is_integral_v<W>) acc ^= v;
+        break;
     }
   }
   Acc result = static_cast<Acc>(acc);
@@ -139,17 +161,22 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
   if (o.op == "all_reduce") {
     c.bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0;
     c.run = [&pg, &c, op] { pg.all_reduce(view<T>(c.in), op); };
-    c.wrong = [&c, op, n] { return count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); }); };
+    c.wrong = [&c, op, n] {
+      return count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
+    };
   } else if (o.op == "reduce") {
     c.root = 0;
     c.run = [&pg, &c, op] { pg.reduce(view<T>(c.in), 0, op); };
     c.wrong = [&c, op, n, r] {
-      return r != 0 ? 0 : count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
+      return r != 0 ? 0
+                    : count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
     };
   } else if (o.op == "broadcast") {
     c.root = 0;
     c.run = [&pg, &c] { pg.broadcast(view<T>(c.in), 0); };
-    c.wrong = [&c] { return count_wrong<T>(c.in, [](std::size_t i) { return to<T>(input(0, i)); }); };
+    c.wrong = [&c] {
+      return count_wrong<T>(c.in, [](std::size_t i) { return to<T>(input(0, i)); });
+    };
   } else if (o.op == "sendrecv") {
     c.run = [&pg, &c, n, r] {
       auto w = pg.send_async(view<T>(c.in), (r + 1) % n);
@@ -194,23 +221,23 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
 }  // namespace
 
 std::vector<std::string> bench_op_names() {
-  return {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
-          "barrier", "sendrecv"};
+  return {"all_reduce",     "broadcast",  "reduce",  "all_gather",
+          "reduce_scatter", "all_to_all", "barrier", "sendrecv"};
 }
 
 DType parse_dtype(const std::string& name) {
-  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                  DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64}) {
+  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+                  DType::kUInt8, DType::kInt32, DType::kInt64}) {
     if (dtype_name(t) == name) return t;
   }
   throw InvalidArgument("unknown datatype '" + name + "'");
 }
 
 dist::ReduceOp parse_redop(const std::string& name) {
-  const std::map<std::string, ReduceOp> ops{
-      {"sum", ReduceOp::kSum},   {"prod", ReduceOp::kProduct}, {"min", ReduceOp::kMin},
-      {"max", ReduceOp::kMax},   {"avg", ReduceOp::kAvg},      {"band", ReduceOp::kBAnd},
-      {"bor", ReduceOp::kBOr},   {"bxor", ReduceOp::kBXor}};
+  const std::map<std::string, ReduceOp> ops{{"sum", ReduceOp::kSum}, {"prod", ReduceOp::kProduct},
+                                            {"min", ReduceOp::kMin}, {"max", ReduceOp::kMax},
+                                            {"avg", ReduceOp::kAvg}, {"band", ReduceOp::kBAnd},
+                                            {"bor", ReduceOp::kBOr}, {"bxor", ReduceOp::kBXor}};
   const auto it = ops.find(name);
   if (it == ops.end()) throw InvalidArgument("unknown reduce op '" + name + "'");
   return it->second;
@@ -226,10 +253,12 @@ SizeResult bench_size(ProcessGroup& pg, const BenchOptions& o, std::size_t bytes
       pg.barrier();  // start together; not timed
       const auto start = std::chrono::steady_clock::now();
       c.run();
-      const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
+      const std::chrono::duration<double, std::micro> took =
+          std::chrono::steady_clock::now() - start;
       if (it >= o.warmup) times.push_back(took.count());
     }
-    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2),
+                     times.end());
     std::vector<double> median{times[times.size() / 2]};
     pg.all_reduce(median, ReduceOp::kMax);  // the slowest rank's median
     std::vector<std::int64_t> wrong{0};

@@ -25,10 +25,10 @@ struct SizeResult {
   std::size_t bytes = 0;  // of the largest buffer
   std::size_t count = 0;  // its elements
   int root = -1;
-  double time_us = 0;     // median over iterations, slowest rank
-  double algbw = 0;       // GB/s
-  double busbw = 0;       // GB/s
-  long wrong = 0;         // elements that differ from the expected values, all ranks
+  double time_us = 0;  // median over iterations, slowest rank
+  double algbw = 0;    // GB/s
+  double busbw = 0;    // GB/s
+  long wrong = 0;      // elements that differ from the expected values, all ranks
 };
 
 std::vector<std::string> bench_op_names();

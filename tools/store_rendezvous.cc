@@ -17,8 +17,7 @@ class StoreRendezvous final : public launch::RendezvousHost {
 }  // namespace
 
 std::unique_ptr<launch::RendezvousHost> start_store_rendezvous(const std::string& bind_host,
-                                                               int port,
-                                                               const std::string& token) {
+                                                               int port, const std::string& token) {
   store::TCPStoreOptions options;
   options.is_server = true;
   options.bind_host = bind_host;

@@ -12,7 +12,6 @@ namespace weft::tools {
 // Serves a TCPStore on bind_host:port (port 0: any free port) that only clients presenting
 // `token` may use. Throws weft::Error naming the address when it cannot listen there.
 std::unique_ptr<launch::RendezvousHost> start_store_rendezvous(const std::string& bind_host,
-                                                               int port,
-                                                               const std::string& token);
+                                                               int port, const std::string& token);
 
 }  // namespace weft::tools

@@ -9,7 +9,6 @@
 // timed iterations on the slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n for
 // all_reduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 otherwise.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,10 +29,11 @@ std::size_t parse_size(const std::string& text) {
   std::size_t used = 0;
   const double value = std::stod(text, &used);
   const std::string unit = text.substr(used);
-  const std::map<std::string, double> scale{{"", 1}, {"K", 1 << 10}, {"M", 1 << 20},
-                                            {"G", 1 << 30}};
+  const std::map<std::string, double> scale{
+      {"", 1}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}};
   const auto it = scale.find(unit);
-  if (it == scale.end()) throw CLI::ValidationError("size '" + text + "': use a number with K, M or G");
+  if (it == scale.end())
+    throw CLI::ValidationError("size '" + text + "': use a number with K, M or G");
   return static_cast<std::size_t>(value * it->second);
 }
 
@@ -44,8 +44,8 @@ void print_header(const BenchOptions& o, const ProcessGroup& pg) {
               std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
   std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
-              "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)", "");
 }
 
 // Runs the sweep on this rank; rank 0 prints. Returns the number of wrong elements seen.
@@ -63,13 +63,14 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
     if (pg.rank() == 0) {
       std::printf("  %12zu %12zu %9s %7s %5d %10.2f %8.3f %8.3f %7ld\n", r.bytes, r.count,
                   std::string(weft::dtype_name(o.dtype)).c_str(),
-                  std::string(weft::dist::reduce_op_name(o.redop)).c_str(), r.root,
-                  r.time_us, r.algbw, r.busbw, o.check ? r.wrong : 0L);
+                  std::string(weft::dist::reduce_op_name(o.redop)).c_str(), r.root, r.time_us,
+                  r.algbw, r.busbw, o.check ? r.wrong : 0L);
       std::fflush(stdout);
     }
   }
   if (pg.rank() == 0) {
-    std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total == 0 ? "OK" : "FAILED");
+    std::printf("# Out of bounds values : %ld %s\n", wrong_total,
+                wrong_total == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %.3f GB/s\n", sizes > 0 ? busbw_sum / sizes : 0.0);
   }
   return wrong_total;

@@ -26,7 +26,8 @@ std::vector<std::pair<std::string, std::string>> overrides(const std::vector<std
   for (std::size_t i = 0; i < extras.size(); ++i) {
     const std::string& arg = extras[i];
     if (arg.rfind("--", 0) != 0 || arg.size() < 3) {
-      throw weft::train::ConfigError("unexpected argument '" + arg + "'; overrides are --section.key value");
+      throw weft::train::ConfigError("unexpected argument '" + arg +
+                                     "'; overrides are --section.key value");
     }
     const auto eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -57,10 +58,11 @@ std::string keys_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("weft-train: trains a Llama on a text file (docs/TRAINING.md).\n"
-               "Any configuration key can be overridden as --section.key value, e.g.\n"
-               "  weft-train --config configs/debug.toml --training.steps 100 --optimizer.lr 1e-3",
-               "weft-train");
+  CLI::App app(
+      "weft-train: trains a Llama on a text file (docs/TRAINING.md).\n"
+      "Any configuration key can be overridden as --section.key value, e.g.\n"
+      "  weft-train --config configs/debug.toml --training.steps 100 --optimizer.lr 1e-3",
+      "weft-train");
   std::string config_path;
   app.add_option("--config", config_path, "TOML configuration, e.g. configs/debug.toml");
   app.allow_extras();
@@ -77,7 +79,8 @@ int main(int argc, char** argv) {
     // Under weftrun with several ranks: the job's world group (shm on one host).
     std::shared_ptr<weft::dist::ProcessGroup> world;
     const char* world_size = std::getenv("WORLD_SIZE");
-    if (world_size != nullptr && std::atoi(world_size) > 1) world = weft::dist::init_process_group();
+    if (world_size != nullptr && std::atoi(world_size) > 1)
+      world = weft::dist::init_process_group();
     weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1, world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {

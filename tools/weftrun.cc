@@ -1,7 +1,6 @@
 // weftrun: starts a job's worker processes on this node, torchrun's counterpart. This file
 // only reads the command line; weft/launch does the work (docs/LAUNCHER.md).
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <memory>
 #include <optional>

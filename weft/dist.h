@@ -4,8 +4,8 @@
 
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
+#include "weft/dist/init.h"
 #include "weft/dist/process_group.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/run_threads.h"
 #include "weft/dist/work.h"
-#include "weft/dist/init.h"

@@ -7,6 +7,11 @@
 # torch.multiprocessing + DDP over gloo), batch 8 per rank. Memory: the largest rank's peak RSS.
 #
 #   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
+#
+# The AVX2 path on any x86-64 machine, both sides on the same footing: weft's kernels through
+# the dispatch (WEFT_SIMD_TARGET), PyTorch's through ATEN_CPU_CAPABILITY, both OpenBLASes on
+# their Haswell kernels:
+#   WEFT_SIMD_TARGET=AVX2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell bench/train/compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
@@ -20,6 +25,9 @@ have_torch=1
 
 summarise() { python3 bench/train/summarise.py "$1"; }
 
+model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+echo "cpu: $model; WEFT_SIMD_TARGET=${WEFT_SIMD_TARGET:-best} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
+
 printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
 for cfg in debug llama_512; do
   case $cfg in
@@ -30,7 +38,8 @@ for cfg in debug llama_512; do
     jsonl="$out/$cfg.$threads.jsonl"
     "$build/tools/weft-train" --config "configs/$cfg.toml" --training.steps $((steps + 2)) \
       --training.threads "$threads" --checkpoint.enable false --validation.enable false \
-      --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log" 
+      --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log"
+    [ "$threads" = 1 ] && [ $cfg = debug ] && grep -o 'kernels: .*' "$out/log"
     read -r wtps wmfu wmem < <(summarise "$jsonl")
     ttps=- tmem=- ratio=-
     if [ "$have_torch" = 1 ]; then

@@ -11,7 +11,10 @@ int apply(FunctionRef<int(int)> f, int x) { return f(x); }
 
 TEST(FunctionRefTest, CallsLambdasWithStateAndFunctions) {
   int calls = 0;
-  auto counting = [&calls](int x) { ++calls; return x * 2; };
+  auto counting = [&calls](int x) {
+    ++calls;
+    return x * 2;
+  };
   EXPECT_EQ(apply(counting, 21), 42);
   EXPECT_EQ(apply([](int x) { return x + 1; }, 1), 2);
   EXPECT_EQ(calls, 1);

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/temp_dir.h"
+
 namespace weft::checkpoint {
 namespace {
 
@@ -16,12 +18,7 @@ namespace fs = std::filesystem;
 
 class SafetensorsTest : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("weft-st-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return tmp_.file(name); }
 
   // Writes raw bytes: an 8-byte length, then `header`, then `data`.
   // `claimed_length` 0: the header's real length.
@@ -41,7 +38,8 @@ class SafetensorsTest : public testing::Test {
     return "no error";
   }
 
-  fs::path dir_;
+  const test::TempDir tmp_{"weft-st"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(SafetensorsTest, RoundTripsDtypesShapesAndMetadata) {
@@ -49,9 +47,10 @@ TEST_F(SafetensorsTest, RoundTripsDtypesShapesAndMetadata) {
   Tensor b = Tensor::zeros({4}, DType::kBFloat16);
   b.fill(0.5);
   Tensor i = Tensor::from(std::vector<std::int64_t>{7, -8}, {2});
-  save_safetensors(path("a.safetensors"),
-                   {{"w", f.transpose(0, 1)}, {"b", b}, {"step", i}, {"empty", Tensor::zeros({0, 3})}},
-                   {{"format", "weft"}, {"step", "12"}});
+  save_safetensors(
+      path("a.safetensors"),
+      {{"w", f.transpose(0, 1)}, {"b", b}, {"step", i}, {"empty", Tensor::zeros({0, 3})}},
+      {{"format", "weft"}, {"step", "12"}});
   const SafetensorsFile file = load_safetensors(path("a.safetensors"));
   ASSERT_EQ(file.tensors.size(), 4u);
   EXPECT_EQ(file.tensors[0].name, "w");  // file order is write order
@@ -92,7 +91,8 @@ TEST_F(SafetensorsTest, DamagedFilesAreClearErrorsNotCrashes) {
   write_raw(p, R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd");
   EXPECT_THAT(load_error(p), HasSubstr("bad shape"));
   // 2^64 + 2^20 elements: the product wraps to 2^20 without the overflow check.
-  write_raw(p, R"({"x":{"dtype":"U8","shape":[1048576,17,1034834473201],"data_offsets":[0,4]}})", "abcd");
+  write_raw(p, R"({"x":{"dtype":"U8","shape":[1048576,17,1034834473201],"data_offsets":[0,4]}})",
+            "abcd");
   EXPECT_THAT(load_error(p), HasSubstr("bad shape"));
   write_raw(p, R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "abcd");
   EXPECT_THAT(load_error(p), HasSubstr("2 bytes after the last tensor"));

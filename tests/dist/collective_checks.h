@@ -19,7 +19,9 @@ namespace weft::dist::test {
 inline const std::vector<std::size_t> kCounts = {0, 1, 7, 1000, 40'000};  // 40k floats: ring path
 
 // The value rank r contributes at index i: small integers, exact in every dtype.
-inline double input(int r, std::size_t i) { return static_cast<double>((r + static_cast<int>(i)) % 3 + 1); }
+inline double input(int r, std::size_t i) {
+  return static_cast<double>((r + static_cast<int>(i)) % 3 + 1);
+}
 
 template <class T>
 T to(double x) {
@@ -54,17 +56,24 @@ std::vector<T> inputs(int r, std::size_t count) {
 // their own type, 16-bit floats in float32, rounded once at the end.
 template <class T>
 T expected(ReduceOp op, int n, std::size_t i) {
-  using Acc = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
-                                 T>;
+  using Acc = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
   Acc acc = static_cast<Acc>(input(0, i));
   for (int r = 1; r < n; ++r) {
     const Acc v = static_cast<Acc>(input(r, i));
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc = static_cast<Acc>(acc + v); break;
-      case ReduceOp::kProduct: acc = static_cast<Acc>(acc * v); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kAvg:
+        acc = static_cast<Acc>(acc + v);
+        break;
+      case ReduceOp::kProduct:
+        acc = static_cast<Acc>(acc * v);
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
       case ReduceOp::kBAnd:
       case ReduceOp::kBOr:
       case ReduceOp::kBXor:
@@ -105,8 +114,8 @@ void reducing_ops(ProcessGroup& pg) {
   for (std::size_t count : kCounts) {
     for (ReduceOp op : ops_for<T>()) {
       const std::string what = std::string(dtype_name(dtype_of<T>())) + " " +
-                               std::string(reduce_op_name(op)) + " count " +
-                               std::to_string(count) + " n " + std::to_string(n);
+                               std::string(reduce_op_name(op)) + " count " + std::to_string(count) +
+                               " n " + std::to_string(n);
       std::vector<T> want(count);
       for (std::size_t i = 0; i < count; ++i) want[i] = expected<T>(op, n, i);
 
@@ -162,7 +171,8 @@ void data_movement_ops(ProcessGroup& pg) {
 
     // In place: this rank's input already sits in its slot of the output.
     std::vector<T> in_place(count * un);
-    std::copy_n(mine.begin(), count, in_place.begin() + static_cast<long>(count * static_cast<std::size_t>(r)));
+    std::copy_n(mine.begin(), count,
+                in_place.begin() + static_cast<long>(count * static_cast<std::size_t>(r)));
     pg.all_gather(in_place, Buffer(in_place.data() + count * static_cast<std::size_t>(r), count,
                                    dtype_of<T>()));
     expect_equal(in_place, want_all, "all_gather in place " + what);
@@ -205,8 +215,11 @@ void all_checks(ProcessGroup& pg) {
 template <class T>
 void mid_size_all_reduce_checks(ProcessGroup& pg, std::size_t count) {
   const int n = pg.size();
-  const std::string what = std::string(dtype_name(dtype_of<T>())) + " mid-size n " + std::to_string(n);
-  auto value = [](int rank, std::size_t i) { return static_cast<T>((i * 7 + static_cast<std::size_t>(rank) * 3) % 101); };
+  const std::string what =
+      std::string(dtype_name(dtype_of<T>())) + " mid-size n " + std::to_string(n);
+  auto value = [](int rank, std::size_t i) {
+    return static_cast<T>((i * 7 + static_cast<std::size_t>(rank) * 3) % 101);
+  };
   std::vector<T> v(count), sum(count), max(count);
   for (std::size_t i = 0; i < count; ++i) {
     v[i] = value(pg.rank(), i);
@@ -230,7 +243,9 @@ void large_checks(ProcessGroup& pg) {
   const int r = pg.rank();
   const auto un = static_cast<std::size_t>(n);
   const std::size_t count = 1'000'003;
-  auto value = [](int rank, std::size_t i) { return static_cast<T>(i + static_cast<std::size_t>(rank)); };
+  auto value = [](int rank, std::size_t i) {
+    return static_cast<T>(i + static_cast<std::size_t>(rank));
+  };
   auto filled = [&](int rank, std::size_t len, std::size_t from = 0) {
     std::vector<T> v(len);
     for (std::size_t i = 0; i < len; ++i) v[i] = value(rank, from + i);
@@ -238,7 +253,8 @@ void large_checks(ProcessGroup& pg) {
   };
   const T ranks_sum = static_cast<T>(n * (n - 1) / 2);
   std::vector<T> summed(count);
-  for (std::size_t i = 0; i < count; ++i) summed[i] = static_cast<T>(static_cast<T>(n) * static_cast<T>(i) + ranks_sum);
+  for (std::size_t i = 0; i < count; ++i)
+    summed[i] = static_cast<T>(static_cast<T>(n) * static_cast<T>(i) + ranks_sum);
   const std::string what = std::string(dtype_name(dtype_of<T>())) + " large n " + std::to_string(n);
 
   std::vector<T> v = filled(r, count);
@@ -254,9 +270,11 @@ void large_checks(ProcessGroup& pg) {
   const std::size_t block = count / un;
   std::vector<T> in = filled(r, block * un), out(block);
   pg.reduce_scatter(out, in);
-  expect_equal(out, std::vector<T>(summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r)),
-                                   summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r + 1))),
-               "reduce_scatter " + what);
+  expect_equal(
+      out,
+      std::vector<T>(summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r)),
+                     summed.begin() + static_cast<long>(block * static_cast<std::size_t>(r + 1))),
+      "reduce_scatter " + what);
 
   std::vector<T> gathered(block * un), want_gathered;
   for (int k = 0; k < n; ++k) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tests/support/forked_ranks.h"
+#include "tests/support/temp_dir.h"
 #include "weft/dist.h"
 #include "weft/net/socket.h"
 
@@ -50,25 +51,23 @@ TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
               HasSubstr("run_threads"));
   EXPECT_THAT(init_error({.init_method = "udp://x", .rank = 0, .world_size = 1}),
               HasSubstr("unknown init_method 'udp://x'"));
-  EXPECT_THAT(init_error({.rank = 3, .world_size = 2}), HasSubstr("rank 3 is not in [0, world size 2)"));
+  EXPECT_THAT(init_error({.rank = 3, .world_size = 2}),
+              HasSubstr("rank 3 is not in [0, world size 2)"));
   ::setenv("RANK", "two", 1);
   EXPECT_THAT(init_error({.world_size = 2}), HasSubstr("RANK='two' is not an integer"));
 }
 
 TEST(InitTest, FileInitMethod) {
-  char dir[] = "/tmp/weft-init-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string method = std::string("file://") + dir + "/store";
+  const weft::test::TempDir dir("weft-init");
+  const std::string method = "file://" + dir.file("store");
   const auto exits = weft::test::run_forked_ranks(3, [&](int rank) {
-    auto pg = init_process_group({.backend = "tcp", .init_method = method, .rank = rank,
-                                  .world_size = 3});
+    auto pg = init_process_group(
+        {.backend = "tcp", .init_method = method, .rank = rank, .world_size = 3});
     std::vector<int> v{rank};
     pg->all_reduce(v);
     return v[0] == 3 ? 0 : 1;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
-  std::remove((std::string(dir) + "/store").c_str());
-  ::rmdir(dir);
 }
 
 // With no backend named, ranks that find themselves on one host choose shm.

@@ -27,7 +27,7 @@ bool shm_segments_left(const std::string& backend, int n) {
   for (int r = 0; r < n; ++r) {
     const std::string path =
         "/dev/shm" + weft::test::last_job_value("attempt0/shm/name/" + std::to_string(r));
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0) return true;
   }
   return false;
@@ -48,7 +48,7 @@ TEST_P(ValuesTest, AllCollectivesAsProcesses) {
     test::all_checks<BFloat16>(*pg);
     test::all_checks<std::int64_t>(*pg);
     test::large_checks<float>(*pg);
-    test::mid_size_all_reduce_checks<std::int64_t>(*pg, 300'001);   // 2.3 MiB
+    test::mid_size_all_reduce_checks<std::int64_t>(*pg, 300'001);    // 2.3 MiB
     test::mid_size_all_reduce_checks<std::uint8_t>(*pg, 3'000'001);  // 2.9 MiB
     test::async_and_subgroup_checks(*pg);
     return testing::Test::HasFailure() ? 1 : 0;
@@ -103,7 +103,7 @@ TEST(ShmSubgroupTest, KilledRankFailsItsSubgroupNamingItsJobRank) {
   const auto exits = weft::test::run_forked_ranks(4, [&](int rank) {
     auto pg = init_process_group({.backend = "shm", .timeout = Seconds(10)});
     auto pair = pg->split(rank / 2);  // rank 3 is rank 1 of {2, 3}
-    if (rank < 2) {  // stay alive until the others are done: only rank 3 dies
+    if (rank < 2) {                   // stay alive until the others are done: only rank 3 dies
       std::this_thread::sleep_for(3s);
       return 0;
     }

@@ -89,7 +89,10 @@ TEST(ProcessPoolTest, SerializesStringsVectorsAndStructs) {
   EXPECT_EQ(p.x, 2);
   EXPECT_EQ(p.y, 1);
   pool.submit(no_result, 1).get();
-  EXPECT_EQ(pool.submit(+[](int a, int b) { return a - b; }, 10, 4).get(), 6);
+  EXPECT_EQ(pool.submit(
+                    +[](int a, int b) { return a - b; }, 10, 4)
+                .get(),
+            6);
   EXPECT_EQ(pool.submit([](int a) { return a + 1; }, 1).get(), 2);
 }
 

@@ -86,7 +86,8 @@ TEST(ThreadPoolTest, ThreadNamesUsePrefix) {
                            char buf[16] = {};
                            pthread_getname_np(pthread_self(), buf, sizeof(buf));
                            return std::string(buf);
-                         }).get();
+                         })
+                         .get();
   EXPECT_EQ(name, "mypool_0");
 }
 
@@ -95,7 +96,8 @@ TEST(ThreadPoolTest, InitializerRunsOncePerWorker) {
   {
     ThreadPoolExecutor pool(3, {.initializer = [&inits] { ++inits; }});
     std::vector<Future<void>> fs;
-    for (int i = 0; i < 3; ++i) fs.push_back(pool.submit([] { std::this_thread::sleep_for(50ms); }));
+    for (int i = 0; i < 3; ++i)
+      fs.push_back(pool.submit([] { std::this_thread::sleep_for(50ms); }));
     for (auto& f : fs) f.get();
   }
   EXPECT_EQ(inits.load(), 3);

@@ -42,7 +42,8 @@ std::vector<std::vector<float>> run_all() {
   swiglu_forward(a.data(), b.data(), h.data(), static_cast<std::int64_t>(n));
   swiglu_backward(dy.data(), a.data(), b.data(), static_cast<std::int64_t>(n));
   std::vector<std::int32_t> targets(rows);
-  for (std::int64_t i = 0; i < rows; ++i) targets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % dim);
+  for (std::int64_t i = 0; i < rows; ++i)
+    targets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % dim);
   std::vector<float> losses(rows), dlogits(n);
   cross_entropy_forward(x.data(), targets.data(), rows, dim, losses.data());
   cross_entropy_backward(x.data(), targets.data(), rows, dim, 0.5, dlogits.data());
@@ -52,7 +53,18 @@ std::vector<std::vector<float>> run_all() {
   std::vector<float> m(rows, -1e30f), l(rows, 0.0f), correction(rows);
   internal::softmax_block(soft.data(), dim, rows, dim, m.data(), l.data(), correction.data());
   const double squares = sum_squares(x.data(), static_cast<std::int64_t>(n));
-  return {y, rstd, dx, dw, h, a, b, losses, dlogits, rotated, soft, l,
+  return {y,
+          rstd,
+          dx,
+          dw,
+          h,
+          a,
+          b,
+          losses,
+          dlogits,
+          rotated,
+          soft,
+          l,
           {static_cast<float>(squares), static_cast<float>(squares - static_cast<float>(squares))}};
 }
 

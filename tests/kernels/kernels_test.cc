@@ -10,17 +10,17 @@
 #include <random>
 #include <vector>
 
+#include "tests/support/simd_targets.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/embedding.h"
+#include "weft/kernels/internal/softmax_rows.h"
 #include "weft/kernels/loss.h"
 #include "weft/kernels/rmsnorm.h"
 #include "weft/kernels/rope.h"
 #include "weft/kernels/swiglu.h"
-#include "weft/kernels/internal/softmax_rows.h"
-#include "tests/support/simd_targets.h"
 
 namespace weft::kernels {
 namespace {
@@ -73,7 +73,8 @@ void expect_gradient(Vec& x, const Vec& grad, const std::function<double()>& los
     const double down = loss();
     x[i] = saved;
     const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(grad[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << what << " [" << i << "]";
+    EXPECT_NEAR(grad[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+        << what << " [" << i << "]";
   }
 }
 
@@ -87,12 +88,14 @@ TEST(BlasTest, GemmMatchesLoopsInEveryTransposition) {
         for (std::int64_t j = 0; j < n; ++j) {
           double s = 0;
           for (std::int64_t p = 0; p < k; ++p) {
-            s += static_cast<double>(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            s += static_cast<double>(ta ? a[p * m + i] : a[i * k + p]) *
+                 (tb ? b[j * k + p] : b[p * n + j]);
           }
           want[i * n + j] = static_cast<float>(2.0 * s + 0.5 * want[i * n + j]);
         }
       }
-      gemm<float>(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
+      gemm<float>(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(),
+                  n);
       for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], want[i], 1e-4) << ta << tb << i;
     }
   }
@@ -239,7 +242,8 @@ TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
   Vec logits = random_vec(n * vocab, 1, 3.0);
   const std::vector<std::int32_t> targets{0, 6, 3, 3};
   Vec losses(n);
-  const double total = cross_entropy_forward(logits.data(), targets.data(), n, vocab, losses.data());
+  const double total =
+      cross_entropy_forward(logits.data(), targets.data(), n, vocab, losses.data());
   double sum_exp = 0;
   for (std::int64_t j = 0; j < vocab; ++j) sum_exp += std::exp(logits[vocab + j]);
   EXPECT_NEAR(losses[1], std::log(sum_exp) - logits[vocab + 6], 1e-12);
@@ -252,7 +256,8 @@ TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
   cross_entropy_backward(logits.data(), targets.data(), n, vocab, 1.0 / n, dlogits.data());
   expect_gradient(logits, dlogits, loss, "cross_entropy dlogits");
   const std::int32_t bad = -1;
-  EXPECT_THROW(cross_entropy_forward(logits.data(), &bad, 1, vocab, losses.data()), InvalidArgument);
+  EXPECT_THROW(cross_entropy_forward(logits.data(), &bad, 1, vocab, losses.data()),
+               InvalidArgument);
 }
 
 TEST_P(ElementwiseTest, ScaleSumSquares) {
@@ -294,7 +299,8 @@ std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>
         for (auto& e : p) sum += (e = std::exp(e - max));
         for (std::int64_t x = 0; x < d; ++x) {
           double o = 0;
-          for (std::int64_t j = 0; j <= i; ++j) o += p[j] / sum * v[((b * s.seq + j) * s.kv_heads + h / group) * d + x];
+          for (std::int64_t j = 0; j <= i; ++j)
+            o += p[j] / sum * v[((b * s.seq + j) * s.kv_heads + h / group) * d + x];
           out[((b * s.seq + i) * s.heads + h) * d + x] = static_cast<T>(o);
         }
       }
@@ -312,7 +318,8 @@ TEST_P(AttentionTest, TiledForwardMatchesTheDefinition) {
     std::vector<float> out(nq), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
     attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
     const auto want = reference_attention(s, q, k, v);
-    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "seq " << s.seq << " at " << i;
+    for (std::size_t i = 0; i < nq; ++i)
+      ASSERT_NEAR(out[i], want[i], 2e-5) << "seq " << s.seq << " at " << i;
   }
 }
 
@@ -509,8 +516,8 @@ TEST_P(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
   }
   std::vector<float> out(q.size()), lse(2 * 4 * 40), dq(q.size()), dk(k.size()), dv(v.size());
   attention_forward(packed, q.data(), k.data(), v.data(), out.data(), lse.data());
-  attention_backward(packed, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), dq.data(),
-                     dk.data(), dv.data());
+  attention_backward(packed, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(),
+                     dq.data(), dk.data(), dv.data());
   AttentionShape strided = packed;
   strided.qkv_stride = width;
   float* fq = fused.data();
@@ -523,7 +530,8 @@ TEST_P(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < qw; ++c) ASSERT_EQ(dfused[r * width + c], dq[r * qw + c]);
     for (std::int64_t c = 0; c < kw; ++c) ASSERT_EQ(dfused[r * width + qw + c], dk[r * kw + c]);
-    for (std::int64_t c = 0; c < kw; ++c) ASSERT_EQ(dfused[r * width + qw + kw + c], dv[r * kw + c]);
+    for (std::int64_t c = 0; c < kw; ++c)
+      ASSERT_EQ(dfused[r * width + qw + kw + c], dv[r * kw + c]);
   }
 }
 

@@ -34,16 +34,18 @@ Outputs run_all(int threads) {
   const AttentionShape s{2, 70, 4, 2, 16};
   const auto nq = static_cast<std::size_t>(2 * 70 * 4 * 16), nkv = nq / 2;
   Outputs o;
-  const auto q = random_vec(nq, 1), k = random_vec(nkv, 2), v = random_vec(nkv, 3), g = random_vec(nq, 4);
+  const auto q = random_vec(nq, 1), k = random_vec(nkv, 2), v = random_vec(nkv, 3),
+             g = random_vec(nq, 4);
   o.att.resize(nq), o.lse.resize(2 * 4 * 70), o.dq.resize(nq), o.dk.resize(nkv), o.dv.resize(nkv);
   attention_forward(s, q.data(), k.data(), v.data(), o.att.data(), o.lse.data());
-  attention_backward(s, q.data(), k.data(), v.data(), o.att.data(), g.data(), o.lse.data(), o.dq.data(),
-                     o.dk.data(), o.dv.data());
+  attention_backward(s, q.data(), k.data(), v.data(), o.att.data(), g.data(), o.lse.data(),
+                     o.dq.data(), o.dk.data(), o.dv.data());
   const std::int64_t rows = 1100, dim = 32;  // three blocks of Linear's rows (blas.cc)
   const auto x = random_vec(rows * dim, 5), w = random_vec(dim, 6), dy = random_vec(rows * dim, 7);
   o.y.resize(x.size()), o.rstd.resize(rows), o.dx.resize(x.size()), o.dw.assign(dim, 0.0f);
   rmsnorm_forward(x.data(), w.data(), o.y.data(), o.rstd.data(), rows, dim, 1e-5);
-  rmsnorm_backward(dy.data(), x.data(), w.data(), o.rstd.data(), o.dx.data(), o.dw.data(), rows, dim);
+  rmsnorm_backward(dy.data(), x.data(), w.data(), o.rstd.data(), o.dx.data(), o.dw.data(), rows,
+                   dim);
   // 200 output features: dW is split between the threads too (at least 64 rows each).
   const std::int64_t out = 200;
   const auto lw = random_vec(out * dim, 8), ly = random_vec(rows * out, 9);
@@ -55,7 +57,8 @@ Outputs run_all(int threads) {
   o.h.resize(a.size());
   swiglu_forward(a.data(), b.data(), o.h.data(), 40000);
   std::vector<std::int32_t> targets(rows);
-  for (std::int64_t i = 0; i < rows; ++i) targets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % dim);
+  for (std::int64_t i = 0; i < rows; ++i)
+    targets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % dim);
   o.losses.resize(rows);
   cross_entropy_forward(x.data(), targets.data(), rows, dim, o.losses.data());
   set_threads(1);

@@ -1,5 +1,7 @@
 // weft/launch's pieces in-process: line prefixing, the environment contract, the job
 // token, option checks, program lookup, exit descriptions.
+#include "weft/launch.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,17 +9,16 @@
 #include <regex>
 #include <string>
 
-#include "weft/launch.h"
 #include "weft/launch/internal/exit_status.h"
 #include "weft/launch/internal/line_prefixer.h"
 
 namespace weft::launch {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using internal::ExitStatus;
 using internal::LinePrefixer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 TEST(LinePrefixerTest, PrefixesCompleteLinesAndKeepsTheRest) {
   LinePrefixer p("[3] ");
@@ -42,8 +43,13 @@ TEST(LinePrefixerTest, CutsLinesAtTheLimit) {
 }
 
 LaunchOptions two_nodes() {
-  return {.nproc_per_node = 4, .nnodes = 2, .node_rank = 1, .master_addr = "10.0.0.1",
-          .master_port = 29500, .token = "t", .program = "sh"};
+  return {.nproc_per_node = 4,
+          .nnodes = 2,
+          .node_rank = 1,
+          .master_addr = "10.0.0.1",
+          .master_port = 29500,
+          .token = "t",
+          .program = "sh"};
 }
 
 TEST(WorkerEnvTest, RanksFollowTheNodeRank) {
@@ -115,8 +121,7 @@ TEST(PlanJobTest, RejectsWhatCannotWork) {
   rejects({.nproc_per_node = 0, .program = "sh"}, "--nproc-per-node 0");
   rejects({.nnodes = 2, .node_rank = 2, .program = "sh"}, "0 to 1");
   rejects({.nnodes = 2, .master_port = 1, .token = "t", .program = "sh"}, "needs --master-addr");
-  rejects({.nnodes = 2, .master_addr = "h", .token = "t", .program = "sh"},
-          "needs --master-port");
+  rejects({.nnodes = 2, .master_addr = "h", .token = "t", .program = "sh"}, "needs --master-port");
   rejects({.master_addr = "10.0.0.1", .program = "sh"}, "127.0.0.1 only");
   rejects({.master_port = 70000, .program = "sh"}, "--master-port 70000");
   rejects({.max_restarts = -1, .program = "sh"}, "--max-restarts -1");

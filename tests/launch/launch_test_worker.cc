@@ -15,8 +15,8 @@
 //   cpus              prints how many CPUs it may run on (cpus=N) and the first (cpu=C)
 // Arguments after those are ignored: tests add a unique tag to find the processes later.
 #include <dirent.h>
-#include <sched.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -51,8 +51,8 @@ bool port_taken(int port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool taken = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
-                     errno == EADDRINUSE;
+  const bool taken =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EADDRINUSE;
   ::close(fd);
   return taken;
 }
@@ -73,8 +73,8 @@ int print_env() {
 int spam(int lines) {
   const std::string filler(100, 'x');
   for (int i = 0; i < lines; ++i) {
-    const std::string line = "rank=" + std::to_string(rank()) + " line=" + std::to_string(i) +
-                             " " + filler + "\n";
+    const std::string line =
+        "rank=" + std::to_string(rank()) + " line=" + std::to_string(i) + " " + filler + "\n";
     const int fd = i % 4 == 3 ? 2 : 1;
     write_all(fd, line.substr(0, line.size() / 2));
     write_all(fd, line.substr(line.size() / 2));

@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/launch/subprocess.h"
+#include "tests/support/subprocess.h"
+#include "weft/base/unique_fd.h"
 
-namespace weft::launch::testing {
+namespace weft::test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -59,8 +60,7 @@ TEST(WeftrunTest, HarnessFindsRunningWorkersByTag) {
   const std::string tag = unique_tag();
   Subprocess worker({kWorker, "sleep", tag});
   ASSERT_TRUE(worker.wait_for_stdout(
-      [](const std::string& out) { return out.find("ready") != std::string::npos; },
-      Seconds(10)));
+      [](const std::string& out) { return out.find("ready") != std::string::npos; }, Seconds(10)));
   EXPECT_THAT(live_processes_with(tag), ElementsAre(worker.pid()));
 }
 
@@ -93,9 +93,9 @@ TEST(WeftrunTest, SetsTheEnvironmentOfEveryRank) {
 }
 
 TEST(WeftrunTest, SecondNodeGetsOffsetRanksAndHostsNoStore) {
-  const Finished r = weftrun({"--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1",
-                              "--master-addr", "127.0.0.1", "--master-port", "1", "--token",
-                              "sesame", kWorker, "env"});
+  const Finished r =
+      weftrun({"--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "1", "--master-addr",
+               "127.0.0.1", "--master-port", "1", "--token", "sesame", kWorker, "env"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto vars = variables(r.out);
   ASSERT_EQ(vars.size(), 2u) << r.out;
@@ -129,11 +129,12 @@ TEST(WeftrunTest, MultiNodeWithoutTokenSaysToPassOne) {
 }
 
 TEST(WeftrunTest, PassesEverythingAfterProgramUntouched) {
-  const Finished r = weftrun({"--nproc-per-node", "1", kWorker, "args", "--nproc-per-node", "7",
-                              "--", "--help", "a b"});
+  const Finished r = weftrun(
+      {"--nproc-per-node", "1", kWorker, "args", "--nproc-per-node", "7", "--", "--help", "a b"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "[0] arg=--nproc-per-node\n[0] arg=7\n[0] arg=--\n[0] arg=--help\n"
-                   "[0] arg=a b\n");
+  EXPECT_EQ(r.out,
+            "[0] arg=--nproc-per-node\n[0] arg=7\n[0] arg=--\n[0] arg=--help\n"
+            "[0] arg=a b\n");
 }
 
 TEST(WeftrunTest, DoubleDashEndsWeftrunsOptions) {
@@ -145,8 +146,8 @@ TEST(WeftrunTest, DoubleDashEndsWeftrunsOptions) {
 TEST(WeftrunTest, PrefixesWholeLinesWithoutTearing) {
   constexpr int kRanks = 4;
   constexpr int kLines = 4000;
-  const Finished r = weftrun({"--nproc-per-node", std::to_string(kRanks), kWorker, "spam",
-                              std::to_string(kLines)});
+  const Finished r = weftrun(
+      {"--nproc-per-node", std::to_string(kRanks), kWorker, "spam", std::to_string(kLines)});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::regex line(R"(\[(\d)\] rank=(\d) line=(\d+) x{100})");
   for (const auto& [text, fd_lines] : {std::pair{r.out, kLines * 3 / 4}, {r.err, kLines / 4}}) {
@@ -214,8 +215,8 @@ TEST(WeftrunTest, RestartsTheGroupAfterAFailure) {
 
 TEST(WeftrunTest, GivesUpWhenRestartsAreUsedUp) {
   const std::string tag = unique_tag();
-  const Finished r = weftrun({"--nproc-per-node", "2", "--max-restarts", "1", kWorker, "fail",
-                              "0", "4", tag});
+  const Finished r =
+      weftrun({"--nproc-per-node", "2", "--max-restarts", "1", kWorker, "fail", "0", "4", tag});
   EXPECT_EQ(r.code, 4) << r.err;
   EXPECT_THAT(r.err, HasSubstr("(restart 1 of 1)"));
   EXPECT_THAT(r.err, HasSubstr("rank 0 exited with code 4; exiting with code 4 (all 1 restarts"));
@@ -257,10 +258,10 @@ TEST(WeftrunTest, KillsWorkersThatIgnoreSigtermAfterTheGrace) {
 
 TEST(WeftrunTest, WorkersInheritNoStrayDescriptors) {
   // A descriptor the test leaks into weftrun on purpose: the workers must not see it.
-  const int leaked = ::dup(2);
-  ASSERT_GE(leaked, 0);
+  UniqueFd leaked(::dup(2));
+  ASSERT_TRUE(leaked);
   const Finished r = weftrun({"--nproc-per-node", "3", kWorker, "fds"});
-  ::close(leaked);
+  leaked.reset();
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(lines_of(r.out),
               UnorderedElementsAre("[0] fds= none", "[1] fds= none", "[2] fds= none"));
@@ -273,14 +274,16 @@ TEST(WeftrunTest, BindsEachWorkerToACpuOfItsOwn) {
   ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
   const int cpus = CPU_COUNT(&mine);
   if (cpus < 2) GTEST_SKIP() << "needs 2 CPUs";
-  auto vars = variables(weftrun({"--nproc-per-node", "2", "--bind-to", "core", kWorker, "cpus"}).out);
+  auto vars =
+      variables(weftrun({"--nproc-per-node", "2", "--bind-to", "core", kWorker, "cpus"}).out);
   EXPECT_EQ(vars[0]["cpus"], "1");
   EXPECT_EQ(vars[1]["cpus"], "1");
   EXPECT_NE(vars[0]["cpu"], vars[1]["cpu"]);
   vars = variables(weftrun({"--nproc-per-node", "2", kWorker, "cpus"}).out);
   EXPECT_EQ(vars[0]["cpus"], std::to_string(cpus));
-  vars = variables(weftrun({"--nproc-per-node", std::to_string(cpus + 1), "--bind-to", "core",
-                            kWorker, "cpus"}).out);
+  vars = variables(
+      weftrun({"--nproc-per-node", std::to_string(cpus + 1), "--bind-to", "core", kWorker, "cpus"})
+          .out);
   EXPECT_EQ(vars[0]["cpus"], std::to_string(cpus));
   const Finished bad = weftrun({"--nproc-per-node", "1", "--bind-to", "socket", kWorker, "cpus"});
   EXPECT_EQ(bad.code, 2);
@@ -290,9 +293,9 @@ TEST(WeftrunTest, BindsEachWorkerToACpuOfItsOwn) {
 TEST(WeftrunTest, HelpExplainsEveryOption) {
   const Finished r = weftrun({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* option : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                             "--master-port", "--max-restarts", "--backend", "--token",
-                             "--stop-grace", "--bind-to", "PROGRAM", "ARGS"}) {
+  for (const char* option :
+       {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+        "--max-restarts", "--backend", "--token", "--stop-grace", "--bind-to", "PROGRAM", "ARGS"}) {
     EXPECT_THAT(r.out, HasSubstr(option));
   }
 }
@@ -304,7 +307,7 @@ TEST(WeftrunTest, UnknownProgramIsAClearError) {
 }
 
 TEST(WeftrunTest, BadCommandLinesExitWithTwo) {
-  EXPECT_EQ(weftrun({kWorker, "env"}).code, 2);  // no --nproc-per-node
+  EXPECT_EQ(weftrun({kWorker, "env"}).code, 2);           // no --nproc-per-node
   EXPECT_EQ(weftrun({"--nproc-per-node", "2"}).code, 2);  // no PROGRAM
   EXPECT_EQ(weftrun({"--nproc-per-node", "2", "--nprocs", "3", kWorker}).code, 2);
   EXPECT_EQ(weftrun({"--nproc-per-node", "0", kWorker, "env"}).code, 2);
@@ -314,4 +317,4 @@ TEST(WeftrunTest, BadCommandLinesExitWithTwo) {
 }
 
 }  // namespace
-}  // namespace weft::launch::testing
+}  // namespace weft::test

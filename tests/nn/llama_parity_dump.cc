@@ -26,7 +26,8 @@ constexpr int kTrainSteps = 10;
 
 std::vector<NamedTensor> parameters(weft::nn::ParameterList& params, bool grads) {
   std::vector<NamedTensor> out;
-  for (const auto& p : params.all()) out.push_back({p->name, grads ? p->grad.clone() : p->value.clone()});
+  for (const auto& p : params.all())
+    out.push_back({p->name, grads ? p->grad.clone() : p->value.clone()});
   return out;
 }
 
@@ -46,8 +47,13 @@ int main(int argc, char** argv) {
     weft::simd::use_target(argv[2]);
   }
   const std::string dir = argv[1];
-  const weft::nn::LlamaConfig config{.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                                     .vocab_size = 256, .multiple_of = 32, .max_seq_len = kSeq};
+  const weft::nn::LlamaConfig config{.dim = 64,
+                                     .n_layers = 2,
+                                     .n_heads = 4,
+                                     .n_kv_heads = 2,
+                                     .vocab_size = 256,
+                                     .multiple_of = 32,
+                                     .max_seq_len = kSeq};
   weft::nn::Llama model(config);
   model.init_weights(7);
 
@@ -57,14 +63,23 @@ int main(int argc, char** argv) {
     tokens[i] = static_cast<std::int32_t>(weft::philox_uniform(key, 2 * i) * 256);
     targets[i] = static_cast<std::int32_t>(weft::philox_uniform(key, 2 * i + 1) * 256);
   }
-  const nlohmann::json meta = {{"dim", config.dim}, {"n_layers", config.n_layers},
-                               {"n_heads", config.n_heads}, {"n_kv_heads", config.n_kv_heads},
-                               {"vocab_size", config.vocab_size}, {"hidden_dim", config.hidden_dim()},
-                               {"rope_theta", config.rope_theta}, {"norm_eps", config.norm_eps},
-                               {"batch", kBatch}, {"seq", kSeq}, {"lr", 1e-3},
-                               {"weight_decay", 0.1}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}};
-  weft::checkpoint::save_safetensors(dir + "/init.safetensors", parameters(model.parameters(), false),
-                                     {{"config", meta.dump()}});
+  const nlohmann::json meta = {{"dim", config.dim},
+                               {"n_layers", config.n_layers},
+                               {"n_heads", config.n_heads},
+                               {"n_kv_heads", config.n_kv_heads},
+                               {"vocab_size", config.vocab_size},
+                               {"hidden_dim", config.hidden_dim()},
+                               {"rope_theta", config.rope_theta},
+                               {"norm_eps", config.norm_eps},
+                               {"batch", kBatch},
+                               {"seq", kSeq},
+                               {"lr", 1e-3},
+                               {"weight_decay", 0.1},
+                               {"beta1", 0.9},
+                               {"beta2", 0.95},
+                               {"eps", 1e-8}};
+  weft::checkpoint::save_safetensors(
+      dir + "/init.safetensors", parameters(model.parameters(), false), {{"config", meta.dump()}});
 
   model.parameters().zero_grad();
   const double loss = model.forward(tokens.data(), targets.data(), kBatch, kSeq);
@@ -76,8 +91,9 @@ int main(int argc, char** argv) {
   step0.push_back({"__loss", Tensor::from(std::vector<double>{loss}, {1})});
   weft::checkpoint::save_safetensors(dir + "/step0.safetensors", step0);
 
-  weft::nn::AdamW adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                             .weight_decay = 0.1});
+  weft::nn::AdamW adamw(
+      model.parameters(),
+      {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   std::vector<double> losses;
   for (int step = 0; step < kTrainSteps; ++step) {
     model.parameters().zero_grad();

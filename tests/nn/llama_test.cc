@@ -12,8 +12,14 @@ namespace weft::nn {
 namespace {
 
 LlamaConfig tiny(bool tied = false) {
-  return {.dim = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 11,
-          .multiple_of = 8, .max_seq_len = 8, .tie_embeddings = tied};
+  return {.dim = 16,
+          .n_layers = 2,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .vocab_size = 11,
+          .multiple_of = 8,
+          .max_seq_len = 8,
+          .tie_embeddings = tied};
 }
 
 struct Batch {
@@ -56,7 +62,8 @@ TEST(PhiloxTest, KnownAnswerAndShardIndependence) {
 TEST(LlamaTest, ParametersHaveTorchTitansNamesAndShapes) {
   Llama model(tiny());
   EXPECT_EQ(model.parameters().at("layers.1.attention.wk.weight").value.shape(), (Shape{8, 16}));
-  EXPECT_EQ(model.parameters().at("layers.0.feed_forward.w1.weight").value.shape(), (Shape{48, 16}));
+  EXPECT_EQ(model.parameters().at("layers.0.feed_forward.w1.weight").value.shape(),
+            (Shape{48, 16}));
   EXPECT_EQ(model.parameters().at("output.weight").value.shape(), (Shape{11, 16}));
   EXPECT_EQ(model.parameters().all().size(), 3u + 2 * 9);
   EXPECT_EQ(Llama(tiny(true)).parameters().all().size(), 2u + 2 * 9);
@@ -64,7 +71,12 @@ TEST(LlamaTest, ParametersHaveTorchTitansNamesAndShapes) {
 }
 
 TEST(LlamaTest, InitialLossIsNearLogVocab) {
-  Llama model(LlamaConfig{.dim = 32, .n_layers = 2, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 64, .max_seq_len = 16});
+  Llama model(LlamaConfig{.dim = 32,
+                          .n_layers = 2,
+                          .n_heads = 2,
+                          .n_kv_heads = 2,
+                          .vocab_size = 64,
+                          .max_seq_len = 16});
   model.init_weights(1);
   const Batch b = batch(2, 16, 64, 3);
   const double loss = model.forward(b.tokens.data(), b.targets.data(), 2, 16);
@@ -78,7 +90,8 @@ void check_gradients(bool tied) {
   model.init_weights(5);
   for (const auto& p : model.parameters().all()) {  // larger weights: gradients well above noise
     float* v = p->value.data<float>();
-    for (std::int64_t i = 0; i < p->value.numel(); ++i) v[i] *= p->name.ends_with("norm.weight") ? 1.0f : 10.0f;
+    for (std::int64_t i = 0; i < p->value.numel(); ++i)
+      v[i] *= p->name.ends_with("norm.weight") ? 1.0f : 10.0f;
   }
   const Batch b = batch(2, 7, 11, 9);
   model.parameters().zero_grad();
@@ -136,7 +149,8 @@ TEST(LlamaTest, KvCacheMatchesTheFullForward) {
   for (int v = 0; v < 11; ++v) EXPECT_NEAR(last[v], full[2 * 11 + v], 1e-5);
   for (int t = 3; t < 7; ++t) {
     last = model.forward_cached(&b.tokens[static_cast<std::size_t>(t)], 1, cache);
-    for (int v = 0; v < 11; ++v) EXPECT_NEAR(last[v], full[static_cast<std::size_t>(t * 11 + v)], 1e-5) << t;
+    for (int v = 0; v < 11; ++v)
+      EXPECT_NEAR(last[v], full[static_cast<std::size_t>(t * 11 + v)], 1e-5) << t;
   }
   EXPECT_EQ(cache.length, 7);
   const std::int32_t more[2] = {1, 2};

@@ -1,9 +1,6 @@
 // Data parallelism against one process: the same model, seed and global batch, trained 20
 // steps by 1 process and by DDP, FSDP (each mode) and HSDP over 2 to 4 ranks (threads), must
 // give the same losses; and FSDP's memory and full state.
-#include "weft/parallel/ddp.h"
-#include "weft/parallel/fsdp.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +11,7 @@
 
 #include "weft/dist/run_threads.h"
 #include "weft/nn/optim.h"
+#include "weft/parallel/ddp.h"
 #include "weft/parallel/device_mesh.h"
 #include "weft/parallel/fsdp.h"
 #include "weft/tensor/random.h"
@@ -31,13 +29,21 @@ constexpr std::int64_t kGlobalBatch = 12, kSeq = 16;  // divides by 2, 3 and 4
 // same checks at the size the issue names, in the slow set (about a minute).
 constexpr std::int64_t kVocab = 256;
 nn::LlamaConfig config() {
-  return {.dim = 256, .n_layers = 4, .n_heads = 4, .vocab_size = kVocab, .multiple_of = 32,
+  return {.dim = 256,
+          .n_layers = 4,
+          .n_heads = 4,
+          .vocab_size = kVocab,
+          .multiple_of = 32,
           .max_seq_len = kSeq};
 }
 #else
 constexpr std::int64_t kVocab = 64;
 nn::LlamaConfig config() {
-  return {.dim = 32, .n_layers = 2, .n_heads = 2, .vocab_size = kVocab, .multiple_of = 16,
+  return {.dim = 32,
+          .n_layers = 2,
+          .n_heads = 2,
+          .vocab_size = kVocab,
+          .multiple_of = 16,
           .max_seq_len = kSeq};
 }
 #endif
@@ -48,7 +54,9 @@ std::vector<std::int32_t> sequence(int step, std::int64_t i) {
   const PhiloxKey key = philox_key(5, "ddp-test");
   for (std::int64_t t = 0; t <= kSeq; ++t) {
     s[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(
-        std::pow(philox_uniform(key, static_cast<std::uint64_t>((step * kGlobalBatch + i) * (kSeq + 1) + t)), 3) *
+        std::pow(philox_uniform(
+                     key, static_cast<std::uint64_t>((step * kGlobalBatch + i) * (kSeq + 1) + t)),
+                 3) *
         kVocab);  // skewed towards small ids: something to learn
   }
   return s;
@@ -56,7 +64,7 @@ std::vector<std::int32_t> sequence(int step, std::int64_t i) {
 
 // Tokens and targets of sequences [first, first + count) of global batch `step`.
 std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> slice(int step, std::int64_t first,
-                                                                       std::int64_t count) {
+                                                                      std::int64_t count) {
   std::vector<std::int32_t> tokens, targets;
   for (std::int64_t i = first; i < first + count; ++i) {
     const auto s = sequence(step, i);
@@ -112,8 +120,9 @@ std::vector<double> data_parallel(const Layout& layout) {
       adamw = std::make_unique<nn::AdamW>(model.parameters(), nn::AdamWOptions{.lr = 3e-3});
     } else {
       fsdp = std::make_unique<FullyShardedDataParallel>(
-          model, mesh.group("dp_shard"), layout.replicate > 1 ? &mesh.group("dp_replicate") : nullptr,
-          layout.mode, nn::AdamWOptions{.lr = 3e-3});
+          model, mesh.group("dp_shard"),
+          layout.replicate > 1 ? &mesh.group("dp_replicate") : nullptr, layout.mode,
+          nn::AdamWOptions{.lr = 3e-3});
     }
     ASSERT_EQ(kGlobalBatch % (world * layout.micro), 0) << "the micro-batches must split the batch";
     const std::int64_t local = kGlobalBatch / world, part = local / layout.micro;
@@ -157,7 +166,8 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
     worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
   }
   EXPECT_LE(worst, rel) << what;
-  std::printf("%s: largest relative loss difference over %d steps %.2e\n", what.c_str(), kSteps, worst);
+  std::printf("%s: largest relative loss difference over %d steps %.2e\n", what.c_str(), kSteps,
+              worst);
 }
 
 // The tolerance: ranks sum their rows' gradients separately and the sums meet in a different
@@ -188,14 +198,16 @@ TEST_F(DataParallelTest, DdpEqualsOneProcess) {
 TEST_F(DataParallelTest, EveryFsdpModeEqualsOneProcess) {
   for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kZero2, ShardingMode::kFullShard}) {
     for (int ranks : {2, 3, 4}) {
-      expect_parity({.shard = ranks, .mode = mode},
-                    std::string("FSDP ") + sharding_mode_name(mode) + " " + std::to_string(ranks) + " ranks");
+      expect_parity(
+          {.shard = ranks, .mode = mode},
+          std::string("FSDP ") + sharding_mode_name(mode) + " " + std::to_string(ranks) + " ranks");
     }
     expect_parity({.shard = 2, .mode = mode, .micro = 2},
                   std::string("FSDP ") + sharding_mode_name(mode) + " 2 ranks, 2 micro-batches");
   }
   // The block recomputes its forward inside its backward, with the gathered parameters.
-  expect_parity({.shard = 2, .activation_checkpointing = true}, "FSDP full_shard 2 ranks, checkpointing");
+  expect_parity({.shard = 2, .activation_checkpointing = true},
+                "FSDP full_shard 2 ranks, checkpointing");
 }
 
 TEST_F(DataParallelTest, HsdpEqualsOneProcess) {
@@ -287,7 +299,8 @@ TEST(FsdpTest, ShardedInitialisationEqualsTheWholeModels) {
     ASSERT_EQ(params.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(params[i].first, want[i]->name);
-      EXPECT_EQ(params[i].second.to_vector<float>(), want[i]->value.to_vector<float>()) << want[i]->name;
+      EXPECT_EQ(params[i].second.to_vector<float>(), want[i]->value.to_vector<float>())
+          << want[i]->name;
     }
   });
 }
@@ -311,8 +324,8 @@ TEST(FsdpTest, DebugModeRejectsRanksThatStartApart) {
 }
 
 // Steps [from, to) of FSDP training; the global mean losses on rank 0.
-void train_steps(nn::Llama& model, FullyShardedDataParallel& fsdp, dist::ProcessGroup& pg, int from, int to,
-                 std::vector<double>* losses) {
+void train_steps(nn::Llama& model, FullyShardedDataParallel& fsdp, dist::ProcessGroup& pg, int from,
+                 int to, std::vector<double>* losses) {
   const std::int64_t local = kGlobalBatch / pg.size();
   for (int step = from; step < to; ++step) {
     fsdp.zero_grad();
@@ -363,7 +376,8 @@ TEST(FsdpTest, FullStateMovesBetweenRankCountsAndModes) {
   });
   ASSERT_EQ(direct.size(), 3u);
   ASSERT_EQ(resumed.size(), 3u);
-  for (std::size_t i = 0; i < direct.size(); ++i) EXPECT_NEAR(resumed[i], direct[i], kTolerance * direct[i]);
+  for (std::size_t i = 0; i < direct.size(); ++i)
+    EXPECT_NEAR(resumed[i], direct[i], kTolerance * direct[i]);
 }
 
 TEST(DeviceMeshTest, GroupsAndCoordinates) {

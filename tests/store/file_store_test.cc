@@ -6,20 +6,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "tests/store/temp_dir.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "weft/base/unique_fd.h"
 
 namespace weft::store {
 namespace {
@@ -27,27 +25,11 @@ namespace {
 using namespace std::chrono_literals;
 using testing::HasSubstr;
 
-// Runs `body` in a forked child, which exits 0 if it returned and 1 if it threw.
-pid_t fork_child(const std::function<void()>& body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 0;
-    try {
-      body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child %d: %s\n", ::getpid(), e.what());
-      code = 1;
-    }
-    ::_exit(code);  // no gtest teardown or static destructors in the child
-  }
-  return pid;
-}
+using test::fork_child;
+using test::wait_child;
 
-int wait_exit_code(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+// How long a forked child may take before it counts as hung (and is killed).
+constexpr Seconds kChildLimit{60};
 
 void append_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::app) << bytes;
@@ -55,8 +37,8 @@ void append_bytes(const std::string& path, const std::string& bytes) {
 
 class FileStoreTest : public testing::Test {
  protected:
-  test::TempDir dir_;
-  const std::string path_ = dir_.path() + "/store";
+  test::TempDir dir_{"weft-store-test"};
+  const std::string path_ = dir_.file("store");
 };
 
 TEST_F(FileStoreTest, ForkedProcessesAddConcurrently) {
@@ -71,7 +53,7 @@ TEST_F(FileStoreTest, ForkedProcessesAddConcurrently) {
   }
   FileStore store(path_);
   store.wait({"done/0", "done/1", "done/2", "done/3"}, 30s);
-  for (pid_t c : children) EXPECT_EQ(wait_exit_code(c), 0);
+  for (pid_t c : children) EXPECT_EQ(wait_child(c, kChildLimit), 0);
   EXPECT_EQ(store.add("counter", 0), kProcs * kAdds);
   EXPECT_EQ(store.num_keys(), 1 + kProcs);
 }
@@ -83,7 +65,7 @@ TEST_F(FileStoreTest, GetWaitsForAnotherProcess) {
   });
   FileStore store(path_);
   EXPECT_EQ(store.get("from-child"), "hi");
-  EXPECT_EQ(wait_exit_code(child), 0);
+  EXPECT_EQ(wait_child(child, kChildLimit), 0);
 }
 
 TEST_F(FileStoreTest, TornRecordIsCutOff) {
@@ -133,9 +115,9 @@ TEST_F(FileStoreTest, LockHeldElsewhereTimesOut) {
   FileStore store(path_);
   store.set("k", "v");
   // flock() excludes other open file descriptions, even in this process.
-  const int other = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(other, 0);
-  ASSERT_EQ(::flock(other, LOCK_EX), 0);
+  UniqueFd other(::open(path_.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(other);
+  ASSERT_EQ(::flock(other.get(), LOCK_EX), 0);
   store.set_timeout(200ms);
   const auto start = Clock::now();
   try {
@@ -145,13 +127,13 @@ TEST_F(FileStoreTest, LockHeldElsewhereTimesOut) {
     EXPECT_THAT(e.what(), HasSubstr("could not lock"));
   }
   EXPECT_LT(Clock::now() - start, 1s);
-  ::close(other);  // releases the lock
+  other.reset();  // releases the lock
   store.set("k", "w");
   EXPECT_EQ(store.get("k"), "w");
 }
 
 TEST_F(FileStoreTest, UnopenablePathThrowsSystemError) {
-  EXPECT_THROW(FileStore(dir_.path() + "/no/such/dir/store"), SystemError);
+  EXPECT_THROW(FileStore(dir_.file("no/such/dir/store")), SystemError);
 }
 
 TEST_F(FileStoreTest, OversizedValueIsRefused) {

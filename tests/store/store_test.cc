@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/store/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "weft/base/error.h"
 #include "weft/store/file_store.h"
 #include "weft/store/hash_store.h"
@@ -54,8 +54,8 @@ World prefix_world() {
 }
 
 World file_world() {
-  auto dir = std::make_shared<test::TempDir>();
-  const std::string path = dir->path() + "/store";
+  auto dir = std::make_shared<test::TempDir>("weft-store-test");
+  const std::string path = dir->file("store");
   return {std::make_shared<FileStore>(path), [path] { return std::make_shared<FileStore>(path); },
           dir};
 }

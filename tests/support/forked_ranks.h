@@ -38,8 +38,9 @@ inline std::string last_job_value(const std::string& key) {
   return last_job_store()->get(key);
 }
 
-inline std::vector<RankExit> run_forked_ranks(int n, const std::function<int(int)>& fn,
-                                              std::chrono::seconds limit = std::chrono::seconds(60)) {
+inline std::vector<RankExit> run_forked_ranks(
+    int n, const std::function<int(int)>& fn,
+    std::chrono::seconds limit = std::chrono::seconds(60)) {
   store::TCPStoreOptions options;
   options.is_server = true;
   options.token = "test-job-token";
@@ -73,11 +74,12 @@ inline std::vector<RankExit> run_forked_ranks(int n, const std::function<int(int
   for (int r = 0; r < n; ++r) {
     int status = 0;
     while (::waitpid(pids[static_cast<std::size_t>(r)], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > give_up) ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+      if (std::chrono::steady_clock::now() > give_up)
+        ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    exits[static_cast<std::size_t>(r)] = WIFEXITED(status) ? RankExit{true, WEXITSTATUS(status)}
-                                                           : RankExit{false, WTERMSIG(status)};
+    exits[static_cast<std::size_t>(r)] =
+        WIFEXITED(status) ? RankExit{true, WEXITSTATUS(status)} : RankExit{false, WTERMSIG(status)};
   }
   return exits;
 }

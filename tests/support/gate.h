@@ -26,6 +26,7 @@ class Gate {
       std::abort();
     }
   }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;

@@ -20,8 +20,7 @@ class OnEveryTarget : public ::testing::TestWithParam<std::string> {
 
 }  // namespace weft::testing
 
-#define WEFT_ON_EVERY_TARGET(Suite)                                                       \
-  INSTANTIATE_TEST_SUITE_P(, Suite, ::testing::ValuesIn(::weft::simd::supported_targets()), \
-                           [](const ::testing::TestParamInfo<std::string>& target) {       \
-                             return target.param;                                          \
-                           })
+#define WEFT_ON_EVERY_TARGET(Suite)                                    \
+  INSTANTIATE_TEST_SUITE_P(                                            \
+      , Suite, ::testing::ValuesIn(::weft::simd::supported_targets()), \
+      [](const ::testing::TestParamInfo<std::string>& target) { return target.param; })

@@ -171,7 +171,9 @@ TEST(TensorTest, BadArgumentsNameTheValues) {
   EXPECT_THAT(error_of([&] { t.narrow(1, 2, 2); }), HasSubstr("outside size 3 of shape [2, 3]"));
   EXPECT_THAT(error_of([&] { t.size(2); }), HasSubstr("dimension 2 is out of range"));
   EXPECT_EQ(t.size(-1), 3);
-  EXPECT_THAT(error_of([] { Tensor::from(std::vector<float>{1, 2}, {3}); }),
+  EXPECT_THAT(error_of([] {
+                Tensor::from(std::vector<float>{1, 2}, {3});
+              }),
               HasSubstr("2 values for shape [3]"));
   EXPECT_THAT(error_of([] { Tensor::zeros({2, -1}); }), HasSubstr("negative size"));
 }

@@ -8,22 +8,22 @@
 #include <string>
 #include <vector>
 
-#include "tests/launch/subprocess.h"
+#include "tests/support/subprocess.h"
 #include "weft/train/config.h"
 #include "weft/train/generate.h"
 
 namespace weft {
 namespace {
 
-using launch::testing::Finished;
-using launch::testing::lines_of;
+using test::Finished;
+using test::lines_of;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::StartsWith;
 
 Finished help_of(const std::string& tool) {
-  const Finished f = launch::testing::run({tool, "--help"});
+  const Finished f = test::run({tool, "--help"});
   EXPECT_EQ(f.code, 0) << tool << ": " << f.err;
   EXPECT_THAT(f.err, IsEmpty()) << tool;
   return f;

@@ -6,39 +6,40 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
 constexpr double kTolerance = 1e-6;
+// One weft-train run: 20 steps of the debug model take seconds; a run past this is hung.
+constexpr weft::Seconds kRunLimit{240};
 
 class DataParallelRunTest : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("weft-dp-run-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Runs weft-train on `ranks` processes (1: without weftrun) with `args`; returns the JSON
   // lines' path.
   std::string train(const std::string& name, int ranks, const std::string& args) {
     const std::string jsonl = (dir_ / (name + ".jsonl")).string();
-    std::string command = std::string(WEFT_TRAIN_TOOL) + " --config " WEFT_SOURCE_DIR "/configs/debug.toml" +
-                          " --training.dataset_path " WEFT_SOURCE_DIR "/data/tinyshakespeare.txt" +
-                          " --training.steps 20 --training.seq_len 64 --metrics.log_freq 1" +
-                          " --metrics.peak_gflops 100 --validation.freq 10 --validation.steps 2" +
-                          " --checkpoint.folder " + (dir_ / name).string() + " --metrics.jsonl_path " +
-                          jsonl + " " + args + " > " + (dir_ / (name + ".log")).string() + " 2>&1";
-    if (ranks > 1) command = std::string(WEFT_RUN_TOOL) + " --nproc-per-node " + std::to_string(ranks) + " " + command;
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    const std::string command =
+        (ranks > 1 ? std::string(WEFT_RUN_TOOL) + " --nproc-per-node " + std::to_string(ranks) + " "
+                   : "") +
+        WEFT_TRAIN_TOOL " --config " WEFT_SOURCE_DIR "/configs/debug.toml" +
+        " --training.dataset_path " WEFT_SOURCE_DIR "/data/tinyshakespeare.txt" +
+        " --training.steps 20 --training.seq_len 64 --metrics.log_freq 1" +
+        " --metrics.peak_gflops 100 --validation.freq 10 --validation.steps 2" +
+        " --checkpoint.folder " + (dir_ / name).string() + " --metrics.jsonl_path " + jsonl + " " +
+        args;
+    const weft::test::Finished f = weft::test::run(weft::test::words_of(command), {}, kRunLimit);
+    EXPECT_EQ(f.code, 0) << command << "\n" << f.out << f.err;
     return jsonl;
   }
   static std::vector<double> read(const std::string& path, const char* key) {
@@ -51,19 +52,22 @@ class DataParallelRunTest : public testing::Test {
     }
     return values;
   }
-  static void expect_close(const std::string& got, const std::string& want, double rel, const std::string& what) {
+  static void expect_close(const std::string& got, const std::string& want, double rel,
+                           const std::string& what) {
     for (const char* key : {"loss", "val_loss"}) {
       const auto a = read(want, key), b = read(got, key);
       ASSERT_EQ(a.size(), b.size()) << what << " " << key;
       ASSERT_FALSE(a.empty()) << what;
       double worst = 0;
-      for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(b[i] - a[i]) / a[i]);
+      for (std::size_t i = 0; i < a.size(); ++i)
+        worst = std::max(worst, std::abs(b[i] - a[i]) / a[i]);
       EXPECT_LE(worst, rel) << what << " " << key;
       std::printf("%-40s %-8s largest relative difference %.2e\n", what.c_str(), key, worst);
     }
   }
 
-  fs::path dir_;
+  const weft::test::TempDir tmp_{"weft-dp-run"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(DataParallelRunTest, EveryLayoutMatchesOneProcess) {
@@ -78,14 +82,23 @@ TEST_F(DataParallelRunTest, EveryLayoutMatchesOneProcess) {
       {"ddp-2", 2, "--training.batch_size 4"},
       {"ddp-4", 4, "--training.batch_size 2"},
       {"ddp-2-accumulate-2", 2, "--training.batch_size 2 --training.gradient_accumulation_steps 2"},
-      {"zero1-2", 2, "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode zero1"},
-      {"zero1-4", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4 --parallelism.fsdp_mode zero1"},
-      {"zero2-2", 2, "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode zero2"},
-      {"zero2-4", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4 --parallelism.fsdp_mode zero2"},
+      {"zero1-2", 2,
+       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode "
+       "zero1"},
+      {"zero1-4", 4,
+       "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4 --parallelism.fsdp_mode "
+       "zero1"},
+      {"zero2-2", 2,
+       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode "
+       "zero2"},
+      {"zero2-4", 4,
+       "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4 --parallelism.fsdp_mode "
+       "zero2"},
       {"full_shard-2", 2, "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2"},
       {"full_shard-4", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4"},
-      {"hsdp-2x2", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 2"
-                      " --parallelism.data_parallel_replicate_degree 2"},
+      {"hsdp-2x2", 4,
+       "--training.batch_size 2 --parallelism.data_parallel_shard_degree 2"
+       " --parallelism.data_parallel_replicate_degree 2"},
   };
   for (const Case& c : cases) {
     // HSDP also writes its (final) checkpoint: one replica's shard group gathers it.
@@ -98,8 +111,9 @@ TEST_F(DataParallelRunTest, EveryLayoutMatchesOneProcess) {
 // FSDP checkpoints hold the full state: a full_shard run resumed at step 10 equals its
 // uninterrupted run exactly, and a DDP run resumes the same checkpoint to within rounding.
 TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
-  const std::string fsdp = "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
-                           "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+  const std::string fsdp =
+      "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
+      "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
   const std::string whole = train("whole", 2, fsdp);
   const auto a = read(whole, "loss");
   ASSERT_EQ(a.size(), 20u);
@@ -112,7 +126,8 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
   ASSERT_EQ(c.size(), 10u);
-  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+  for (std::size_t i = 0; i < c.size(); ++i)
+    EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/data.h"
@@ -22,12 +23,6 @@ const std::string kData = WEFT_SOURCE_DIR "/data/tinyshakespeare.txt";
 
 class TrainTest : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("weft-train-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& text) {
     const std::string p = (dir_ / name).string();
     std::ofstream(p) << text;
@@ -44,15 +39,24 @@ class TrainTest : public testing::Test {
   }
   // A small model that trains in well under a second per step.
   std::vector<std::pair<std::string, std::string>> small(std::int64_t steps) {
-    return {{"model.dim", "32"}, {"model.n_layers", "2"}, {"model.n_heads", "2"},
-            {"model.max_seq_len", "32"}, {"training.seq_len", "32"}, {"training.batch_size", "4"},
-            {"training.steps", std::to_string(steps)}, {"training.dataset_path", kData},
-            {"lr_scheduler.warmup_steps", "2"}, {"metrics.log_freq", "1"},
-            {"metrics.peak_gflops", "100"}, {"validation.freq", "4"}, {"validation.steps", "2"},
+    return {{"model.dim", "32"},
+            {"model.n_layers", "2"},
+            {"model.n_heads", "2"},
+            {"model.max_seq_len", "32"},
+            {"training.seq_len", "32"},
+            {"training.batch_size", "4"},
+            {"training.steps", std::to_string(steps)},
+            {"training.dataset_path", kData},
+            {"lr_scheduler.warmup_steps", "2"},
+            {"metrics.log_freq", "1"},
+            {"metrics.peak_gflops", "100"},
+            {"validation.freq", "4"},
+            {"validation.steps", "2"},
             {"checkpoint.folder", (dir_ / "ckpt").string()}};
   }
 
-  fs::path dir_;
+  const test::TempDir tmp_{"weft-train"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
@@ -63,17 +67,21 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
               HasSubstr("training.steps must be an integer, got a string"));
   EXPECT_THAT(config_error("[training]\nsteps = 0\n"),
               HasSubstr("training.steps = 0 is out of range: it must be at least 1"));
-  EXPECT_THAT(config_error("[optimizer]\nbeta1 = 1.5\n"), HasSubstr("optimizer.beta1 = 1.5 is out of range"));
+  EXPECT_THAT(config_error("[optimizer]\nbeta1 = 1.5\n"),
+              HasSubstr("optimizer.beta1 = 1.5 is out of range"));
   EXPECT_THAT(config_error("[lr_scheduler]\ndecay_type = \"exp\"\n"),
               HasSubstr("use one of: cosine, linear, constant"));
-  EXPECT_THAT(config_error("[model]\ndim = 30\n"), HasSubstr("model: dim 30 is not divisible by n_heads 4"));
+  EXPECT_THAT(config_error("[model]\ndim = 30\n"),
+              HasSubstr("model: dim 30 is not divisible by n_heads 4"));
   EXPECT_THAT(config_error("[training]\nseq_len = 512\n"), HasSubstr("exceeds model.max_seq_len"));
   EXPECT_THAT(config_error("[training\n"), HasSubstr("line 1"));
   EXPECT_THAT(config_error("[training]\nvalidation_fraction = 0.0\n"),
               HasSubstr("validation.enable = true needs a validation split"));
-  EXPECT_THAT(config_error("", {{"training.steps", "ten"}}), HasSubstr("--training.steps: training.steps must be an integer, got 'ten'"));
+  EXPECT_THAT(config_error("", {{"training.steps", "ten"}}),
+              HasSubstr("--training.steps: training.steps must be an integer, got 'ten'"));
   EXPECT_THAT(config_error("", {{"steps", "10"}}), HasSubstr("overrides are --section.key value"));
-  EXPECT_EQ(load_config("", {{"training.steps", "7"}, {"optimizer.lr", "1e-3"}}).lr_scheduler.lr, 1e-3);
+  EXPECT_EQ(load_config("", {{"training.steps", "7"}, {"optimizer.lr", "1e-3"}}).lr_scheduler.lr,
+            1e-3);
 }
 
 TEST_F(TrainTest, ParallelismMustFitTheWorld) {
@@ -86,11 +94,13 @@ TEST_F(TrainTest, ParallelismMustFitTheWorld) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("must equal the world size 1"));
   }
-  EXPECT_THAT(config_error("[parallelism]\nfsdp_mode = \"zero4\"\n"), HasSubstr("full_shard, zero1, zero2"));
+  EXPECT_THAT(config_error("[parallelism]\nfsdp_mode = \"zero4\"\n"),
+              HasSubstr("full_shard, zero1, zero2"));
 }
 
 TEST_F(TrainTest, ConfigRoundTripsThroughToml) {
-  Config c = load_config("", {{"model.dim", "64"}, {"lr_scheduler.decay_type", "linear"},
+  Config c = load_config("", {{"model.dim", "64"},
+                              {"lr_scheduler.decay_type", "linear"},
                               {"training.dataset_path", "a \"quoted\" path"}});
   const Config back = parse_config(to_toml(c), "round trip");
   EXPECT_EQ(back.model.dim, 64);
@@ -166,12 +176,19 @@ TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
 // text is about 3.3 nats and the untrained model's 5.5; the stated threshold is 2.5.
 TEST_F(TrainTest, ShortRunLearnsShakespeare) {
   std::ostringstream log;
-  Trainer t(load_config("", {{"model.dim", "64"}, {"model.n_layers", "2"}, {"model.n_heads", "2"},
-                             {"model.max_seq_len", "64"}, {"training.seq_len", "64"},
-                             {"training.batch_size", "16"}, {"training.steps", "200"},
-                             {"training.dataset_path", kData}, {"optimizer.lr", "3e-3"},
-                             {"lr_scheduler.warmup_steps", "20"}, {"metrics.peak_gflops", "100"},
-                             {"metrics.log_freq", "50"}, {"validation.freq", "200"}}),
+  Trainer t(load_config("", {{"model.dim", "64"},
+                             {"model.n_layers", "2"},
+                             {"model.n_heads", "2"},
+                             {"model.max_seq_len", "64"},
+                             {"training.seq_len", "64"},
+                             {"training.batch_size", "16"},
+                             {"training.steps", "200"},
+                             {"training.dataset_path", kData},
+                             {"optimizer.lr", "3e-3"},
+                             {"lr_scheduler.warmup_steps", "20"},
+                             {"metrics.peak_gflops", "100"},
+                             {"metrics.log_freq", "50"},
+                             {"validation.freq", "200"}}),
             log);
   t.run();
   ASSERT_TRUE(t.last_validation_loss().has_value());
@@ -181,15 +198,12 @@ TEST_F(TrainTest, ShortRunLearnsShakespeare) {
 // The tool: bad configurations exit 2 with the message and write nothing.
 TEST_F(TrainTest, ToolRejectsBadConfigurationsBeforeWritingAnything) {
   const std::string folder = (dir_ / "never").string(), jsonl = (dir_ / "never.jsonl").string();
-  const std::string base = std::string(WEFT_TRAIN_TOOL) + " --checkpoint.enable true --checkpoint.folder " +
-                           folder + " --metrics.jsonl_path " + jsonl + " ";
+  const std::string base = std::string(WEFT_TRAIN_TOOL) +
+                           " --checkpoint.enable true --checkpoint.folder " + folder +
+                           " --metrics.jsonl_path " + jsonl + " ";
   auto run = [&](const std::string& args) {
-    const std::string out = (dir_ / "out.txt").string();
-    const int status = std::system((base + args + " > " + out + " 2>&1").c_str());
-    std::ifstream in(out);
-    std::stringstream text;
-    text << in.rdbuf();
-    return std::pair{WEXITSTATUS(status), text.str()};
+    const test::Finished f = test::run(test::words_of(base + args));
+    return std::pair{f.code, f.out + f.err};
   };
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--training.bogus 1", "unknown key training.bogus"},

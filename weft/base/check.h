@@ -15,7 +15,7 @@ namespace weft::internal {
 
 template <class T>
 std::string check_value_string(const T& value) {
-  if constexpr (requires(std::ostream& os) { os << value; }) {
+  if constexpr (requires(std::ostream & os) { os << value; }) {
     std::ostringstream os;
     os << value;
     return os.str();
@@ -27,26 +27,26 @@ std::string check_value_string(const T& value) {
 template <class A, class B>
 [[noreturn]] void check_op_failed(const char* file, int line, const char* expr, const A& a,
                                   const B& b) {
-  check_failed(file, line,
-               std::string(expr) + " (" + check_value_string(a) + " vs " + check_value_string(b) +
-                   ")");
+  check_failed(
+      file, line,
+      std::string(expr) + " (" + check_value_string(a) + " vs " + check_value_string(b) + ")");
 }
 
 }  // namespace weft::internal
 
-#define WEFT_CHECK(cond)                                       \
-  do {                                                         \
-    if (!(cond)) [[unlikely]]                                  \
+#define WEFT_CHECK(cond)                                         \
+  do {                                                           \
+    if (!(cond)) [[unlikely]]                                    \
       ::weft::internal::check_failed(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define WEFT_CHECK_OP_(op, a, b)                                                      \
-  do {                                                                                \
-    const auto& weft_check_a_ = (a);                                                  \
-    const auto& weft_check_b_ = (b);                                                  \
-    if (!(weft_check_a_ op weft_check_b_)) [[unlikely]]                               \
+#define WEFT_CHECK_OP_(op, a, b)                                                              \
+  do {                                                                                        \
+    const auto& weft_check_a_ = (a);                                                          \
+    const auto& weft_check_b_ = (b);                                                          \
+    if (!(weft_check_a_ op weft_check_b_)) [[unlikely]]                                       \
       ::weft::internal::check_op_failed(__FILE__, __LINE__, #a " " #op " " #b, weft_check_a_, \
-                                        weft_check_b_);                               \
+                                        weft_check_b_);                                       \
   } while (0)
 
 #define WEFT_CHECK_EQ(a, b) WEFT_CHECK_OP_(==, a, b)

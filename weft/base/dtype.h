@@ -1,5 +1,5 @@
-// Element types shared by the collectives (weft/dist) and, later, the tensors: DType names
-// them, Half and BFloat16 are the 16-bit floating-point storage types.
+// Element types shared by the collectives (weft/dist) and the tensors (weft/tensor): DType
+// names them, Half and BFloat16 are the 16-bit floating-point storage types.
 #pragma once
 
 #include <cstddef>
@@ -43,16 +43,42 @@ bool is_floating(DType dtype);
 // The DType of a C++ element type: dtype_of<float>() == DType::kFloat32.
 template <class T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
-template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
-template <> constexpr DType dtype_of<Half>() { return DType::kFloat16; }
-template <> constexpr DType dtype_of<BFloat16>() { return DType::kBFloat16; }
-template <> constexpr DType dtype_of<std::int8_t>() { return DType::kInt8; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return DType::kFloat16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::kBFloat16;
+}
+template <>
+constexpr DType dtype_of<std::int8_t>() {
+  return DType::kInt8;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::kInt64;
+}
 
 template <class T>
-concept Element = requires { dtype_of<T>(); };
+concept Element = requires {
+  dtype_of<T>();
+};
 
 }  // namespace weft

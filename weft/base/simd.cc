@@ -60,9 +60,9 @@ void use_target(std::string_view name) {
     auto it = bits.begin();
     for (; it != bits.end() && !same_name(hwy::TargetName(*it), name); ++it) better |= *it;
     if (it == bits.end()) {
-      throw InvalidArgument("SIMD target '" + std::string(name) + "' is not one this build " +
-                            "and CPU run (WEFT_SIMD_TARGET); supported: " +
-                            join(supported_targets()));
+      throw InvalidArgument(
+          "SIMD target '" + std::string(name) + "' is not one this build " +
+          "and CPU run (WEFT_SIMD_TARGET); supported: " + join(supported_targets()));
     }
   }
   disabled.store(better);

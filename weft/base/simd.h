@@ -43,13 +43,13 @@ class ScopedTarget {
 
 }  // namespace weft::simd
 
-// In a source's HWY_ONCE part (after HWY_EXPORT(name##F32) and HWY_EXPORT(name##F64)): the
-// best target's name##F32 when T is float, name##F64 when it is double, so that a kernel's
-// template entry point dispatches in one line.
-#define WEFT_DISPATCH_BY_TYPE(T, name)                              \
-  ([] {                                                             \
-    if constexpr (sizeof(T) == sizeof(float))                       \
-      return &HWY_DYNAMIC_DISPATCH(name##F32);                      \
-    else                                                            \
-      return &HWY_DYNAMIC_DISPATCH(name##F64);                      \
+// In a source's HWY_ONCE part (after HWY_EXPORT(name##F32) and HWY_EXPORT(name##F64)): calls
+// the best target's name##F32 when T is float, name##F64 when it is double, with the
+// arguments after `name`, so that a kernel's template entry point dispatches in one line.
+#define WEFT_DISPATCH_BY_TYPE(T, name, ...)                \
+  ([&] {                                                   \
+    if constexpr (sizeof(T) == sizeof(float))              \
+      return HWY_DYNAMIC_DISPATCH(name##F32)(__VA_ARGS__); \
+    else                                                   \
+      return HWY_DYNAMIC_DISPATCH(name##F64)(__VA_ARGS__); \
   }())

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "weft/base/unique_fd.h"
+
 namespace weft::checkpoint {
 namespace {
 
@@ -23,10 +25,10 @@ struct DTypeName {
   DType dtype;
   const char* name;
 };
-constexpr DTypeName kDTypes[] = {
-    {DType::kFloat32, "F32"}, {DType::kFloat64, "F64"}, {DType::kFloat16, "F16"},
-    {DType::kBFloat16, "BF16"}, {DType::kInt8, "I8"}, {DType::kUInt8, "U8"},
-    {DType::kInt32, "I32"}, {DType::kInt64, "I64"}};
+constexpr DTypeName kDTypes[] = {{DType::kFloat32, "F32"}, {DType::kFloat64, "F64"},
+                                 {DType::kFloat16, "F16"}, {DType::kBFloat16, "BF16"},
+                                 {DType::kInt8, "I8"},     {DType::kUInt8, "U8"},
+                                 {DType::kInt32, "I32"},   {DType::kInt64, "I64"}};
 
 const char* safetensors_name(DType dtype) {
   for (const auto& d : kDTypes) {
@@ -60,12 +62,9 @@ std::string temporary_name(const std::string& path) {
 void sync_directory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw SystemError("open directory " + dir + " to sync it", errno);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw SystemError("fsync directory " + dir, err);
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw SystemError("open directory " + dir + " to sync it", errno);
+  if (::fsync(fd.get()) != 0) throw SystemError("fsync directory " + dir, errno);
 }
 
 }  // namespace
@@ -89,22 +88,23 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
 
   const std::string tmp = temporary_name(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError("create " + tmp, errno);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd) throw SystemError("create " + tmp, errno);
   try {
-    write_all(fd, length, 8, tmp);
-    write_all(fd, text.data(), text.size(), tmp);
+    write_all(fd.get(), length, 8, tmp);
+    write_all(fd.get(), text.data(), text.size(), tmp);
     for (const auto& [name, tensor] : tensors) {
       const Tensor c = tensor.contiguous();
-      if (c.nbytes() > 0) write_all(fd, c.bytes(), c.nbytes(), tmp);
+      if (c.nbytes() > 0) write_all(fd.get(), c.bytes(), c.nbytes(), tmp);
     }
-    if (::fsync(fd) != 0) throw SystemError("fsync " + tmp, errno);
+    if (::fsync(fd.get()) != 0) throw SystemError("fsync " + tmp, errno);
+    // Checked: a file system that writes back on close (NFS) reports a lost write only here.
+    if (const int err = fd.close(); err != 0) throw SystemError("close " + tmp, err);
   } catch (...) {
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -122,7 +122,8 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
 
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot open checkpoint file " + path + ": " + std::strerror(errno));
+  if (!in)
+    throw CheckpointError("cannot open checkpoint file " + path + ": " + std::strerror(errno));
   in.seekg(0, std::ios::end);
   const auto size = static_cast<std::uint64_t>(in.tellg());
   in.seekg(0);
@@ -165,7 +166,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
       const std::string dtype = value.at("dtype").get<std::string>();
       const auto* known = std::find_if(std::begin(kDTypes), std::end(kDTypes),
                                        [&](const DTypeName& d) { return dtype == d.name; });
-      if (known == std::end(kDTypes)) bad_file(path, "tensor " + name + " has unknown dtype " + dtype);
+      if (known == std::end(kDTypes))
+        bad_file(path, "tensor " + name + " has unknown dtype " + dtype);
       e.dtype = known->dtype;
       std::uint64_t bytes = dtype_size(e.dtype);  // the product, checked for overflow
       for (std::int64_t d : e.shape) {
@@ -183,7 +185,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   } catch (const json::exception& e) {
     bad_file(path, std::string("header entry malformed (") + e.what() + ")");
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   std::uint64_t expected = 0;
   for (const Entry& e : entries) {
     if (e.begin != expected) bad_file(path, "tensor data overlaps or leaves gaps at " + e.name);

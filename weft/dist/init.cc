@@ -53,8 +53,7 @@ int parse_int(const std::string& name, const std::string& value) {
     if (used == value.size()) return v;
   } catch (const std::exception&) {
   }
-  throw InvalidArgument("dist::init_process_group: " + name + "='" + value +
-                        "' is not an integer");
+  throw InvalidArgument("dist::init_process_group: " + name + "='" + value + "' is not an integer");
 }
 
 int from_env_or(int given, const char* name, const std::string& hint) {
@@ -186,11 +185,12 @@ std::vector<std::string> registered_backends() {
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
-  std::string backend = !options.backend.empty() ? options.backend
-                                                 : env("WEFT_BACKEND").value_or("");
+  std::string backend =
+      !options.backend.empty() ? options.backend : env("WEFT_BACKEND").value_or("");
   if (backend == "thread") {
-    throw InvalidArgument("dist::init_process_group: the thread backend runs ranks as threads of "
-                          "one process; call weft::dist::run_threads(n, fn) instead");
+    throw InvalidArgument(
+        "dist::init_process_group: the thread backend runs ranks as threads of "
+        "one process; call weft::dist::run_threads(n, fn) instead");
   }
   if (!backend.empty()) find_backend(backend);  // an unknown name fails before rendezvous
   const std::string hint = "run under weftrun, or set RANK and WORLD_SIZE";

@@ -20,11 +20,11 @@
 namespace weft::dist {
 
 struct InitOptions {
-  std::string backend;        // empty: $WEFT_BACKEND, else "shm" when every rank runs on
-                              // this host and "tcp" when the job spans hosts
-  std::string init_method;    // empty: "env://"; also "tcp://host:port" and "file:///path"
-  int rank = -1;              // -1: $RANK
-  int world_size = -1;        // -1: $WORLD_SIZE
+  std::string backend;             // empty: $WEFT_BACKEND, else "shm" when every rank runs on
+                                   // this host and "tcp" when the job spans hosts
+  std::string init_method;         // empty: "env://"; also "tcp://host:port" and "file:///path"
+  int rank = -1;                   // -1: $RANK
+  int world_size = -1;             // -1: $WORLD_SIZE
   std::optional<Seconds> timeout;  // rendezvous and per-operation timeout; default 300 s
 };
 

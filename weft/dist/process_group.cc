@@ -10,7 +10,6 @@
 #include "weft/dist/algorithms/collectives.h"
 #include "weft/dist/internal/call_check.h"
 #include "weft/dist/internal/op_queue.h"
-#include "weft/exec/internal/future_state.h"
 
 namespace weft::dist {
 
@@ -86,8 +85,8 @@ void reducing(Buffer out, Buffer in, ReduceOp op, std::size_t n, bool result_her
   std::vector<float> wide_in = widen(in);
   std::vector<float> wide_out = in.data == out.data ? std::vector<float>() : widen(out);
   std::vector<float>& wo = in.data == out.data ? wide_in : wide_out;
-  run(Buffer(wo.data(), out.count, DType::kFloat32), Buffer(wide_in.data(), in.count, DType::kFloat32),
-      base);
+  run(Buffer(wo.data(), out.count, DType::kFloat32),
+      Buffer(wide_in.data(), in.count, DType::kFloat32), base);
   if (!result_here) return;
   if (op == ReduceOp::kAvg) finish_average(wo.data(), out.count, DType::kFloat32, n);
   narrow(wo, out);
@@ -111,9 +110,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int
       backend_(std::move(backend_name)),
       options_(std::move(options)),
       queue_(std::make_unique<internal::OpQueue>()) {
-  auto done = std::make_shared<weft::internal::FutureState<void>>();
-  done->set_value();
-  completed_ = std::make_shared<Work>(Future<void>(done));
+  Promise<void> done;
+  done.set_value();
+  completed_ = std::make_shared<Work>(done.get_future());
   const auto it = std::find(members_.begin(), members_.end(), transport_->rank());
   if (it == members_.end()) {
     throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(transport_->rank()) +
@@ -176,11 +175,11 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
   // A blocking call on an idle group runs right here: handing it to the queue thread and
   // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
   const bool run_here = t_blocking_group == this && outstanding_ == 0;
-  std::shared_ptr<weft::internal::FutureState<void>> state;
+  std::optional<Promise<void>> state;
   std::shared_ptr<Work> work;
   if (!run_here) {  // before the counts below, which a failed allocation must not change
-    state = std::make_shared<weft::internal::FutureState<void>>();
-    work = std::make_shared<Work>(Future<void>(state));
+    state.emplace();
+    work = std::make_shared<Work>(state->get_future());
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
@@ -200,31 +199,31 @@ std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
       error = run_op(run, body, /*queued=*/false);
     }
     if (!error && run.signature) return completed_;
-    state = std::make_shared<weft::internal::FutureState<void>>();
-    work = std::make_shared<Work>(Future<void>(state));
-    complete(*state, error);
-    return work;
+    Promise<void> done_here;
+    complete(done_here, error);
+    return std::make_shared<Work>(done_here.get_future());
   }
-  queue_->push([this, state, run = std::move(run), body = std::move(body)] {
-    {
-      // Issued after an operation that runs on its caller's thread: keep issue order. No
-      // deadline here because that operation has its own, which ends this wait too.
-      std::unique_lock wait_lock(mu_);
-      inline_done_.wait(wait_lock, [this] { return !inline_running_; });
-    }
-    std::exception_ptr error;
-    try {
-      error = run_op(run, body, /*queued=*/true);
-    } catch (...) {  // run_op's error handling failed itself (out of memory): still complete
-      error = std::current_exception();
-    }
-    {
-      // Before completing the Work: its waiter may destroy the group right after.
-      std::lock_guard done_lock(mu_);
-      --outstanding_;
-    }
-    complete(*state, error);
-  });
+  queue_->push(
+      [this, state = *std::move(state), run = std::move(run), body = std::move(body)]() mutable {
+        {
+          // Issued after an operation that runs on its caller's thread: keep issue order. No
+          // deadline here because that operation has its own, which ends this wait too.
+          std::unique_lock wait_lock(mu_);
+          inline_done_.wait(wait_lock, [this] { return !inline_running_; });
+        }
+        std::exception_ptr error;
+        try {
+          error = run_op(run, body, /*queued=*/true);
+        } catch (...) {  // run_op's error handling failed itself (out of memory): still complete
+          error = std::current_exception();
+        }
+        {
+          // Before completing the Work: its waiter may destroy the group right after.
+          std::lock_guard done_lock(mu_);
+          --outstanding_;
+        }
+        complete(state, error);
+      });
   return work;
 }
 
@@ -237,7 +236,7 @@ void ProcessGroup::finish_inline() {
   inline_done_.notify_all();
 }
 
-void ProcessGroup::complete(weft::internal::FutureState<void>& state, std::exception_ptr error) {
+void ProcessGroup::complete(Promise<void>& state, std::exception_ptr error) {
   if (error) {
     state.set_exception(error);
   } else {
@@ -252,8 +251,10 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
     std::lock_guard run_lock(mu_);
     if (!broken_.empty()) {
       return std::make_exception_ptr(GroupBroken("dist::" + std::string(run.op) + " on " +
-                                                 describe() + ": not run, the group broke "
-                                                 "earlier (" + broken_ + ")"));
+                                                 describe() +
+                                                 ": not run, the group broke "
+                                                 "earlier (" +
+                                                 broken_ + ")"));
     }
   }
   const bool collective = run.signature.has_value();
@@ -270,8 +271,8 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   } catch (const PeerTimeout& e) {
     std::ostringstream msg;
     msg << "dist::" << run.op << " #" << run.seq << " on " << describe() << " timed out after "
-        << run.timeout.count() << " s: "
-        << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
+        << run.timeout.count()
+        << " s: " << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
         << ". Check that every rank makes the same calls in the same order, or raise the "
            "timeout (GroupOptions::timeout, OpOptions::timeout)";
     fail(msg.str());
@@ -287,7 +288,7 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
          " failed: " + e.what());
     return std::current_exception();
   } catch (const abi::__forced_unwind&) {
-    throw;  // thread cancellation must unwind on
+    throw;         // thread cancellation must unwind on
   } catch (...) {  // whatever it was, the operation must complete (with it) so nothing waits
     fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
          " failed with an exception that is not a std::exception");
@@ -333,8 +334,10 @@ void ProcessGroup::check_root(const char* op, int root) const {
 
 void ProcessGroup::check_reduce(const char* op, const Buffer& buf, ReduceOp kind) const {
   if (is_bitwise(kind) && is_floating(buf.dtype)) {
-    invalid(op, "reduce op " + std::string(reduce_op_name(kind)) + " is bitwise and needs an "
-                "integer dtype, got " + std::string(dtype_name(buf.dtype)));
+    invalid(op, "reduce op " + std::string(reduce_op_name(kind)) +
+                    " is bitwise and needs an "
+                    "integer dtype, got " +
+                    std::string(dtype_name(buf.dtype)));
   }
 }
 
@@ -387,11 +390,11 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, Op
   const auto n = static_cast<std::size_t>(size());
   return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op},
                [buf, op, n, d = direct_.get()](const OpCall& c) {
-    reducing(buf, buf, op, n, true, [&](Buffer out, Buffer, ReduceOp r) {
-      if (d != nullptr) return d->all_reduce(out, r, c.comm.deadline);
-      algorithms::all_reduce(c.comm, out, r);
-    });
-  });
+                 reducing(buf, buf, op, n, true, [&](Buffer out, Buffer, ReduceOp r) {
+                   if (d != nullptr) return d->all_reduce(out, r, c.comm.deadline);
+                   algorithms::all_reduce(c.comm, out, r);
+                 });
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp op, OpOptions o) {
@@ -402,11 +405,11 @@ std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp o
   const bool root = dst == rank_;
   return issue("reduce", o, Sig{"reduce", buf.dtype, buf.count, dst, op},
                [buf, dst, op, n, root, d = direct_.get()](const OpCall& c) {
-    reducing(buf, buf, op, n, root, [&](Buffer out, Buffer, ReduceOp r) {
-      if (d != nullptr) return d->reduce(out, dst, r, c.comm.deadline);
-      algorithms::reduce(c.comm, out, dst, r);
-    });
-  });
+                 reducing(buf, buf, op, n, root, [&](Buffer out, Buffer, ReduceOp r) {
+                   if (d != nullptr) return d->reduce(out, dst, r, c.comm.deadline);
+                   algorithms::reduce(c.comm, out, dst, r);
+                 });
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOptions o) {
@@ -416,9 +419,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOp
   std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
   return issue("all_gather", o, Sig{"all_gather", in.dtype, in.count, -1, {}},
                [out, in, counts, d = direct_.get()](const OpCall& c) {
-    if (d != nullptr) return d->all_gather(out, in, c.comm.deadline);
-    algorithms::all_gather_v(c.comm, out, in, counts);
-  });
+                 if (d != nullptr) return d->all_gather(out, in, c.comm.deadline);
+                 algorithms::all_gather_v(c.comm, out, in, counts);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
@@ -429,9 +432,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
   check_count("all_gather_v", "counts", static_cast<std::size_t>(size()), counts.size());
   check_count("all_gather_v", "in", counts[static_cast<std::size_t>(rank_)], in.count);
   check_count("all_gather_v", "out", sum(counts), out.count);
-  return issue("all_gather_v", o, Sig{"all_gather_v", in.dtype, out.count, -1, {}}, [out, in, counts](const OpCall& c) {
-    algorithms::all_gather_v(c.comm, out, in, counts);
-  });
+  return issue(
+      "all_gather_v", o, Sig{"all_gather_v", in.dtype, out.count, -1, {}},
+      [out, in, counts](const OpCall& c) { algorithms::all_gather_v(c.comm, out, in, counts); });
 }
 
 std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst, OpOptions o) {
@@ -467,11 +470,11 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, 
   const auto n = static_cast<std::size_t>(size());
   return issue("reduce_scatter", o, Sig{"reduce_scatter", out.dtype, out.count, -1, op},
                [out, in, op, n, d = direct_.get()](const OpCall& c) {
-    reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
-      if (d != nullptr) return d->reduce_scatter(wo, wi, r, c.comm.deadline);
-      algorithms::reduce_scatter(c.comm, wo, wi, r);
-    });
-  });
+                 reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
+                   if (d != nullptr) return d->reduce_scatter(wo, wi, r, c.comm.deadline);
+                   algorithms::reduce_scatter(c.comm, wo, wi, r);
+                 });
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOptions o) {
@@ -486,9 +489,9 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOp
   std::vector<std::size_t> counts(n, in.count / n);
   return issue("all_to_all", o, Sig{"all_to_all", in.dtype, in.count, -1, {}},
                [out, in, counts, d = direct_.get()](const OpCall& c) {
-    if (d != nullptr) return d->all_to_all(out, in, c.comm.deadline);
-    algorithms::all_to_all_v(c.comm, out, counts, in, counts);
-  });
+                 if (d != nullptr) return d->all_to_all(out, in, c.comm.deadline);
+                 algorithms::all_to_all_v(c.comm, out, counts, in, counts);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
@@ -502,9 +505,10 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
   check_count("all_to_all_v", "in_counts", static_cast<std::size_t>(size()), in_counts.size());
   check_count("all_to_all_v", "out", sum(out_counts), out.count);
   check_count("all_to_all_v", "in", sum(in_counts), in.count);
-  return issue("all_to_all_v", o, Sig{"all_to_all_v", in.dtype, Sig::kAnyCount, -1, {}}, [out, out_counts, in, in_counts](const OpCall& c) {
-    algorithms::all_to_all_v(c.comm, out, out_counts, in, in_counts);
-  });
+  return issue("all_to_all_v", o, Sig{"all_to_all_v", in.dtype, Sig::kAnyCount, -1, {}},
+               [out, out_counts, in, in_counts](const OpCall& c) {
+                 algorithms::all_to_all_v(c.comm, out, out_counts, in, in_counts);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
@@ -571,7 +575,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   std::set<int> seen;
   for (int r : ranks) {
     check_root("new_group", r);
-    if (!seen.insert(r).second) invalid("new_group", "rank " + std::to_string(r) + " is listed twice");
+    if (!seen.insert(r).second)
+      invalid("new_group", "rank " + std::to_string(r) + " is listed twice");
   }
   std::uint32_t index;
   {
@@ -600,11 +605,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   for (std::size_t r = 0; r < n; ++r) {
     if (all[2 * r] == color) ranks.push_back(static_cast<int>(r));
   }
-  std::stable_sort(ranks.begin(), ranks.end(),
-                   [&](int a, int b) { return all[2 * static_cast<std::size_t>(a) + 1] <
-                                              all[2 * static_cast<std::size_t>(b) + 1]; });
-  auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index) + ":" +
-                                      std::to_string(color));
+  std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
+    return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
+  });
+  auto sub = make_subgroup(
+      ranks, options_.name + "/" + std::to_string(index) + ":" + std::to_string(color));
   // The creation index alone tells groups apart: groups of one split have disjoint members.
   sub->id_ = mix((std::uint64_t{id_} << 32) | index);
   sub->attach_direct_engine();

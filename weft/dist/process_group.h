@@ -47,7 +47,7 @@
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/transport/transport.h"
 #include "weft/dist/work.h"
-#include "weft/exec/internal/future_state.h"
+#include "weft/exec/promise.h"
 
 namespace weft::dist {
 
@@ -84,51 +84,72 @@ class ProcessGroup {
   Seconds timeout() const;
   void set_timeout(Seconds timeout);
 
-  void broadcast(Buffer buf, int src, OpOptions o = {}) { Blocking b(this); wait_blocking(broadcast_async(buf, src, o)); }
+  void broadcast(Buffer buf, int src, OpOptions o = {}) {
+    Blocking b(this);
+    wait_blocking(broadcast_async(buf, src, o));
+  }
   void all_reduce(Buffer buf, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(all_reduce_async(buf, op, o));
+    Blocking b(this);
+    wait_blocking(all_reduce_async(buf, op, o));
   }
   // Only `dst` receives the result in `buf`; other ranks' buffers are left as they were.
   void reduce(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(reduce_async(buf, dst, op, o));
+    Blocking b(this);
+    wait_blocking(reduce_async(buf, dst, op, o));
   }
   // out.count == size() * in.count; rank r's `in` lands at out[r * in.count]. `in` may be
   // that very slice of `out` (in place).
-  void all_gather(Buffer out, Buffer in, OpOptions o = {}) { Blocking b(this); wait_blocking(all_gather_async(out, in, o)); }
+  void all_gather(Buffer out, Buffer in, OpOptions o = {}) {
+    Blocking b(this);
+    wait_blocking(all_gather_async(out, in, o));
+  }
   // counts[r] elements from rank r, packed in rank order: counts[rank()] == in.count and
   // out.count == sum(counts).
   void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
                     OpOptions o = {}) {
-    Blocking b(this); wait_blocking(all_gather_v_async(out, in, counts, o));
+    Blocking b(this);
+    wait_blocking(all_gather_v_async(out, in, counts, o));
   }
   // On `dst`, out.count == size() * in.count; elsewhere `out` is ignored (may be empty).
   void gather(Buffer out, Buffer in, int dst, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(gather_async(out, in, dst, o));
+    Blocking b(this);
+    wait_blocking(gather_async(out, in, dst, o));
   }
   // On `src`, in.count == size() * out.count; elsewhere `in` is ignored (may be empty).
   void scatter(Buffer out, Buffer in, int src, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(scatter_async(out, in, src, o));
+    Blocking b(this);
+    wait_blocking(scatter_async(out, in, src, o));
   }
   // in.count == size() * out.count; rank r receives the reduction of every rank's block r.
   void reduce_scatter(Buffer out, Buffer in, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(reduce_scatter_async(out, in, op, o));
+    Blocking b(this);
+    wait_blocking(reduce_scatter_async(out, in, op, o));
   }
   // in and out hold size() equal blocks; block j of `in` goes to rank j, and block i of
   // `out` comes from rank i. out may equal in.
-  void all_to_all(Buffer out, Buffer in, OpOptions o = {}) { Blocking b(this); wait_blocking(all_to_all_async(out, in, o)); }
+  void all_to_all(Buffer out, Buffer in, OpOptions o = {}) {
+    Blocking b(this);
+    wait_blocking(all_to_all_async(out, in, o));
+  }
   // As all_to_all with in_counts[j] elements for rank j and out_counts[i] from rank i.
   void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
                     const std::vector<std::size_t>& in_counts, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(all_to_all_v_async(out, out_counts, in, in_counts, o));
+    Blocking b(this);
+    wait_blocking(all_to_all_v_async(out, out_counts, in, in_counts, o));
   }
-  void barrier(OpOptions o = {}) { Blocking b(this); wait_blocking(barrier_async(o)); }
+  void barrier(OpOptions o = {}) {
+    Blocking b(this);
+    wait_blocking(barrier_async(o));
+  }
   // Point to point, matched by (source, tag) in order; 0 <= tag < 2^31. A send does not wait
   // for the matching recv.
   void send(Buffer buf, int dst, int tag = 0, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(send_async(buf, dst, tag, o));
+    Blocking b(this);
+    wait_blocking(send_async(buf, dst, tag, o));
   }
   void recv(Buffer buf, int src, int tag = 0, OpOptions o = {}) {
-    Blocking b(this); wait_blocking(recv_async(buf, src, tag, o));
+    Blocking b(this);
+    wait_blocking(recv_async(buf, src, tag, o));
   }
   // Receives from whichever rank sends first with `tag`; returns its rank.
   int recv_any(Buffer buf, int tag = 0, OpOptions o = {});
@@ -194,9 +215,8 @@ class ProcessGroup {
     Seconds timeout;
     std::optional<internal::CallSignature> signature;  // set for collectives
   };
-  std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body,
-                            bool queued);
-  void complete(weft::internal::FutureState<void>& state, std::exception_ptr error);
+  std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
+  void complete(Promise<void>& state, std::exception_ptr error);
   void finish_inline();
   // Queues `body` (a copyable callable taking const OpCall&), or runs it right here for a
   // blocking call on an idle group; collectives carry the signature debug mode compares

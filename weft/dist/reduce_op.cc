@@ -4,14 +4,14 @@
 // halve the instructions when the data sits in cache.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/dist/reduce_op.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
 #include "weft/dist/reduce_op.h"
 
 #include <algorithm>
 #include <functional>
 #include <type_traits>
 
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "weft/base/check.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -44,9 +44,12 @@ void reduce_typed(T* acc, const T* acc_in, const T* in, std::size_t count, Reduc
     case ReduceOp::kAvg:
       return apply(acc, acc_in, in, count, [](T a, T b) { return wrap(a, b, std::plus<>()); });
     case ReduceOp::kProduct:
-      return apply(acc, acc_in, in, count, [](T a, T b) { return wrap(a, b, std::multiplies<>()); });
-    case ReduceOp::kMin: return apply(acc, acc_in, in, count, [](T a, T b) { return std::min(a, b); });
-    case ReduceOp::kMax: return apply(acc, acc_in, in, count, [](T a, T b) { return std::max(a, b); });
+      return apply(acc, acc_in, in, count,
+                   [](T a, T b) { return wrap(a, b, std::multiplies<>()); });
+    case ReduceOp::kMin:
+      return apply(acc, acc_in, in, count, [](T a, T b) { return std::min(a, b); });
+    case ReduceOp::kMax:
+      return apply(acc, acc_in, in, count, [](T a, T b) { return std::max(a, b); });
     case ReduceOp::kBAnd:
     case ReduceOp::kBOr:
     case ReduceOp::kBXor:
@@ -112,14 +115,22 @@ HWY_EXPORT(ReducePair);
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProduct: return "product";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kBAnd: return "band";
-    case ReduceOp::kBOr: return "bor";
-    case ReduceOp::kBXor: return "bxor";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProduct:
+      return "product";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kBAnd:
+      return "band";
+    case ReduceOp::kBOr:
+      return "bor";
+    case ReduceOp::kBXor:
+      return "bxor";
   }
   return "unknown";
 }
@@ -139,12 +150,18 @@ void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DTy
 
 void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n) {
   switch (dtype) {
-    case DType::kFloat32: return divide(static_cast<float*>(acc), count, n);
-    case DType::kFloat64: return divide(static_cast<double*>(acc), count, n);
-    case DType::kInt8: return divide(static_cast<std::int8_t*>(acc), count, n);
-    case DType::kUInt8: return divide(static_cast<std::uint8_t*>(acc), count, n);
-    case DType::kInt32: return divide(static_cast<std::int32_t*>(acc), count, n);
-    case DType::kInt64: return divide(static_cast<std::int64_t*>(acc), count, n);
+    case DType::kFloat32:
+      return divide(static_cast<float*>(acc), count, n);
+    case DType::kFloat64:
+      return divide(static_cast<double*>(acc), count, n);
+    case DType::kInt8:
+      return divide(static_cast<std::int8_t*>(acc), count, n);
+    case DType::kUInt8:
+      return divide(static_cast<std::uint8_t*>(acc), count, n);
+    case DType::kInt32:
+      return divide(static_cast<std::int32_t*>(acc), count, n);
+    case DType::kInt64:
+      return divide(static_cast<std::int64_t*>(acc), count, n);
     case DType::kFloat16:
     case DType::kBFloat16:
       break;

@@ -9,7 +9,8 @@ namespace weft::dist {
 void Work::wait(Seconds timeout) const {
   if (!done_.wait_for(timeout)) {
     throw TimeoutError("Work::wait: the operation did not finish within " +
-                       std::to_string(timeout.count()) + " s (it keeps running until its own "
+                       std::to_string(timeout.count()) +
+                       " s (it keeps running until its own "
                        "timeout)");
   }
   done_.get();

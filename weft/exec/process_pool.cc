@@ -14,8 +14,10 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "weft/base/system.h"
+#include "weft/base/unique_fd.h"
 #include "weft/exec/internal/process_worker.h"
 
 namespace weft {
@@ -32,11 +34,11 @@ constexpr auto kExitGrace = std::chrono::seconds(1);
 
 struct Worker {
   pid_t pid = -1;
-  int fd = -1;
-  TaskPtr task;         // the task it runs, or null when idle
-  std::string outbox;   // request bytes not yet written
+  UniqueFd fd;         // closed through close_worker_socket, which unregisters it first
+  TaskPtr task;        // the task it runs, or null when idle
+  std::string outbox;  // request bytes not yet written
   std::size_t sent = 0;
-  std::string inbox;    // reply bytes received so far
+  std::string inbox;  // reply bytes received so far
 };
 
 // Waits until `give_up` for `pid` to exit, then kills and reaps it; returns the wait status.
@@ -89,7 +91,7 @@ class ProcessPoolImpl {
   static void close_worker_socket(Worker& w);
 
   std::vector<Worker> workers_;  // owned by the I/O thread once it runs
-  int wake_fd_ = -1;
+  UniqueFd wake_fd_;             // registered in PoolFds until the destructor
   std::thread io_thread_;
   std::thread::id io_thread_id_;  // set once the thread runs; read without joining it
 
@@ -103,17 +105,17 @@ class ProcessPoolImpl {
 
 ProcessPoolImpl::ProcessPoolImpl(std::size_t max_workers)
     : workers_(max_workers == 0 ? available_cores() : max_workers) {
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw SystemError("ProcessPoolExecutor: eventfd", errno);
-  PoolFds::instance().add(wake_fd_);
+  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) throw SystemError("ProcessPoolExecutor: eventfd", errno);
+  PoolFds::instance().add(wake_fd_.get());
   pids_.assign(workers_.size(), -1);
   try {
     for (std::size_t i = 0; i < workers_.size(); ++i) start_worker(i);
     io_thread_ = std::thread([this] { io_loop(); });
   } catch (...) {
     stop_workers();
-    PoolFds::instance().remove(wake_fd_);
-    ::close(wake_fd_);
+    PoolFds::instance().remove(wake_fd_.get());
+    wake_fd_.reset();
     throw;
   }
   io_thread_id_ = io_thread_.get_id();
@@ -121,8 +123,8 @@ ProcessPoolImpl::ProcessPoolImpl(std::size_t max_workers)
 
 ProcessPoolImpl::~ProcessPoolImpl() {
   shutdown(/*wait=*/true, /*cancel_futures=*/false);
-  PoolFds::instance().remove(wake_fd_);
-  ::close(wake_fd_);
+  PoolFds::instance().remove(wake_fd_.get());
+  wake_fd_.reset();
 }
 
 void ProcessPoolImpl::enqueue(TaskPtr task) {
@@ -148,7 +150,7 @@ void ProcessPoolImpl::enqueue(TaskPtr task) {
 void ProcessPoolImpl::wake() {
   const std::uint64_t one = 1;
   // A full counter (never in practice) still leaves the eventfd readable, which is enough.
-  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void ProcessPoolImpl::shutdown(bool wait, bool cancel_futures) {
@@ -168,10 +170,11 @@ void ProcessPoolImpl::shutdown(bool wait, bool cancel_futures) {
 }
 
 void ProcessPoolImpl::start_worker(std::size_t i) {
-  const SpawnedWorker spawned = spawn_worker();
+  SpawnedWorker spawned = spawn_worker();
+  const int fd = spawned.fd.get();
   // Non-blocking, so that a stopped or slow worker can never stall the I/O thread.
-  ::fcntl(spawned.fd, F_SETFL, ::fcntl(spawned.fd, F_GETFL) | O_NONBLOCK);
-  workers_[i] = Worker{.pid = spawned.pid, .fd = spawned.fd};
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  workers_[i] = Worker{.pid = spawned.pid, .fd = std::move(spawned.fd)};
   std::lock_guard lock(mu_);
   pids_[i] = spawned.pid;
 }
@@ -180,16 +183,16 @@ void ProcessPoolImpl::io_loop() {
   std::vector<pollfd> fds;
   while (!finished()) {
     dispatch();
-    fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+    fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
     for (const Worker& w : workers_) {
       const short events = POLLIN | (w.sent < w.outbox.size() ? POLLOUT : 0);
-      fds.push_back(pollfd{w.fd, events, 0});
+      fds.push_back(pollfd{w.fd.get(), events, 0});
     }
     const int ready = ::poll(fds.data(), fds.size(), kPollMillis);
     if (ready < 0 && errno != EINTR) mark_broken(std::string("poll failed: ") + strerror(errno));
     if (fds[0].revents & POLLIN) {
       std::uint64_t count;
-      [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof(count));
+      [[maybe_unused]] const ssize_t n = ::read(wake_fd_.get(), &count, sizeof(count));
     }
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       const short revents = fds[i + 1].revents;
@@ -212,7 +215,7 @@ bool ProcessPoolImpl::finished() const {
 
 void ProcessPoolImpl::dispatch() {
   for (Worker& w : workers_) {
-    if (w.task || w.fd < 0) continue;
+    if (w.task || !w.fd) continue;
     TaskPtr task;
     {
       std::lock_guard lock(mu_);
@@ -235,7 +238,7 @@ void ProcessPoolImpl::dispatch() {
 void ProcessPoolImpl::flush(Worker& w) {
   while (w.sent < w.outbox.size()) {
     const ssize_t n =
-        ::send(w.fd, w.outbox.data() + w.sent, w.outbox.size() - w.sent, MSG_NOSIGNAL);
+        ::send(w.fd.get(), w.outbox.data() + w.sent, w.outbox.size() - w.sent, MSG_NOSIGNAL);
     if (n > 0) {
       w.sent += static_cast<std::size_t>(n);
     } else if (n < 0 && errno == EINTR) {
@@ -263,7 +266,7 @@ void ProcessPoolImpl::receive(std::size_t i) {
 bool ProcessPoolImpl::read_available(Worker& w) {
   char buffer[64 * 1024];
   for (;;) {
-    const ssize_t n = ::read(w.fd, buffer, sizeof(buffer));
+    const ssize_t n = ::read(w.fd.get(), buffer, sizeof(buffer));
     if (n > 0) {
       w.inbox.append(buffer, static_cast<std::size_t>(n));
     } else if (n < 0 && errno == EINTR) {
@@ -314,8 +317,8 @@ void ProcessPoolImpl::check_exited() {
 
 void ProcessPoolImpl::on_death(std::size_t i, int status, const std::string& extra) {
   Worker& w = workers_[i];
-  const std::string what = "worker process " + std::to_string(w.pid) + " " +
-                           describe_exit_status(status) + extra;
+  const std::string what =
+      "worker process " + std::to_string(w.pid) + " " + describe_exit_status(status) + extra;
   // A reply that arrived just before the death still completes its task.
   read_available(w);
   handle_replies(w);
@@ -366,10 +369,11 @@ void ProcessPoolImpl::stop_workers() {
 }
 
 void ProcessPoolImpl::close_worker_socket(Worker& w) {
-  if (w.fd < 0) return;
-  PoolFds::instance().remove(w.fd);
-  ::close(w.fd);
-  w.fd = -1;
+  if (!w.fd) return;
+  // Unregistered before it is closed: a worker forked in between would otherwise close
+  // whatever descriptor took the number next (its own socket, even).
+  PoolFds::instance().remove(w.fd.get());
+  w.fd.reset();
 }
 
 }  // namespace internal

@@ -47,16 +47,18 @@ class ProcessPoolImpl;
 // A function, function reference or pointer, or a lambda without captures: anything whose
 // unary + yields a function pointer.
 template <class F>
-concept PlainFunction =
-    requires(F& f) { +f; } && std::is_pointer_v<decltype(+std::declval<F&>())> &&
+concept PlainFunction = requires(F& f) {
+  +f;
+}
+&&std::is_pointer_v<decltype(+std::declval<F&>())>&&
     std::is_function_v<std::remove_pointer_t<decltype(+std::declval<F&>())>>;
 
 // Parameters are received by value or by const reference; a non-const reference could
 // never send its changes back.
 template <class P>
 inline constexpr bool kValidParameter =
-    !(std::is_lvalue_reference_v<P> && !std::is_const_v<std::remove_reference_t<P>>) &&
-    Serializable<std::decay_t<P>>;
+    !(std::is_lvalue_reference_v<P> &&
+      !std::is_const_v<std::remove_reference_t<P>>)&&Serializable<std::decay_t<P>>;
 }  // namespace internal
 
 class ProcessPoolExecutor {
@@ -126,8 +128,8 @@ class ProcessPoolExecutor {
                   "ProcessPoolExecutor::map: the parameter and result must be serializable");
     const Deadline deadline = Deadline::after(options.timeout);
     std::vector<Future<ChunkResult<R>>> chunks;
-    const std::size_t size = internal::split_into_chunks<A>(
-        inputs, options.chunksize, [&](std::vector<A> items) {
+    const std::size_t size =
+        internal::split_into_chunks<A>(inputs, options.chunksize, [&](std::vector<A> items) {
           ByteWriter request;
           internal::write_call_header(request, &internal::remote_chunk<R, P>, fn);
           request.write(items);

@@ -27,9 +27,9 @@
 namespace weft {
 
 template <class T>
-struct IsSerializable
-    : std::bool_constant<std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> &&
-                         !std::is_member_pointer_v<T>> {};
+struct IsSerializable : std::bool_constant<std::is_trivially_copyable_v<T> &&
+                                           !std::is_pointer_v<T> && !std::is_member_pointer_v<T>> {
+};
 template <>
 struct IsSerializable<std::string> : std::true_type {};
 // Trivially copyable, but views of memory in this process: meaningless in another.
@@ -118,8 +118,8 @@ class ByteReader {
   std::size_t read_count(std::size_t min_element_size) {
     const auto n = read<std::uint64_t>();
     if (n > remaining() / min_element_size) {
-      throw Error("malformed message: a length of " + std::to_string(n) +
-                  " elements exceeds the " + std::to_string(remaining()) + " bytes left");
+      throw Error("malformed message: a length of " + std::to_string(n) + " elements exceeds the " +
+                  std::to_string(remaining()) + " bytes left");
     }
     return static_cast<std::size_t>(n);
   }

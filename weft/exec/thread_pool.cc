@@ -9,8 +9,8 @@
 #include <system_error>
 #include <thread>
 
+#include "weft/base/spin.h"
 #include "weft/base/system.h"
-#include "weft/exec/internal/spin.h"
 #include "weft/exec/internal/task_queue.h"
 
 namespace weft {
@@ -18,6 +18,12 @@ namespace internal {
 namespace {
 
 std::atomic<int> g_executor_counter{0};
+
+// How long an idle worker polls for work before it sleeps on a condition variable. Waking a
+// sleeper costs the submitter a futex system call (microseconds); polling for a while keeps
+// a steady stream of small tasks off that path. Tuned with bench_executor
+// (docs/PERFORMANCE.md).
+constexpr int kIdleSpinRounds = 256;
 
 // The pool whose worker this thread is, if any.
 thread_local const void* t_current_pool = nullptr;
@@ -33,7 +39,7 @@ class ThreadPoolImpl {
     if (options_.thread_name_prefix.empty()) {
       options_.thread_name_prefix = "weft-pool" + std::to_string(g_executor_counter++);
     }
-    queues_.resize(max_workers_);  // each made when its worker starts
+    queues_.resize(max_workers_);    // each made when its worker starts
     threads_.reserve(max_workers_);  // so that starting a worker never reallocates
   }
 
@@ -269,9 +275,10 @@ void ThreadPoolImpl::mark_broken(const std::string& reason) {
 
 std::exception_ptr ThreadPoolImpl::broken_error() const {
   std::lock_guard lock(start_mu_);
-  return std::make_exception_ptr(BrokenExecutor(
-      broken_reason_ + "; this ThreadPoolExecutor can no longer run tasks: fix the cause and "
-                       "create a new executor"));
+  return std::make_exception_ptr(
+      BrokenExecutor(broken_reason_ +
+                     "; this ThreadPoolExecutor can no longer run tasks: fix the cause and "
+                     "create a new executor"));
 }
 
 void ThreadPoolImpl::fail_queued(const std::exception_ptr& reason) {

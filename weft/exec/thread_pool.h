@@ -80,8 +80,8 @@ class ThreadPoolExecutor {
     static_assert(!std::is_void_v<R>, "map needs a function that returns a value");
     const Deadline deadline = Deadline::after(options.timeout);
     std::vector<Future<ChunkResult<R>>> chunks;
-    const std::size_t size = internal::split_into_chunks<A>(
-        inputs, options.chunksize, [&](std::vector<A> items) {
+    const std::size_t size =
+        internal::split_into_chunks<A>(inputs, options.chunksize, [&](std::vector<A> items) {
           chunks.push_back(submit(
               [f](const std::vector<A>& chunk) {
                 ChunkResult<R> out;

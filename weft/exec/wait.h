@@ -85,10 +85,12 @@ auto wait(const Range& futures, std::optional<Seconds> timeout = std::nullopt,
   const auto satisfied = [&](std::size_t index) {
     const Future<T>& f = unique[index];
     switch (return_when) {
-      case ReturnWhen::kFirstCompleted: return true;
+      case ReturnWhen::kFirstCompleted:
+        return true;
       case ReturnWhen::kFirstException:
         return !f.cancelled() && f.shared_state()->error() != nullptr;
-      case ReturnWhen::kAllCompleted: return false;
+      case ReturnWhen::kAllCompleted:
+        return false;
     }
     return false;
   };
@@ -112,9 +114,7 @@ template <class T>
 class AsCompleted {
  public:
   AsCompleted(std::vector<Future<T>> futures, Deadline deadline)
-      : futures_(std::move(futures)),
-        watch_(internal::states_of(futures_)),
-        deadline_(deadline) {}
+      : futures_(std::move(futures)), watch_(internal::states_of(futures_)), deadline_(deadline) {}
 
   // The next completed future, or std::nullopt once all have been yielded.
   std::optional<Future<T>> next() {

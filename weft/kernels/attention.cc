@@ -231,7 +231,7 @@ template void attention_backward<float>(const AttentionShape&, const float*, con
                                         const float*, const float*, const float*, const float*,
                                         float*, float*, float*);
 template void attention_backward<double>(const AttentionShape&, const double*, const double*,
-                                         const double*, const double*, const double*,
-                                         const double*, double*, double*, double*);
+                                         const double*, const double*, const double*, const double*,
+                                         double*, double*, double*);
 
 }  // namespace weft::kernels

@@ -21,8 +21,7 @@ struct AttentionShape {
 };
 
 template <class T>
-void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
-                       T* lse);
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse);
 // dq, dk, dv are overwritten.
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out,

@@ -1,10 +1,11 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/elementwise.cc"
+#include "weft/kernels/elementwise.h"
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "weft/base/simd-inl.h"
-#include "weft/kernels/elementwise.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -59,7 +60,7 @@ constexpr std::int64_t kSquaresBlock = 4096;
 
 template <class T>
 double block_sum_squares(const T* x, std::int64_t n) {
-  return WEFT_DISPATCH_BY_TYPE(T, BlockSumSquares)(x, n);
+  return WEFT_DISPATCH_BY_TYPE(T, BlockSumSquares, x, n);
 }
 
 }  // namespace
@@ -72,7 +73,8 @@ double sum_squares(const T* x, std::int64_t n) {
   parallel_for(blocks, 16, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t b = first; b < end; ++b) {
       const std::int64_t at = b * kSquaresBlock;
-      sums[static_cast<std::size_t>(b)] = block_sum_squares(x + at, std::min(kSquaresBlock, n - at));
+      sums[static_cast<std::size_t>(b)] =
+          block_sum_squares(x + at, std::min(kSquaresBlock, n - at));
     }
   });
   double total = 0;

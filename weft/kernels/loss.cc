@@ -1,14 +1,15 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/loss.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "weft/base/simd-inl.h"
-#include "weft/kernels/internal/exp-inl.h"
 #include "weft/kernels/loss.h"
 
 #include <cmath>
 #include <utility>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -56,14 +57,14 @@ void backward_rows(const T* logits, const std::int32_t* targets, std::int64_t fi
 
 }  // namespace
 
-#define WEFT_LOSS(T, S)                                                                       \
-  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,      \
-                      std::int64_t end, std::int64_t vocab, T* losses) {                      \
-    forward_rows(logits, targets, first, end, vocab, losses);                                 \
-  }                                                                                           \
-  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,     \
-                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {           \
-    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                        \
+#define WEFT_LOSS(T, S)                                                                  \
+  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,  \
+                      std::int64_t end, std::int64_t vocab, T* losses) {                 \
+    forward_rows(logits, targets, first, end, vocab, losses);                            \
+  }                                                                                      \
+  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first, \
+                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {      \
+    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                   \
   }
 WEFT_LOSS(float, F32)
 WEFT_LOSS(double, F64)
@@ -89,7 +90,7 @@ double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::
                              std::int64_t vocab, T* losses) {
   internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, ForwardRows)(logits, targets, first, end, vocab, losses);
+    WEFT_DISPATCH_BY_TYPE(T, ForwardRows, logits, targets, first, end, vocab, losses);
   });
   double total = 0;  // in row order, whatever the thread count
   for (std::int64_t i = 0; i < n; ++i) total += static_cast<double>(losses[i]);
@@ -102,7 +103,7 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::i
   const T scale = static_cast<T>(dloss);
   internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, BackwardRows)(logits, targets, first, end, vocab, scale, dlogits);
+    WEFT_DISPATCH_BY_TYPE(T, BackwardRows, logits, targets, first, end, vocab, scale, dlogits);
   });
 }
 

@@ -24,7 +24,7 @@ std::shared_ptr<ThreadPoolExecutor> pool(int workers) {
   std::lock_guard lock(g_pool_mu);
   if (!g_pool) {
     // The loops of a training step follow each other within microseconds to a millisecond or
-    // so: workers that sleep between them join each loop late (docs/PERFORMANCE.md).
+    // so: workers that sleep between them join each loop late (docs/PERFORMANCE_LOG.md, session 3).
     g_pool = std::make_shared<ThreadPoolExecutor>(
         static_cast<std::size_t>(workers),
         ExecutorOptions{.thread_name_prefix = "weft-kernels", .idle_spin = kIdleSpin});
@@ -45,8 +45,8 @@ int threads() { return g_threads.load(); }
 
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn) {
-  const std::int64_t parts =
-      std::min<std::int64_t>(threads(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1)));
+  const std::int64_t parts = std::min<std::int64_t>(
+      threads(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1)));
   if (parts <= 1) {
     if (n > 0) fn(0, n);
     return;

@@ -1,12 +1,13 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/rmsnorm.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "weft/base/simd-inl.h"
 #include "weft/kernels/rmsnorm.h"
 
 #include <cmath>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -77,19 +78,19 @@ void accumulate_dw(const T* dy, const T* x, const T* rstd, T* dw, std::int64_t r
 
 }  // namespace
 
-#define WEFT_RMSNORM(T, S)                                                                     \
-  void ForwardRows##S(const T* x, const T* w, T* y, T* rstd, std::int64_t first,              \
-                      std::int64_t end, std::int64_t dim, double eps) {                        \
-    forward_rows(x, w, y, rstd, first, end, dim, eps);                                         \
-  }                                                                                            \
-  void BackwardRows##S(const T* dy, const T* x, const T* w, const T* rstd, T* dx,             \
-                       std::int64_t first, std::int64_t end, std::int64_t dim,                 \
-                       bool accumulate_dx) {                                                   \
-    backward_rows(dy, x, w, rstd, dx, first, end, dim, accumulate_dx);                         \
-  }                                                                                            \
-  void AccumulateDw##S(const T* dy, const T* x, const T* rstd, T* dw, std::int64_t rows,      \
-                       std::int64_t dim, std::int64_t first, std::int64_t end) {               \
-    accumulate_dw(dy, x, rstd, dw, rows, dim, first, end);                                     \
+#define WEFT_RMSNORM(T, S)                                                                         \
+  void ForwardRows##S(const T* x, const T* w, T* y, T* rstd, std::int64_t first, std::int64_t end, \
+                      std::int64_t dim, double eps) {                                              \
+    forward_rows(x, w, y, rstd, first, end, dim, eps);                                             \
+  }                                                                                                \
+  void BackwardRows##S(const T* dy, const T* x, const T* w, const T* rstd, T* dx,                  \
+                       std::int64_t first, std::int64_t end, std::int64_t dim,                     \
+                       bool accumulate_dx) {                                                       \
+    backward_rows(dy, x, w, rstd, dx, first, end, dim, accumulate_dx);                             \
+  }                                                                                                \
+  void AccumulateDw##S(const T* dy, const T* x, const T* rstd, T* dw, std::int64_t rows,           \
+                       std::int64_t dim, std::int64_t first, std::int64_t end) {                   \
+    accumulate_dw(dy, x, rstd, dw, rows, dim, first, end);                                         \
   }
 WEFT_RMSNORM(float, F32)
 WEFT_RMSNORM(double, F64)
@@ -115,7 +116,7 @@ template <class T>
 void rmsnorm_forward(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t dim,
                      double eps) {
   parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, ForwardRows)(x, w, y, rstd, first, end, dim, eps);
+    WEFT_DISPATCH_BY_TYPE(T, ForwardRows, x, w, y, rstd, first, end, dim, eps);
   });
 }
 
@@ -126,17 +127,17 @@ template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw,
                       std::int64_t rows, std::int64_t dim, bool accumulate_dx) {
   parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, BackwardRows)(dy, x, w, rstd, dx, first, end, dim, accumulate_dx);
+    WEFT_DISPATCH_BY_TYPE(T, BackwardRows, dy, x, w, rstd, dx, first, end, dim, accumulate_dx);
   });
   parallel_for(dim, 16, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, AccumulateDw)(dy, x, rstd, dw, rows, dim, first, end);
+    WEFT_DISPATCH_BY_TYPE(T, AccumulateDw, dy, x, rstd, dw, rows, dim, first, end);
   });
 }
 
 template void rmsnorm_forward<float>(const float*, const float*, float*, float*, std::int64_t,
                                      std::int64_t, double);
-template void rmsnorm_forward<double>(const double*, const double*, double*, double*,
-                                      std::int64_t, std::int64_t, double);
+template void rmsnorm_forward<double>(const double*, const double*, double*, double*, std::int64_t,
+                                      std::int64_t, double);
 template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
                                       float*, float*, std::int64_t, std::int64_t, bool);
 template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*,

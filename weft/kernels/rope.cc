@@ -1,8 +1,6 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/rope.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
 #include "weft/kernels/rope.h"
 
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "weft/base/check.h"
 #include "weft/base/simd.h"
 #include "weft/kernels/parallel.h"
@@ -49,7 +49,8 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
   t->sin.resize(t->cos.size());
   for (std::int64_t p = 0; p < seq; ++p) {
     for (std::int64_t i = 0; i < head_dim / 2; ++i) {
-      const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      const double freq =
+          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
       const double angle = static_cast<double>(p + first) * freq;
       const auto at = static_cast<std::size_t>(p * head_dim + 2 * i);
       t->cos[at] = t->cos[at + 1] = static_cast<T>(std::cos(angle));
@@ -101,11 +102,11 @@ void rotate_rows(T* x, const T* cos, const T* sin, std::int64_t first, std::int6
   }
 }
 
-#define WEFT_ROPE(T, S)                                                                        \
-  void RotateRows##S(T* x, const T* cos, const T* sin, std::int64_t first, std::int64_t end,   \
-                     std::int64_t seq, std::int64_t heads, std::int64_t head_dim,              \
-                     std::int64_t row_stride, T sign) {                                        \
-    rotate_rows(x, cos, sin, first, end, seq, heads, head_dim, row_stride, sign);              \
+#define WEFT_ROPE(T, S)                                                                      \
+  void RotateRows##S(T* x, const T* cos, const T* sin, std::int64_t first, std::int64_t end, \
+                     std::int64_t seq, std::int64_t heads, std::int64_t head_dim,            \
+                     std::int64_t row_stride, T sign) {                                      \
+    rotate_rows(x, cos, sin, first, end, seq, heads, head_dim, row_stride, sign);            \
   }
 WEFT_ROPE(float, F32)
 WEFT_ROPE(double, F64)
@@ -130,8 +131,8 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
   if (row_stride == 0) row_stride = heads * head_dim;
   const auto table = table_for<T>(seq, head_dim, theta, first_position);
   parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, RotateRows)(x, table->cos.data(), table->sin.data(), first, end,
-                                         seq, heads, head_dim, row_stride, sign);
+    WEFT_DISPATCH_BY_TYPE(T, RotateRows, x, table->cos.data(), table->sin.data(), first, end, seq,
+                          heads, head_dim, row_stride, sign);
   });
 }
 
@@ -151,14 +152,14 @@ void rope_backward(T* dx, std::int64_t batch, std::int64_t seq, std::int64_t hea
   rotate(dx, batch, seq, heads, head_dim, theta, first_position, row_stride, T(-1));
 }
 
-template void rope_forward<float>(float*, std::int64_t, std::int64_t, std::int64_t,
-                                  std::int64_t, double, std::int64_t, std::int64_t);
-template void rope_forward<double>(double*, std::int64_t, std::int64_t, std::int64_t,
-                                   std::int64_t, double, std::int64_t, std::int64_t);
-template void rope_backward<float>(float*, std::int64_t, std::int64_t, std::int64_t,
-                                   std::int64_t, double, std::int64_t, std::int64_t);
-template void rope_backward<double>(double*, std::int64_t, std::int64_t, std::int64_t,
-                                    std::int64_t, double, std::int64_t, std::int64_t);
+template void rope_forward<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                  double, std::int64_t, std::int64_t);
+template void rope_forward<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                   double, std::int64_t, std::int64_t);
+template void rope_backward<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                   double, std::int64_t, std::int64_t);
+template void rope_backward<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                    double, std::int64_t, std::int64_t);
 
 }  // namespace weft::kernels
 #endif  // HWY_ONCE

@@ -1,11 +1,12 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/swiglu.cc"
+#include "weft/kernels/swiglu.h"
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "weft/base/simd-inl.h"
 #include "weft/kernels/internal/exp-inl.h"
-#include "weft/kernels/swiglu.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -41,13 +42,11 @@ void backward_range(const T* dh, T* a, T* b, std::int64_t n) {
 
 }  // namespace
 
-#define WEFT_SWIGLU(T, S)                                                              \
-  void ForwardRange##S(const T* a, const T* b, T* h, std::int64_t n) {                \
-    forward_range(a, b, h, n);                                                         \
-  }                                                                                    \
-  void BackwardRange##S(const T* dh, T* a, T* b, std::int64_t n) {                    \
-    backward_range(dh, a, b, n);                                                       \
-  }
+#define WEFT_SWIGLU(T, S)                                              \
+  void ForwardRange##S(const T* a, const T* b, T* h, std::int64_t n) { \
+    forward_range(a, b, h, n);                                         \
+  }                                                                    \
+  void BackwardRange##S(const T* dh, T* a, T* b, std::int64_t n) { backward_range(dh, a, b, n); }
 WEFT_SWIGLU(float, F32)
 WEFT_SWIGLU(double, F64)
 #undef WEFT_SWIGLU
@@ -78,8 +77,8 @@ void swiglu_forward(const T* a, const T* b, T* h, std::int64_t rows, std::int64_
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / cols);
   parallel_for(rows, grain, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t r = first; r < end; ++r)
-      WEFT_DISPATCH_BY_TYPE(T, ForwardRange)(a + r * ab_stride, b + r * ab_stride, h + r * cols,
-                                             cols);
+      WEFT_DISPATCH_BY_TYPE(T, ForwardRange, a + r * ab_stride, b + r * ab_stride, h + r * cols,
+                            cols);
   });
 }
 
@@ -90,13 +89,13 @@ void swiglu_backward(const T* dh, T* a, T* b, std::int64_t rows, std::int64_t co
   parallel_for(rows, grain, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t r = first; r < end; ++r) {
       const std::int64_t at = r * ab_stride;
-      WEFT_DISPATCH_BY_TYPE(T, BackwardRange)(dh + r * cols, a + at, b + at, cols);
+      WEFT_DISPATCH_BY_TYPE(T, BackwardRange, dh + r * cols, a + at, b + at, cols);
     }
   });
 }
 
-template void swiglu_forward<float>(const float*, const float*, float*, std::int64_t,
-                                    std::int64_t, std::int64_t);
+template void swiglu_forward<float>(const float*, const float*, float*, std::int64_t, std::int64_t,
+                                    std::int64_t);
 template void swiglu_forward<double>(const double*, const double*, double*, std::int64_t,
                                      std::int64_t, std::int64_t);
 template void swiglu_backward<float>(const float*, float*, float*, std::int64_t, std::int64_t,

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "weft/base/error.h"
+#include "weft/base/unique_fd.h"
 
 namespace weft::launch {
 namespace {
@@ -15,18 +16,17 @@ namespace {
 constexpr std::size_t kTokenBytes = 16;  // 128 bits: not guessable within a job's life
 
 bool read_urandom(unsigned char* data, std::size_t size) {
-  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  const UniqueFd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   std::size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::read(fd, data + done, size - done);
+    const ssize_t n = ::read(fd.get(), data + done, size - done);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
     } else if (n == 0 || errno != EINTR) {
       break;
     }
   }
-  ::close(fd);
   return done == size;
 }
 
@@ -41,9 +41,10 @@ std::string random_job_token() {
     n = ::getrandom(bytes, sizeof(bytes), GRND_NONBLOCK);
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(sizeof(bytes)) && !read_urandom(bytes, sizeof(bytes))) {
-    throw SystemError("job token: neither getrandom nor /dev/urandom gave 16 random bytes; "
-                      "pass --token or set WEFT_JOB_TOKEN",
-                      errno);
+    throw SystemError(
+        "job token: neither getrandom nor /dev/urandom gave 16 random bytes; "
+        "pass --token or set WEFT_JOB_TOKEN",
+        errno);
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string token;
@@ -58,8 +59,9 @@ std::string resolve_job_token(const std::optional<std::string>& flag, const char
                               int nnodes) {
   if (flag) {
     if (flag->empty()) {
-      throw InvalidArgument("--token is empty: give the job's shared secret, or leave --token "
-                            "out on a single node to have one made up");
+      throw InvalidArgument(
+          "--token is empty: give the job's shared secret, or leave --token "
+          "out on a single node to have one made up");
     }
     return *flag;
   }

@@ -16,8 +16,7 @@ constexpr const char* kLoopback = "127.0.0.1";
 
 bool is_executable_file(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
 void check_counts(const LaunchOptions& o) {

@@ -19,18 +19,18 @@ class ProgramNotFound : public InvalidArgument {
 };
 
 struct LaunchOptions {
-  int nproc_per_node = 1;             // --nproc-per-node: workers on this node
-  int nnodes = 1;                     // --nnodes
-  int node_rank = 0;                  // --node-rank: 0 .. nnodes-1
-  std::string master_addr;            // --master-addr: empty means 127.0.0.1 (one node)
-  int master_port = 0;                // --master-port: 0 means any free port (one node)
-  int max_restarts = 0;               // --max-restarts
-  std::string backend;                // --backend: empty leaves WEFT_BACKEND as inherited
-  std::optional<std::string> token;   // --token: see resolve_job_token
-  Seconds stop_grace{5.0};            // --stop-grace: SIGTERM..SIGKILL when stopping
-  std::string bind_to = "none";       // --bind-to: "none" or "core" (one CPU per worker)
-  std::string program;                // PROGRAM: a path, or a name looked up in PATH
-  std::vector<std::string> args;      // ARGS..., passed to PROGRAM untouched
+  int nproc_per_node = 1;            // --nproc-per-node: workers on this node
+  int nnodes = 1;                    // --nnodes
+  int node_rank = 0;                 // --node-rank: 0 .. nnodes-1
+  std::string master_addr;           // --master-addr: empty means 127.0.0.1 (one node)
+  int master_port = 0;               // --master-port: 0 means any free port (one node)
+  int max_restarts = 0;              // --max-restarts
+  std::string backend;               // --backend: empty leaves WEFT_BACKEND as inherited
+  std::optional<std::string> token;  // --token: see resolve_job_token
+  Seconds stop_grace{5.0};           // --stop-grace: SIGTERM..SIGKILL when stopping
+  std::string bind_to = "none";      // --bind-to: "none" or "core" (one CPU per worker)
+  std::string program;               // PROGRAM: a path, or a name looked up in PATH
+  std::vector<std::string> args;     // ARGS..., passed to PROGRAM untouched
 };
 
 struct JobPlan {

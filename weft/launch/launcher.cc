@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weft/base/check.h"
+#include "weft/base/unique_fd.h"
 #include "weft/launch/internal/output_stream.h"
 #include "weft/launch/internal/signal_pipe.h"
 #include "weft/launch/internal/worker_group.h"
@@ -27,8 +28,8 @@ using internal::GroupOutcome;
 void ensure_standard_fds() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
-    const int null_fd = ::open("/dev/null", O_RDWR);  // takes the lowest free number: fd
-    if (null_fd >= 0 && null_fd != fd) ::close(null_fd);
+    UniqueFd null_fd(::open("/dev/null", O_RDWR));     // takes the lowest free number: fd
+    if (null_fd.get() == fd) (void)null_fd.release();  // stays open as fd for good
   }
 }
 
@@ -51,8 +52,9 @@ int start_store(const JobPlan& plan, const RendezvousFactory& start_rendezvous,
                 std::unique_ptr<RendezvousHost>& store) {
   if (!plan.hosts_store) return plan.options.master_port;
   if (!start_rendezvous) {
-    throw InvalidArgument("launch: node 0 hosts the job's store, but no RendezvousFactory was "
-                          "given; pass one that starts the store");
+    throw InvalidArgument(
+        "launch: node 0 hosts the job's store, but no RendezvousFactory was "
+        "given; pass one that starts the store");
   }
   store = start_rendezvous(plan.bind_host, plan.options.master_port, plan.token);
   WEFT_CHECK(store != nullptr);

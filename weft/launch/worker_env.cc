@@ -4,8 +4,7 @@
 
 namespace weft::launch {
 
-EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank,
-                         int restart_count) {
+EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank, int restart_count) {
   const LaunchOptions& o = plan.options;
   const int rank = o.node_rank * o.nproc_per_node + local_rank;
   EnvVars vars = {

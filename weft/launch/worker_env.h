@@ -15,9 +15,9 @@ using EnvVars = std::vector<std::pair<std::string, std::string>>;
 // The variables weftrun sets for the worker with `local_rank` on this node: RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK,
 // MASTER_ADDR, MASTER_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always
-// "1": the launcher hosts the store) and WEFT_BACKEND when --backend was given. `master_port` is the port the store really listens on.
-EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank,
-                         int restart_count);
+// "1": the launcher hosts the store) and WEFT_BACKEND when --backend was given. `master_port` is
+// the port the store really listens on.
+EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank, int restart_count);
 
 // `base` ("NAME=value" strings, as in environ; null-terminated, may be null) with every
 // variable in `vars` set: an inherited variable of the same name is replaced, not repeated.

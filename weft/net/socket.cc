@@ -171,33 +171,14 @@ Socket connect_one(const addrinfo& ai, const std::string& where, Deadline deadli
 
 }  // namespace
 
-Socket::Socket(int fd) : fd_(fd) {}
-
-Socket::~Socket() { close(); }
-
-Socket::Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-
-Socket& Socket::operator=(Socket&& other) noexcept {
-  if (this != &other) {
-    close();
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-void Socket::close() {
-  // close() is not retried on EINTR: on Linux the descriptor is released regardless.
-  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-}
-
 void Socket::shutdown() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);  // ENOTCONN (never connected) is harmless
+  if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);  // ENOTCONN (never connected) is harmless
 }
 
 std::string Socket::peer_name() const {
   sockaddr_storage sa{};
   socklen_t len = sizeof(sa);
-  if (fd_ < 0 || ::getpeername(fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+  if (!fd_ || ::getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
     return "<unconnected socket>";
   }
   return sockaddr_string(sa);
@@ -227,9 +208,9 @@ Socket Socket::connect(const std::string& host, int port, Deadline deadline) {
 }
 
 std::size_t Socket::send_some(std::span<const std::byte> bytes) {
-  if (fd_ < 0) throw InvalidArgument("Socket::send on a closed socket");
+  if (!fd_) throw InvalidArgument("Socket::send on a closed socket");
   while (true) {
-    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -242,10 +223,10 @@ std::size_t Socket::send_some(std::span<const std::byte> bytes) {
 }
 
 std::size_t Socket::recv_some(std::span<std::byte> out) {
-  if (fd_ < 0) throw InvalidArgument("Socket::recv on a closed socket");
+  if (!fd_) throw InvalidArgument("Socket::recv on a closed socket");
   if (out.empty()) return 0;
   while (true) {
-    const ssize_t n = ::recv(fd_, out.data(), out.size(), MSG_DONTWAIT);
+    const ssize_t n = ::recv(fd_.get(), out.data(), out.size(), MSG_DONTWAIT);
     if (n > 0) return static_cast<std::size_t>(n);
     if (n == 0) throw ConnectionClosed("the peer " + peer_name() + " closed the connection");
     if (errno == EINTR) continue;
@@ -263,7 +244,7 @@ void Socket::send_all(std::span<const std::byte> bytes, Deadline deadline) {
   while (done < bytes.size()) {
     const std::size_t n = send_some(bytes.subspan(done));
     done += n;
-    if (n == 0 && !wait_ready(fd_, POLLOUT, deadline)) {
+    if (n == 0 && !wait_ready(fd_.get(), POLLOUT, deadline)) {
       throw TimeoutError("sending to " + peer_name() + " timed out with " +
                          std::to_string(bytes.size() - done) + " of " +
                          std::to_string(bytes.size()) + " bytes unsent; the peer is not reading");
@@ -282,7 +263,7 @@ void Socket::recv_all(std::span<std::byte> out, Deadline deadline) {
                              " of " + std::to_string(out.size()) + " expected bytes still missing");
     }
     done += n;
-    if (n == 0 && !wait_ready(fd_, POLLIN, deadline)) {
+    if (n == 0 && !wait_ready(fd_.get(), POLLIN, deadline)) {
       throw TimeoutError("receiving from " + peer_name() + " timed out with " +
                          std::to_string(out.size() - done) + " of " + std::to_string(out.size()) +
                          " bytes still missing");

@@ -8,6 +8,7 @@
 
 #include "weft/base/deadline.h"
 #include "weft/base/error.h"
+#include "weft/base/unique_fd.h"
 
 namespace weft::net {
 
@@ -25,10 +26,10 @@ class ConnectionClosed : public weft::Error {
 class Socket {
  public:
   Socket() = default;
-  explicit Socket(int fd);
-  ~Socket();
-  Socket(Socket&& other) noexcept;
-  Socket& operator=(Socket&& other) noexcept;
+  // Takes ownership of the socket `fd` (-1: an invalid Socket).
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& other) noexcept = default;
+  Socket& operator=(Socket&& other) noexcept = default;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
 
@@ -50,16 +51,17 @@ class Socket {
   std::size_t send_some(std::span<const std::byte> bytes);
   std::size_t recv_some(std::span<std::byte> out);
 
-  bool valid() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
+  bool valid() const { return static_cast<bool>(fd_); }
+  int fd() const { return fd_.get(); }
   // Shuts both directions down, so that a thread blocked in recv_all on this socket returns.
   void shutdown();
-  void close();
+  // Closes the descriptor (not retried on EINTR: on Linux it is released regardless).
+  void close() { fd_.reset(); }
   // "host:port" of the peer, for messages.
   std::string peer_name() const;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 // A listening TCP socket. Its descriptor is non-blocking and close-on-exec, so that it can

@@ -53,7 +53,8 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
   const float* k = q + config_.n_heads * hd;
   const float* v = k + config_.n_kv_heads * hd;
   wo_.backward(dout, att_.data<float>(), datt, rows);
-  kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq, dk, dv);
+  kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq, dk,
+                              dv);
   kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
                          config_.rope_theta, 0, width);
   wqkv_.backward(dq, x, dx, rows);
@@ -87,7 +88,8 @@ void Attention::forward_cached(const float* x, float* residual, std::int64_t n,
         p[static_cast<std::size_t>(j)] = s * scale;
         max = std::max(max, p[static_cast<std::size_t>(j)]);
       }
-      for (std::int64_t j = 0; j < visible; ++j) sum += (p[static_cast<std::size_t>(j)] = std::exp(p[static_cast<std::size_t>(j)] - max));
+      for (std::int64_t j = 0; j < visible; ++j)
+        sum += (p[static_cast<std::size_t>(j)] = std::exp(p[static_cast<std::size_t>(j)] - max));
       float* o = att + (i * heads + h) * hd;
       std::fill(o, o + hd, 0.0f);
       for (std::int64_t j = 0; j < visible; ++j) {

@@ -25,8 +25,8 @@ class FeedForward {
   // w1 and w3 are stacked in one weight: one product gives both halves of each row.
   Parameter w13_weight_;
   Linear w13_, w2_;
-  Tensor ab_, g_;    // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward for backward
-  Tensor dg_;        // backward's scratch (it turns ab_ into the gradient of w13's output)
+  Tensor ab_, g_;  // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward for backward
+  Tensor dg_;      // backward's scratch (it turns ab_ into the gradient of w13's output)
 };
 
 }  // namespace weft::nn

@@ -13,7 +13,8 @@ namespace weft::nn {
 namespace {
 
 BlockConfig block_config(const LlamaConfig& c) {
-  return {AttentionConfig{c.dim, c.n_heads, c.kv_heads(), c.rope_theta}, c.hidden_dim(), c.norm_eps};
+  return {AttentionConfig{c.dim, c.n_heads, c.kv_heads(), c.rope_theta}, c.hidden_dim(),
+          c.norm_eps};
 }
 
 void call(const std::function<void(int)>& hook, int unit) {
@@ -48,15 +49,17 @@ std::int64_t LlamaConfig::hidden_dim() const {
 }
 
 void LlamaConfig::validate() const {
-  require(dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 && multiple_of > 0,
+  require(dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 &&
+              multiple_of > 0,
           "dim, n_layers, n_heads, vocab_size, max_seq_len and multiple_of must be positive");
-  require(dim % n_heads == 0, "dim " + std::to_string(dim) + " is not divisible by n_heads " +
-                                  std::to_string(n_heads));
-  require((dim / n_heads) % 2 == 0, "the head dimension dim / n_heads = " +
-                                        std::to_string(dim / n_heads) + " must be even (RoPE pairs)");
-  require(n_kv_heads >= 0 && n_heads % kv_heads() == 0,
-          "n_heads " + std::to_string(n_heads) + " must be a multiple of n_kv_heads " +
-              std::to_string(n_kv_heads));
+  require(dim % n_heads == 0,
+          "dim " + std::to_string(dim) + " is not divisible by n_heads " + std::to_string(n_heads));
+  require((dim / n_heads) % 2 == 0,
+          "the head dimension dim / n_heads = " + std::to_string(dim / n_heads) +
+              " must be even (RoPE pairs)");
+  require(n_kv_heads >= 0 && n_heads % kv_heads() == 0, "n_heads " + std::to_string(n_heads) +
+                                                            " must be a multiple of n_kv_heads " +
+                                                            std::to_string(n_kv_heads));
   require(rope_theta > 0 && norm_eps > 0, "rope_theta and norm_eps must be positive");
 }
 
@@ -96,8 +99,8 @@ void Llama::set_activation_checkpointing(bool on) {
 double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                       std::int64_t seq) {
   require(batch > 0 && seq > 0 && seq <= config_.max_seq_len,
-          "sequence length " + std::to_string(seq) + " must be in [1, max_seq_len = " +
-              std::to_string(config_.max_seq_len) + "]");
+          "sequence length " + std::to_string(seq) +
+              " must be in [1, max_seq_len = " + std::to_string(config_.max_seq_len) + "]");
   batch_ = batch;
   seq_ = seq;
   const std::int64_t rows = batch * seq, dim = config_.dim;
@@ -114,7 +117,8 @@ double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, s
     call(hooks_.after_forward, l);
   }
   call(hooks_.before_forward, last);
-  std::memcpy(ensure(final_in_, {rows, dim}), x, static_cast<std::size_t>(rows * dim) * sizeof(float));
+  std::memcpy(ensure(final_in_, {rows, dim}), x,
+              static_cast<std::size_t>(rows * dim) * sizeof(float));
   float* xn = ensure(xn_, {rows, dim});
   norm_.forward(x, xn, ensure(rstd_, {rows}), rows);
   float* logits = ensure(logits_, {rows, config_.vocab_size});
@@ -158,7 +162,8 @@ KVCache Llama::make_cache() const {
   KVCache cache;
   const std::int64_t width = config_.kv_heads() * (config_.dim / config_.n_heads);
   for (std::int64_t l = 0; l < config_.n_layers; ++l) {
-    cache.layers.push_back({Tensor::zeros({config_.max_seq_len, width}), Tensor::zeros({config_.max_seq_len, width})});
+    cache.layers.push_back(
+        {Tensor::zeros({config_.max_seq_len, width}), Tensor::zeros({config_.max_seq_len, width})});
   }
   cache.capacity = config_.max_seq_len;
   return cache;
@@ -170,7 +175,8 @@ const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, K
   const std::int64_t dim = config_.dim, position = cache.length;
   float* x = ensure(x_, {n, dim});
   tok_embeddings_.forward(tokens, n, x);
-  for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward_cached(x, n, position, cache.layers[l]);
+  for (std::size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward_cached(x, n, position, cache.layers[l]);
   float* xn = ensure(xn_, {1, dim});
   norm_.forward(x + (n - 1) * dim, xn, ensure(rstd_, {1}), 1);
   float* logits = ensure(logits_, {1, config_.vocab_size});
@@ -182,7 +188,8 @@ const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, K
 double Llama::flops_per_token(std::int64_t seq) const {
   double matmul = 0;
   for (const auto& p : params_.all()) {
-    if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight") matmul += static_cast<double>(p->value.numel());
+    if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight")
+      matmul += static_cast<double>(p->value.numel());
   }
   if (config_.tie_embeddings) matmul += static_cast<double>(config_.dim * config_.vocab_size);
   return 6.0 * matmul + 12.0 * static_cast<double>(config_.n_layers * config_.dim * seq);

@@ -1,14 +1,15 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/nn/optim.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "weft/base/simd-inl.h"
 #include "weft/nn/optim.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "weft/base/simd-inl.h"
 
 #ifndef WEFT_NN_ADAMW_CONSTANTS
 #define WEFT_NN_ADAMW_CONSTANTS
@@ -77,7 +78,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
   const AdamWConstants k{static_cast<float>(1.0 - lr * options.weight_decay),
                          static_cast<float>(lr / correction1),
                          static_cast<float>(std::sqrt(correction2)),
-                         static_cast<float>(options.beta1), static_cast<float>(options.beta2),
+                         static_cast<float>(options.beta1),
+                         static_cast<float>(options.beta2),
                          static_cast<float>(options.eps)};
   kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
     HWY_DYNAMIC_DISPATCH(AdamWRange)(p + first, g + first, m + first, v + first, end - first, k);
@@ -95,7 +97,8 @@ void AdamW::step(double lr) {
 
 double grad_norm(ParameterList& params) {
   double sum = 0;
-  for (const auto& p : params.all()) sum += kernels::sum_squares(p->grad.data<float>(), p->grad.numel());
+  for (const auto& p : params.all())
+    sum += kernels::sum_squares(p->grad.data<float>(), p->grad.numel());
   return std::sqrt(sum);
 }
 
@@ -115,8 +118,8 @@ double LrSchedule::at(std::int64_t step) const {
     return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   }
   const std::int64_t decay_steps = std::max<std::int64_t>(1, total_steps - warmup_steps);
-  const double progress =
-      std::clamp(static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps), 0.0, 1.0);
+  const double progress = std::clamp(
+      static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps), 0.0, 1.0);
   double factor = 1.0;
   if (decay_type == "cosine") factor = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   if (decay_type == "linear") factor = 1.0 - progress;

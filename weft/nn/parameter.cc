@@ -55,7 +55,8 @@ void ParameterList::load_state_dict(const StateDict& state) {
   std::vector<Parameter*> targets;
   std::set<std::string> seen;
   for (const auto& [name, value] : state) {
-    if (!seen.insert(name).second) throw InvalidArgument("load_state_dict: " + name + " appears twice");
+    if (!seen.insert(name).second)
+      throw InvalidArgument("load_state_dict: " + name + " appears twice");
     Parameter& p = at(name);
     if (p.value.shape() != value.shape()) {
       throw InvalidArgument("load_state_dict: " + name + " is " + shape_string(value.shape()) +

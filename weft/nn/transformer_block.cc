@@ -7,14 +7,16 @@ namespace weft::nn {
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c)
     : dim_(c.attention.dim),
-      attention_norm_(params, "layers." + std::to_string(layer) + ".attention_norm", dim_, c.norm_eps),
+      attention_norm_(params, "layers." + std::to_string(layer) + ".attention_norm", dim_,
+                      c.norm_eps),
       ffn_norm_(params, "layers." + std::to_string(layer) + ".ffn_norm", dim_, c.norm_eps),
       attention_(params, "layers." + std::to_string(layer) + ".attention", c.attention),
       feed_forward_(params, "layers." + std::to_string(layer) + ".feed_forward", dim_, c.hidden) {}
 
 void TransformerBlock::forward(float* x, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq;
-  std::memcpy(ensure(input_, {rows, dim_}), x, static_cast<std::size_t>(rows * dim_) * sizeof(float));
+  std::memcpy(ensure(input_, {rows, dim_}), x,
+              static_cast<std::size_t>(rows * dim_) * sizeof(float));
   run_forward(x, batch, seq);
   if (checkpointing_) release();
 }

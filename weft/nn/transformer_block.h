@@ -37,9 +37,9 @@ class TransformerBlock {
   RMSNorm attention_norm_, ffn_norm_;
   Attention attention_;
   FeedForward feed_forward_;
-  Tensor input_;                          // always kept
-  Tensor h1_, rstd1_, x2_, h2_, rstd2_;   // kept unless checkpointing
-  Tensor dh_, recompute_;                 // scratch
+  Tensor input_;                         // always kept
+  Tensor h1_, rstd1_, x2_, h2_, rstd2_;  // kept unless checkpointing
+  Tensor dh_, recompute_;                // scratch
 };
 
 }  // namespace weft::nn

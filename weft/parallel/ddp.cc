@@ -77,7 +77,8 @@ void DistributedDataParallel::finish_sync() {
   if (!syncing_) return;
   syncing_ = false;
   for (auto& b : buckets_) {
-    if (!b->work) throw Error("DDP: a bucket was never reduced: backward did not reach every layer");
+    if (!b->work)
+      throw Error("DDP: a bucket was never reduced: backward did not reach every layer");
     b->work->wait();
     b->work.reset();
     std::size_t at = 0;

@@ -13,8 +13,10 @@ DeviceMesh::DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
   long product = 1;
   std::string shape;
   for (const auto& [name, n] : dims_) {
-    if (n < 1) throw InvalidArgument("DeviceMesh: dimension '" + name + "' has size " + std::to_string(n));
-    if (!names.insert(name).second) throw InvalidArgument("DeviceMesh: dimension '" + name + "' appears twice");
+    if (n < 1)
+      throw InvalidArgument("DeviceMesh: dimension '" + name + "' has size " + std::to_string(n));
+    if (!names.insert(name).second)
+      throw InvalidArgument("DeviceMesh: dimension '" + name + "' appears twice");
     product *= n;
     shape += (shape.empty() ? "" : " x ") + name + "=" + std::to_string(n);
   }
@@ -57,6 +59,8 @@ std::size_t DeviceMesh::index_of(const std::string& dim) const {
 
 int DeviceMesh::size(const std::string& dim) const { return dims_[index_of(dim)].second; }
 int DeviceMesh::coordinate(const std::string& dim) const { return coordinates_[index_of(dim)]; }
-dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const { return *groups_[index_of(dim)]; }
+dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const {
+  return *groups_[index_of(dim)];
+}
 
 }  // namespace weft::parallel

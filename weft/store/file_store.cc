@@ -55,7 +55,7 @@ class FileStore::FileLock {
   FileLock(FileStore& store, Deadline deadline) : store_(store) {
     Clock::duration backoff = kLockBackoffMin;
     // Non-blocking attempts, so that the wait has a deadline.
-    while (::flock(store_.fd_, LOCK_EX | LOCK_NB) != 0) {
+    while (::flock(store_.fd_.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK && errno != EINTR) {
         throw SystemError("FileStore: flock " + store_.path_, errno);
       }
@@ -69,11 +69,11 @@ class FileStore::FileLock {
     try {
       store_.catch_up();
     } catch (...) {
-      ::flock(store_.fd_, LOCK_UN);
+      ::flock(store_.fd_.get(), LOCK_UN);
       throw;
     }
   }
-  ~FileLock() { ::flock(store_.fd_, LOCK_UN); }
+  ~FileLock() { ::flock(store_.fd_.get(), LOCK_UN); }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
@@ -82,11 +82,11 @@ class FileStore::FileLock {
 };
 
 FileStore::FileStore(std::string path, int /*world_size*/) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd_ < 0) throw SystemError("FileStore: open " + path_, errno);
+  fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd_) throw SystemError("FileStore: open " + path_, errno);
 }
 
-FileStore::~FileStore() { ::close(fd_); }
+FileStore::~FileStore() = default;
 
 void FileStore::set(const std::string& key, const std::string& value) {
   internal::check_size("FileStore::set", key.size() + value.size());
@@ -175,16 +175,16 @@ std::string FileStore::poll_for(const std::string& what, const std::vector<std::
 // is mid-append: an incomplete record at the end was torn by a writer that died, and is cut.
 void FileStore::catch_up() {
   struct stat st;
-  if (::fstat(fd_, &st) != 0) throw SystemError("FileStore: fstat " + path_, errno);
+  if (::fstat(fd_.get(), &st) != 0) throw SystemError("FileStore: fstat " + path_, errno);
   if (offset_ == 0) {
     read_file_header();
-    if (::fstat(fd_, &st) != 0) throw SystemError("FileStore: fstat " + path_, errno);
+    if (::fstat(fd_.get(), &st) != 0) throw SystemError("FileStore: fstat " + path_, errno);
   }
   if (st.st_size < offset_) corrupt(st.st_size, "the file shrank below what was already read");
   std::string bytes(static_cast<std::size_t>(st.st_size - offset_), '\0');
   std::size_t got = 0;
   while (got < bytes.size()) {
-    const ssize_t n = ::pread(fd_, bytes.data() + got, bytes.size() - got, offset_ + got);
+    const ssize_t n = ::pread(fd_.get(), bytes.data() + got, bytes.size() - got, offset_ + got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw SystemError("FileStore: read " + path_, errno);
     if (n == 0) break;
@@ -212,7 +212,7 @@ void FileStore::catch_up() {
     at += record.size();
   }
   offset_ += static_cast<off_t>(at);
-  if (at < got && ::ftruncate(fd_, offset_) != 0) {
+  if (at < got && ::ftruncate(fd_.get(), offset_) != 0) {
     throw SystemError("FileStore: cutting a torn record off " + path_, errno);
   }
 }
@@ -221,7 +221,7 @@ void FileStore::catch_up() {
 // than its header was torn by a creator that died, and is started over.
 void FileStore::read_file_header() {
   std::string header(kFileHeaderBytes, '\0');
-  const ssize_t n = ::pread(fd_, header.data(), header.size(), 0);
+  const ssize_t n = ::pread(fd_.get(), header.data(), header.size(), 0);
   if (n < 0) throw SystemError("FileStore: read " + path_, errno);
   if (n < kFileHeaderBytes) {
     header.clear();
@@ -260,7 +260,7 @@ void FileStore::append(std::uint32_t kind, const std::string& key, const std::st
 void FileStore::write_at(const std::string& bytes, off_t offset) {
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, offset + done);
+    const ssize_t n = ::pwrite(fd_.get(), bytes.data() + done, bytes.size() - done, offset + done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw SystemError("FileStore: write " + path_, errno);
     done += static_cast<std::size_t>(n);

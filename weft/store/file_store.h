@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 
+#include "weft/base/unique_fd.h"
 #include "weft/store/internal/kv_table.h"
 #include "weft/store/store.h"
 
@@ -63,7 +64,7 @@ class FileStore : public Store {
   [[noreturn]] void corrupt(off_t offset, const std::string& why) const;
 
   const std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   // Serializes this object's users: flock() does not exclude threads sharing a descriptor.
   std::mutex mu_;
   internal::KvTable table_;  // the file's contents up to offset_; guarded by mu_

@@ -31,7 +31,8 @@ PhiloxKey philox_key(std::uint64_t seed, std::string_view name) {
 }
 
 void philox4x32(PhiloxKey key, std::uint64_t index, std::uint32_t out[4]) {
-  std::uint32_t c0 = static_cast<std::uint32_t>(index), c1 = static_cast<std::uint32_t>(index >> 32);
+  std::uint32_t c0 = static_cast<std::uint32_t>(index),
+                c1 = static_cast<std::uint32_t>(index >> 32);
   std::uint32_t c2 = 0, c3 = 0, k0 = key.k0, k1 = key.k1;
   for (int round = 0; round < 10; ++round) {
     std::uint32_t hi0, lo0, hi1, lo1;

@@ -32,7 +32,8 @@ void for_each_offset(const Shape& shape, const Shape& strides, std::int64_t offs
   std::vector<std::int64_t> index(static_cast<std::size_t>(n), 0);
   for (;;) {
     std::int64_t at = offset;
-    for (int d = 0; d < n; ++d) at += index[static_cast<std::size_t>(d)] * strides[static_cast<std::size_t>(d)];
+    for (int d = 0; d < n; ++d)
+      at += index[static_cast<std::size_t>(d)] * strides[static_cast<std::size_t>(d)];
     visit(at);
     int d = n - 1;
     while (d >= 0 && ++index[static_cast<std::size_t>(d)] == shape[static_cast<std::size_t>(d)]) {
@@ -67,14 +68,22 @@ void store_from_double(std::byte* p, double x) {
 
 double load(DType dtype, const std::byte* p) {
   switch (dtype) {
-    case DType::kFloat32: return load_as_double<float>(p);
-    case DType::kFloat64: return load_as_double<double>(p);
-    case DType::kFloat16: return load_as_double<Half>(p);
-    case DType::kBFloat16: return load_as_double<BFloat16>(p);
-    case DType::kInt8: return load_as_double<std::int8_t>(p);
-    case DType::kUInt8: return load_as_double<std::uint8_t>(p);
-    case DType::kInt32: return load_as_double<std::int32_t>(p);
-    case DType::kInt64: return load_as_double<std::int64_t>(p);
+    case DType::kFloat32:
+      return load_as_double<float>(p);
+    case DType::kFloat64:
+      return load_as_double<double>(p);
+    case DType::kFloat16:
+      return load_as_double<Half>(p);
+    case DType::kBFloat16:
+      return load_as_double<BFloat16>(p);
+    case DType::kInt8:
+      return load_as_double<std::int8_t>(p);
+    case DType::kUInt8:
+      return load_as_double<std::uint8_t>(p);
+    case DType::kInt32:
+      return load_as_double<std::int32_t>(p);
+    case DType::kInt64:
+      return load_as_double<std::int64_t>(p);
   }
   WEFT_CHECK(false && "unknown dtype");
   return 0;
@@ -82,14 +91,22 @@ double load(DType dtype, const std::byte* p) {
 
 void store(DType dtype, std::byte* p, double x) {
   switch (dtype) {
-    case DType::kFloat32: return store_from_double<float>(p, x);
-    case DType::kFloat64: return store_from_double<double>(p, x);
-    case DType::kFloat16: return store_from_double<Half>(p, x);
-    case DType::kBFloat16: return store_from_double<BFloat16>(p, x);
-    case DType::kInt8: return store_from_double<std::int8_t>(p, x);
-    case DType::kUInt8: return store_from_double<std::uint8_t>(p, x);
-    case DType::kInt32: return store_from_double<std::int32_t>(p, x);
-    case DType::kInt64: return store_from_double<std::int64_t>(p, x);
+    case DType::kFloat32:
+      return store_from_double<float>(p, x);
+    case DType::kFloat64:
+      return store_from_double<double>(p, x);
+    case DType::kFloat16:
+      return store_from_double<Half>(p, x);
+    case DType::kBFloat16:
+      return store_from_double<BFloat16>(p, x);
+    case DType::kInt8:
+      return store_from_double<std::int8_t>(p, x);
+    case DType::kUInt8:
+      return store_from_double<std::uint8_t>(p, x);
+    case DType::kInt32:
+      return store_from_double<std::int32_t>(p, x);
+    case DType::kInt64:
+      return store_from_double<std::int64_t>(p, x);
   }
   WEFT_CHECK(false && "unknown dtype");
 }
@@ -300,8 +317,8 @@ Tensor Tensor::view(Shape shape) const {
     std::int64_t known = 1;
     for (std::int64_t d : shape) known *= d == -1 ? 1 : d;
     if (known == 0 || numel() % known != 0) {
-      invalid("view: cannot infer -1 in " + shape_string(shape) + " for " + std::to_string(numel()) +
-              " elements");
+      invalid("view: cannot infer -1 in " + shape_string(shape) + " for " +
+              std::to_string(numel()) + " elements");
     }
     *std::find(shape.begin(), shape.end(), std::int64_t{-1}) = numel() / known;
   }
@@ -340,7 +357,8 @@ void Tensor::copy_from(const Tensor& src) {
   }
   std::vector<std::int64_t> from;
   from.reserve(static_cast<std::size_t>(numel()));
-  for_each_offset(src.shape_, src.strides_, src.offset_, [&](std::int64_t at) { from.push_back(at); });
+  for_each_offset(src.shape_, src.strides_, src.offset_,
+                  [&](std::int64_t at) { from.push_back(at); });
   std::size_t i = 0;
   for_each_offset(shape_, strides_, offset_, [&](std::int64_t at) {
     std::memcpy(element_bytes(at), src.element_bytes(from[i++]), esz);
@@ -353,7 +371,8 @@ void Tensor::fill(double value) {
     std::memset(element_bytes(offset_), 0, nbytes());
     return;
   }
-  for_each_offset(shape_, strides_, offset_, [&](std::int64_t at) { store(dtype_, element_bytes(at), value); });
+  for_each_offset(shape_, strides_, offset_,
+                  [&](std::int64_t at) { store(dtype_, element_bytes(at), value); });
 }
 
 template <class T>
@@ -367,8 +386,8 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define WEFT_TENSOR_INSTANTIATE(T)                                          \
-  template Tensor Tensor::from<T>(std::span<const T>, const Shape&);         \
+#define WEFT_TENSOR_INSTANTIATE(T)                                   \
+  template Tensor Tensor::from<T>(std::span<const T>, const Shape&); \
   template T* Tensor::data<T>() const;
 WEFT_TENSOR_INSTANTIATE(float)
 WEFT_TENSOR_INSTANTIATE(double)

@@ -1,11 +1,12 @@
 #include "weft/train/config.h"
 
+#include <toml++/toml.h>
+
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <iterator>
 #include <sstream>
-#include <toml++/toml.h>
 #include <variant>
 
 namespace weft::train {
@@ -134,10 +135,14 @@ const char* type_label(const Target& t) {
 
 const char* type_of(const Target& t) {
   switch (t.index()) {
-    case 0: return "an integer";
-    case 1: return "a number";
-    case 2: return "true or false";
-    default: return "a string";
+    case 0:
+      return "an integer";
+    case 1:
+      return "a number";
+    case 2:
+      return "true or false";
+    default:
+      return "a string";
   }
 }
 
@@ -149,7 +154,8 @@ std::string keys_of(const std::string& section) {
   return keys;
 }
 
-const Field& find_field(const std::string& section, const std::string& key, const std::string& where) {
+const Field& find_field(const std::string& section, const std::string& key,
+                        const std::string& where) {
   bool known_section = false;
   for (const Field& f : fields()) {
     if (section != f.section) continue;
@@ -157,7 +163,8 @@ const Field& find_field(const std::string& section, const std::string& key, cons
     if (key == f.key) return f;
   }
   if (!known_section) {
-    throw ConfigError(where + "unknown section [" + section + "]; sections are model, training, "
+    throw ConfigError(where + "unknown section [" + section +
+                      "]; sections are model, training, "
                       "optimizer, lr_scheduler, checkpoint, metrics, validation, parallelism");
   }
   throw ConfigError(where + "unknown key " + section + "." + key + "; [" + section +
@@ -179,10 +186,12 @@ void check_value(const Field& f, Config& c, const std::string& where) {
     } else {
       allowed << "at least " << f.min;
     }
-    throw ConfigError(where + name_of(f) + " = " + value + " is out of range: it must be " + allowed.str());
+    throw ConfigError(where + name_of(f) + " = " + value + " is out of range: it must be " +
+                      allowed.str());
   };
   if (auto* i = std::get_if<std::int64_t*>(&t)) {
-    if (static_cast<double>(**i) < f.min || static_cast<double>(**i) > f.max) out_of_range(std::to_string(**i));
+    if (static_cast<double>(**i) < f.min || static_cast<double>(**i) > f.max)
+      out_of_range(std::to_string(**i));
   } else if (auto* d = std::get_if<double*>(&t)) {
     if (!std::isfinite(**d) || **d < f.min || **d > f.max) {
       std::ostringstream v;
@@ -278,13 +287,20 @@ std::vector<std::string> words_of(const ConfigKey& k) {
 
 std::string toml_type_name(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date or time";
   }
 }
 
@@ -311,7 +327,8 @@ void set_from_toml(const Field& f, Config& c, const toml::node& node, const std:
   check_value(f, c, where);
 }
 
-void set_from_string(const Field& f, Config& c, const std::string& value, const std::string& where) {
+void set_from_string(const Field& f, Config& c, const std::string& value,
+                     const std::string& where) {
   const Target t = f.get(c);
   try {
     std::size_t used = 0;
@@ -340,12 +357,14 @@ void check_whole(const Config& c) {
     throw ConfigError(e.what());
   }
   if (c.parallelism.data_parallel_replicate_degree == 0) {
-    throw ConfigError("parallelism.data_parallel_replicate_degree = 0 is out of range: use -1 "
-                      "(the rest of the world size) or a positive degree");
+    throw ConfigError(
+        "parallelism.data_parallel_replicate_degree = 0 is out of range: use -1 "
+        "(the rest of the world size) or a positive degree");
   }
   if (c.validation.enable && c.training.validation_fraction == 0) {
-    throw ConfigError("validation.enable = true needs a validation split: training.validation_fraction "
-                      "is 0 (give it a fraction, or set validation.enable = false)");
+    throw ConfigError(
+        "validation.enable = true needs a validation split: training.validation_fraction "
+        "is 0 (give it a fraction, or set validation.enable = false)");
   }
   if (c.training.seq_len > c.model.max_seq_len) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +

@@ -1,6 +1,6 @@
 // weft-train's configuration: TOML sections as TorchTitan's ([model], [training],
-// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation], [parallelism]), every key with a type,
-// a default and the values it allows. Any key can be overridden on the command line as
+// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation], [parallelism]), every key
+// with a type, a default and the values it allows. Any key can be overridden on the command line as
 // `--section.key value`. An unknown key, a value of the wrong type or out of range is a
 // ConfigError naming the key and what is allowed; nothing has been written then.
 #pragma once
@@ -21,11 +21,11 @@ class ConfigError : public InvalidArgument {
 };
 
 struct TrainingConfig {
-  std::int64_t batch_size = 8;  // sequences per micro-batch (per data-parallel rank later)
+  std::int64_t batch_size = 8;  // sequences per micro-batch, on each data-parallel rank
   std::int64_t seq_len = 256;
   std::int64_t steps = 100;
   std::int64_t seed = 0;
-  double max_norm = 1.0;        // gradient clipping by global norm; 0 disables it
+  double max_norm = 1.0;  // gradient clipping by global norm; 0 disables it
   std::int64_t gradient_accumulation_steps = 1;
   std::string dataset_path = "data/tinyshakespeare.txt";
   double validation_fraction = 0.1;  // the end of the text, held out
@@ -36,21 +36,21 @@ struct TrainingConfig {
 struct CheckpointConfig {
   bool enable = false;
   std::string folder = "checkpoints";
-  std::int64_t interval = 100;  // steps between checkpoints; the last step always saves
-  bool resume = false;          // continue from the newest checkpoint in `folder`
-  std::int64_t keep_latest = 0; // 0 keeps every checkpoint
+  std::int64_t interval = 100;   // steps between checkpoints; the last step always saves
+  bool resume = false;           // continue from the newest checkpoint in `folder`
+  std::int64_t keep_latest = 0;  // 0 keeps every checkpoint
 };
 
 struct MetricsConfig {
   std::int64_t log_freq = 10;
-  std::string jsonl_path;       // empty: no metrics file
-  double peak_gflops = 0;       // 0: measured at start-up with a short sgemm
+  std::string jsonl_path;  // empty: no metrics file
+  double peak_gflops = 0;  // 0: measured at start-up with a short sgemm
 };
 
 struct ValidationConfig {
   bool enable = true;
-  std::int64_t freq = 50;   // steps between validations (and after the last step)
-  std::int64_t steps = 4;   // global batches per validation
+  std::int64_t freq = 50;  // steps between validations (and after the last step)
+  std::int64_t steps = 4;  // global batches per validation
 };
 
 // TorchTitan's meaning: a replicate degree alone is DDP, a shard degree alone FSDP, both

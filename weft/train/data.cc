@@ -23,7 +23,8 @@ std::string decode(const std::vector<std::int32_t>& tokens) {
   return text;
 }
 
-TextDataset::TextDataset(const std::string& path, double validation_fraction, std::int64_t seq_len) {
+TextDataset::TextDataset(const std::string& path, double validation_fraction,
+                         std::int64_t seq_len) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError("training.dataset_path = '" + path + "' cannot be read: " +
@@ -32,7 +33,8 @@ TextDataset::TextDataset(const std::string& path, double validation_fraction, st
   std::ostringstream text;
   text << in.rdbuf();
   const std::vector<std::int32_t> all = encode(text.str());
-  const auto split = static_cast<std::size_t>(static_cast<double>(all.size()) * (1.0 - validation_fraction));
+  const auto split =
+      static_cast<std::size_t>(static_cast<double>(all.size()) * (1.0 - validation_fraction));
   train_.assign(all.begin(), all.begin() + static_cast<long>(split));
   validation_.assign(all.begin() + static_cast<long>(split), all.end());
   const auto need = static_cast<std::size_t>(seq_len + 1);
@@ -62,8 +64,10 @@ Batch DataLoader::next(int rank, int ranks) {
     const auto sample = static_cast<std::uint64_t>((drawn_ * ranks + rank) * batch_ + i);
     const auto start = static_cast<std::size_t>(philox_uniform(key, sample) * starts);
     for (std::int64_t t = 0; t < seq_len_; ++t) {
-      b.tokens[static_cast<std::size_t>(i * seq_len_ + t)] = tokens_[start + static_cast<std::size_t>(t)];
-      b.targets[static_cast<std::size_t>(i * seq_len_ + t)] = tokens_[start + static_cast<std::size_t>(t) + 1];
+      b.tokens[static_cast<std::size_t>(i * seq_len_ + t)] =
+          tokens_[start + static_cast<std::size_t>(t)];
+      b.targets[static_cast<std::size_t>(i * seq_len_ + t)] =
+          tokens_[start + static_cast<std::size_t>(t) + 1];
     }
   }
   ++drawn_;

@@ -16,7 +16,8 @@ namespace {
 std::int32_t sample(const float* logits, std::int64_t vocab, const SamplingOptions& o, double u) {
   std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
   for (std::int32_t i = 0; i < vocab; ++i) order[static_cast<std::size_t>(i)] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
   if (o.temperature <= 0) return order[0];
   const auto k = static_cast<std::size_t>(o.top_k > 0 ? std::min(o.top_k, vocab) : vocab);
   std::vector<double> p(k);
@@ -39,10 +40,12 @@ std::string generate(nn::Llama& model, const std::string& prompt, const Sampling
   const std::int64_t max_len = model.config().max_seq_len;
   if (tokens.empty() || static_cast<std::int64_t>(tokens.size()) > max_len) {
     throw InvalidArgument("generate: the prompt must have 1 to " + std::to_string(max_len) +
-                          " bytes (the model's max_seq_len), it has " + std::to_string(tokens.size()));
+                          " bytes (the model's max_seq_len), it has " +
+                          std::to_string(tokens.size()));
   }
   nn::KVCache cache = model.make_cache();
-  const float* logits = model.forward_cached(tokens.data(), static_cast<std::int64_t>(tokens.size()), cache);
+  const float* logits =
+      model.forward_cached(tokens.data(), static_cast<std::int64_t>(tokens.size()), cache);
   std::vector<std::int32_t> out;
   const PhiloxKey key = philox_key(options.seed, "sample");
   for (std::int64_t i = 0; i < options.max_new_tokens; ++i) {

@@ -43,7 +43,8 @@ double measure_peak_gflops(int threads) {
   for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < until; ++rep) {
     const auto start = std::chrono::steady_clock::now();
     kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);  // the first warms up
   }
   kernels::set_blas_threads(saved);
@@ -73,16 +74,22 @@ void MetricsLogger::clear_bar() {
 void MetricsLogger::log_step(const StepMetrics& m) {
   clear_bar();
   char line[256];
-  std::snprintf(line, sizeof(line),
-                "step: %lld  loss: %.4f  grad_norm: %.4f  lr: %.2e  tps: %s  mfu: %.1f%%  memory: %.0f MiB",
-                static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr,
-                with_commas(m.tokens_per_second).c_str(), 100.0 * m.mfu,
-                static_cast<double>(m.memory_bytes) / (1 << 20));
+  std::snprintf(
+      line, sizeof(line),
+      "step: %lld  loss: %.4f  grad_norm: %.4f  lr: %.2e  tps: %s  mfu: %.1f%%  memory: %.0f MiB",
+      static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr,
+      with_commas(m.tokens_per_second).c_str(), 100.0 * m.mfu,
+      static_cast<double>(m.memory_bytes) / (1 << 20));
   out_ << line << std::endl;
   if (jsonl_.is_open()) {
-    jsonl_ << nlohmann::json{{"step", m.step}, {"loss", m.loss}, {"grad_norm", m.grad_norm},
-                             {"lr", m.lr}, {"tps", m.tokens_per_second}, {"mfu", m.mfu},
-                             {"memory_bytes", m.memory_bytes}, {"time_s", m.seconds}}
+    jsonl_ << nlohmann::json{{"step", m.step},
+                             {"loss", m.loss},
+                             {"grad_norm", m.grad_norm},
+                             {"lr", m.lr},
+                             {"tps", m.tokens_per_second},
+                             {"mfu", m.mfu},
+                             {"memory_bytes", m.memory_bytes},
+                             {"time_s", m.seconds}}
                   .dump()
            << std::endl;
   }
@@ -91,9 +98,11 @@ void MetricsLogger::log_step(const StepMetrics& m) {
 void MetricsLogger::log_validation(std::int64_t step, double loss) {
   clear_bar();
   char line[128];
-  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f", static_cast<long long>(step), loss);
+  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f",
+                static_cast<long long>(step), loss);
   out_ << line << std::endl;
-  if (jsonl_.is_open()) jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}}.dump() << std::endl;
+  if (jsonl_.is_open())
+    jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}}.dump() << std::endl;
 }
 
 void MetricsLogger::log_line(const std::string& line) {

@@ -29,7 +29,7 @@ class MetricsLogger {
                 std::int64_t total_steps);
   void log_step(const StepMetrics& m);
   void log_validation(std::int64_t step, double loss);
-  void log_line(const std::string& line);  // a message between steps
+  void log_line(const std::string& line);                           // a message between steps
   void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
   void finish();
 

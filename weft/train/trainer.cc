@@ -54,8 +54,8 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                 static_cast<double>(model_.parameters().numel()) / 1e6,
                 model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
                 measured ? "sgemm measured" : "metrics.peak_gflops",
-                static_cast<long long>(config_.training.threads), config_.training.threads == 1 ? "" : "s",
-                simd::current_target().c_str());
+                static_cast<long long>(config_.training.threads),
+                config_.training.threads == 1 ? "" : "s", simd::current_target().c_str());
   out_ << line << std::endl;
   if (fsdp_) log_state_memory(false);
   metrics_ = std::make_unique<MetricsLogger>(out_, terminal_ && dp_rank_ == 0,
@@ -71,12 +71,13 @@ void Trainer::setup_data_parallel() {
   const std::int64_t world = world_ ? world_->size() : 1;
   const auto& p = config_.parallelism;
   const std::int64_t shard = p.data_parallel_shard_degree;
-  const std::int64_t replicate = p.data_parallel_replicate_degree == -1 ? world / shard
-                                                                        : p.data_parallel_replicate_degree;
+  const std::int64_t replicate =
+      p.data_parallel_replicate_degree == -1 ? world / shard : p.data_parallel_replicate_degree;
   if (replicate * shard != world) {
     throw ConfigError("parallelism: data_parallel_replicate_degree " + std::to_string(replicate) +
-                      " x data_parallel_shard_degree " + std::to_string(shard) + " must equal the " +
-                      "world size " + std::to_string(world) + " (weftrun --nproc-per-node)");
+                      " x data_parallel_shard_degree " + std::to_string(shard) +
+                      " must equal the " + "world size " + std::to_string(world) +
+                      " (weftrun --nproc-per-node)");
   }
   dp_rank_ = world_ ? world_->rank() : 0;
   dp_size_ = static_cast<int>(world);
@@ -163,8 +164,8 @@ void Trainer::log_state_memory(bool with_peak) {
                 "fsdp %s: %.1f MiB per rank held between steps (parameters %.1f, gradients %.1f, "
                 "optimizer %.1f; one process: %.1f)",
                 parallel::sharding_mode_name(fsdp_->mode()),
-                mib(m.parameters + m.gradients + m.optimizer), mib(m.parameters),
-                mib(m.gradients), mib(m.optimizer), mib(m.one_process));
+                mib(m.parameters + m.gradients + m.optimizer), mib(m.parameters), mib(m.gradients),
+                mib(m.optimizer), mib(m.one_process));
   out_ << line << std::endl;
   if (!with_peak) return;
   std::snprintf(line, sizeof(line),
@@ -212,7 +213,8 @@ double Trainer::validate() {
                     static_cast<std::uint64_t>(config_.training.seed), "validation");
   // Batches of the global batch size (batch x micro-batches x ranks), drawn as training draws
   // them: the validation loss does not depend on how the global batch is split.
-  const std::int64_t batches = config_.validation.steps * config_.training.gradient_accumulation_steps;
+  const std::int64_t batches =
+      config_.validation.steps * config_.training.gradient_accumulation_steps;
   double total = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
     const Batch b = loader.next(dp_rank_, dp_size_);
@@ -222,8 +224,9 @@ double Trainer::validate() {
 }
 
 void Trainer::log_step(double loss, double grad_norm, double lr, double seconds) {
-  const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
-                                            config_.training.gradient_accumulation_steps * dp_size_);
+  const double tokens =
+      static_cast<double>(config_.training.batch_size * config_.training.seq_len *
+                          config_.training.gradient_accumulation_steps * dp_size_);
   const double tps = tokens / seconds;
   const double mfu = model_.flops_per_token(config_.training.seq_len) * tps /
                      (peak_gflops_ * 1e9 * static_cast<double>(dp_size_));

@@ -173,8 +173,8 @@ void scatter(const Comm& c, Buffer out, Buffer in, int root) {
   if (block > 0) std::memmove(out.data, in.bytes() + static_cast<std::size_t>(root) * block, block);
 }
 
-void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts,
-                  Buffer in, const std::vector<std::size_t>& in_counts) {
+void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                  const std::vector<std::size_t>& in_counts) {
   const int n = c.size();
   const std::size_t es = elem(in);
   const auto in_off = prefix_offsets(in_counts);

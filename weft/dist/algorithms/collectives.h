@@ -28,8 +28,8 @@ void all_gather_v(const Comm& c, Buffer out, Buffer in, const std::vector<std::s
 void gather(const Comm& c, Buffer out, Buffer in, int root);
 void scatter(const Comm& c, Buffer out, Buffer in, int root);
 // Pairwise exchange in n - 1 rounds; counts in elements, per peer.
-void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts,
-                  Buffer in, const std::vector<std::size_t>& in_counts);
+void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                  const std::vector<std::size_t>& in_counts);
 // Dissemination: ceil(log2 n) rounds of empty messages.
 void barrier(const Comm& c);
 

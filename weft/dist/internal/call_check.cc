@@ -84,9 +84,11 @@ void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
   for (const auto& w : all) agree = agree && same(w, all[0]);
   if (agree) return;
   std::string msg = "dist: ranks of group '" + group + "' called different collectives:";
-  for (std::size_t r = 0; r < n; ++r) msg += "\n  rank " + std::to_string(r) + ": " + describe(all[r]);
-  msg += "\nEvery rank must call the same collectives, with the same sizes, dtypes and roots, in "
-         "the same order.";
+  for (std::size_t r = 0; r < n; ++r)
+    msg += "\n  rank " + std::to_string(r) + ": " + describe(all[r]);
+  msg +=
+      "\nEvery rank must call the same collectives, with the same sizes, dtypes and roots, in "
+      "the same order.";
   throw CollectiveMismatch(msg);
 }
 

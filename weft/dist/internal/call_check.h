@@ -22,10 +22,10 @@ struct CallSignature {
   std::string op;
   DType dtype = DType::kFloat32;
   std::size_t count = 0;
-  int root = -1;                     // -1: the op has no root
-  std::optional<ReduceOp> reduce;    // empty: the op does not reduce
+  int root = -1;                   // -1: the op has no root
+  std::optional<ReduceOp> reduce;  // empty: the op does not reduce
 
-  std::string describe() const;      // "all_reduce(count=10, dtype=float32, op=sum)"
+  std::string describe() const;  // "all_reduce(count=10, dtype=float32, op=sum)"
 };
 
 // True when WEFT_DIST_DEBUG=detail (read once per process).

@@ -1,6 +1,8 @@
 // Transport: the small point-to-point interface every collective algorithm is written
-// against (weft/dist/algorithms). A backend provides one Transport per rank; the thread
-// backend's lives in transport/thread, the tcp backend's in transport/tcp.
+// against (weft/dist/algorithms). A backend provides one Transport per rank, each in a folder
+// of its own: transport/thread (ranks as threads), transport/shm (processes on one host, with
+// a shared-memory step engine for the collectives: DirectCollectives below) and
+// transport/tcp (across hosts).
 //
 // Messages are matched by (source rank, tag) in the order they were sent. Sends are eager:
 // send() returns without waiting for the receiver to post a receive, so two ranks that send

@@ -13,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <typeinfo>
+#include <utility>
 
 #include "weft/base/error.h"
 #include "weft/exec/internal/remote_task.h"
@@ -144,6 +145,8 @@ SpawnedWorker spawn_worker() {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw SystemError("ProcessPoolExecutor: socketpair", errno);
   }
+  UniqueFd parent_end(sv[0]);
+  UniqueFd child_end(sv[1]);
   PoolFds& registry = PoolFds::instance();
   // Held across the fork, so that no pool registers a descriptor the child would miss.
   std::lock_guard lock(registry.mu_);
@@ -152,19 +155,17 @@ SpawnedWorker spawn_worker() {
   std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid < 0) {
-    const int err = errno;
-    ::close(sv[0]);
-    ::close(sv[1]);
-    throw SystemError("ProcessPoolExecutor: fork (lower max_workers or raise ulimit -u)", err);
+    throw SystemError("ProcessPoolExecutor: fork (lower max_workers or raise ulimit -u)", errno);
   }
   if (pid == 0) {
-    ::close(sv[0]);
+    parent_end.reset();
+    // Other pools' descriptors, which this child inherited but does not own.
     for (int fd : registry.fds_) ::close(fd);
-    serve(sv[1]);
+    serve(child_end.get());  // never returns: the child ends in _exit
   }
-  ::close(sv[1]);
-  registry.fds_.insert(sv[0]);
-  return {pid, sv[0]};
+  child_end.reset();
+  registry.fds_.insert(parent_end.get());
+  return {pid, std::move(parent_end)};
 }
 
 std::string describe_exit_status(int status) {

@@ -14,10 +14,12 @@
 #include <set>
 #include <string>
 
+#include "weft/base/unique_fd.h"
+
 namespace weft::internal {
 
-inline constexpr std::uint32_t kRequestMagic = 0x51544657;  // "WFTQ"
-inline constexpr std::uint32_t kReplyMagic = 0x52544657;    // "WFTR"
+inline constexpr std::uint32_t kRequestMagic = 0x51544657;            // "WFTQ"
+inline constexpr std::uint32_t kReplyMagic = 0x52544657;              // "WFTR"
 inline constexpr std::uint64_t kMaxPayload = std::uint64_t{1} << 32;  // 4 GiB
 
 enum class FrameKind : std::uint32_t { kCall = 0, kOk = 1, kError = 2 };
@@ -30,11 +32,12 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 16);
 
 // Appends a frame holding `payload` to `out`.
-void append_frame(std::string& out, std::uint32_t magic, FrameKind kind, const std::string& payload);
+void append_frame(std::string& out, std::uint32_t magic, FrameKind kind,
+                  const std::string& payload);
 
 struct SpawnedWorker {
   pid_t pid;
-  int fd;  // the parent's end of the socket pair
+  UniqueFd fd;  // the parent's end of the socket pair
 };
 
 // Every descriptor the process pools of this process hold (eventfds, parent-side sockets).
@@ -55,7 +58,7 @@ class PoolFds {
 
 // Forks a worker process that serves requests on a socket until it reads end-of-file.
 // Throws weft::SystemError if the socket pair or the fork fails. The parent's end of the
-// socket is registered in PoolFds; close it with PoolFds::remove then close().
+// socket is registered in PoolFds; remove it from there before closing it.
 SpawnedWorker spawn_worker();
 
 // "was killed by signal 9 (Killed)" / "exited with code 3", from a waitpid status.

@@ -7,7 +7,7 @@
 // ring is full, tasks spill into a mutex-protected deque, and keep going there until it is
 // drained, so the order stays first in, first out.
 // Replacing the mutex + deque that was here before removed lock convoys and the deque's
-// cross-thread block frees (docs/PERFORMANCE.md).
+// cross-thread block frees (docs/PERFORMANCE_LOG.md, session 1).
 #pragma once
 
 #include <atomic>

@@ -1,11 +1,12 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/internal/attention_tiles.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
 #include "weft/kernels/internal/attention_tiles.h"
 
 #include <algorithm>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -21,9 +22,10 @@ using Tag = hn::CappedTag<T, 64 / sizeof(T)>;
 // and NEON), so that the accumulators and the loaded vectors stay in registers with enough
 // independent FMAs in flight to cover their latency. Each divides the tiles' 64 rows: a
 // one-row block (2 to 4 chains of dependent FMAs) runs at a fraction of the speed.
-// - scores: kScoreRows rows by the two vectors of a half panel (8 x 2 accumulators with 32
-//   registers, 4 x 2 with 16);
-// - the others: kRows rows by up to kMaxVectors vectors of d (4 x 4, or 4 x 2).
+// - scores: kScoreRows rows by two vectors (8 x 2 accumulators with 32 registers, 4 x 2
+//   with 16);
+// - the others: kRows rows by up to kMaxVectors vectors of d (4 x 4, or 4 x 3: on AVX2 the
+//   P V tile ran at 52 GFLOP/s with 4 x 2 and 64-72 with 4 x 3, bench_compute's BM_PvTile).
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // AVX2, SSE4, EMU128
 constexpr int kRegisters = 16;
 #else
@@ -31,7 +33,7 @@ constexpr int kRegisters = 32;
 #endif
 constexpr int kScoreRows = kRegisters == 32 ? 8 : 4;
 constexpr int kRows = 4;
-constexpr int kMaxVectors = kRegisters == 32 ? 4 : 2;
+constexpr int kMaxVectors = kRegisters == 32 ? 4 : 3;
 
 template <class D, class V>
 HWY_INLINE void store_or_add(D d, V value, bool accumulate, hn::TFromD<D>* p) {
@@ -86,7 +88,8 @@ HWY_INLINE void rows_block(const T* p, std::int64_t ldp, const T* v, std::int64_
     }
   }
   for (int i = 0; i < R; ++i)
-    for (int q = 0; q < NV; ++q) store_or_add(dt, acc[i][q], accumulate, o + (r0 + i) * ldo + x0 + q * w);
+    for (int q = 0; q < NV; ++q)
+      store_or_add(dt, acc[i][q], accumulate, o + (r0 + i) * ldo + x0 + q * w);
 }
 
 // o[k0 + i][x0, x0 + NV vectors) = (+=) sum over r in [begin, rows) of p[r][k0 + i] * b[r][...].
@@ -109,7 +112,8 @@ HWY_INLINE void transposed_block(const T* p, std::int64_t ldp, const T* b, std::
     }
   }
   for (int i = 0; i < R; ++i)
-    for (int q = 0; q < NV; ++q) store_or_add(dt, acc[i][q], accumulate, o + (k0 + i) * ldo + x0 + q * w);
+    for (int q = 0; q < NV; ++q)
+      store_or_add(dt, acc[i][q], accumulate, o + (k0 + i) * ldo + x0 + q * w);
 }
 
 // block.template operator()<NV>(x0) for the last chunk of d: NV == rest vectors.
@@ -130,7 +134,8 @@ template <class T, class Block>
 HWY_INLINE void over_vectors(std::int64_t d, Block&& block) {
   const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
   std::int64_t x0 = 0;
-  for (; x0 + kMaxVectors * w <= d; x0 += kMaxVectors * w) block.template operator()<kMaxVectors>(x0);
+  for (; x0 + kMaxVectors * w <= d; x0 += kMaxVectors * w)
+    block.template operator()<kMaxVectors>(x0);
   rest_of_vectors<kMaxVectors - 1>((d - x0) / w, x0, block);
 }
 
@@ -213,9 +218,9 @@ void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt, s
 }
 
 template <class T>
-void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
-                     std::int64_t rows, std::int64_t cols, std::int64_t d, std::int64_t diagonal,
-                     bool accumulate, T* o, std::int64_t ldo) {
+void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv, std::int64_t rows,
+                     std::int64_t cols, std::int64_t d, std::int64_t diagonal, bool accumulate,
+                     T* o, std::int64_t ldo) {
   over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t r) HWY_ATTR {
     const std::int64_t end = visible_end(r + R - 1, diagonal, cols);
     over_vectors<T>(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
@@ -258,26 +263,26 @@ void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b, std::i
 }  // namespace
 
 // The entry points Highway's dispatch tables take: functions, not templates.
-#define WEFT_ATTENTION_TILES(T, S)                                                              \
-  void PackTransposed##S(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst, \
-                         std::int64_t ld_dst) {                                                 \
-    pack_transposed(src, ld, n, d, dst, ld_dst);                                                \
-  }                                                                                             \
-  void ScoresTile##S(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,              \
+#define WEFT_ATTENTION_TILES(T, S)                                                                \
+  void PackTransposed##S(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,   \
+                         std::int64_t ld_dst) {                                                   \
+    pack_transposed(src, ld, n, d, dst, ld_dst);                                                  \
+  }                                                                                               \
+  void ScoresTile##S(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt,                \
                      std::int64_t rows, std::int64_t cols, std::int64_t d, std::int64_t diagonal, \
-                     T scale, T* s, std::int64_t ld_s) {                                        \
-    scores_tile(a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);                     \
-  }                                                                                             \
-  void RowsTimesTile##S(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,             \
-                        std::int64_t rows, std::int64_t cols, std::int64_t d,                   \
-                        std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {       \
-    rows_times_tile(p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o, ldo);               \
-  }                                                                                             \
-  void TileTransposedTimesRows##S(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,   \
-                                  std::int64_t rows, std::int64_t cols, std::int64_t d,         \
-                                  std::int64_t diagonal, bool accumulate, T* o,                 \
-                                  std::int64_t ldo) {                                           \
-    tile_transposed_times_rows(p, ldp, b, ldb, rows, cols, d, diagonal, accumulate, o, ldo);    \
+                     T scale, T* s, std::int64_t ld_s) {                                          \
+    scores_tile(a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);                       \
+  }                                                                                               \
+  void RowsTimesTile##S(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,               \
+                        std::int64_t rows, std::int64_t cols, std::int64_t d,                     \
+                        std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {         \
+    rows_times_tile(p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o, ldo);                 \
+  }                                                                                               \
+  void TileTransposedTimesRows##S(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,     \
+                                  std::int64_t rows, std::int64_t cols, std::int64_t d,           \
+                                  std::int64_t diagonal, bool accumulate, T* o,                   \
+                                  std::int64_t ldo) {                                             \
+    tile_transposed_times_rows(p, ldp, b, ldb, rows, cols, d, diagonal, accumulate, o, ldo);      \
   }
 WEFT_ATTENTION_TILES(float, F32)
 WEFT_ATTENTION_TILES(double, F64)
@@ -303,30 +308,30 @@ HWY_EXPORT(TileTransposedTimesRowsF64);
 template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t d, T* dst,
                      std::int64_t ld_dst) {
-  WEFT_DISPATCH_BY_TYPE(T, PackTransposed)(src, ld, n, d, dst, ld_dst);
+  WEFT_DISPATCH_BY_TYPE(T, PackTransposed, src, ld, n, d, dst, ld_dst);
 }
 
 template <class T>
 void scores_tile(const T* a, std::int64_t lda, const T* bt, std::int64_t ldbt, std::int64_t rows,
                  std::int64_t cols, std::int64_t d, std::int64_t diagonal, T scale, T* s,
                  std::int64_t ld_s) {
-  WEFT_DISPATCH_BY_TYPE(T, ScoresTile)(a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);
+  WEFT_DISPATCH_BY_TYPE(T, ScoresTile, a, lda, bt, ldbt, rows, cols, d, diagonal, scale, s, ld_s);
 }
 
 template <class T>
 void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv, std::int64_t rows,
                      std::int64_t cols, std::int64_t d, std::int64_t diagonal, bool accumulate,
                      T* o, std::int64_t ldo) {
-  WEFT_DISPATCH_BY_TYPE(T, RowsTimesTile)(p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o,
-                                          ldo);
+  WEFT_DISPATCH_BY_TYPE(T, RowsTimesTile, p, ldp, v, ldv, rows, cols, d, diagonal, accumulate, o,
+                        ldo);
 }
 
 template <class T>
 void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b, std::int64_t ldb,
                                 std::int64_t rows, std::int64_t cols, std::int64_t d,
                                 std::int64_t diagonal, bool accumulate, T* o, std::int64_t ldo) {
-  WEFT_DISPATCH_BY_TYPE(T, TileTransposedTimesRows)(p, ldp, b, ldb, rows, cols, d, diagonal,
-                                                    accumulate, o, ldo);
+  WEFT_DISPATCH_BY_TYPE(T, TileTransposedTimesRows, p, ldp, b, ldb, rows, cols, d, diagonal,
+                        accumulate, o, ldo);
 }
 
 #define WEFT_ATTENTION_TILES(T)                                                                  \

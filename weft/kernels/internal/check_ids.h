@@ -9,7 +9,8 @@
 
 namespace weft::kernels::internal {
 
-inline void check_ids(const std::int32_t* ids, std::int64_t n, std::int64_t vocab, const char* what) {
+inline void check_ids(const std::int32_t* ids, std::int64_t n, std::int64_t vocab,
+                      const char* what) {
   for (std::int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       throw InvalidArgument(std::string(what) + " " + std::to_string(ids[i]) + " at position " +

@@ -39,8 +39,8 @@ HWY_INLINE V FastExp(D d, V x) {
     for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
       p = hn::Add(hn::Mul(p, r), hn::Set(d, c));
     const hn::RebindToSigned<D> di;
-    const V scale = hn::BitCast(
-        d, hn::ShiftLeft<23>(hn::ConvertTo(di, hn::Add(n, hn::Set(d, 127.0f)))));
+    const V scale =
+        hn::BitCast(d, hn::ShiftLeft<23>(hn::ConvertTo(di, hn::Add(n, hn::Set(d, 127.0f)))));
     return hn::IfThenElseZero(keep, hn::Mul(p, scale));
   } else {
     const V lo = hn::Set(d, T(-708));

@@ -1,11 +1,12 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/kernels/internal/softmax_rows.cc"
+#include "weft/kernels/internal/softmax_rows.h"
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "weft/base/simd-inl.h"
 #include "weft/kernels/internal/exp-inl.h"
-#include "weft/kernels/internal/softmax_rows.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -62,8 +63,8 @@ void softmax_grad_block(T* dp, const T* p, std::int64_t ld, std::int64_t rows, s
     const T dr = delta[r];
     ForVectors<T>(cols, [&](auto d, std::int64_t c) {
       const auto pv = hn::LoadU(d, pr + c);
-      const auto gv = hn::Mul(hn::Mul(pv, hn::Sub(hn::LoadU(d, g + c), hn::Set(d, dr))),
-                              hn::Set(d, scale));
+      const auto gv =
+          hn::Mul(hn::Mul(pv, hn::Sub(hn::LoadU(d, g + c), hn::Set(d, dr))), hn::Set(d, scale));
       hn::StoreU(hn::IfThenZeroElse(hn::Eq(pv, hn::Zero(d)), gv), d, g + c);
     });
   }
@@ -97,26 +98,25 @@ void scale_rows(T* out, std::int64_t out_stride, const T* in, std::int64_t rows,
 }  // namespace
 
 // The entry points Highway's dispatch tables take: functions, not templates.
-#define WEFT_SOFTMAX_ROWS(T, S)                                                                \
-  void SoftmaxBlock##S(T* s, std::int64_t ld, std::int64_t rows, std::int64_t cols, T* m,      \
-                       T* l, T* correction) {                                                  \
-    softmax_block(s, ld, rows, cols, m, l, correction);                                        \
-  }                                                                                            \
-  void ExpBlock##S(T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols,                \
-                   const T* shift) {                                                           \
-    exp_block(p, ld, rows, cols, shift);                                                       \
-  }                                                                                            \
-  void SoftmaxGradBlock##S(T* dp, const T* p, std::int64_t ld, std::int64_t rows,              \
-                           std::int64_t cols, const T* delta, T scale) {                       \
-    softmax_grad_block(dp, p, ld, rows, cols, delta, scale);                                   \
-  }                                                                                            \
-  void RowDots##S(const T* a, const T* b, std::int64_t stride, std::int64_t rows,              \
-                  std::int64_t n, T* out) {                                                    \
-    row_dots(a, b, stride, rows, n, out);                                                      \
-  }                                                                                            \
-  void ScaleRows##S(T* out, std::int64_t out_stride, const T* in, std::int64_t rows,           \
-                    std::int64_t n, const T* factor) {                                         \
-    scale_rows(out, out_stride, in, rows, n, factor);                                          \
+#define WEFT_SOFTMAX_ROWS(T, S)                                                                   \
+  void SoftmaxBlock##S(T* s, std::int64_t ld, std::int64_t rows, std::int64_t cols, T* m, T* l,   \
+                       T* correction) {                                                           \
+    softmax_block(s, ld, rows, cols, m, l, correction);                                           \
+  }                                                                                               \
+  void ExpBlock##S(T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols, const T* shift) { \
+    exp_block(p, ld, rows, cols, shift);                                                          \
+  }                                                                                               \
+  void SoftmaxGradBlock##S(T* dp, const T* p, std::int64_t ld, std::int64_t rows,                 \
+                           std::int64_t cols, const T* delta, T scale) {                          \
+    softmax_grad_block(dp, p, ld, rows, cols, delta, scale);                                      \
+  }                                                                                               \
+  void RowDots##S(const T* a, const T* b, std::int64_t stride, std::int64_t rows, std::int64_t n, \
+                  T* out) {                                                                       \
+    row_dots(a, b, stride, rows, n, out);                                                         \
+  }                                                                                               \
+  void ScaleRows##S(T* out, std::int64_t out_stride, const T* in, std::int64_t rows,              \
+                    std::int64_t n, const T* factor) {                                            \
+    scale_rows(out, out_stride, in, rows, n, factor);                                             \
   }
 WEFT_SOFTMAX_ROWS(float, F32)
 WEFT_SOFTMAX_ROWS(double, F64)
@@ -144,30 +144,30 @@ HWY_EXPORT(ScaleRowsF64);
 template <class T>
 void softmax_block(T* s, std::int64_t ld, std::int64_t rows, std::int64_t cols, T* m, T* l,
                    T* correction) {
-  WEFT_DISPATCH_BY_TYPE(T, SoftmaxBlock)(s, ld, rows, cols, m, l, correction);
+  WEFT_DISPATCH_BY_TYPE(T, SoftmaxBlock, s, ld, rows, cols, m, l, correction);
 }
 
 template <class T>
 void exp_block(T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols, const T* shift) {
-  WEFT_DISPATCH_BY_TYPE(T, ExpBlock)(p, ld, rows, cols, shift);
+  WEFT_DISPATCH_BY_TYPE(T, ExpBlock, p, ld, rows, cols, shift);
 }
 
 template <class T>
 void softmax_grad_block(T* dp, const T* p, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                         const T* delta, T scale) {
-  WEFT_DISPATCH_BY_TYPE(T, SoftmaxGradBlock)(dp, p, ld, rows, cols, delta, scale);
+  WEFT_DISPATCH_BY_TYPE(T, SoftmaxGradBlock, dp, p, ld, rows, cols, delta, scale);
 }
 
 template <class T>
 void row_dots(const T* a, const T* b, std::int64_t stride, std::int64_t rows, std::int64_t n,
               T* out) {
-  WEFT_DISPATCH_BY_TYPE(T, RowDots)(a, b, stride, rows, n, out);
+  WEFT_DISPATCH_BY_TYPE(T, RowDots, a, b, stride, rows, n, out);
 }
 
 template <class T>
 void scale_rows(T* out, std::int64_t out_stride, const T* in, std::int64_t rows, std::int64_t n,
                 const T* factor) {
-  WEFT_DISPATCH_BY_TYPE(T, ScaleRows)(out, out_stride, in, rows, n, factor);
+  WEFT_DISPATCH_BY_TYPE(T, ScaleRows, out, out_stride, in, rows, n, factor);
 }
 
 #define WEFT_SOFTMAX_ROWS(T)                                                                   \

@@ -32,7 +32,8 @@ void on_signal(int sig) {
 SignalPipe::SignalPipe() {
   WEFT_CHECK(g_write_fd == -1);
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw SystemError("pipe2 for signal handling", errno);
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw SystemError("pipe2 for signal handling", errno);
   read_.reset(fds[0]);
   write_.reset(fds[1]);
   g_write_fd = fds[1];

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "weft/launch/internal/unique_fd.h"
+#include "weft/base/unique_fd.h"
 
 namespace weft::launch::internal {
 

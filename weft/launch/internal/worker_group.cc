@@ -33,8 +33,7 @@ std::string seconds_text(Seconds s) {
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out,
-                         OutputStream& err)
+WorkerGroup::WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err)
     : spec_(std::move(spec)), signals_(signals), out_(out), err_(err) {
   WEFT_CHECK_EQ(spec_.workers.size(), spec_.ranks.size());
 }
@@ -123,9 +122,8 @@ void WorkerGroup::on_signals() {
       continue;
     }
     outcome_ = GroupOutcome{.kind = GroupOutcome::Kind::kInterrupted, .signal = sig};
-    err_.log("received " + signal_name(sig) + "; forwarding it to " +
-             std::to_string(live_count()) + " workers (SIGKILL after " +
-             seconds_text(spec_.stop_grace) + ")");
+    err_.log("received " + signal_name(sig) + "; forwarding it to " + std::to_string(live_count()) +
+             " workers (SIGKILL after " + seconds_text(spec_.stop_grace) + ")");
     stop_all(sig);
   }
 }

@@ -18,9 +18,9 @@ namespace weft::launch::internal {
 struct GroupOutcome {
   enum class Kind { kSucceeded, kFailed, kInterrupted };
   Kind kind = Kind::kSucceeded;
-  int rank = -1;       // kFailed: the first rank seen failing
-  ExitStatus status;   // kFailed: how it ended
-  int signal = 0;      // kInterrupted: the signal weftrun received
+  int rank = -1;      // kFailed: the first rank seen failing
+  ExitStatus status;  // kFailed: how it ended
+  int signal = 0;     // kInterrupted: the signal weftrun received
 };
 
 struct GroupSpec {
@@ -76,8 +76,8 @@ class WorkerGroup {
   OutputStream& err_;
   std::vector<Worker> workers_;
   GroupOutcome outcome_;
-  std::optional<Deadline> kill_at_;     // SIGKILL the survivors then
-  std::optional<Deadline> give_up_at_;  // after SIGKILL, stop waiting for them then
+  std::optional<Deadline> kill_at_;      // SIGKILL the survivors then
+  std::optional<Deadline> give_up_at_;   // after SIGKILL, stop waiting for them then
   std::optional<Deadline> drain_until_;  // all exited: read what is left until then
 };
 

@@ -125,9 +125,9 @@ WorkerProcess::Started WorkerProcess::start(const SpawnRequest& request) {
   const std::vector<char*> envp = c_strings(request.env);
   sigset_t old_mask;
   // The child restores old_mask, which fork_child fills before forking.
-  const ChildSetup setup{request.path.c_str(), argv.data(), envp.data(), &old_mask,
-                         ::getpid(), null_in.get(), out.write.get(), err.write.get(),
-                         status.write.get(), request.cpu};
+  const ChildSetup setup{request.path.c_str(), argv.data(),   envp.data(),     &old_mask,
+                         ::getpid(),           null_in.get(), out.write.get(), err.write.get(),
+                         status.write.get(),   request.cpu};
   const pid_t pid = fork_child(setup, &old_mask);
   if (pid < 0) {
     throw SystemError("fork a worker (raise ulimit -u or lower --nproc-per-node)", errno);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "weft/base/deadline.h"
+#include "weft/base/unique_fd.h"
 #include "weft/launch/internal/exit_status.h"
-#include "weft/launch/internal/unique_fd.h"
 
 namespace weft::launch::internal {
 

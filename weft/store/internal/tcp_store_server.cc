@@ -53,8 +53,8 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port, std::string to
     : listener_(net::Listener::bind(host, port)),
       port_(listener_.port()),
       token_(std::move(token)) {
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw SystemError("TCPStore server: eventfd", errno);
+  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) throw SystemError("TCPStore server: eventfd", errno);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -62,9 +62,8 @@ TCPStoreServer::~TCPStoreServer() {
   stop_.store(true);
   const std::uint64_t one = 1;
   // A full counter (never in practice) still leaves the eventfd readable, which is enough.
-  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
   thread_.join();
-  ::close(wake_fd_);
 }
 
 void TCPStoreServer::run() {
@@ -72,7 +71,7 @@ void TCPStoreServer::run() {
   while (!stop_.load()) {
     const bool accepting = Clock::now() >= accept_paused_until_;
     const short listen_events = accepting ? POLLIN : 0;
-    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listener_.fd(), listen_events, 0}});
+    fds.assign({pollfd{wake_fd_.get(), POLLIN, 0}, pollfd{listener_.fd(), listen_events, 0}});
     for (const auto& c : conns_) fds.push_back(pollfd{c->socket.fd(), events(*c), 0});
     if (::poll(fds.data(), fds.size(), poll_millis()) < 0) {
       // EINTR, or a transient ENOMEM: try again shortly; throwing would end the process.
@@ -120,7 +119,7 @@ int TCPStoreServer::poll_millis() const {
 
 void TCPStoreServer::wake_drain() {
   std::uint64_t count;
-  [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof(count));
+  [[maybe_unused]] const ssize_t n = ::read(wake_fd_.get(), &count, sizeof(count));
 }
 
 void TCPStoreServer::accept_all() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "weft/base/deadline.h"
+#include "weft/base/unique_fd.h"
 #include "weft/net/socket.h"
 #include "weft/store/internal/kv_table.h"
 #include "weft/store/internal/wire.h"
@@ -76,7 +77,7 @@ class TCPStoreServer {
 
   net::Listener listener_;
   int port_ = 0;
-  int wake_fd_ = -1;
+  UniqueFd wake_fd_;
   const std::string token_;
   std::atomic<bool> stop_{false};
   // Owned by the server thread once it runs.

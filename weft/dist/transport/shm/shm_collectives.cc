@@ -11,9 +11,10 @@
 #include <string>
 #include <utility>
 
-#include "weft/dist/transport/shm/futex.h"
-#include "weft/dist/transport/transport.h"
+#include "weft/base/futex.h"
+#include "weft/base/spin.h"
 #include "weft/dist/transport/shm/vector_copy.h"
+#include "weft/dist/transport/transport.h"
 
 namespace weft::dist::shm {
 
@@ -61,14 +62,6 @@ bool reached(std::uint32_t published, std::uint32_t step) {
   return static_cast<std::int32_t>(published - step) >= 0;  // wraps after 2^31 steps
 }
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // Below glibc's `rep movsb` threshold its memcpy is the quickest (and small messages are the
 // latency-critical ones).
 constexpr std::size_t kVectorCopyMin = 2048;
@@ -107,7 +100,7 @@ constexpr std::size_t kSlotStride = kBulkAt + Collectives::kSlotBytes;
 static_assert(kSlotHeader + kVectorCopyMin <= kSlotStride);
 
 const char* op_name(std::uint8_t op) {
-  static const char* const names[] = {"barrier", "broadcast", "reduce", "all_reduce",
+  static const char* const names[] = {"barrier",    "broadcast",      "reduce",    "all_reduce",
                                       "all_gather", "reduce_scatter", "all_to_all"};
   return op < 7 ? names[op] : "?";
 }
@@ -126,7 +119,9 @@ std::size_t Collectives::region_bytes() {
 
 void Collectives::wake_all(const std::vector<std::byte*>& regions) {
   for (std::byte* region : regions) {
-    if (region != nullptr) futex_wake(reinterpret_cast<Line*>(region)->published);
+    if (region != nullptr) {
+      futex_wake_all(reinterpret_cast<Line*>(region)->published, FutexScope::kShared);
+    }
   }
 }
 
@@ -222,7 +217,9 @@ void Collectives::publish() {
   // seq_cst on both sides (here and in wait_long): a sleeper counts itself before re-reading
   // `published`, so either it sees the new step or we see it and wake it.
   mine.published.store(step_, std::memory_order_seq_cst);
-  if (mine.waiters.load(std::memory_order_seq_cst) > 0) futex_wake(mine.published);
+  if (mine.waiters.load(std::memory_order_seq_cst) > 0) {
+    futex_wake_all(mine.published, FutexScope::kShared);
+  }
 }
 
 // A rank's slot for step t holds t once it is published there (or a later step that reuses
@@ -262,7 +259,8 @@ void Collectives::wait_long(int rank, std::uint32_t step, const Deadline& deadli
     }
     l.waiters.fetch_add(1, std::memory_order_seq_cst);
     if (l.published.load(std::memory_order_seq_cst) == seen) {
-      futex_wait(l.published, seen, std::min<Clock::duration>(deadline.remaining(), kSleepSlice));
+      const auto slice = std::min<Clock::duration>(deadline.remaining(), kSleepSlice);
+      futex_wait(l.published, seen, Deadline::after(slice), FutexScope::kShared);
     }
     l.waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -368,8 +366,9 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, const Deadline& dead
     if (rank_ != root) continue;
     wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
-    reduce_in_rank_order(buf.bytes() + first * esz, nullptr,
-                         [&](int q) { return payload(q, s, bytes); }, count, buf.dtype, op);
+    reduce_in_rank_order(
+        buf.bytes() + first * esz, nullptr, [&](int q) { return payload(q, s, bytes); }, count,
+        buf.dtype, op);
   }
 }
 
@@ -394,8 +393,8 @@ void Collectives::all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& d
   publish();
   wait_all(step_, deadline, /*check=*/true);
   const std::uint32_t s = step_;
-  reduce_in_rank_order(buf.bytes(), nullptr, [&](int q) { return payload(q, s, bytes); },
-                       buf.count, buf.dtype, op);
+  reduce_in_rank_order(
+      buf.bytes(), nullptr, [&](int q) { return payload(q, s, bytes); }, buf.count, buf.dtype, op);
 }
 
 // Reduce-scatter then all-gather, chunk by chunk, one step per chunk: rank r owns slice r.
@@ -424,7 +423,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
       const auto [first, count] = range(q, at);
       if (q != rank_) {
         copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
-                    count * esz);
+                   count * esz);
       }
     }
     publish();
@@ -432,7 +431,8 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     const std::uint32_t s = step_;
     for (int q = 0; waiting && q < size(); ++q) {
       const auto [first, count] = range(q, *waiting);
-      if (q != rank_) copy_chunk(buf.bytes() + first * esz, slot(q, s - 1) + reduced_at, count * esz);
+      if (q != rank_)
+        copy_chunk(buf.bytes() + first * esz, slot(q, s - 1) + reduced_at, count * esz);
     }
     if (!more) return;
     const auto [own, own_count] = range(rank_, at);
@@ -440,8 +440,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     reduce_in_rank_order(
         own_data, mine + reduced_at,
         [&](int q) {
-          return q == rank_ ? own_data
-                            : slot(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
+          return q == rank_ ? own_data : slot(q, s) + static_cast<std::size_t>(rank_) * chunk * esz;
         },
         own_count, buf.dtype, op);
     waiting = at;
@@ -474,8 +473,8 @@ void Collectives::read_peer(int rank, std::uint64_t address, std::byte* into,
   for (std::size_t done = 0; done < bytes;) {
     iovec local{into + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-    const ssize_t got = ::process_vm_readv(pids_[static_cast<std::size_t>(rank)], &local, 1,
-                                           &remote, 1, 0);
+    const ssize_t got =
+        ::process_vm_readv(pids_[static_cast<std::size_t>(rank)], &local, 1, &remote, 1, 0);
     if (got > 0) {
       done += static_cast<std::size_t>(got);
       continue;
@@ -565,7 +564,8 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadl
     };
     std::byte* mine = begin_step(deadline);
     for (int q = 0; q < size(); ++q) {
-      if (q != rank_) copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
+      if (q != rank_)
+        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
     }
     publish();
     wait_all(step_, deadline, /*check=*/true);
@@ -609,14 +609,15 @@ void Collectives::all_to_all(Buffer out, Buffer in, const Deadline& deadline) {
     for (int q = 0; q < size(); ++q) {
       if (q != rank_) {
         copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
-                    count * esz);
+                   count * esz);
       }
     }
     publish();
     wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
-      const std::byte* src = q == rank_ ? in.bytes() + offset(q)
-                                        : slot(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;
+      const std::byte* src = q == rank_
+                                 ? in.bytes() + offset(q)
+                                 : slot(q, step_) + static_cast<std::size_t>(rank_) * chunk * esz;
       copy_bytes(out.bytes() + offset(q), src, count * esz);
     }
   }

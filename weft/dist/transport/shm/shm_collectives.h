@@ -80,7 +80,13 @@ class Collectives final : public DirectCollectives {
   struct Line;
   struct SlotHeader;
   enum class Op : std::uint8_t {
-    kBarrier, kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kAllToAll
+    kBarrier,
+    kBroadcast,
+    kReduce,
+    kAllReduce,
+    kAllGather,
+    kReduceScatter,
+    kAllToAll
   };
   void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
   void start_on_own_cpu(const cpu_set_t& allowed);
@@ -131,13 +137,13 @@ class Collectives final : public DirectCollectives {
   int rank_;
   std::vector<int> job_ranks_;
   std::function<void(int)> check_peer_;
-  bool oversubscribed_;      // the job has more ranks than cores: no spinning, no single copy
+  bool oversubscribed_;     // the job has more ranks than cores: no spinning, no single copy
   std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
   bool single_copy_;                  // the single-copy algorithms are in use
   std::vector<int> pids_;             // by group rank
   std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
-  Call call_;               // the operation running now
+  Call call_;                         // the operation running now
 };
 
 }  // namespace weft::dist::shm

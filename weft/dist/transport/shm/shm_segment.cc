@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "weft/base/error.h"
+#include "weft/base/unique_fd.h"
 
 namespace weft::dist::shm {
 namespace {
@@ -40,23 +41,14 @@ void* map(int fd, std::size_t bytes, const std::string& name) {
 Segment Segment::create(std::size_t bytes) {
   Segment s;
   s.name_ = random_name();
-  const int fd = ::shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) throw SystemError("shm: shm_open " + s.name_, errno);
-  s.owner_ = true;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::shm_unlink(s.name_.c_str());
-    throw SystemError("shm: sizing " + s.name_ + " (is /dev/shm full?)", err);
+  // The mapping outlives the descriptor: it is closed on return, mapped or not.
+  const UniqueFd fd(::shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd) throw SystemError("shm: shm_open " + s.name_, errno);
+  s.owner_ = true;  // from here on, a throw unlinks the name (the destructor)
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    throw SystemError("shm: sizing " + s.name_ + " (is /dev/shm full?)", errno);
   }
-  try {
-    s.data_ = map(fd, bytes, s.name_);
-  } catch (...) {
-    ::close(fd);
-    ::shm_unlink(s.name_.c_str());
-    throw;
-  }
-  ::close(fd);
+  s.data_ = map(fd.get(), bytes, s.name_);
   s.size_ = bytes;
   return s;
 }
@@ -65,23 +57,17 @@ Segment Segment::open(const std::string& name, std::size_t bytes) {
   if (name.rfind("/weft-", 0) != 0 || name.size() > 64) {
     throw Error("shm: '" + name + "' is not a weft segment name");
   }
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) throw SystemError("shm: shm_open " + name, errno);
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
-    ::close(fd);
-    throw Error("shm: segment " + name + " has the wrong size; the ranks run different builds "
+  const UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd) throw SystemError("shm: shm_open " + name, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+    throw Error("shm: segment " + name +
+                " has the wrong size; the ranks run different builds "
                 "or options");
   }
   Segment s;
   s.name_ = name;
-  try {
-    s.data_ = map(fd, bytes, name);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  s.data_ = map(fd.get(), bytes, name);
   s.size_ = bytes;
   return s;
 }

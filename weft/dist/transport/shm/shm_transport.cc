@@ -9,14 +9,14 @@
 #include <fstream>
 #include <numeric>
 
-#include "weft/dist/transport/shm/futex.h"
+#include "weft/base/futex.h"
 #include "weft/dist/transport/shm/shm_collectives.h"
 
 namespace weft::dist {
 namespace shm {
 
 constexpr std::uint32_t kMagic = 0x32534657;  // "WFS2"; changed with every change of layout
-constexpr Tag kAbortTag = ~Tag{0};             // an abort notice, not a message
+constexpr Tag kAbortTag = ~Tag{0};            // an abort notice, not a message
 
 // The first cache line of every segment.
 struct alignas(64) Control {
@@ -67,7 +67,9 @@ bool process_alive(int pid) {
   return state != 'Z' && state != 'X';
 }
 
-std::string key(const std::string& what, int rank) { return "shm/" + what + "/" + std::to_string(rank); }
+std::string key(const std::string& what, int rank) {
+  return "shm/" + what + "/" + std::to_string(rank);
+}
 
 }  // namespace
 
@@ -103,11 +105,12 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   store_->set(key("name", rank), segments_[static_cast<std::size_t>(rank)].name());
   for (int p = 0; p < world_size; ++p) {
     if (p == rank) continue;
-    segments_[static_cast<std::size_t>(p)] = shm::Segment::open(store_->get(key("name", p)),
-                                                                segment_bytes_);
+    segments_[static_cast<std::size_t>(p)] =
+        shm::Segment::open(store_->get(key("name", p)), segment_bytes_);
     const Control& c = control(p);
     if (c.magic != shm::kMagic || c.world_size != me.world_size || c.ring_bytes != me.ring_bytes) {
-      throw PeerError("shm: rank " + std::to_string(p) + "'s segment does not match this one "
+      throw PeerError("shm: rank " + std::to_string(p) +
+                      "'s segment does not match this one "
                       "(different weft builds or options)");
     }
   }
@@ -115,8 +118,8 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   // rank then reads the same facts, and its engines pick the same algorithms.
   store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
   cpu_set_t cpus;
-  const bool few_cpus = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
-                        CPU_COUNT(&cpus) < world_size;
+  const bool few_cpus =
+      ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < world_size;
   store_->add("shm/oversubscribed", few_cpus ? 1 : 0);
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
@@ -131,9 +134,9 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   }
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
-  collectives_ = std::make_unique<shm::Collectives>(collective_regions(), rank_, everyone, job_,
-                                                    [this](int peer) { check_peer(peer); },
-                                                    pids_of(everyone));
+  collectives_ = std::make_unique<shm::Collectives>(
+      collective_regions(), rank_, everyone, job_, [this](int peer) { check_peer(peer); },
+      pids_of(everyone));
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -149,8 +152,8 @@ Control& ShmTransport::control(int rank) const {
 
 Ring& ShmTransport::ring(int to, int from) const {
   auto* base = static_cast<std::byte*>(segments_[static_cast<std::size_t>(to)].data());
-  return *reinterpret_cast<Ring*>(base + sizeof(Control) +
-                                  static_cast<std::size_t>(from) * ring_stride(options_.ring_bytes));
+  return *reinterpret_cast<Ring*>(
+      base + sizeof(Control) + static_cast<std::size_t>(from) * ring_stride(options_.ring_bytes));
 }
 
 std::byte* ShmTransport::ring_data(int to, int from) const {
@@ -192,9 +195,8 @@ std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(
     if (members[i] == rank_) me = static_cast<int>(i);
   }
   if (me < 0) return nullptr;
-  return std::make_unique<shm::Collectives>(group_regions, me, members, job_,
-                                            [this](int peer) { check_peer(peer); },
-                                            pids_of(members));
+  return std::make_unique<shm::Collectives>(
+      group_regions, me, members, job_, [this](int peer) { check_peer(peer); }, pids_of(members));
 }
 
 // Reads each peer's magic number out of the peer's own address space: process_vm_readv works
@@ -204,8 +206,8 @@ bool ShmTransport::can_read_peers() const {
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_) continue;
     const Control& c = control(p);
-    const auto magic_offset = reinterpret_cast<const std::byte*>(&c.magic) -
-                              reinterpret_cast<const std::byte*>(&c);
+    const auto magic_offset =
+        reinterpret_cast<const std::byte*>(&c.magic) - reinterpret_cast<const std::byte*>(&c);
     std::uint32_t magic = 0;
     iovec local{&magic, sizeof magic};
     iovec remote{reinterpret_cast<void*>(c.self_address + static_cast<std::uint64_t>(magic_offset)),
@@ -245,7 +247,7 @@ void ShmTransport::mark_aborted() {
 void ShmTransport::ring_doorbell(int rank) {
   Control& c = control(rank);
   c.doorbell.fetch_add(1);
-  if (c.waiters.load() > 0) shm::futex_wake(c.doorbell);
+  if (c.waiters.load() > 0) futex_wake_all(c.doorbell, FutexScope::kShared);
 }
 
 void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline) {
@@ -256,7 +258,9 @@ void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline
   const Clock::duration slice = std::min<Clock::duration>(deadline.remaining(), kLivenessPeriod);
   // Announce the sleeper before the futex re-checks the word, so a ringer cannot miss us.
   c.waiters.fetch_add(1);
-  if (c.doorbell.load() == seen) shm::futex_wait(c.doorbell, seen, slice);
+  if (c.doorbell.load() == seen) {
+    futex_wait(c.doorbell, seen, Deadline::after(slice), FutexScope::kShared);
+  }
   c.waiters.fetch_sub(1);
 }
 
@@ -291,7 +295,8 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
       const std::uint64_t free = cap - (head - r.tail.load(std::memory_order_acquire));
       if (free == 0) {
         if (deadline.expired()) {
-          throw PeerTimeout(peer, "rank " + std::to_string(peer) + " did not take a message in time");
+          throw PeerTimeout(peer,
+                            "rank " + std::to_string(peer) + " did not take a message in time");
         }
         if (Clock::now() - last_check > kLivenessPeriod) {
           last_check = Clock::now();
@@ -305,8 +310,8 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
         continue;
       }
       const std::uint64_t at = head % cap;
-      const std::size_t n = static_cast<std::size_t>(
-          std::min<std::uint64_t>({free, part.size() - done, cap - at}));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>({free, part.size() - done, cap - at}));
       std::memcpy(data + at, part.data() + done, n);
       r.head.store(head + n, std::memory_order_release);
       done += n;
@@ -374,8 +379,9 @@ bool ShmTransport::drain(int from, Inbound& in) {
       if (in.header.length > kMaxMessage) {
         // Never allocate what a corrupted header claims: this peer's stream is unusable.
         dead_[static_cast<std::size_t>(from)].store(true);
-        mailbox_.fail_peer(from, "rank " + std::to_string(from) + " wrote a malformed message "
-                                 "header into shared memory");
+        mailbox_.fail_peer(from, "rank " + std::to_string(from) +
+                                     " wrote a malformed message "
+                                     "header into shared memory");
         return moved;
       }
       in.payload.assign(static_cast<std::size_t>(in.header.length), std::byte{0});
@@ -386,8 +392,8 @@ bool ShmTransport::drain(int from, Inbound& in) {
     }
     if (in.in_payload && in.payload_have == in.payload.size()) {
       if (in.header.tag == shm::kAbortTag) {
-        mailbox_.abort(std::string(reinterpret_cast<const char*>(in.payload.data()),
-                                   in.payload.size()));
+        mailbox_.abort(
+            std::string(reinterpret_cast<const char*>(in.payload.data()), in.payload.size()));
         mark_aborted();
       } else {
         mailbox_.deliver(from, in.header.tag, std::move(in.payload));

@@ -5,9 +5,11 @@
 // a short spin, then a futex on the rank's doorbell word. A peer that dies is noticed within
 // about 100 ms (its /proc entry) and fails receives from it with PeerError.
 //
-// The rings carry point-to-point messages and the collectives of subgroups. The group of all
-// ranks runs its collectives on the engine in shm_collectives.h instead, over a region of the
-// same segments (take_direct_collectives). Layout: docs/COLLECTIVES.md.
+// The rings carry point-to-point messages, and the collectives of a subgroup when the pool of
+// regions is used up. The group of all ranks, and every subgroup whose members each reserve
+// one of the pooled regions (reserve_direct_region), run their collectives on the engine in
+// shm_collectives.h instead, over a region of the same segments (take_direct_collectives,
+// direct_collectives_for). Layout: docs/COLLECTIVES.md.
 #pragma once
 
 #include <atomic>
@@ -88,7 +90,7 @@ class ShmTransport final : public Transport {
   std::shared_ptr<store::Store> store_;
   std::size_t segment_bytes_;
   std::atomic<int> next_group_region_{1};
-  std::vector<shm::Segment> segments_;  // index: rank
+  std::vector<shm::Segment> segments_;                // index: rank
   std::vector<std::unique_ptr<std::mutex>> send_mu_;  // whole messages per peer
   std::vector<std::unique_ptr<Inbound>> inbound_;
   std::vector<std::atomic<bool>> dead_;

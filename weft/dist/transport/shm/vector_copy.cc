@@ -1,12 +1,13 @@
 // One source for every vector target (Highway's foreach_target re-includes it per target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weft/dist/transport/shm/vector_copy.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
 #include "weft/dist/transport/shm/vector_copy.h"
 
 #include <cstdint>
 #include <cstring>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 // GCC must not turn the loop back into a memcpy call.
 #if defined(__GNUC__) && !defined(__clang__)

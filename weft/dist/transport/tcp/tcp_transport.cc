@@ -48,8 +48,10 @@ std::span<std::byte> bytes_of(T& value) {
 }
 
 std::string closed_message(int peer, const std::string& detail) {
-  return "rank " + std::to_string(peer) + " closed its connection (it exited, crashed or was "
-         "killed: " + detail + ")";
+  return "rank " + std::to_string(peer) +
+         " closed its connection (it exited, crashed or was "
+         "killed: " +
+         detail + ")";
 }
 
 std::string addr_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
@@ -75,7 +77,8 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
   peers_.resize(static_cast<std::size_t>(world_size));
   connect_mesh(Deadline::after(options_.connect_timeout));
   for (int p = 0; p < world_size_; ++p) {
-    if (p != rank_) peers_[static_cast<std::size_t>(p)]->reader = std::thread([this, p] { read_loop(p); });
+    if (p != rank_)
+      peers_[static_cast<std::size_t>(p)]->reader = std::thread([this, p] { read_loop(p); });
   }
 }
 
@@ -108,8 +111,8 @@ void TcpTransport::connect_lower(Deadline deadline) {
                       addr + "'");
     }
     auto peer = std::make_unique<Peer>();
-    peer->socket = net::Socket::connect(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)),
-                                        deadline);
+    peer->socket =
+        net::Socket::connect(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), deadline);
     const Hello hello{kHelloMagic, kVersion, rank_,
                       static_cast<std::uint32_t>(options_.token.size())};
     peer->socket.send_all(bytes_of(hello), deadline);
@@ -153,15 +156,13 @@ void TcpTransport::accept_higher(net::Listener& listener, Deadline deadline) {
 bool TcpTransport::accept_one(net::Listener& listener, Deadline deadline) {
   net::Socket socket = listener.accept(deadline);
   const Deadline hello_deadline =
-      std::min(deadline, Deadline::after(Seconds(5)), [](const Deadline& a, const Deadline& b) {
-        return a.when() < b.when();
-      });
+      std::min(deadline, Deadline::after(Seconds(5)),
+               [](const Deadline& a, const Deadline& b) { return a.when() < b.when(); });
   Hello hello{};
   try {
     socket.recv_all(bytes_of(hello), hello_deadline);
-    const bool ok = hello.magic == kHelloMagic && hello.version == kVersion &&
-                    hello.rank > rank_ && hello.rank < world_size_ &&
-                    hello.token_length <= kMaxToken &&
+    const bool ok = hello.magic == kHelloMagic && hello.version == kVersion && hello.rank > rank_ &&
+                    hello.rank < world_size_ && hello.token_length <= kMaxToken &&
                     !peers_[static_cast<std::size_t>(hello.rank)];
     if (!ok) return false;
     std::string token(hello.token_length, '\0');
@@ -184,7 +185,8 @@ void TcpTransport::send_frame(int peer, std::uint32_t kind, Tag tag,
                               std::span<const std::byte> bytes, Deadline deadline) {
   Peer& p = *peers_[static_cast<std::size_t>(peer)];
   if (p.poisoned.load()) {
-    throw PeerError("rank " + std::to_string(peer) + ": an earlier send to it failed part-way; "
+    throw PeerError("rank " + std::to_string(peer) +
+                    ": an earlier send to it failed part-way; "
                     "the connection is closed");
   }
   const FrameHeader header{kFrameMagic, kind, tag, bytes.size()};

@@ -1,4 +1,4 @@
-#include "tests/launch/subprocess.h"
+#include "tests/support/subprocess.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,15 +12,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <iterator>
+#include <sstream>
+#include <thread>
 
 extern char** environ;
 
-namespace weft::launch::testing {
+namespace weft::test {
 namespace {
 
-std::vector<std::string> make_env(const std::map<std::string, std::optional<std::string>>& env) {
+std::vector<std::string> make_env(const EnvChanges& env) {
   std::vector<std::string> out;
   for (char** p = environ; *p != nullptr; ++p) {
     const std::string entry(*p);
@@ -39,30 +42,37 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   return out;
 }
 
+// The exit code a shell would report for a waitpid status.
+int exit_code_of(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 }  // namespace
 
-Subprocess::Subprocess(const std::vector<std::string>& argv,
-                       const std::map<std::string, std::optional<std::string>>& env) {
+Subprocess::Subprocess(const std::vector<std::string>& argv, const EnvChanges& env) {
   int out[2];
   int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) std::abort();
+  if (::pipe2(out, O_CLOEXEC) != 0) std::abort();
+  out_fd_.reset(out[0]);
+  const UniqueFd out_write(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) std::abort();
+  err_fd_.reset(err[0]);
+  const UniqueFd err_write(err[1]);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, err_write.get(), 2);
   const std::vector<std::string> env_strings = make_env(env);
   const std::vector<char*> c_argv = c_strings(argv);
   const std::vector<char*> c_env = c_strings(env_strings);
   const int rc = ::posix_spawn(&pid_, c_argv[0], &actions, nullptr, c_argv.data(), c_env.data());
   posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  ::close(err[1]);
   if (rc != 0) {
     std::fprintf(stderr, "Subprocess: cannot start %s\n", c_argv[0]);
     std::abort();
   }
-  out_fd_ = out[0];
-  err_fd_ = err[0];
+  // The write ends close here: the child holds the only copies, so end-of-file on out_fd_
+  // and err_fd_ means it (and whatever it started) closed them.
 }
 
 Subprocess::~Subprocess() {
@@ -70,24 +80,22 @@ Subprocess::~Subprocess() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
-  if (out_fd_ >= 0) ::close(out_fd_);
-  if (err_fd_ >= 0) ::close(err_fd_);
 }
 
 void Subprocess::read_some(int timeout_ms) {
-  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  // An empty UniqueFd holds -1, which poll ignores.
+  pollfd fds[2] = {{out_fd_.get(), POLLIN, 0}, {err_fd_.get(), POLLIN, 0}};
   if (::poll(fds, 2, timeout_ms) <= 0) return;
   std::string* sinks[2] = {&out_, &err_};
-  int* fd_of[2] = {&out_fd_, &err_fd_};
+  UniqueFd* fd_of[2] = {&out_fd_, &err_fd_};
   for (int i = 0; i < 2; ++i) {
     if (fds[i].revents == 0) continue;
     char buffer[65536];
-    const ssize_t n = ::read(*fd_of[i], buffer, sizeof(buffer));
+    const ssize_t n = ::read(fd_of[i]->get(), buffer, sizeof(buffer));
     if (n > 0) {
       sinks[i]->append(buffer, static_cast<std::size_t>(n));
     } else if (n == 0 || errno != EINTR) {
-      ::close(*fd_of[i]);
-      *fd_of[i] = -1;  // poll ignores negative descriptors
+      fd_of[i]->reset();
     }
   }
 }
@@ -96,21 +104,21 @@ bool Subprocess::try_reap() {
   if (exit_code_) return true;
   int status = 0;
   if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
-  exit_code_ = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  exit_code_ = exit_code_of(status);
   return true;
 }
 
 bool Subprocess::wait_for_stdout(const std::function<bool(const std::string&)>& pred,
                                  Seconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
-  while (!pred(out_) && !deadline.expired() && (out_fd_ >= 0 || err_fd_ >= 0)) read_some(50);
+  while (!pred(out_) && !deadline.expired() && (out_fd_ || err_fd_)) read_some(50);
   return pred(out_);
 }
 
 int Subprocess::wait(Seconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
   while (!deadline.expired()) {
-    const bool open = out_fd_ >= 0 || err_fd_ >= 0;
+    const bool open = out_fd_ || err_fd_;
     if (open) read_some(50);
     if (try_reap() && !open) return *exit_code_;
     if (!open) ::usleep(5000);
@@ -118,13 +126,49 @@ int Subprocess::wait(Seconds timeout) {
   return -1;  // the destructor kills it
 }
 
-Finished run(const std::vector<std::string>& argv,
-             const std::map<std::string, std::optional<std::string>>& env, Seconds timeout) {
+Finished run(const std::vector<std::string>& argv, const EnvChanges& env, Seconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   Subprocess p(argv, env);
   const int code = p.wait(timeout);
   const Seconds took = std::chrono::steady_clock::now() - start;
   return {code, p.out(), p.err(), took.count()};
+}
+
+pid_t fork_child(const std::function<void()>& body) {
+  std::fflush(nullptr);  // buffered output would otherwise be printed twice
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("fork_child: fork");
+    std::abort();
+  }
+  if (pid == 0) {
+    int code = 0;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child %d: %s\n", ::getpid(), e.what());
+      code = 1;
+    }
+    std::fflush(nullptr);
+    ::_exit(code);  // no gtest teardown or static destructors in the child
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid, Seconds timeout) {
+  const Deadline deadline = Deadline::after(timeout);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return exit_code_of(status);
+    if (r < 0 && errno != EINTR) return -1;  // not our child, or reaped already
+    if (deadline.expired()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return -1;
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -137,6 +181,13 @@ std::vector<std::string> lines_of(const std::string& text) {
     start = end + 1;
   }
   return lines;
+}
+
+std::vector<std::string> words_of(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
 }
 
 bool process_gone(pid_t pid) {
@@ -170,4 +221,4 @@ std::vector<pid_t> live_processes_with(const std::string& arg) {
   return found;
 }
 
-}  // namespace weft::launch::testing
+}  // namespace weft::test
