@@ -1,6 +1,5 @@
 #include "weft/base/simd.h"
 
-#include <atomic>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -11,16 +10,16 @@
 namespace weft::simd {
 namespace {
 
-// The targets use_target() disabled (Highway's bits: a better target has a lower bit).
-std::atomic<std::int64_t> disabled{0};
-
-// This build's targets that the CPU runs, best first.
-std::vector<std::int64_t> supported_bits() {
-  hwy::DisableTargets(0);
-  const std::int64_t all = hwy::SupportedTargets() & HWY_TARGETS;
-  hwy::DisableTargets(disabled.load());
-  std::vector<std::int64_t> bits;
-  for (std::int64_t t = all; t != 0; t &= t - 1) bits.push_back(t & ~(t - 1));
+// This build's targets that the CPU runs, best first: read once, on the first call (from
+// supported_targets or use_target, before anything here disabled a target), so that later
+// reads need not touch the dispatch.
+const std::vector<std::int64_t>& supported_bits() {
+  static const std::vector<std::int64_t> bits = [] {
+    std::vector<std::int64_t> out;
+    for (std::int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
+      out.push_back(t & ~(t - 1));
+    return out;
+  }();
   return bits;
 }
 
@@ -56,7 +55,7 @@ std::string current_target() {
 void use_target(std::string_view name) {
   std::int64_t better = 0;
   if (!name.empty() && !same_name(name, "best")) {
-    const std::vector<std::int64_t> bits = supported_bits();
+    const std::vector<std::int64_t>& bits = supported_bits();
     auto it = bits.begin();
     for (; it != bits.end() && !same_name(hwy::TargetName(*it), name); ++it) better |= *it;
     if (it == bits.end()) {
@@ -65,7 +64,6 @@ void use_target(std::string_view name) {
           "and CPU run (WEFT_SIMD_TARGET); supported: " + join(supported_targets()));
     }
   }
-  disabled.store(better);
   hwy::DisableTargets(better);  // the next dispatch of every kernel picks the new best
 }
 
