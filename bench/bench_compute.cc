@@ -1,7 +1,8 @@
 // bench_compute: what one core computes, the bound that training's speed is read against
 // (docs/PERFORMANCE.md, docs/TRAINING.md). Single-threaded throughout; FLOP/s counts a fused
-// multiply-add as two. Every benchmark runs once per vector target this CPU has, named
-// <benchmark>/<target> (BM_ScoresTile/1/AVX2); WEFT_SIMD_TARGET=AVX2 runs that target only.
+// multiply-add as two. Every benchmark of weft's vector code runs once per vector target this
+// CPU has, named <benchmark>/<target>/<arg> (BM_ScoresTile/AVX2/1); WEFT_SIMD_TARGET=AVX2 runs
+// that target only. BM_Sgemm and BM_Linear time OpenBLAS alone, once.
 //   BM_FmaPeak        independent fused multiply-adds on the target's vectors: its peak
 //   BM_Sgemm/n        OpenBLAS's n x n x n sgemm through weft's gemm (the MFU reference)
 //   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
@@ -255,6 +256,7 @@ struct Registration {
   const char* name;
   void (*run)(benchmark::State&);
   std::function<void(benchmark::internal::Benchmark*)> configure;
+  bool per_target = true;  // false: OpenBLAS alone, which dispatches itself: run once
 };
 
 const std::vector<Registration>& benchmarks() {
@@ -263,13 +265,15 @@ const std::vector<Registration>& benchmarks() {
   auto both = [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1); };
   static const std::vector<Registration> all = {
       {"BM_FmaPeak", BM_FmaPeak, [](benchmark::internal::Benchmark*) {}},
-      {"BM_Sgemm", BM_Sgemm, [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); }},
+      {"BM_Sgemm", BM_Sgemm, [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); },
+       false},
       {"BM_ScoresTile", BM_ScoresTile, both},
       {"BM_PvTile", BM_PvTile, both},
       {"BM_AttentionForward", BM_AttentionForward, ms},
       {"BM_AttentionBackward", BM_AttentionBackward, ms},
       {"BM_Linear", BM_Linear,
-       [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond); }},
+       [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond); },
+       false},
       {"BM_PackKeys", BM_PackKeys, us},
       {"BM_Rope", BM_Rope, us},
   };
@@ -287,6 +291,7 @@ int main(int argc, char** argv) {
   for (const std::string& target : targets) {
     weft::simd::ScopedTarget check(target);  // throws, naming the supported ones, if unknown
     for (const Registration& r : benchmarks()) {
+      if (!r.per_target) continue;
       auto run = r.run;
       r.configure(benchmark::RegisterBenchmark((std::string(r.name) + "/" + target).c_str(),
                                                [run, target](benchmark::State& state) {
@@ -294,6 +299,9 @@ int main(int argc, char** argv) {
                                                  run(state);
                                                }));
     }
+  }
+  for (const Registration& r : benchmarks()) {
+    if (!r.per_target) r.configure(benchmark::RegisterBenchmark(r.name, r.run));
   }
   benchmark::AddCustomContext("weft SIMD targets", [&] {
     std::string names;

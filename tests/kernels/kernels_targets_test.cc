@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "tests/support/random.h"
 #include "weft/base/error.h"
 #include "weft/base/simd.h"
 #include "weft/kernels/elementwise.h"
@@ -21,23 +21,17 @@
 namespace weft::kernels {
 namespace {
 
-std::vector<float> random_vec(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using weft::testing::random_floats;
 
 // Every element-wise kernel once, at sizes with whole vectors of every width and a rest.
 std::vector<std::vector<float>> run_all() {
   const std::int64_t rows = 37, dim = 72;  // 72 = 4 x 16 + 8
   const auto n = static_cast<std::size_t>(rows * dim);
-  const auto x = random_vec(n, 1), w = random_vec(dim, 2), dy = random_vec(n, 3);
+  const auto x = random_floats(n, 1), w = random_floats(dim, 2), dy = random_floats(n, 3);
   std::vector<float> y(n), rstd(rows), dx(n), dw(dim, 0.0f);
   rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-5);
   rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
-  auto a = random_vec(n, 4), b = random_vec(n, 5);
+  auto a = random_floats(n, 4), b = random_floats(n, 5);
   std::vector<float> h(n);
   swiglu_forward(a.data(), b.data(), h.data(), static_cast<std::int64_t>(n));
   swiglu_backward(dy.data(), a.data(), b.data(), static_cast<std::int64_t>(n));

@@ -3,9 +3,9 @@
 // Labelled race: make test runs it again under ThreadSanitizer.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
+#include "tests/support/random.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
@@ -17,13 +17,7 @@
 namespace weft::kernels {
 namespace {
 
-std::vector<float> random_vec(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using weft::testing::random_floats;
 
 struct Outputs {
   std::vector<float> att, lse, dq, dk, dv, y, rstd, dx, dw, lin, ldx, ldw, h, losses;
@@ -34,26 +28,27 @@ Outputs run_all(int threads) {
   const AttentionShape s{2, 70, 4, 2, 16};
   const auto nq = static_cast<std::size_t>(2 * 70 * 4 * 16), nkv = nq / 2;
   Outputs o;
-  const auto q = random_vec(nq, 1), k = random_vec(nkv, 2), v = random_vec(nkv, 3),
-             g = random_vec(nq, 4);
+  const auto q = random_floats(nq, 1), k = random_floats(nkv, 2), v = random_floats(nkv, 3),
+             g = random_floats(nq, 4);
   o.att.resize(nq), o.lse.resize(2 * 4 * 70), o.dq.resize(nq), o.dk.resize(nkv), o.dv.resize(nkv);
   attention_forward(s, q.data(), k.data(), v.data(), o.att.data(), o.lse.data());
   attention_backward(s, q.data(), k.data(), v.data(), o.att.data(), g.data(), o.lse.data(),
                      o.dq.data(), o.dk.data(), o.dv.data());
   const std::int64_t rows = 1100, dim = 32;  // three blocks of Linear's rows (blas.cc)
-  const auto x = random_vec(rows * dim, 5), w = random_vec(dim, 6), dy = random_vec(rows * dim, 7);
+  const auto x = random_floats(rows * dim, 5), w = random_floats(dim, 6),
+             dy = random_floats(rows * dim, 7);
   o.y.resize(x.size()), o.rstd.resize(rows), o.dx.resize(x.size()), o.dw.assign(dim, 0.0f);
   rmsnorm_forward(x.data(), w.data(), o.y.data(), o.rstd.data(), rows, dim, 1e-5);
   rmsnorm_backward(dy.data(), x.data(), w.data(), o.rstd.data(), o.dx.data(), o.dw.data(), rows,
                    dim);
   // 200 output features: dW is split between the threads too (at least 64 rows each).
   const std::int64_t out = 200;
-  const auto lw = random_vec(out * dim, 8), ly = random_vec(rows * out, 9);
+  const auto lw = random_floats(out * dim, 8), ly = random_floats(rows * out, 9);
   o.lin.resize(rows * out), o.ldx.assign(x.size(), 0.5f), o.ldw.assign(lw.size(), 0.0f);
   linear_forward(x.data(), lw.data(), o.lin.data(), rows, dim, out);
   linear_backward(ly.data(), x.data(), lw.data(), o.ldx.data(), o.ldw.data(), rows, dim, out,
                   /*accumulate_dx=*/true);
-  const auto a = random_vec(40000, 10), b = random_vec(40000, 11);
+  const auto a = random_floats(40000, 10), b = random_floats(40000, 11);
   o.h.resize(a.size());
   swiglu_forward(a.data(), b.data(), o.h.data(), 40000);
   std::vector<std::int32_t> targets(rows);
@@ -66,7 +61,7 @@ Outputs run_all(int threads) {
 }
 
 TEST(KernelThreadsTest, SumOfSquaresDoesNotDependOnTheThreads) {
-  const auto x = random_vec(300'001, 12);
+  const auto x = random_floats(300'001, 12);
   set_threads(1);
   const double one = sum_squares(x.data(), static_cast<std::int64_t>(x.size()));
   set_threads(2);
