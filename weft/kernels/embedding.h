@@ -14,4 +14,16 @@ template <class T>
 void embedding_backward(const std::int32_t* tokens, std::int64_t n, const T* dout,
                         std::int64_t vocab, std::int64_t dim, T* dtable);
 
+// The same on a shard of the table (tensor parallelism over the vocabulary): `table` holds
+// rows [first, first + rows) of the vocab rows. A token outside them gives a zero row in
+// forward and nothing in backward, so the sum over the shards is the whole lookup.
+template <class T>
+void embedding_forward_shard(const std::int32_t* tokens, std::int64_t n, const T* table,
+                             std::int64_t vocab, std::int64_t first, std::int64_t rows,
+                             std::int64_t dim, T* out);
+template <class T>
+void embedding_backward_shard(const std::int32_t* tokens, std::int64_t n, const T* dout,
+                              std::int64_t vocab, std::int64_t first, std::int64_t rows,
+                              std::int64_t dim, T* dtable);
+
 }  // namespace weft::kernels

@@ -55,16 +55,67 @@ void backward_rows(const T* logits, const std::int32_t* targets, std::int64_t fi
   }
 }
 
+// Loss parallel: this rank's columns [first, first + shard) of every row.
+template <class T>
+void shard_max_rows(const T* logits, std::int64_t first_row, std::int64_t end, std::int64_t shard,
+                    T* max) {
+  for (std::int64_t i = first_row; i < end; ++i) max[i] = LaneMax(logits + i * shard, shard);
+}
+
+template <class T>
+void shard_sums_rows(const T* logits, const std::int32_t* targets, std::int64_t first_row,
+                     std::int64_t end, std::int64_t first, std::int64_t shard, const T* max,
+                     T* sum_exp, T* target_logit) {
+  for (std::int64_t i = first_row; i < end; ++i) {
+    const T* row = logits + i * shard;
+    sum_exp[i] = LaneSum<T>(shard, [&](auto d, std::int64_t j) {
+      return FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, max[i])));
+    });
+    const std::int64_t t = targets[i] - first;
+    target_logit[i] = t >= 0 && t < shard ? row[t] : T(0);
+  }
+}
+
+template <class T>
+void shard_backward_rows(const T* logits, const std::int32_t* targets, std::int64_t first_row,
+                         std::int64_t end, std::int64_t first, std::int64_t shard, const T* shift,
+                         T scale, T* dlogits) {
+  for (std::int64_t i = first_row; i < end; ++i) {
+    const T* row = logits + i * shard;
+    T* dr = dlogits + i * shard;
+    ForVectors<T>(shard, [&](auto d, std::int64_t j) {
+      const auto e = FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, shift[i])));
+      hn::StoreU(hn::Mul(e, hn::Set(d, scale)), d, dr + j);
+    });
+    const std::int64_t t = targets[i] - first;
+    if (t >= 0 && t < shard) dr[t] -= scale;
+  }
+}
+
 }  // namespace
 
-#define WEFT_LOSS(T, S)                                                                  \
-  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,  \
-                      std::int64_t end, std::int64_t vocab, T* losses) {                 \
-    forward_rows(logits, targets, first, end, vocab, losses);                            \
-  }                                                                                      \
-  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first, \
-                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {      \
-    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                   \
+#define WEFT_LOSS(T, S)                                                                           \
+  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,           \
+                      std::int64_t end, std::int64_t vocab, T* losses) {                          \
+    forward_rows(logits, targets, first, end, vocab, losses);                                     \
+  }                                                                                               \
+  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,          \
+                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {               \
+    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                            \
+  }                                                                                               \
+  void ShardMaxRows##S(const T* logits, std::int64_t first_row, std::int64_t end,                 \
+                       std::int64_t shard, T* max) {                                              \
+    shard_max_rows(logits, first_row, end, shard, max);                                           \
+  }                                                                                               \
+  void ShardSumsRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row,     \
+                        std::int64_t end, std::int64_t first, std::int64_t shard, const T* max,   \
+                        T* sum_exp, T* target_logit) {                                            \
+    shard_sums_rows(logits, targets, first_row, end, first, shard, max, sum_exp, target_logit);   \
+  }                                                                                               \
+  void ShardBackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row, \
+                            std::int64_t end, std::int64_t first, std::int64_t shard,             \
+                            const T* shift, T scale, T* dlogits) {                                \
+    shard_backward_rows(logits, targets, first_row, end, first, shard, shift, scale, dlogits);    \
   }
 WEFT_LOSS(float, F32)
 WEFT_LOSS(double, F64)
@@ -84,6 +135,12 @@ HWY_EXPORT(ForwardRowsF32);
 HWY_EXPORT(ForwardRowsF64);
 HWY_EXPORT(BackwardRowsF32);
 HWY_EXPORT(BackwardRowsF64);
+HWY_EXPORT(ShardMaxRowsF32);
+HWY_EXPORT(ShardMaxRowsF64);
+HWY_EXPORT(ShardSumsRowsF32);
+HWY_EXPORT(ShardSumsRowsF64);
+HWY_EXPORT(ShardBackwardRowsF32);
+HWY_EXPORT(ShardBackwardRowsF64);
 
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,
@@ -106,6 +163,48 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::i
     WEFT_DISPATCH_BY_TYPE(T, BackwardRows, logits, targets, first, end, vocab, scale, dlogits);
   });
 }
+
+template <class T>
+void cross_entropy_shard_max(const T* logits, std::int64_t n, std::int64_t shard, T* max) {
+  parallel_for(n, 16, [&](std::int64_t first_row, std::int64_t end) {
+    WEFT_DISPATCH_BY_TYPE(T, ShardMaxRows, logits, first_row, end, shard, max);
+  });
+}
+
+template <class T>
+void cross_entropy_shard_sums(const T* logits, const std::int32_t* targets, std::int64_t n,
+                              std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                              const T* max, T* sum_exp, T* target_logit) {
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
+  parallel_for(n, 16, [&](std::int64_t first_row, std::int64_t end) {
+    WEFT_DISPATCH_BY_TYPE(T, ShardSumsRows, logits, targets, first_row, end, first, shard, max,
+                          sum_exp, target_logit);
+  });
+}
+
+template <class T>
+void cross_entropy_shard_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
+                                  std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                                  const T* shift, double dloss, T* dlogits) {
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
+  const T scale = static_cast<T>(dloss);
+  parallel_for(n, 16, [&](std::int64_t first_row, std::int64_t end) {
+    WEFT_DISPATCH_BY_TYPE(T, ShardBackwardRows, logits, targets, first_row, end, first, shard,
+                          shift, scale, dlogits);
+  });
+}
+
+#define WEFT_SHARD_LOSS(T)                                                                      \
+  template void cross_entropy_shard_max<T>(const T*, std::int64_t, std::int64_t, T*);           \
+  template void cross_entropy_shard_sums<T>(const T*, const std::int32_t*, std::int64_t,        \
+                                            std::int64_t, std::int64_t, std::int64_t, const T*, \
+                                            T*, T*);                                            \
+  template void cross_entropy_shard_backward<T>(const T*, const std::int32_t*, std::int64_t,    \
+                                                std::int64_t, std::int64_t, std::int64_t,       \
+                                                const T*, double, T*);
+WEFT_SHARD_LOSS(float)
+WEFT_SHARD_LOSS(double)
+#undef WEFT_SHARD_LOSS
 
 template double cross_entropy_forward<float>(const float*, const std::int32_t*, std::int64_t,
                                              std::int64_t, float*);

@@ -16,4 +16,24 @@ template <class T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
                             std::int64_t vocab, double dloss, T* dlogits);
 
+// Loss parallel (the vocabulary split across ranks): `logits` [n, shard] are columns
+// [first, first + shard) of a `vocab`-wide row. A rank computes, per row,
+//   1. cross_entropy_shard_max: the maximum of its columns; the caller takes the maximum
+//      over the ranks (all-reduce max);
+//   2. cross_entropy_shard_sums: with that global max, sum(exp(logit - max)) over its
+//      columns and the target's logit where the target is one of them (else 0); the caller
+//      sums both over the ranks, and loss = max + log(sum_exp) - target_logit;
+//   3. cross_entropy_shard_backward: dlogits = (exp(logit - shift) - onehot) * dloss over its
+//      columns, with shift = max + log(sum_exp) of the whole row.
+template <class T>
+void cross_entropy_shard_max(const T* logits, std::int64_t n, std::int64_t shard, T* max);
+template <class T>
+void cross_entropy_shard_sums(const T* logits, const std::int32_t* targets, std::int64_t n,
+                              std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                              const T* max, T* sum_exp, T* target_logit);
+template <class T>
+void cross_entropy_shard_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
+                                  std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                                  const T* shift, double dloss, T* dlogits);
+
 }  // namespace weft::kernels

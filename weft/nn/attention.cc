@@ -9,24 +9,39 @@
 
 namespace weft::nn {
 
-Attention::Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& c)
-    : config_(c),
-      qkv_weight_(params.stack({{prefix + ".wq.weight", c.n_heads * c.head_dim()},
-                                {prefix + ".wk.weight", c.n_kv_heads * c.head_dim()},
-                                {prefix + ".wv.weight", c.n_kv_heads * c.head_dim()}},
-                               c.dim, prefix + ".wqkv.weight")),
-      wqkv_(qkv_weight_, c.dim, qkv_width()),
-      wq_(params.at(prefix + ".wq.weight"), c.dim, c.n_heads * c.head_dim()),
-      wk_(params.at(prefix + ".wk.weight"), c.dim, c.n_kv_heads * c.head_dim()),
-      wv_(params.at(prefix + ".wv.weight"), c.dim, c.n_kv_heads * c.head_dim()),
-      wo_(params, prefix + ".wo", c.n_heads * c.head_dim(), c.dim) {}
+namespace {
 
-std::int64_t Attention::qkv_width() const {
-  return (config_.n_heads + 2 * config_.n_kv_heads) * config_.head_dim();
+AttentionConfig local_heads(AttentionConfig c, int parts) {
+  c.n_heads /= parts;
+  c.n_kv_heads /= parts;
+  return c;
 }
 
-void Attention::forward(const float* x, float* residual, std::int64_t batch, std::int64_t seq) {
-  const std::int64_t rows = batch * seq, hd = config_.head_dim(), width = qkv_width();
+}  // namespace
+
+// Rank `part` holds query heads [part * n_heads / parts, ...) and key/value heads
+// [part * n_kv_heads / parts, ...): exactly the groups its query heads read.
+Attention::Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& c,
+                     int parts, int part)
+    : config_(local_heads(c, parts)),
+      hd_(c.head_dim()),
+      qkv_weight_(params.stack({{prefix + ".wq.weight", config_.n_heads * hd_},
+                                {prefix + ".wk.weight", config_.n_kv_heads * hd_},
+                                {prefix + ".wv.weight", config_.n_kv_heads * hd_}},
+                               c.dim, prefix + ".wqkv.weight", Sharding{0, parts, part})),
+      wqkv_(qkv_weight_),
+      wq_(params.at(prefix + ".wq.weight")),
+      wk_(params.at(prefix + ".wk.weight")),
+      wv_(params.at(prefix + ".wv.weight")),
+      wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}) {}
+
+std::int64_t Attention::qkv_width() const {
+  return (config_.n_heads + 2 * config_.n_kv_heads) * hd_;
+}
+
+void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq,
+                        bool accumulate) {
+  const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
   const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
   float* q = ensure(qkv_, {rows, width});
   float* k = q + config_.n_heads * hd;
@@ -38,12 +53,12 @@ void Attention::forward(const float* x, float* residual, std::int64_t batch, std
   kernels::rope_forward(q, batch, seq, config_.n_heads + config_.n_kv_heads, hd, config_.rope_theta,
                         0, width);
   kernels::attention_forward(shape, q, k, v, att, lse);
-  wo_.forward(att, residual, rows, /*accumulate=*/true);
+  wo_.forward(att, out, rows, accumulate);
 }
 
 void Attention::backward(const float* dout, const float* x, float* dx, std::int64_t batch,
                          std::int64_t seq) {
-  const std::int64_t rows = batch * seq, hd = config_.head_dim(), width = qkv_width();
+  const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
   const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
   float* dq = ensure(dqkv_, {rows, width});
@@ -62,7 +77,7 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
 
 void Attention::forward_cached(const float* x, float* residual, std::int64_t n,
                                std::int64_t position, LayerCache& cache) {
-  const std::int64_t hd = config_.head_dim(), heads = config_.n_heads, kv = config_.n_kv_heads;
+  const std::int64_t hd = hd_, heads = config_.n_heads, kv = config_.n_kv_heads;
   float* q = ensure(q_, {n, heads * hd});
   float* att = ensure(att_, {n, heads * hd});
   float* k = cache.k.data<float>() + position * kv * hd;

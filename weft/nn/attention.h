@@ -19,25 +19,32 @@ struct AttentionConfig {
 
 class Attention {
  public:
-  Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config);
-  // x and residual: [batch * seq, dim]; the attention's output is added to residual (the
-  // block's residual stream), inside the output projection's product. Keeps q, k, v, the
-  // attention output and lse for backward.
-  void forward(const float* x, float* residual, std::int64_t batch, std::int64_t seq);
-  // dx ([batch * seq, dim]) is overwritten; x is the forward's input.
+  // Tensor-parallel over `parts` ranks, this one `part`: n_heads / parts query heads and the
+  // n_kv_heads / parts key/value heads they use (wq, wk, wv column-parallel, wo row-parallel).
+  Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config,
+            int parts = 1, int part = 0);
+  // x and out: [batch * seq, dim]; the output (this rank's heads' share of it under tensor
+  // parallelism) is written to out, or added to it inside the output projection's product
+  // when accumulate (the block's residual stream). Keeps q, k, v, the attention output and
+  // lse for backward.
+  void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq, bool accumulate);
+  // dx ([batch * seq, dim]) is overwritten (this rank's heads' share of it under tensor
+  // parallelism); x is the forward's input.
   void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq);
   // Inference: x [n, dim] are positions cache.length .. + n of one sequence; their keys and
   // values are appended to `cache` and each attends to every cached position up to itself;
   // the output is added to residual, as in forward.
   void forward_cached(const float* x, float* residual, std::int64_t n, std::int64_t position,
                       LayerCache& cache);
+  std::int64_t activation_bytes() const { return bytes_of({&qkv_, &att_, &lse_}); }
   // Frees what forward kept (activation checkpointing: forward runs again before backward).
   void release();
 
  private:
-  std::int64_t qkv_width() const;  // (heads + 2 kv_heads) * head_dim
+  std::int64_t qkv_width() const;  // (heads + 2 kv_heads) * head_dim, this rank's
 
-  AttentionConfig config_;
+  AttentionConfig config_;  // this rank's heads
+  std::int64_t hd_;         // head dimension
   // wq, wk and wv are stacked in one weight: training runs one product for the three
   // (wqkv_), generation the parts (wq_, wk_, wv_: its keys and values go to the cache).
   Parameter qkv_weight_;

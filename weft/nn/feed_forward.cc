@@ -5,19 +5,19 @@
 namespace weft::nn {
 
 FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
-                         std::int64_t hidden)
-    : hidden_(hidden),
-      w13_weight_(params.stack({{prefix + ".w1.weight", hidden}, {prefix + ".w3.weight", hidden}},
-                               dim, prefix + ".w13.weight")),
-      w13_(w13_weight_, dim, 2 * hidden),
-      w2_(params, prefix + ".w2", hidden, dim) {}
+                         std::int64_t hidden, int parts, int part)
+    : hidden_(hidden / parts),
+      w13_weight_(params.stack({{prefix + ".w1.weight", hidden_}, {prefix + ".w3.weight", hidden_}},
+                               dim, prefix + ".w13.weight", Sharding{0, parts, part})),
+      w13_(w13_weight_),
+      w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {}
 
-void FeedForward::forward(const float* x, float* residual, std::int64_t rows) {
+void FeedForward::forward(const float* x, float* out, std::int64_t rows, bool accumulate) {
   float* ab = ensure(ab_, {rows, 2 * hidden_});
   float* g = ensure(g_, {rows, hidden_});
   w13_.forward(x, ab, rows);
   kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
-  w2_.forward(g, residual, rows, /*accumulate=*/true);
+  w2_.forward(g, out, rows, accumulate);
 }
 
 void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {

@@ -11,17 +11,22 @@ namespace weft::nn {
 
 class FeedForward {
  public:
+  // Tensor-parallel over `parts` ranks, this one `part`: hidden / parts of the hidden units
+  // (w1 and w3 column-parallel, w2 row-parallel).
   FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
-              std::int64_t hidden);
-  // Adds the output to residual ([rows, dim], the block's residual stream) inside w2's product.
-  void forward(const float* x, float* residual, std::int64_t rows);
-  // dx overwritten; x is the forward's input. Consumes what forward kept (w1 x | w3 x become
-  // their gradients): one backward per forward.
+              std::int64_t hidden, int parts = 1, int part = 0);
+  // Writes the output (this rank's share of it under tensor parallelism) to out [rows, dim],
+  // or adds it inside w2's product when accumulate (the block's residual stream).
+  void forward(const float* x, float* out, std::int64_t rows, bool accumulate);
+  // dx overwritten (this rank's share under tensor parallelism); x is the forward's input.
+  // Consumes what forward kept (w1 x | w3 x become their gradients): one backward per
+  // forward.
   void backward(const float* dout, const float* x, float* dx, std::int64_t rows);
+  std::int64_t activation_bytes() const { return bytes_of({&ab_, &g_}); }
   void release();
 
  private:
-  std::int64_t hidden_;
+  std::int64_t hidden_;  // this rank's
   // w1 and w3 are stacked in one weight: one product gives both halves of each row.
   Parameter w13_weight_;
   Linear w13_, w2_;

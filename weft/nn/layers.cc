@@ -11,11 +11,18 @@ float* ensure(Tensor& t, const Shape& shape) {
   return t.data<float>();
 }
 
-Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out)
-    : weight_(params.add(name + ".weight", {out, in})), in_(in), out_(out) {}
+std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors) {
+  std::int64_t n = 0;
+  for (const Tensor* t : tensors) n += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
+  return n;
+}
 
-Linear::Linear(Parameter& shared, std::int64_t in, std::int64_t out)
-    : weight_(shared), in_(in), out_(out) {}
+Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
+               Sharding sharding)
+    : Linear(params.add(name + ".weight", {out, in}, sharding)) {}
+
+Linear::Linear(Parameter& shared)
+    : weight_(shared), in_(shared.value.size(1)), out_(shared.value.size(0)) {}
 
 void Linear::forward(const float* x, float* y, std::int64_t rows, bool accumulate) const {
   kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_, accumulate);
@@ -28,15 +35,17 @@ void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t r
 }
 
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
-                     std::int64_t dim)
-    : weight_(params.add(name + ".weight", {vocab, dim})), vocab_(vocab), dim_(dim) {}
+                     std::int64_t dim, Sharding sharding)
+    : weight_(params.add(name + ".weight", {vocab, dim}, sharding)), vocab_(vocab), dim_(dim) {}
 
 void Embedding::forward(const std::int32_t* tokens, std::int64_t n, float* out) const {
-  kernels::embedding_forward(tokens, n, weight_.value.data<float>(), vocab_, dim_, out);
+  kernels::embedding_forward_shard(tokens, n, weight_.value.data<float>(), vocab_,
+                                   weight_.shard_offset(), weight_.value.size(0), dim_, out);
 }
 
 void Embedding::backward(const std::int32_t* tokens, std::int64_t n, const float* dout) {
-  kernels::embedding_backward(tokens, n, dout, vocab_, dim_, weight_.grad.data<float>());
+  kernels::embedding_backward_shard(tokens, n, dout, vocab_, weight_.shard_offset(),
+                                    weight_.value.size(0), dim_, weight_.grad.data<float>());
 }
 
 RMSNorm::RMSNorm(ParameterList& params, const std::string& name, std::int64_t dim, double eps)
@@ -47,9 +56,10 @@ void RMSNorm::forward(const float* x, float* y, float* rstd, std::int64_t rows) 
 }
 
 void RMSNorm::backward(const float* dy, const float* x, const float* rstd, float* dx,
-                       std::int64_t rows, bool accumulate_dx) {
+                       std::int64_t rows, bool accumulate_dx, float* dweight) {
   kernels::rmsnorm_backward(dy, x, weight_.value.data<float>(), rstd, dx,
-                            weight_.grad.data<float>(), rows, dim_, accumulate_dx);
+                            dweight != nullptr ? dweight : weight_.grad.data<float>(), rows, dim_,
+                            accumulate_dx);
 }
 
 }  // namespace weft::nn

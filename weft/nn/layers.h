@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "weft/nn/parameter.h"
@@ -13,21 +14,26 @@ namespace weft::nn {
 // Makes `t` a zero-filled float32 tensor of `shape` unless it already is one of that shape
 // (activation buffers reused across steps).
 float* ensure(Tensor& t, const Shape& shape);
+// Bytes of the tensors that are defined (activation memory).
+std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors);
 
 class Linear {
  public:
-  Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out);
-  // Over an existing [out, in] parameter (tied weights: the output layer reuses the token
-  // embedding); gradients from both uses add up in its grad.
-  Linear(Parameter& shared, std::int64_t in, std::int64_t out);
+  // A [out, in] weight, of which this rank holds the slice `sharding` says (dimension 0:
+  // column-parallel, a slice of the outputs; 1: row-parallel, a slice of the inputs).
+  Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
+         Sharding sharding = {});
+  // Over an existing [out, in] parameter (this rank's slice of it; tied weights: the output
+  // layer reuses the token embedding); gradients from both uses add up in its grad.
+  explicit Linear(Parameter& shared);
   // y[rows, out] = x[rows, in] W^T, or y += x W^T when accumulate.
   void forward(const float* x, float* y, std::int64_t rows, bool accumulate = false) const;
   // dx[rows, in] = dy W (skipped when dx is null; accumulated when accumulate_dx), dW += dy^T x.
   void backward(const float* dy, const float* x, float* dx, std::int64_t rows,
                 bool accumulate_dx = false);
   Parameter& weight() const { return weight_; }
-  std::int64_t in() const { return in_; }
-  std::int64_t out() const { return out_; }
+  std::int64_t in() const { return in_; }    // this rank's
+  std::int64_t out() const { return out_; }  // this rank's
 
  private:
   Parameter& weight_;
@@ -36,7 +42,11 @@ class Linear {
 
 class Embedding {
  public:
-  Embedding(ParameterList& params, const std::string& name, std::int64_t vocab, std::int64_t dim);
+  // With a sharding along dimension 0 this rank holds vocab / parts rows of the table: a
+  // token outside them embeds as zeros (the sum over the ranks is the lookup) and its
+  // gradient goes to the rank that holds it.
+  Embedding(ParameterList& params, const std::string& name, std::int64_t vocab, std::int64_t dim,
+            Sharding sharding = {});
   void forward(const std::int32_t* tokens, std::int64_t n, float* out) const;
   void backward(const std::int32_t* tokens, std::int64_t n, const float* dout);
   Parameter& weight() const { return weight_; }
@@ -51,9 +61,10 @@ class RMSNorm {
   RMSNorm(ParameterList& params, const std::string& name, std::int64_t dim, double eps);
   // Saves rstd[rows] for backward.
   void forward(const float* x, float* y, float* rstd, std::int64_t rows) const;
-  // dx overwritten, or added to when accumulate_dx.
+  // dx overwritten, or added to when accumulate_dx; the weight's gradient is added to dweight
+  // (the weight's grad when null).
   void backward(const float* dy, const float* x, const float* rstd, float* dx, std::int64_t rows,
-                bool accumulate_dx = false);
+                bool accumulate_dx = false, float* dweight = nullptr);
   Parameter& weight() const { return weight_; }
 
  private:

@@ -7,6 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/loss.h"
+#include "weft/nn/parameter.h"
 #include "weft/tensor/random.h"
 
 namespace weft::nn {
@@ -15,10 +16,6 @@ namespace {
 BlockConfig block_config(const LlamaConfig& c) {
   return {AttentionConfig{c.dim, c.n_heads, c.kv_heads(), c.rope_theta}, c.hidden_dim(),
           c.norm_eps};
-}
-
-void call(const std::function<void(int)>& hook, int unit) {
-  if (hook) hook(unit);
 }
 
 void require(bool ok, const std::string& what) {
@@ -63,17 +60,75 @@ void LlamaConfig::validate() const {
   require(rope_theta > 0 && norm_eps > 0, "rope_theta and norm_eps must be positive");
 }
 
+void LlamaConfig::validate_tensor_parallel(std::int64_t degree) const {
+  if (degree <= 1) return;
+  std::string bad;
+  const auto check = [&](const char* what, std::int64_t n) {
+    if (n % degree != 0)
+      bad += std::string(bad.empty() ? "" : ", ") + what + " " + std::to_string(n);
+  };
+  check("n_heads", n_heads);
+  check("n_kv_heads", kv_heads());
+  check("the feed-forward width", hidden_dim());
+  check("vocab_size", vocab_size);
+  if (!bad.empty()) {
+    throw InvalidArgument("tensor_parallel_degree " + std::to_string(degree) + " does not divide " +
+                          bad + "; every rank must hold an equal slice of each");
+  }
+}
+
 Llama::Llama(const LlamaConfig& config)
     : config_((config.validate(), config)),
-      tok_embeddings_(params_, "tok_embeddings", config.vocab_size, config.dim),
-      norm_(params_, "norm", config.dim, config.norm_eps),
-      output_(config.tie_embeddings
-                  ? Linear(tok_embeddings_.weight(), config.dim, config.vocab_size)
-                  : Linear(params_, "output", config.dim, config.vocab_size)) {
+      tp_(std::make_unique<TensorParallelContext>(TensorParallel{})) {
+  build();
+}
+
+void Llama::apply_tensor_parallel(TensorParallel tp) {
+  if (!hooks_.empty()) throw InvalidArgument("apply_tensor_parallel after hooks were added");
+  config_.validate_tensor_parallel(tp.size());
+  tp_ = std::make_unique<TensorParallelContext>(std::move(tp));
+  build();
+}
+
+void Llama::build() {
+  const TensorParallel& tp = tp_->plan();
+  const Sharding vocab_rows{0, tp.size(), tp.rank()};
+  layers_.clear();
+  output_.reset();
+  norm_.reset();
+  tok_embeddings_.reset();
+  params_ = ParameterList();
+  tok_embeddings_.emplace(params_, "tok_embeddings", config_.vocab_size, config_.dim, vocab_rows);
+  norm_.emplace(params_, "norm", config_.dim, config_.norm_eps);
+  if (config_.tie_embeddings) {
+    output_.emplace(tok_embeddings_->weight());
+  } else {
+    output_.emplace(params_, "output", config_.dim, config_.vocab_size, vocab_rows);
+  }
   // Blocks register after the embedding, norm and output: the names, not the order, identify
   // parameters in checkpoints.
-  for (int l = 0; l < config.n_layers; ++l) {
-    layers_.push_back(std::make_unique<TransformerBlock>(params_, l, block_config(config)));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    layers_.push_back(std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_));
+  }
+}
+
+int Llama::add_unit_hooks(UnitHooks hooks) {
+  hooks_.emplace_back(next_hooks_id_, std::move(hooks));
+  return next_hooks_id_++;
+}
+
+void Llama::remove_unit_hooks(int id) {
+  std::erase_if(hooks_, [id](const auto& h) { return h.first == id; });
+}
+
+void Llama::call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const {
+  const auto run = [&](const UnitHooks& h) {
+    if (h.*hook) (h.*hook)(unit);
+  };
+  if (reverse) {
+    for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) run(it->second);
+  } else {
+    for (const auto& h : hooks_) run(h.second);
   }
 }
 
@@ -83,73 +138,187 @@ void Llama::init_weights(std::uint64_t seed) {
   }
 }
 
+// Elements of this rank's slice map to the whole parameter's: a slice along dimension 0 is
+// one run of it, a slice along dimension 1 a run of columns in every row.
 void Llama::init_values(const std::string& name, std::uint64_t seed, std::int64_t first,
                         std::int64_t count, float* out) const {
   if (name.ends_with("norm.weight")) {
     std::fill(out, out + count, 1.0f);
     return;
   }
-  fill_normal(out, count, philox_key(seed, name), first, 0.0, init_std(name, config_));
+  const Parameter& p = params_.at(name);
+  const PhiloxKey key = philox_key(seed, name);
+  const double stddev = init_std(name, config_);
+  if (!p.sharded() || p.sharding.dim == 0) {
+    const std::int64_t row = p.value.ndim() == 2 ? p.value.size(1) : 1;
+    fill_normal(out, count, key, first + p.shard_offset() * row, 0.0, stddev);
+    return;
+  }
+  const std::int64_t cols = p.value.size(1), full_cols = p.full_shape[1];
+  for (std::int64_t i = first; i < first + count;) {
+    const std::int64_t r = i / cols, c = i % cols, n = std::min(cols - c, first + count - i);
+    fill_normal(out + (i - first), n, key, r * full_cols + p.shard_offset() + c, 0.0, stddev);
+    i += n;
+  }
 }
 
 void Llama::set_activation_checkpointing(bool on) {
   for (auto& block : layers_) block->set_checkpointing(on);
 }
 
+// Under tensor parallelism each rank embeds the tokens of its vocabulary rows and the sum
+// across the group (reduce-scattered to this rank's rows when sequence-parallel) is the
+// embedding; the output layer gives this rank's vocabulary columns of the logits.
 double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                       std::int64_t seq) {
   require(batch > 0 && seq > 0 && seq <= config_.max_seq_len,
           "sequence length " + std::to_string(seq) +
               " must be in [1, max_seq_len = " + std::to_string(config_.max_seq_len) + "]");
+  const std::int64_t rows = batch * seq, dim = config_.dim, local = tp_->local_rows(rows);
   batch_ = batch;
   seq_ = seq;
-  const std::int64_t rows = batch * seq, dim = config_.dim;
   tokens_.assign(tokens, tokens + rows);
   targets_.assign(targets, targets + rows);
   const int last = static_cast<int>(config_.n_layers);
-  float* x = ensure(x_, {rows, dim});
-  call(hooks_.before_forward, -1);
-  tok_embeddings_.forward(tokens, rows, x);
-  call(hooks_.after_forward, -1);
-  for (int l = 0; l < last; ++l) {
-    call(hooks_.before_forward, l);
-    layers_[static_cast<std::size_t>(l)]->forward(x, batch, seq);
-    call(hooks_.after_forward, l);
+  float* x = ensure(x_, {local, dim});
+  call(&UnitHooks::before_forward, -1, false);
+  if (tp_->enabled()) {
+    float* part = tp_->partial(rows, dim);
+    tok_embeddings_->forward(tokens, rows, part);
+    tp_->reduce(part, rows, dim, x, /*accumulate=*/false);
+  } else {
+    tok_embeddings_->forward(tokens, rows, x);
   }
-  call(hooks_.before_forward, last);
-  std::memcpy(ensure(final_in_, {rows, dim}), x,
-              static_cast<std::size_t>(rows * dim) * sizeof(float));
-  float* xn = ensure(xn_, {rows, dim});
-  norm_.forward(x, xn, ensure(rstd_, {rows}), rows);
-  float* logits = ensure(logits_, {rows, config_.vocab_size});
-  output_.forward(xn, logits, rows);
-  call(hooks_.after_forward, last);
-  const double total = kernels::cross_entropy_forward(logits, targets, rows, config_.vocab_size,
-                                                      ensure(losses_, {rows}));
-  return total / static_cast<double>(rows);
+  call(&UnitHooks::after_forward, -1, true);
+  for (int l = 0; l < last; ++l) {
+    call(&UnitHooks::before_forward, l, false);
+    layers_[static_cast<std::size_t>(l)]->forward(x, batch, seq);
+    call(&UnitHooks::after_forward, l, true);
+  }
+  call(&UnitHooks::before_forward, last, false);
+  std::memcpy(ensure(final_in_, {local, dim}), x,
+              static_cast<std::size_t>(local * dim) * sizeof(float));
+  float* xn = ensure(xn_, {local, dim});
+  norm_->forward(x, xn, ensure(rstd_, {local}), local);
+  const float* xn_rows = xn;
+  if (tp_->plan().sequence_sharded()) {  // kept for the output layer's backward
+    float* full = ensure(xn_full_, {rows, dim});
+    tp_->group().all_gather(xn, full, local * dim);
+    xn_rows = full;
+  }
+  float* logits = ensure(logits_, {rows, output_->out()});
+  output_->forward(xn_rows, logits, rows);
+  call(&UnitHooks::after_forward, last, true);
+  return loss_forward(rows) / static_cast<double>(rows);
+}
+
+// The summed loss of the rows. Loss parallel: each rank's vocabulary columns, combined with
+// a max and a sum all-reduce (3 floats a row); without it the logits are gathered.
+double Llama::loss_forward(std::int64_t rows) {
+  const float* logits = logits_.data<float>();
+  float* losses = ensure(losses_, {rows});
+  if (!tp_->enabled()) {
+    return kernels::cross_entropy_forward(logits, targets_.data(), rows, config_.vocab_size,
+                                          losses);
+  }
+  const std::int64_t shard = output_->out(), first = tp_->plan().rank() * shard;
+  if (!tp_->plan().loss_parallel) {
+    float* gathered = ensure(gathered_logits_, {tp_->plan().size(), rows, shard});
+    tp_->group().all_gather(logits, gathered, rows * shard);
+    float* all = ensure(all_logits_, {rows, config_.vocab_size});
+    for (int r = 0; r < tp_->plan().size(); ++r) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        std::memcpy(all + i * config_.vocab_size + r * shard, gathered + (r * rows + i) * shard,
+                    static_cast<std::size_t>(shard) * sizeof(float));
+      }
+    }
+    return kernels::cross_entropy_forward(static_cast<const float*>(all), targets_.data(), rows,
+                                          config_.vocab_size, losses);
+  }
+  float* max = ensure(shift_, {rows});
+  float* sums = ensure(sums_, {2, rows});  // sum_exp, then the target's logit
+  kernels::cross_entropy_shard_max(logits, rows, shard, max);
+  tp_->group().all_reduce_max(max, rows);
+  kernels::cross_entropy_shard_sums(logits, targets_.data(), rows, config_.vocab_size, first, shard,
+                                    static_cast<const float*>(max), sums, sums + rows);
+  tp_->group().all_reduce_sum(sums, 2 * rows);
+  double total = 0;  // in row order, as the one-process kernel sums
+  for (std::int64_t i = 0; i < rows; ++i) {
+    max[i] += std::log(sums[i]);  // the shift backward needs: max + log(sum_exp)
+    losses[i] = max[i] - sums[rows + i];
+    total += static_cast<double>(losses[i]);
+  }
+  return total;
+}
+
+void Llama::loss_backward(std::int64_t rows, double scale, float* dlogits) {
+  const float* logits = logits_.data<float>();
+  if (!tp_->enabled()) {
+    kernels::cross_entropy_backward(logits, targets_.data(), rows, config_.vocab_size, scale,
+                                    dlogits);
+    return;
+  }
+  const std::int64_t shard = output_->out(), first = tp_->plan().rank() * shard;
+  if (tp_->plan().loss_parallel) {
+    kernels::cross_entropy_shard_backward(logits, targets_.data(), rows, config_.vocab_size, first,
+                                          shard, static_cast<const float*>(shift_.data<float>()),
+                                          scale, dlogits);
+    return;
+  }
+  float* all = all_logits_.data<float>();  // the whole logits, turned into their gradient
+  kernels::cross_entropy_backward(static_cast<const float*>(all), targets_.data(), rows,
+                                  config_.vocab_size, scale, all);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    std::memcpy(dlogits + i * shard, all + i * config_.vocab_size + first,
+                static_cast<std::size_t>(shard) * sizeof(float));
+  }
 }
 
 void Llama::backward(double loss_scale) {
   const std::int64_t rows = batch_ * seq_, dim = config_.dim;
   require(rows > 0, "backward() before forward()");
+  const std::int64_t local = tp_->local_rows(rows);
   const int last = static_cast<int>(config_.n_layers);
-  call(hooks_.before_backward, last);
-  float* dlogits = ensure(dlogits_, {rows, config_.vocab_size});
-  kernels::cross_entropy_backward(logits_.data<float>(), targets_.data(), rows, config_.vocab_size,
-                                  loss_scale / static_cast<double>(rows), dlogits);
+  call(&UnitHooks::before_backward, last, false);
+  float* dlogits = ensure(dlogits_, {rows, output_->out()});
+  loss_backward(rows, loss_scale / static_cast<double>(rows), dlogits);
   float* dxn = ensure(dxn_, {rows, dim});
-  output_.backward(dlogits, xn_.data<float>(), dxn, rows);
+  const bool gathered = tp_->plan().sequence_sharded();
+  output_->backward(dlogits, gathered ? xn_full_.data<float>() : xn_.data<float>(), dxn, rows);
   float* dx = x_.data<float>();  // the forward's activations are no longer needed
-  norm_.backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, rows);
-  call(hooks_.after_backward, last);
-  for (int l = last - 1; l >= 0; --l) {
-    call(hooks_.before_backward, l);
-    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
-    call(hooks_.after_backward, l);
+  if (tp_->enabled()) {
+    float* dxn_local = ensure(dxn_local_, {local, dim});
+    tp_->reduce(dxn, rows, dim, dxn_local, /*accumulate=*/false);
+    norm_backward(dxn_local, dx, local);
+  } else {
+    norm_backward(dxn, dx, local);
   }
-  call(hooks_.before_backward, -1);
-  tok_embeddings_.backward(tokens_.data(), rows, dx);
-  call(hooks_.after_backward, -1);
+  call(&UnitHooks::after_backward, last, true);
+  for (int l = last - 1; l >= 0; --l) {
+    call(&UnitHooks::before_backward, l, false);
+    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
+    call(&UnitHooks::after_backward, l, true);
+  }
+  call(&UnitHooks::before_backward, -1, false);
+  tok_embeddings_->backward(tokens_.data(), rows,
+                            tp_->enabled() ? tp_->gather(dx, rows, dim, 1) : dx);
+  call(&UnitHooks::after_backward, -1, true);
+}
+
+// The final norm; sequence-parallel, its weight's gradient from this rank's rows is summed
+// across the group.
+void Llama::norm_backward(const float* dxn, float* dx, std::int64_t local) {
+  if (!tp_->plan().sequence_sharded()) {
+    norm_->backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, local);
+    return;
+  }
+  const std::int64_t dim = config_.dim;
+  float* dw = ensure(dnorm_, {dim});
+  std::fill(dw, dw + dim, 0.0f);
+  norm_->backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, local, false, dw);
+  tp_->all_reduce(dw, dim);
+  float* grad = norm_->weight().grad.data<float>();
+  for (std::int64_t j = 0; j < dim; ++j) grad[j] += dw[j];
 }
 
 int Llama::unit_of(const std::string& name) const {
@@ -170,26 +339,35 @@ KVCache Llama::make_cache() const {
 }
 
 const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache) {
+  require(!tp_->enabled(),
+          "generation runs on one process, not under tensor parallelism: load the checkpoint "
+          "(which holds the whole model) into an unsharded model");
   require(n > 0 && cache.length + n <= cache.capacity,
           "generating past max_seq_len = " + std::to_string(cache.capacity) + " positions");
   const std::int64_t dim = config_.dim, position = cache.length;
   float* x = ensure(x_, {n, dim});
-  tok_embeddings_.forward(tokens, n, x);
+  tok_embeddings_->forward(tokens, n, x);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->forward_cached(x, n, position, cache.layers[l]);
   float* xn = ensure(xn_, {1, dim});
-  norm_.forward(x + (n - 1) * dim, xn, ensure(rstd_, {1}), 1);
+  norm_->forward(x + (n - 1) * dim, xn, ensure(rstd_, {1}), 1);
   float* logits = ensure(logits_, {1, config_.vocab_size});
-  output_.forward(xn, logits, 1);
+  output_->forward(xn, logits, 1);
   cache.length += n;
   return logits;
 }
 
+std::int64_t Llama::activation_bytes() const {
+  std::int64_t n = bytes_of({&x_, &final_in_, &xn_, &xn_full_, &rstd_, &logits_, &all_logits_});
+  for (const auto& block : layers_) n += block->activation_bytes();
+  return n;
+}
+
 double Llama::flops_per_token(std::int64_t seq) const {
   double matmul = 0;
-  for (const auto& p : params_.all()) {
-    if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight")
-      matmul += static_cast<double>(p->value.numel());
+  for (const auto& p : params_.all()) {  // the whole model's, under tensor parallelism too
+    if (p->full_shape.size() == 2 && p->name != "tok_embeddings.weight")
+      matmul += static_cast<double>(shape_numel(p->full_shape));
   }
   if (config_.tie_embeddings) matmul += static_cast<double>(config_.dim * config_.vocab_size);
   return 6.0 * matmul + 12.0 * static_cast<double>(config_.n_layers * config_.dim * seq);

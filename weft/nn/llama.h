@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
+#include "weft/nn/tensor_parallel.h"
 #include "weft/nn/transformer_block.h"
 
 namespace weft::nn {
@@ -36,31 +38,46 @@ struct LlamaConfig {
   std::int64_t hidden_dim() const;
   // Throws InvalidArgument naming the field when the sizes do not fit together.
   void validate() const;
+  // Throws InvalidArgument naming every size that `degree` tensor-parallel ranks cannot split
+  // evenly (heads, key/value heads, the feed-forward width, the vocabulary).
+  void validate_tensor_parallel(std::int64_t degree) const;
 };
 
 class Llama {
  public:
   explicit Llama(const LlamaConfig& config);
 
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
+
   const LlamaConfig& config() const { return config_; }
   ParameterList& parameters() { return params_; }
+  // Makes the model tensor-parallel over tp's group (tensor_parallel.h): every layer is
+  // rebuilt with this rank's slices of the parameters, zero-filled (init_weights next). Call
+  // it before anything holds a parameter or a hook; the degree must divide the heads, the
+  // key/value heads, the feed-forward width and the vocabulary (InvalidArgument otherwise).
+  void apply_tensor_parallel(TensorParallel tp);
+  const TensorParallel& tensor_parallel() const { return tp_->plan(); }
   // Every parameter from (seed, its name, element index) alone (tensor/random.h), so a shard
   // of a parameter gets the values the whole one has there. Scheme: docs/TRAINING.md.
   void init_weights(std::uint64_t seed);
-  // What init_weights(seed) puts in elements [first, first + count) of parameter `name`
-  // (row-major), for initialising one shard of it alone.
+  // What init_weights(seed) puts in elements [first, first + count) of this rank's slice of
+  // parameter `name` (row-major), for initialising one shard of it alone.
   void init_values(const std::string& name, std::uint64_t seed, std::int64_t first,
                    std::int64_t count, float* out) const;
 
-  // tokens and targets: [batch, seq] with seq <= max_seq_len. Returns the mean loss and keeps
-  // what backward needs.
+  // tokens and targets: [batch, seq] with seq <= max_seq_len (every tensor-parallel rank
+  // passes the same). Returns the mean loss and keeps what backward needs.
   double forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                  std::int64_t seq);
   // Adds d(loss_scale * loss) / d(parameter) to every parameter's grad (1 / micro-batches
   // for gradient accumulation).
   void backward(double loss_scale = 1.0);
-  // The last forward's logits, [batch * seq, vocab_size].
+  // The last forward's logits, [batch * seq, vocab_size] (this rank's vocab_size / tp
+  // columns under tensor parallelism).
   const Tensor& logits() const { return logits_; }
+  // Bytes of the activations the last forward kept for backward (its saved tensors).
+  std::int64_t activation_bytes() const;
 
   void set_activation_checkpointing(bool on);
 
@@ -72,32 +89,47 @@ class Llama {
   // After after_backward(u) the gradients of unit u's parameters are final for this backward.
   // Data parallelism starts a bucket's reduction there; sharded data parallelism gathers a
   // unit's parameters in before_* and frees them in after_*. Hooks left empty are skipped.
+  // Several sets compose, as wrappers nest: the before_* hooks run in the order the sets were
+  // added, the after_* hooks in the reverse order.
   struct UnitHooks {
     std::function<void(int unit)> before_forward, after_forward, before_backward, after_backward;
   };
-  void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
+  // Returns the id remove_unit_hooks takes.
+  int add_unit_hooks(UnitHooks hooks);
+  void remove_unit_hooks(int id);
   int unit_of(const std::string& name) const;
 
   // Inference: an empty cache for sequences of up to max_seq_len positions.
   KVCache make_cache() const;
   // Runs tokens[0..n) at positions cache.length .., appends them to the cache and returns the
   // logits of the last one ([vocab_size], valid until the next call). Throws InvalidArgument
-  // when the cache would exceed max_seq_len.
+  // when the cache would exceed max_seq_len, or under tensor parallelism (generation runs on
+  // one process; checkpoints hold the whole model).
   const float* forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache);
   // Model FLOPs per token for training: 6 x (matmul parameters) + 12 x layers x dim x seq.
   double flops_per_token(std::int64_t seq) const;
 
  private:
+  void build();  // the layers, over tp_
+  void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
+  double loss_forward(std::int64_t rows);
+  void loss_backward(std::int64_t rows, double scale, float* dlogits);
+  void norm_backward(const float* dxn, float* dx, std::int64_t local);
+
   LlamaConfig config_;
+  std::unique_ptr<TensorParallelContext> tp_;  // stable: the blocks refer to it
   ParameterList params_;
-  Embedding tok_embeddings_;
+  std::optional<Embedding> tok_embeddings_;
   std::vector<std::unique_ptr<TransformerBlock>> layers_;
-  RMSNorm norm_;
-  Linear output_;
-  UnitHooks hooks_;
+  std::optional<RMSNorm> norm_;
+  std::optional<Linear> output_;
+  std::vector<std::pair<int, UnitHooks>> hooks_;
+  int next_hooks_id_ = 0;
   std::int64_t batch_ = 0, seq_ = 0;
   std::vector<std::int32_t> tokens_, targets_;
-  Tensor x_, final_in_, xn_, rstd_, logits_, losses_, dlogits_, dxn_;
+  Tensor x_, final_in_, xn_, xn_full_, rstd_, logits_, losses_, dlogits_, dxn_, dxn_local_;
+  Tensor shift_, sums_, gathered_logits_, all_logits_,
+      dnorm_;  // tensor parallelism's loss and final norm
 };
 
 }  // namespace weft::nn

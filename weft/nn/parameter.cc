@@ -8,21 +8,41 @@
 
 namespace weft::nn {
 
-Parameter& ParameterList::add(std::string name, const Shape& shape) {
+namespace {
+
+Shape local_shape(const std::string& name, Shape shape, const Sharding& s) {
+  if (s.dim < 0 || s.parts == 1) return shape;
+  const auto d = static_cast<std::size_t>(s.dim);
+  if (d >= shape.size() || shape[d] % s.parts != 0 || s.part < 0 || s.part >= s.parts) {
+    throw InvalidArgument("parameter " + name + " " + shape_string(shape) + ": dimension " +
+                          std::to_string(s.dim) + " cannot be cut into " + std::to_string(s.parts) +
+                          " equal parts");
+  }
+  shape[d] /= s.parts;
+  return shape;
+}
+
+}  // namespace
+
+Parameter& ParameterList::add(std::string name, const Shape& shape, Sharding sharding) {
+  const Shape local = local_shape(name, shape, sharding);
   params_.push_back(std::make_unique<Parameter>(
-      Parameter{std::move(name), Tensor::zeros(shape), Tensor::zeros(shape)}));
+      Parameter{std::move(name), Tensor::zeros(local), Tensor::zeros(local), sharding, shape}));
   return *params_.back();
 }
 
 Parameter ParameterList::stack(const std::vector<std::pair<std::string, std::int64_t>>& rows,
-                               std::int64_t cols, std::string name) {
+                               std::int64_t cols, std::string name, Sharding sharding) {
   std::int64_t total = 0;
   for (const auto& [part, n] : rows) total += n;
   Parameter whole{std::move(name), Tensor::zeros({total, cols}), Tensor::zeros({total, cols})};
+  whole.full_shape = whole.value.shape();
+  const std::int64_t parts = sharding.dim == 0 ? sharding.parts : 1;
   std::int64_t at = 0;
   for (const auto& [part, n] : rows) {
-    params_.push_back(std::make_unique<Parameter>(
-        Parameter{part, whole.value.narrow(0, at, n), whole.grad.narrow(0, at, n)}));
+    params_.push_back(std::make_unique<Parameter>(Parameter{part, whole.value.narrow(0, at, n),
+                                                            whole.grad.narrow(0, at, n), sharding,
+                                                            Shape{n * parts, cols}}));
     at += n;
   }
   return whole;
@@ -33,6 +53,16 @@ Parameter& ParameterList::at(const std::string& name) {
     if (p->name == name) return *p;
   }
   throw InvalidArgument("no parameter named '" + name + "'");
+}
+
+const Parameter& ParameterList::at(const std::string& name) const {
+  return const_cast<ParameterList*>(this)->at(name);
+}
+
+std::int64_t ParameterList::full_numel() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += shape_numel(p->full_shape);
+  return n;
 }
 
 std::int64_t ParameterList::numel() const {

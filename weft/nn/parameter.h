@@ -15,23 +15,45 @@ namespace weft::nn {
 // Tensors by name, in a model's parameter order (PyTorch's state_dict).
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
+// How a parameter is split across the ranks of a tensor-parallel group: this rank holds part
+// `part` of `parts` equal slices along dimension `dim` of the whole parameter (dim -1: the
+// whole, on every rank).
+struct Sharding {
+  int dim = -1;
+  int parts = 1, part = 0;
+};
+
 struct Parameter {
   std::string name;  // "layers.0.attention.wq.weight": TorchTitan's (and PyTorch's) names
-  Tensor value;      // float32, contiguous
+  Tensor value;      // float32, contiguous: this rank's slice (the whole without sharding)
   Tensor grad;       // same shape; accumulated by backward, zeroed by zero_grad()
+  Sharding sharding;
+  Shape full_shape;  // the whole parameter's
+
+  bool sharded() const { return sharding.dim >= 0 && sharding.parts > 1; }
+  // Where this rank's slice starts along sharding.dim of the whole parameter.
+  std::int64_t shard_offset() const {
+    return sharded() ? sharding.part * value.size(sharding.dim) : 0;
+  }
 };
 
 class ParameterList {
  public:
-  // Registers a zero-filled parameter; the returned reference stays valid.
-  Parameter& add(std::string name, const Shape& shape);
+  // Registers a zero-filled parameter of the whole `shape`, of which this rank holds the slice
+  // `sharding` says (whose size must divide: InvalidArgument otherwise); the returned
+  // reference stays valid.
+  Parameter& add(std::string name, const Shape& shape, Sharding sharding = {});
   // Registers parameters of `rows[i].second` rows each and `cols` columns stacked in one
   // storage (value and grad), each a view of its rows; returns the stack, which is not itself
   // registered. One matrix product then serves them all (the fused q|k|v and w1|w3
-  // projections) while names, checkpoints and the optimizer still see the parts.
+  // projections) while names, checkpoints and the optimizer still see the parts. With a
+  // sharding along dimension 0, `rows` are this rank's rows of each part.
   Parameter stack(const std::vector<std::pair<std::string, std::int64_t>>& rows, std::int64_t cols,
-                  std::string name);
+                  std::string name, Sharding sharding = {});
   Parameter& at(const std::string& name);  // InvalidArgument if there is none
+  const Parameter& at(const std::string& name) const;
+  // Elements of the whole parameters (numel() counts this rank's slices).
+  std::int64_t full_numel() const;
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
   std::int64_t numel() const;
   // PyTorch's state_dict: (name, value) in registration order; the tensors are the

@@ -4,32 +4,58 @@
 #include <string>
 
 namespace weft::nn {
+namespace {
 
-TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c)
+std::string prefix(int layer, const char* part) {
+  return "layers." + std::to_string(layer) + "." + part;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c,
+                                   TensorParallelContext& tp)
     : dim_(c.attention.dim),
-      attention_norm_(params, "layers." + std::to_string(layer) + ".attention_norm", dim_,
-                      c.norm_eps),
-      ffn_norm_(params, "layers." + std::to_string(layer) + ".ffn_norm", dim_, c.norm_eps),
-      attention_(params, "layers." + std::to_string(layer) + ".attention", c.attention),
-      feed_forward_(params, "layers." + std::to_string(layer) + ".feed_forward", dim_, c.hidden) {}
+      tp_(tp),
+      attention_norm_(params, prefix(layer, "attention_norm"), dim_, c.norm_eps),
+      ffn_norm_(params, prefix(layer, "ffn_norm"), dim_, c.norm_eps),
+      attention_(params, prefix(layer, "attention"), c.attention, tp.plan().size(),
+                 tp.plan().rank()),
+      feed_forward_(params, prefix(layer, "feed_forward"), dim_, c.hidden, tp.plan().size(),
+                    tp.plan().rank()) {}
 
 void TransformerBlock::forward(float* x, std::int64_t batch, std::int64_t seq) {
-  const std::int64_t rows = batch * seq;
-  std::memcpy(ensure(input_, {rows, dim_}), x,
-              static_cast<std::size_t>(rows * dim_) * sizeof(float));
+  const std::int64_t local = tp_.local_rows(batch * seq);
+  std::memcpy(ensure(input_, {local, dim_}), x,
+              static_cast<std::size_t>(local * dim_) * sizeof(float));
   run_forward(x, batch, seq);
   if (checkpointing_) release();
 }
 
+// x += attention(attention_norm(x)), x += ffn(ffn_norm(x)). In one process each output is
+// added inside its last product; under tensor parallelism each region sees the whole rows
+// (gathered when sequence-parallel) and its partial output is summed across the group.
 void TransformerBlock::run_forward(float* x, std::int64_t batch, std::int64_t seq) {
-  const std::int64_t rows = batch * seq, n = rows * dim_;
-  float* h1 = ensure(h1_, {rows, dim_});
-  attention_norm_.forward(x, h1, ensure(rstd1_, {rows}), rows);
-  attention_.forward(h1, x, batch, seq);  // x += attention(h1)
-  std::memcpy(ensure(x2_, {rows, dim_}), x, static_cast<std::size_t>(n) * sizeof(float));
-  float* h2 = ensure(h2_, {rows, dim_});
-  ffn_norm_.forward(x, h2, ensure(rstd2_, {rows}), rows);
-  feed_forward_.forward(h2, x, rows);  // x += ffn(h2)
+  const std::int64_t rows = batch * seq, local = tp_.local_rows(rows);
+  float* h1 = ensure(h1_, {local, dim_});
+  attention_norm_.forward(x, h1, ensure(rstd1_, {local}), local);
+  if (tp_.enabled()) {
+    float* part = tp_.partial(rows, dim_);
+    attention_.forward(tp_.gather(h1, rows, dim_, 0), part, batch, seq, /*accumulate=*/false);
+    tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
+  } else {
+    attention_.forward(h1, x, batch, seq, /*accumulate=*/true);
+  }
+  std::memcpy(ensure(x2_, {local, dim_}), x,
+              static_cast<std::size_t>(local * dim_) * sizeof(float));
+  float* h2 = ensure(h2_, {local, dim_});
+  ffn_norm_.forward(x, h2, ensure(rstd2_, {local}), local);
+  if (tp_.enabled()) {
+    float* part = tp_.partial(rows, dim_);
+    feed_forward_.forward(tp_.gather(h2, rows, dim_, 0), part, rows, /*accumulate=*/false);
+    tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
+  } else {
+    feed_forward_.forward(h2, x, rows, /*accumulate=*/true);
+  }
 }
 
 void TransformerBlock::forward_cached(float* x, std::int64_t n, std::int64_t position,
@@ -38,23 +64,54 @@ void TransformerBlock::forward_cached(float* x, std::int64_t n, std::int64_t pos
   attention_norm_.forward(x, h, ensure(rstd1_, {n}), n);
   attention_.forward_cached(h, x, n, position, cache);
   ffn_norm_.forward(x, h, ensure(rstd2_, {n}), n);
-  feed_forward_.forward(h, x, n);
+  feed_forward_.forward(h, x, n, /*accumulate=*/true);
 }
 
 void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq) {
-  const std::int64_t rows = batch * seq;
+  const std::int64_t rows = batch * seq, local = tp_.local_rows(rows);
   if (checkpointing_) {
-    float* x = ensure(recompute_, {rows, dim_});
-    std::memcpy(x, input_.data<float>(), static_cast<std::size_t>(rows * dim_) * sizeof(float));
+    float* x = ensure(recompute_, {local, dim_});
+    std::memcpy(x, input_.data<float>(), static_cast<std::size_t>(local * dim_) * sizeof(float));
     run_forward(x, batch, seq);
   }
-  float* dh = ensure(dh_, {rows, dim_});
+  float* dh = ensure(dh_, {local, dim_});
+  // Sequence-parallel norms see this rank's rows only: their weight gradients are partial
+  // sums, collected here and summed across the group at the end.
+  const bool partial_norms = tp_.plan().sequence_sharded();
+  float* dnorm = partial_norms ? ensure(norm_grads_, {2, dim_}) : nullptr;
+  if (partial_norms) std::memset(dnorm, 0, static_cast<std::size_t>(2 * dim_) * sizeof(float));
   // dx is the gradient of x3 = x2 + ffn(h2): it flows to x2 directly and through ffn_norm.
-  feed_forward_.backward(dx, h2_.data<float>(), dh, rows);
-  ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, rows, /*accumulate_dx=*/true);
-  attention_.backward(dx, h1_.data<float>(), dh, batch, seq);
-  attention_norm_.backward(dh, input_.data<float>(), rstd1_.data<float>(), dx, rows,
-                           /*accumulate_dx=*/true);
+  // Under tensor parallelism the region's input gradient is this rank's share: summed across
+  // the group (reduce-scattered to this rank's rows when sequence-parallel).
+  if (tp_.enabled()) {
+    float* part = tp_.partial(rows, dim_);
+    feed_forward_.backward(tp_.gather(dx, rows, dim_, 1),
+                           tp_.gather(h2_.data<float>(), rows, dim_, 0), part, rows);
+    tp_.reduce(part, rows, dim_, dh, /*accumulate=*/false);
+  } else {
+    feed_forward_.backward(dx, h2_.data<float>(), dh, rows);
+  }
+  ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
+                     /*accumulate_dx=*/true, partial_norms ? dnorm + dim_ : nullptr);
+  if (tp_.enabled()) {
+    float* part = tp_.partial(rows, dim_);
+    attention_.backward(tp_.gather(dx, rows, dim_, 1), tp_.gather(h1_.data<float>(), rows, dim_, 0),
+                        part, batch, seq);
+    tp_.reduce(part, rows, dim_, dh, /*accumulate=*/false);
+  } else {
+    attention_.backward(dx, h1_.data<float>(), dh, batch, seq);
+  }
+  attention_norm_.backward(dh, input_.data<float>(), rstd1_.data<float>(), dx, local,
+                           /*accumulate_dx=*/true, dnorm);
+  if (partial_norms) {
+    tp_.all_reduce(dnorm, 2 * dim_);
+    float* g1 = attention_norm_.weight().grad.data<float>();
+    float* g2 = ffn_norm_.weight().grad.data<float>();
+    for (std::int64_t j = 0; j < dim_; ++j) {
+      g1[j] += dnorm[j];
+      g2[j] += dnorm[dim_ + j];
+    }
+  }
   if (checkpointing_) {
     release();
     recompute_ = Tensor();

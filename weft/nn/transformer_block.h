@@ -1,6 +1,9 @@
 // One Llama block: x = x + attention(attention_norm(x)); x = x + feed_forward(ffn_norm(x)).
 // With activation checkpointing the block keeps only its input after forward and runs its
-// forward again at the start of backward: less memory, the same results.
+// forward again at the start of backward: less memory, the same results. Under tensor
+// parallelism (tensor_parallel.h) the attention and the feed-forward are parallel regions:
+// their input is gathered (sequence parallelism) and their partial outputs summed across
+// the group into the residual stream, which holds this rank's rows.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +11,7 @@
 #include "weft/nn/attention.h"
 #include "weft/nn/feed_forward.h"
 #include "weft/nn/layers.h"
+#include "weft/nn/tensor_parallel.h"
 
 namespace weft::nn {
 
@@ -19,13 +23,20 @@ struct BlockConfig {
 
 class TransformerBlock {
  public:
-  TransformerBlock(ParameterList& params, int layer, const BlockConfig& config);
-  // x: [batch * seq, dim], transformed in place.
+  // `tp` (shared by the model's blocks) outlives the block.
+  TransformerBlock(ParameterList& params, int layer, const BlockConfig& config,
+                   TensorParallelContext& tp);
+  // x: [local rows, dim] (tp.local_rows(batch * seq)), transformed in place.
   void forward(float* x, std::int64_t batch, std::int64_t seq);
   // dx: the gradient of the block's output, turned in place into that of its input.
   void backward(float* dx, std::int64_t batch, std::int64_t seq);
   void set_checkpointing(bool on) { checkpointing_ = on; }
-  // Inference with a KV cache: x [n, dim] at positions position .. + n, in place.
+  // Bytes forward kept for backward.
+  std::int64_t activation_bytes() const {
+    return bytes_of({&input_, &h1_, &rstd1_, &x2_, &h2_, &rstd2_}) + attention_.activation_bytes() +
+           feed_forward_.activation_bytes();
+  }
+  // Inference with a KV cache (one process): x [n, dim] at positions position .. + n, in place.
   void forward_cached(float* x, std::int64_t n, std::int64_t position, LayerCache& cache);
 
  private:
@@ -34,12 +45,13 @@ class TransformerBlock {
 
   std::int64_t dim_;
   bool checkpointing_ = false;
+  TensorParallelContext& tp_;
   RMSNorm attention_norm_, ffn_norm_;
   Attention attention_;
   FeedForward feed_forward_;
   Tensor input_;                         // always kept
   Tensor h1_, rstd1_, x2_, h2_, rstd2_;  // kept unless checkpointing
-  Tensor dh_, recompute_;                // scratch
+  Tensor dh_, recompute_, norm_grads_;   // scratch
 };
 
 }  // namespace weft::nn

@@ -42,12 +42,12 @@ DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::Process
     for (nn::Parameter* p : b->params) elements += static_cast<std::size_t>(p->grad.numel());
     b->flat.resize(elements);
   }
-  model_.set_unit_hooks({.after_backward = [this](int unit) { on_grads_ready(unit); }});
+  hooks_ = model_.add_unit_hooks({.after_backward = [this](int unit) { on_grads_ready(unit); }});
   if (debug_checks_enabled()) check_parameters_identical();
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  model_.set_unit_hooks({});
+  model_.remove_unit_hooks(hooks_);
   for (auto& b : buckets_) {
     if (!b->work) continue;
     try {

@@ -46,6 +46,7 @@ class DistributedDataParallel {
   nn::Llama& model_;
   dist::ProcessGroup& group_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  int hooks_ = -1;
   bool syncing_ = false;
 };
 

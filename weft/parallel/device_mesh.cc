@@ -57,6 +57,13 @@ std::size_t DeviceMesh::index_of(const std::string& dim) const {
   throw InvalidArgument("DeviceMesh: no dimension '" + dim + "' (the mesh has " + known + ")");
 }
 
+bool DeviceMesh::has(const std::string& dim) const {
+  for (const auto& [name, n] : dims_) {
+    if (name == dim) return true;
+  }
+  return false;
+}
+
 int DeviceMesh::size(const std::string& dim) const { return dims_[index_of(dim)].second; }
 int DeviceMesh::coordinate(const std::string& dim) const { return coordinates_[index_of(dim)]; }
 dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const {

@@ -24,7 +24,8 @@ class DeviceMesh {
              std::vector<std::pair<std::string, int>> dims);
 
   const std::vector<std::pair<std::string, int>>& dims() const { return dims_; }
-  int size(const std::string& dim) const;
+  bool has(const std::string& dim) const;
+  int size(const std::string& dim) const;        // InvalidArgument for a dimension it does not have
   int coordinate(const std::string& dim) const;  // this rank's index along `dim`
   dist::ProcessGroup& group(const std::string& dim) const;
   dist::ProcessGroup& world() const { return *world_; }

@@ -154,7 +154,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
       for (Storage* s : u->grads) s->release();
     }
   }
-  model_.set_unit_hooks({
+  hooks_ = model_.add_unit_hooks({
       .before_forward = [this](int u) { before_forward(u); },
       .after_forward = [this](int u) { after_forward(u); },
       .before_backward = [this](int u) { before_backward(u); },
@@ -163,7 +163,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  model_.set_unit_hooks({});
+  model_.remove_unit_hooks(hooks_);
   // The buffers must outlive the operations, each of them; their errors were reported to
   // the callers already (a destructor cannot).
   auto settle = [](const std::shared_ptr<dist::Work>& work) {
@@ -336,10 +336,24 @@ double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
   shard_.all_reduce(sum);  // replicas hold equal shards: the shard group covers every element
   const double norm = std::sqrt(sum[0]);
   const double factor = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && factor < 1.0) {
-    kernels::scale(grads_.data(), static_cast<float>(factor), shard_size_);
-  }
+  if (max_norm > 0 && factor < 1.0) scale_grads(static_cast<float>(factor));
   return norm;
+}
+
+double FullyShardedDataParallel::local_grad_sum_squares(
+    const std::function<bool(const nn::Parameter&)>& counted) const {
+  double sum = 0;  // the padding is zero: whole pieces can be summed
+  for (const auto& u : units_) {
+    for (const Piece& p : u->pieces) {
+      if (counted(*p.param))
+        sum += kernels::sum_squares(grads_.data() + u->offset + p.offset, p.size());
+    }
+  }
+  return sum;
+}
+
+void FullyShardedDataParallel::scale_grads(float factor) {
+  kernels::scale(grads_.data(), factor, shard_size_);
 }
 
 void FullyShardedDataParallel::step(double lr) {

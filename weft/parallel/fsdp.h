@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,11 @@ class FullyShardedDataParallel {
   // The global L2 norm of the gradients (over every shard); when max_norm > 0, scales them so
   // that it is at most max_norm, as nn::clip_grad_norm. Collective over the shard group.
   double clip_grad_norm(double max_norm);
+  // The squared L2 norm of this rank's gradient shards of the parameters `counted` accepts
+  // (not summed across ranks), and the scaling clip_grad_norm applies: for callers that
+  // combine the norm over more dimensions than the shard group (tensor parallelism).
+  double local_grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) const;
+  void scale_grads(float factor);
   // AdamW on this rank's shards; the units are refreshed lazily by the next forward.
   void step(double lr);
   std::int64_t steps() const { return steps_; }
@@ -137,6 +143,7 @@ class FullyShardedDataParallel {
   std::deque<std::unique_ptr<Reduction>> reductions_;
   static constexpr std::size_t kSpareBuffers = 6;  // two gathers and two reductions in flight
   std::vector<std::vector<float>> spare_;
+  int hooks_ = -1;
   bool syncing_ = false;
   std::int64_t steps_ = 0;
   std::int64_t unsharded_ = 0, unsharded_peak_ = 0;

@@ -119,6 +119,16 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(parallelism, bucket_size_mb,
                  "DDP's gradient buckets in MiB, each all-reduced once backward has filled it",
                  0.001, 1 << 20),
+      WEFT_FIELD(parallelism, tensor_parallel_degree,
+                 "ranks each layer's matrices are split over (Megatron-style tensor "
+                 "parallelism); 1: none",
+                 1, 1 << 20),
+      WEFT_FIELD(parallelism, enable_sequence_parallel,
+                 "with tensor parallelism, shard the norms and the residual stream along the "
+                 "sequence (activations 1/tp per rank)"),
+      WEFT_FIELD(parallelism, disable_loss_parallel,
+                 "with tensor parallelism, gather the whole logits for the loss instead of "
+                 "computing it on vocabulary shards"),
   };
   return all;
 }
@@ -360,6 +370,11 @@ void check_whole(const Config& c) {
     throw ConfigError(
         "parallelism.data_parallel_replicate_degree = 0 is out of range: use -1 "
         "(the rest of the world size) or a positive degree");
+  }
+  try {
+    c.model.validate_tensor_parallel(c.parallelism.tensor_parallel_degree);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(std::string("parallelism.") + e.what());
   }
   if (c.validation.enable && c.training.validation_fraction == 0) {
     throw ConfigError(

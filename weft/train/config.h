@@ -54,13 +54,17 @@ struct ValidationConfig {
 };
 
 // TorchTitan's meaning: a replicate degree alone is DDP, a shard degree alone FSDP, both
-// HSDP. Their product must be the world size (checked when the job starts); -1 for the
-// replicate degree means "the world size divided by the shard degree".
+// HSDP; a tensor-parallel degree splits each layer across that many ranks, and composes with
+// any of them. The degrees' product must be the world size (checked when the job starts);
+// -1 for the replicate degree means "the world size divided by the other degrees".
 struct ParallelismConfig {
   std::int64_t data_parallel_replicate_degree = -1;
   std::int64_t data_parallel_shard_degree = 1;
   std::string fsdp_mode = "full_shard";  // full_shard (ZeRO-3), zero1, zero2
   double bucket_size_mb = 25;            // DDP's gradient buckets
+  std::int64_t tensor_parallel_degree = 1;
+  bool enable_sequence_parallel = true;  // with tensor parallelism
+  bool disable_loss_parallel = false;    // with tensor parallelism
 };
 
 struct Config {

@@ -1,8 +1,9 @@
 // The training loop of weft-train: Llama on a text file, AdamW with clipping, gradient
 // accumulation and the learning-rate schedule, validation, metrics, checkpoints and
-// resumption; under weftrun (WORLD_SIZE > 1) data-parallel over the job's ranks: DDP, FSDP
-// (ZeRO-1/2/3) or HSDP as [parallelism] says (docs/PARALLELISM.md). The constructor checks
-// everything it can (configuration, data file, checkpoint to resume) before anything is written.
+// resumption; under weftrun (WORLD_SIZE > 1) parallel over the job's ranks as [parallelism]
+// says: tensor parallelism, and DDP, FSDP (ZeRO-1/2/3) or HSDP, composed on one device mesh
+// by parallel::parallelize (docs/PARALLELISM.md). The constructor checks everything it can
+// (configuration, data file, checkpoint to resume) before anything is written.
 #pragma once
 
 #include <memory>
@@ -13,9 +14,8 @@
 #include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
-#include "weft/parallel/ddp.h"
 #include "weft/parallel/device_mesh.h"
-#include "weft/parallel/fsdp.h"
+#include "weft/parallel/parallelize.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/data.h"
@@ -38,37 +38,36 @@ class Trainer {
   // The loss of every step this run trained (not those before a resume).
   const std::vector<double>& losses() const { return losses_; }
   std::optional<double> last_validation_loss() const { return last_validation_; }
-  // The model; under FSDP its parameters are the sharding's working memory (fsdp.h).
+  // The model: this rank's tensor-parallel slices; under FSDP its parameters are the
+  // sharding's working memory (fsdp.h).
   nn::Llama& model() { return model_; }
   std::int64_t step() const { return state_.step; }
 
  private:
   double train_step();
   double validate();
-  double global_mean(double local_share);  // sums the ranks' shares (itself for one process)
-  void setup_data_parallel();
+  void setup_parallelism();
   void resume();
-  void load(const std::string& path);  // a checkpoint into the model and optimizer (or FSDP)
+  void load(const std::string& path);  // a checkpoint into whatever layout this run has
   void save();
-  void log_state_memory(bool with_peak);  // FSDP's per-rank state, and its peak in steps
+  void log_parallelism(bool at_end);  // the strategies and what each rank holds
   void log_step(double loss, double grad_norm, double lr, double seconds);
+  bool root() const { return !world_ || world_->rank() == 0; }
 
   Config config_;
   std::shared_ptr<dist::ProcessGroup> world_;
-  int dp_rank_ = 0, dp_size_ = 1;
+  int dp_rank_ = 0, dp_size_ = 1, world_size_ = 1;
   std::ostream null_out_{nullptr};
   std::ostream& out_;
   bool terminal_;
   TextDataset data_;
   nn::Llama model_;
-  std::unique_ptr<nn::AdamW> optimizer_;  // one process and DDP; FSDP holds its own
   DataLoader train_loader_;
   TrainState state_;
   double peak_gflops_ = 0;
   std::unique_ptr<MetricsLogger> metrics_;
-  std::unique_ptr<parallel::DeviceMesh> mesh_;  // {dp_replicate, dp_shard} over the world
-  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
-  std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
+  std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
+  std::unique_ptr<parallel::ParallelModel> parallel_;
   std::vector<double> losses_;
   std::optional<double> last_validation_;
 };

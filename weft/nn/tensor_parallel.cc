@@ -1,0 +1,66 @@
+#include "weft/nn/tensor_parallel.h"
+
+#include <string>
+
+#include "weft/base/error.h"
+#include "weft/kernels/parallel.h"
+#include "weft/nn/layers.h"
+
+namespace weft::nn {
+namespace {
+
+// out (+)= in, over n floats, split between the compute threads.
+void copy_or_add(const float* in, float* out, std::int64_t n, bool accumulate) {
+  kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
+    if (accumulate) {
+      for (std::int64_t i = first; i < end; ++i) out[i] += in[i];
+    } else {
+      for (std::int64_t i = first; i < end; ++i) out[i] = in[i];
+    }
+  });
+}
+
+}  // namespace
+
+std::int64_t TensorParallelContext::local_rows(std::int64_t rows) const {
+  if (!tp_.sequence_sharded()) return rows;
+  if (rows % tp_.size() != 0) {
+    throw InvalidArgument("sequence parallelism: " + std::to_string(rows) +
+                          " tokens per micro-batch (batch x seq) cannot be split evenly over " +
+                          std::to_string(tp_.size()) +
+                          " tensor-parallel ranks; choose batch_size and seq_len whose product "
+                          "divides, or set parallelism.enable_sequence_parallel = false");
+  }
+  return rows / tp_.size();
+}
+
+const float* TensorParallelContext::gather(const float* x, std::int64_t rows, std::int64_t dim,
+                                           int slot) {
+  if (!tp_.sequence_sharded()) return x;
+  float* full = ensure(gathered_[slot], {rows, dim});
+  tp_.group->all_gather(x, full, local_rows(rows) * dim);
+  return full;
+}
+
+float* TensorParallelContext::partial(std::int64_t rows, std::int64_t dim) {
+  return ensure(partial_, {rows, dim});
+}
+
+void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64_t dim,
+                                   float* out, bool accumulate) {
+  const std::int64_t local = local_rows(rows) * dim;
+  if (!tp_.sequence_sharded()) {
+    tp_.group->all_reduce_sum(partial, rows * dim);
+    copy_or_add(partial, out, local, accumulate);
+    return;
+  }
+  if (!accumulate) {
+    tp_.group->reduce_scatter(partial, out, local);
+    return;
+  }
+  float* sum = ensure(reduced_, {local_rows(rows), dim});
+  tp_.group->reduce_scatter(partial, sum, local);
+  copy_or_add(sum, out, local, true);
+}
+
+}  // namespace weft::nn

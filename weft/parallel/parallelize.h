@@ -1,0 +1,102 @@
+// parallelize(): one seam for every parallelism, TorchTitan's shape. The trainer builds a
+// DeviceMesh from the degrees, and parallelize() applies tensor parallelism to the model,
+// then (later issues) pipeline and context parallelism, then the data-parallel wrapper (none,
+// DDP, FSDP or HSDP), and returns one ParallelModel the step loop drives without knowing
+// which strategies are inside. Composition and costs: docs/PARALLELISM.md.
+//
+//   ParallelDims dims{.dp_shard = 2, .tp = 2};
+//   dims.validate(world->size());
+//   DeviceMesh mesh(world, dims.mesh_dims());          // [dp_shard 2, tp 2]
+//   auto parallel = parallelize(model, &mesh, {.dims = dims});
+//   parallel->init_weights(seed);
+//   // each step: zero_grad, forward/backward per micro-batch (prepare_sync before the last
+//   // backward), finish_sync, clip_grad_norm, step
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/nn/llama.h"
+#include "weft/nn/optim.h"
+#include "weft/parallel/device_mesh.h"
+#include "weft/parallel/fsdp.h"
+
+namespace weft::parallel {
+
+// Degrees along each mesh dimension, TorchTitan's; 1 leaves a dimension out.
+struct ParallelDims {
+  int dp_replicate = 1;  // DDP (or HSDP's replicas)
+  int dp_shard = 1;      // FSDP
+  int tp = 1;            // tensor (and sequence) parallelism
+
+  // [dp_replicate, dp_shard, tp] in TorchTitan's order (pp, dp_replicate, dp_shard, cp, tp),
+  // without the dimensions of size 1.
+  std::vector<std::pair<std::string, int>> mesh_dims() const;
+  int product() const { return dp_replicate * dp_shard * tp; }
+  int data_parallel() const { return dp_replicate * dp_shard; }
+  // InvalidArgument naming every degree unless they multiply to `world`.
+  void validate(int world) const;
+};
+
+struct ParallelOptions {
+  ParallelDims dims;
+  ShardingMode fsdp_mode = ShardingMode::kFullShard;
+  std::size_t bucket_bytes = std::size_t{25} << 20;  // DDP's buckets
+  bool sequence_parallel = true;                     // with tp > 1
+  bool loss_parallel = true;                         // with tp > 1
+  nn::AdamWOptions optimizer;
+};
+
+// Bytes this rank holds (parameters, gradients and optimizer state between steps; the
+// activations the last forward kept), and what one process would hold for the same model.
+struct MemoryReport {
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
+  std::int64_t one_process = 0;  // 4 x 4 bytes per parameter (values, grads, two moments)
+};
+
+class ParallelModel {
+ public:
+  virtual ~ParallelModel() = default;
+  virtual nn::Llama& model() = 0;
+  // Which slice of each global batch this rank trains on: every rank with the same data
+  // coordinates (tensor-parallel peers) feeds the model the same tokens.
+  virtual int data_rank() const = 0;
+  virtual int data_size() const = 0;
+  // The whole model's init (nn::Llama::init_weights), each rank computing only its part.
+  virtual void init_weights(std::uint64_t seed) = 0;
+  // Before a step's first micro-batch.
+  virtual void zero_grad() = 0;
+  // Before the last micro-batch's backward; finish_sync after it, before the norm and step.
+  virtual void prepare_sync() = 0;
+  virtual void finish_sync() = 0;
+  // The L2 norm of the whole model's gradients, over every mesh dimension; when max_norm > 0
+  // scales them so that it is at most max_norm. Collective.
+  virtual double clip_grad_norm(double max_norm) = 0;
+  virtual void step(double lr) = 0;
+  // The sum over the data-parallel ranks of a value every tensor-parallel peer holds alike
+  // (a loss). Collective.
+  virtual double sum_over_data(double value) = 0;
+  // The whole training state, in the model's parameter order (for checkpoints): on world
+  // rank 0 full tensors, elsewhere empty. Collective.
+  virtual std::pair<nn::StateDict, nn::AdamWState> full_state() = 0;
+  // Takes this rank's part of a whole state; every rank passes the same (not collective).
+  // InvalidArgument when a tensor is missing or of another shape; nothing changes then.
+  virtual void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) = 0;
+  // Throws weft::Error unless the replicas hold bitwise the same parameters (DDP). Collective.
+  virtual void check_replicas_identical() = 0;
+  virtual MemoryReport memory() const = 0;
+  // One line per strategy inside, for the log ("fsdp full_shard: ...").
+  virtual std::vector<std::string> describe(bool with_peaks) const = 0;
+};
+
+// Applies the strategies `options` names to `model` over `mesh` (null: one process, no
+// parallelism). The model must be freshly constructed: nothing may hold its parameters yet.
+// `model` and `mesh` outlive the result.
+std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, const DeviceMesh* mesh,
+                                           const ParallelOptions& options);
+
+}  // namespace weft::parallel

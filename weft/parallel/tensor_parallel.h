@@ -1,0 +1,39 @@
+// Tensor parallelism over a process group: nn::TensorParallelGroup's collectives on
+// dist::ProcessGroup, and the full tensors of a tensor-parallel model's slices (for
+// checkpoints, which always hold the whole model).
+#pragma once
+
+#include "weft/dist/process_group.h"
+#include "weft/nn/llama.h"
+#include "weft/nn/tensor_parallel.h"
+
+namespace weft::parallel {
+
+class ProcessGroupTensorParallel : public nn::TensorParallelGroup {
+ public:
+  // `group` outlives this object.
+  explicit ProcessGroupTensorParallel(dist::ProcessGroup& group) : group_(group) {}
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce_sum(float* data, std::int64_t n) override;
+  void all_reduce_max(float* data, std::int64_t n) override;
+  void all_gather(const float* in, float* out, std::int64_t n) override;
+  void reduce_scatter(const float* in, float* out, std::int64_t n) override;
+
+ private:
+  dist::ProcessGroup& group_;
+};
+
+// Makes `model` tensor-parallel over `group` (nn::Llama::apply_tensor_parallel).
+void apply_tensor_parallel(nn::Llama& model, dist::ProcessGroup& group, bool sequence_parallel,
+                           bool loss_parallel);
+
+// The whole tensors of slices held across `group` (each rank passes its slices of the same
+// parameters, `like` giving their sharding): on rank 0 the full tensors, elsewhere empty.
+// Collective over `group`.
+nn::StateDict gather_full(const nn::StateDict& slices, const nn::ParameterList& like,
+                          dist::ProcessGroup& group);
+// This rank's slices of full tensors, as `like` shards them (a copy of each).
+nn::StateDict take_slices(const nn::StateDict& full, const nn::ParameterList& like);
+
+}  // namespace weft::parallel
