@@ -287,6 +287,46 @@ TEST_F(DataParallelTest, TwoDimensionalMeshesEqualOneProcess) {
   expect_parity({.replicate = 2, .shard = 2, .tp = 2}, "HSDP 2x2 x TP 2 (8 ranks)");
 }
 
+// What each rank holds, from parallelize()'s report after one forward and backward: tensor
+// parallelism over 2 ranks halves every matrix (the norms stay whole), and with sequence
+// parallelism the activations kept for backward too (the issue asks for at most 0.6x).
+TEST(TensorParallelMemoryTest, TwoRanksHoldAboutHalf) {
+  const auto report = [](int tp, bool sequence_parallel) {
+    MemoryReport m;
+    dist::run_threads(tp, [&](dist::ProcessGroup& pg) {
+      auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+      const ParallelDims dims{.tp = tp};
+      DeviceMesh mesh(world, dims.mesh_dims());
+      nn::Llama model(config());
+      auto parallel = parallelize(model, tp > 1 ? &mesh : nullptr,
+                                  {.dims = dims, .sequence_parallel = sequence_parallel});
+      parallel->init_weights(3);
+      const auto [tokens, targets] = slice(0, 0, kGlobalBatch);
+      model.forward(tokens.data(), targets.data(), kGlobalBatch, kSeq);
+      if (pg.rank() == 0) m = parallel->memory();
+      model.backward();
+    });
+    return m;
+  };
+  const MemoryReport one = report(1, false), sp = report(2, true), tp = report(2, false);
+  const auto ratio = [](std::int64_t a, std::int64_t b) {
+    return static_cast<double>(a) / static_cast<double>(b);
+  };
+  std::printf(
+      "TP 2 over one process: parameters %.3f, activations %.3f (sequence parallel), "
+      "%.3f (without)\n",
+      ratio(sp.parameters, one.parameters), ratio(sp.activations, one.activations),
+      ratio(tp.activations, one.activations));
+  EXPECT_EQ(one.one_process, sp.one_process);
+  EXPECT_EQ(one.one_process, 4 * one.parameters);
+  EXPECT_GT(ratio(sp.parameters, one.parameters), 0.5);
+  EXPECT_LT(ratio(sp.parameters, one.parameters), 0.52);
+  EXPECT_EQ(sp.gradients, sp.parameters);
+  EXPECT_EQ(sp.optimizer, 2 * sp.parameters);
+  EXPECT_LE(ratio(sp.activations, one.activations), 0.6);
+  EXPECT_GT(tp.activations, sp.activations);
+}
+
 // The output layer reusing the embedding's weight: one parameter used at both ends of the
 // model, in the root unit, its gradient summed from both uses before it is reduced.
 // Tolerance: at the debug model's size a tied run drifts further from one process than an

@@ -2,6 +2,8 @@
 // with and without sequence parallelism and loss parallel, grouped-query heads, tied
 // embeddings and activation checkpointing. Each rank's initial slices must be bitwise those
 // of the whole model; the loss and every gradient (gathered into whole tensors) must match.
+#include "weft/parallel/tensor_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <string>
 
 #include "weft/dist/run_threads.h"
-#include "weft/parallel/tensor_parallel.h"
 #include "weft/tensor/random.h"
 
 namespace weft::parallel {
@@ -30,8 +31,14 @@ std::string name(const testing::TestParamInfo<Case>& info) {
 }
 
 nn::LlamaConfig config(bool tie) {
-  return {.dim = 64, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .vocab_size = kVocab,
-          .multiple_of = 16, .max_seq_len = kSeq, .tie_embeddings = tie};
+  return {.dim = 64,
+          .n_layers = 2,
+          .n_heads = 8,
+          .n_kv_heads = 4,
+          .vocab_size = kVocab,
+          .multiple_of = 16,
+          .max_seq_len = kSeq,
+          .tie_embeddings = tie};
 }
 
 std::vector<std::int32_t> tokens(std::uint64_t salt) {
@@ -92,13 +99,14 @@ TEST_P(TensorParallelTest, MatchesOneProcess) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, TensorParallelTest,
-    testing::Values(Case{2, false, false}, Case{2, false, true}, Case{2, true, false},
-                    Case{2, true, true}, Case{4, true, true}, Case{4, false, true},
-                    Case{2, true, true, /*tie=*/true}, Case{2, true, true, false,
-                                                            /*checkpointing=*/true}),
-    name);
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelTest,
+                         testing::Values(Case{2, false, false}, Case{2, false, true},
+                                         Case{2, true, false}, Case{2, true, true},
+                                         Case{4, true, true}, Case{4, false, true},
+                                         Case{2, true, true, /*tie=*/true},
+                                         Case{2, true, true, false,
+                                              /*checkpointing=*/true}),
+                         name);
 
 // The config has 8 heads, 4 key/value heads, a feed-forward width of 176 and 64 words.
 TEST(TensorParallelErrors, DegreesThatDoNotDivideAreNamed) {

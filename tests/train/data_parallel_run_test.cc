@@ -1,8 +1,9 @@
 // weft-train under weftrun on the shm backend, the debug model (configs/debug.toml) for 20
 // steps at a global batch of 8 sequences: one process against DDP, every FSDP mode and HSDP
-// on 2 and 4 ranks, and gradient accumulation. The losses (and validation losses) must equal
-// the one-process run's to 1e-6 relative at every step (docs/PARALLELISM.md says why not
-// bitwise); a resumed sharded run must equal its uninterrupted run bit for bit.
+// on 2 and 4 ranks, gradient accumulation, tensor parallelism (2 and 4 ranks, with and
+// without sequence parallelism and loss parallel) and FSDP or DDP x TP. The losses (and validation
+// losses) must equal the one-process run's to 1e-6 relative at every step (docs/PARALLELISM.md says
+// why not bitwise); a resumed sharded run must equal its uninterrupted run bit for bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -99,6 +100,18 @@ TEST_F(DataParallelRunTest, EveryLayoutMatchesOneProcess) {
       {"hsdp-2x2", 4,
        "--training.batch_size 2 --parallelism.data_parallel_shard_degree 2"
        " --parallelism.data_parallel_replicate_degree 2"},
+      {"tp-2", 2, "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"},
+      {"tp-2-no-sequence-parallel", 2,
+       "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"
+       " --parallelism.enable_sequence_parallel false"},
+      {"tp-2-logits-gathered", 2,
+       "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"
+       " --parallelism.disable_loss_parallel true"},
+      {"tp-4", 4, "--training.batch_size 8 --parallelism.tensor_parallel_degree 4"},
+      {"fsdp-2xtp-2", 4,
+       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2"
+       " --parallelism.tensor_parallel_degree 2"},
+      {"ddp-2xtp-2", 4, "--training.batch_size 4 --parallelism.tensor_parallel_degree 2"},
   };
   for (const Case& c : cases) {
     // HSDP also writes its (final) checkpoint: one replica's shard group gathers it.
@@ -125,6 +138,36 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
+  ASSERT_EQ(c.size(), 10u);
+  for (std::size_t i = 0; i < c.size(); ++i)
+    EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+}
+
+// A tensor-parallel run's checkpoints hold the whole model: resumed under TP 2 it continues
+// bit for bit, resumed under FSDP 2 to within rounding, and weft-generate reads them.
+TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
+  const std::string tp =
+      "--training.batch_size 8 --parallelism.tensor_parallel_degree 2 "
+      "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+  const auto a = read(train("tp", 2, tp), "loss");
+  ASSERT_EQ(a.size(), 20u);
+  const fs::path last = dir_ / "tp" / "step-00000020" / "checkpoint.safetensors";
+  ASSERT_TRUE(fs::exists(last));
+  const weft::test::Finished g =
+      weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", last.string(), "--prompt",
+                       "ROMEO:", "--max-new-tokens", "40", "--temperature", "0"},
+                      {}, kRunLimit);
+  EXPECT_EQ(g.code, 0) << g.err;
+  EXPECT_GE(g.out.size(), 40u) << g.out;
+  fs::remove_all(dir_ / "tp" / "step-00000020");
+  fs::copy(dir_ / "tp", dir_ / "fsdp", fs::copy_options::recursive);
+  const auto b = read(train("tp", 2, tp + "--checkpoint.resume true"), "loss");
+  ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
+  for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
+  const auto c = read(train("fsdp", 2,
+                            "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
+                            "--checkpoint.resume true"),
+                      "loss");
   ASSERT_EQ(c.size(), 10u);
   for (std::size_t i = 0; i < c.size(); ++i)
     EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;

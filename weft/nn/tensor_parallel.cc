@@ -46,8 +46,8 @@ float* TensorParallelContext::partial(std::int64_t rows, std::int64_t dim) {
   return ensure(partial_, {rows, dim});
 }
 
-void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64_t dim,
-                                   float* out, bool accumulate) {
+void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64_t dim, float* out,
+                                   bool accumulate) {
   const std::int64_t local = local_rows(rows) * dim;
   if (!tp_.sequence_sharded()) {
     tp_.group->all_reduce_sum(partial, rows * dim);

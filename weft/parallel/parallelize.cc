@@ -192,8 +192,8 @@ class Parallelized : public ParallelModel {
     replica_ = coordinate(mesh, "dp_replicate");
     data_rank_ = replica_ * d.dp_shard + coordinate(mesh, "dp_shard");
     if (d.dp_shard > 1) {
-      dp_ = std::make_unique<Sharded>(model, *group(mesh, "dp_shard"),
-                                      group(mesh, "dp_replicate"), options);
+      dp_ = std::make_unique<Sharded>(model, *group(mesh, "dp_shard"), group(mesh, "dp_replicate"),
+                                      options);
     } else {
       dp_ = std::make_unique<Replicated>(model, group(mesh, "dp_replicate"), options);
     }
@@ -244,9 +244,9 @@ class Parallelized : public ParallelModel {
       return;
     }
     const nn::ParameterList& like = model_.parameters();
-    dp_->load(take_slices(params, like), {take_slices(optimizer.exp_avg, like),
-                                          take_slices(optimizer.exp_avg_sq, like),
-                                          optimizer.steps});
+    dp_->load(take_slices(params, like),
+              {take_slices(optimizer.exp_avg, like), take_slices(optimizer.exp_avg_sq, like),
+               optimizer.steps});
   }
 
   void check_replicas_identical() override { dp_->check_replicas_identical(); }
@@ -291,9 +291,9 @@ class Parallelized : public ParallelModel {
 
 std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
   std::vector<std::pair<std::string, int>> dims;
-  for (const auto& [name, n] :
-       {std::pair<std::string, int>{"dp_replicate", dp_replicate}, {"dp_shard", dp_shard},
-        {"tp", tp}}) {
+  for (const auto& [name, n] : {std::pair<std::string, int>{"dp_replicate", dp_replicate},
+                                {"dp_shard", dp_shard},
+                                {"tp", tp}}) {
     if (n > 1) dims.emplace_back(name, n);
   }
   return dims;
@@ -301,12 +301,11 @@ std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
 
 void ParallelDims::validate(int world) const {
   if (dp_replicate >= 1 && dp_shard >= 1 && tp >= 1 && product() == world) return;
-  throw InvalidArgument("parallelism: data_parallel_replicate_degree " +
-                        std::to_string(dp_replicate) + " x data_parallel_shard_degree " +
-                        std::to_string(dp_shard) + " x tensor_parallel_degree " +
-                        std::to_string(tp) + " = " + std::to_string(product()) +
-                        " must equal the world size " + std::to_string(world) +
-                        " (weftrun --nproc-per-node), each degree at least 1");
+  throw InvalidArgument(
+      "parallelism: data_parallel_replicate_degree " + std::to_string(dp_replicate) +
+      " x data_parallel_shard_degree " + std::to_string(dp_shard) + " x tensor_parallel_degree " +
+      std::to_string(tp) + " = " + std::to_string(product()) + " must equal the world size " +
+      std::to_string(world) + " (weftrun --nproc-per-node), each degree at least 1");
 }
 
 std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, const DeviceMesh* mesh,

@@ -31,8 +31,8 @@ void ProcessGroupTensorParallel::reduce_scatter(const float* in, float* out, std
 
 void apply_tensor_parallel(nn::Llama& model, dist::ProcessGroup& group, bool sequence_parallel,
                            bool loss_parallel) {
-  model.apply_tensor_parallel({std::make_shared<ProcessGroupTensorParallel>(group),
-                               sequence_parallel, loss_parallel});
+  model.apply_tensor_parallel(
+      {std::make_shared<ProcessGroupTensorParallel>(group), sequence_parallel, loss_parallel});
 }
 
 // Each rank's slice travels whole (gather), and rank 0 places slice r at offset r x its size
@@ -71,10 +71,11 @@ nn::StateDict take_slices(const nn::StateDict& full, const nn::ParameterList& li
       throw InvalidArgument("tensor parallelism: " + name + " is " + shape_string(whole.shape()) +
                             ", the model's is " + shape_string(p.full_shape));
     }
-    slices.emplace_back(name, p.sharded() ? whole.narrow(p.sharding.dim, p.shard_offset(),
-                                                         p.value.size(p.sharding.dim))
-                                                  .clone()
-                                          : whole);
+    slices.emplace_back(
+        name,
+        p.sharded()
+            ? whole.narrow(p.sharding.dim, p.shard_offset(), p.value.size(p.sharding.dim)).clone()
+            : whole);
   }
   return slices;
 }

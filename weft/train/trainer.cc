@@ -134,7 +134,6 @@ void Trainer::save() {
 }
 
 void Trainer::log_parallelism(bool at_end) {
-  if (!world_) return;
   for (const std::string& line : parallel_->describe(at_end)) out_ << line << std::endl;
   if (!at_end) return;
   const parallel::MemoryReport m = parallel_->memory();
