@@ -94,8 +94,25 @@ TEST_F(TrainTest, ParallelismMustFitTheWorld) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("must equal the world size 1"));
   }
+  o = small(2);
+  o.emplace_back("parallelism.tensor_parallel_degree", "2");
+  o.emplace_back("parallelism.data_parallel_shard_degree", "3");
+  try {
+    Trainer t(load_config("", o), log);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("data_parallel_replicate_degree 1 x data_parallel_shard_degree 3 x "
+                          "tensor_parallel_degree 2 = 6 must equal the world size 1"));
+  }
   EXPECT_THAT(config_error("[parallelism]\nfsdp_mode = \"zero4\"\n"),
               HasSubstr("full_shard, zero1, zero2"));
+  // The debug model: 4 heads (and key/value heads), feed-forward 704, vocabulary 256.
+  EXPECT_THAT(config_error("[parallelism]\ntensor_parallel_degree = 3\n"),
+              HasSubstr("parallelism.tensor_parallel_degree 3 does not divide n_heads 4, "
+                        "n_kv_heads 4, the feed-forward width 704, vocab_size 256"));
+  EXPECT_THAT(config_error("[parallelism]\ntensor_parallel_degree = 8\n"),
+              HasSubstr("does not divide n_heads 4, n_kv_heads 4; every rank"));
 }
 
 TEST_F(TrainTest, ConfigRoundTripsThroughToml) {

@@ -87,6 +87,7 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int
               dx + first * in, in);
     });
   }
+  if (dw == nullptr) return;
   for_fixed_blocks(out, kFeatureBlock, [&](std::int64_t first, std::int64_t end) {
     gemm<T>(true, false, end - first, in, rows, T(1), dy + first, out, x, in, T(1), dw + first * in,
             in);

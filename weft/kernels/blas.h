@@ -20,7 +20,8 @@ template <class T>
 void linear_forward(const T* x, const T* w, T* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate = false);
 // dx[rows, in] = dy W (added to dx when accumulate_dx, else overwritten; skipped when dx is
-// null), dW[out, in] += dy^T x.
+// null), dW[out, in] += dy^T x (skipped when dw is null): either half alone, so that callers
+// can move data between them (tensor parallelism reduces dx while dW computes).
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, std::int64_t rows,
                      std::int64_t in, std::int64_t out, bool accumulate_dx = false);

@@ -58,6 +58,11 @@ void Attention::forward(const float* x, float* out, std::int64_t batch, std::int
 
 void Attention::backward(const float* dout, const float* x, float* dx, std::int64_t batch,
                          std::int64_t seq) {
+  backward_input(dout, dx, batch, seq);
+  backward_weight(x, batch * seq);
+}
+
+void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
   const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
@@ -72,7 +77,11 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
                               dv);
   kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
                          config_.rope_theta, 0, width);
-  wqkv_.backward(dq, x, dx, rows);
+  wqkv_.backward_input(dq, dx, rows);
+}
+
+void Attention::backward_weight(const float* x, std::int64_t rows) {
+  wqkv_.backward_weight(dqkv_.data<float>(), x, rows);
 }
 
 void Attention::forward_cached(const float* x, float* residual, std::int64_t n,

@@ -21,11 +21,20 @@ void FeedForward::forward(const float* x, float* out, std::int64_t rows, bool ac
 }
 
 void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {
+  backward_input(dout, dx, rows);
+  backward_weight(x, rows);
+}
+
+void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows) {
   float* dg = ensure(dg_, {rows, hidden_});
   float* ab = ab_.data<float>();
   w2_.backward(dout, g_.data<float>(), dg, rows);
   kernels::swiglu_backward(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);  // ab becomes dab
-  w13_.backward(ab, x, dx, rows);
+  w13_.backward_input(ab, dx, rows);
+}
+
+void FeedForward::backward_weight(const float* x, std::int64_t rows) {
+  w13_.backward_weight(ab_.data<float>(), x, rows);
 }
 
 void FeedForward::release() { ab_ = g_ = Tensor(); }

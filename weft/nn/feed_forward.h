@@ -22,6 +22,10 @@ class FeedForward {
   // Consumes what forward kept (w1 x | w3 x become their gradients): one backward per
   // forward.
   void backward(const float* dout, const float* x, float* dx, std::int64_t rows);
+  // backward in two halves: everything but w1|w3's weight gradient (which needs x), then
+  // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
+  void backward_input(const float* dout, float* dx, std::int64_t rows);
+  void backward_weight(const float* x, std::int64_t rows);
   std::int64_t activation_bytes() const { return bytes_of({&ab_, &g_}); }
   void release();
 

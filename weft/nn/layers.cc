@@ -34,6 +34,16 @@ void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t r
                                   weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
 }
 
+void Linear::backward_input(const float* dy, float* dx, std::int64_t rows) const {
+  kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows, in_,
+                                  out_);
+}
+
+void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows) {
+  kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), nullptr,
+                                  weight_.grad.data<float>(), rows, in_, out_);
+}
+
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
                      std::int64_t dim, Sharding sharding)
     : weight_(params.add(name + ".weight", {vocab, dim}, sharding)), vocab_(vocab), dim_(dim) {}

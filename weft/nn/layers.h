@@ -31,6 +31,9 @@ class Linear {
   // dx[rows, in] = dy W (skipped when dx is null; accumulated when accumulate_dx), dW += dy^T x.
   void backward(const float* dy, const float* x, float* dx, std::int64_t rows,
                 bool accumulate_dx = false);
+  // The two halves of backward, dx and then dW, for callers that move dx between them.
+  void backward_input(const float* dy, float* dx, std::int64_t rows) const;
+  void backward_weight(const float* dy, const float* x, std::int64_t rows);
   Parameter& weight() const { return weight_; }
   std::int64_t in() const { return in_; }    // this rank's
   std::int64_t out() const { return out_; }  // this rank's

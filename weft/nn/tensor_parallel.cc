@@ -42,6 +42,32 @@ const float* TensorParallelContext::gather(const float* x, std::int64_t rows, st
   return full;
 }
 
+const float* TensorParallelContext::Transfer::wait() {
+  if (pending_) pending_->wait();
+  pending_.reset();
+  if (then_) then_();
+  then_ = nullptr;
+  return result_;
+}
+
+TensorParallelContext::Transfer TensorParallelContext::gather_async(const float* x,
+                                                                    std::int64_t rows,
+                                                                    std::int64_t dim, int slot) {
+  if (!tp_.sequence_sharded()) return {nullptr, x, nullptr};
+  float* full = ensure(gathered_[slot], {rows, dim});
+  return {tp_.group->all_gather_async(x, full, local_rows(rows) * dim), full, nullptr};
+}
+
+TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* partial,
+                                                                    std::int64_t rows,
+                                                                    std::int64_t dim, float* out) {
+  const std::int64_t local = local_rows(rows) * dim;
+  if (tp_.sequence_sharded())
+    return {tp_.group->reduce_scatter_async(partial, out, local), nullptr, nullptr};
+  return {tp_.group->all_reduce_sum_async(partial, rows * dim), nullptr,
+          [=] { copy_or_add(partial, out, local, false); }};
+}
+
 float* TensorParallelContext::partial(std::int64_t rows, std::int64_t dim) {
   return ensure(partial_, {rows, dim});
 }

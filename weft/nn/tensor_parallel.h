@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "weft/tensor/tensor.h"
@@ -42,6 +43,19 @@ class TensorParallelGroup {
   virtual void all_gather(const float* in, float* out, std::int64_t n) = 0;
   // out[n] = the sum over ranks of their in[rank() * n, + n).
   virtual void reduce_scatter(const float* in, float* out, std::int64_t n) = 0;
+
+  // The same, started: the buffers stay untouched until wait() returns. Operations run in
+  // the order they were started (blocking ones too).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  virtual std::unique_ptr<Pending> all_reduce_sum_async(float* data, std::int64_t n) = 0;
+  virtual std::unique_ptr<Pending> all_gather_async(const float* in, float* out,
+                                                    std::int64_t n) = 0;
+  virtual std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
+                                                        std::int64_t n) = 0;
 };
 
 struct TensorParallel {
@@ -71,6 +85,25 @@ class TensorParallelContext {
   // x [local_rows, dim] as the whole [rows, dim]: x itself unless sequence-sharded, else all
   // ranks' rows gathered into buffer `slot` (0 or 1; valid until the next gather there).
   const float* gather(const float* x, std::int64_t rows, std::int64_t dim, int slot);
+  // gather() and reduce() (without accumulate) started, finished by wait() (which returns
+  // the gathered rows; null for a reduction). Overlap: backward starts the gather of a
+  // region's input and the reduction of its input gradient, and computes the weight
+  // gradient while they travel.
+  class Transfer {
+   public:
+    Transfer() = default;
+    Transfer(std::unique_ptr<TensorParallelGroup::Pending> pending, const float* result,
+             std::function<void()> then)
+        : pending_(std::move(pending)), result_(result), then_(std::move(then)) {}
+    const float* wait();
+
+   private:
+    std::unique_ptr<TensorParallelGroup::Pending> pending_;
+    const float* result_ = nullptr;
+    std::function<void()> then_;
+  };
+  Transfer gather_async(const float* x, std::int64_t rows, std::int64_t dim, int slot);
+  Transfer reduce_async(float* partial, std::int64_t rows, std::int64_t dim, float* out);
   // A [rows, dim] buffer for a row-parallel product's partial sums.
   float* partial(std::int64_t rows, std::int64_t dim);
   // Sums `partial` [rows, dim] over the group and writes (or adds, when accumulate) this

@@ -10,6 +10,32 @@ std::string prefix(int layer, const char* part) {
   return "layers." + std::to_string(layer) + "." + part;
 }
 
+// A tensor-parallel region's backward: the output gradient gathered (sequence parallelism),
+// the input gradient computed and its reduction started, and the weight gradient of the
+// column-parallel product computed while that reduction, and the gather of the region's
+// input it needs, travel. dh gets this rank's rows of the input gradient.
+template <class Region>
+void region_backward(TensorParallelContext& tp, Region& region, float* dx, const Tensor& input,
+                     float* dh, std::int64_t batch, std::int64_t seq, std::int64_t dim) {
+  const std::int64_t rows = batch * seq;
+  const float* dout = tp.gather(dx, rows, dim, 1);
+  TensorParallelContext::Transfer x = tp.gather_async(input.data<float>(), rows, dim, 0);
+  float* part = tp.partial(rows, dim);
+  region.backward_input(dout, part, batch, seq);
+  TensorParallelContext::Transfer reduced = tp.reduce_async(part, rows, dim, dh);
+  region.backward_weight(x.wait(), rows);
+  reduced.wait();
+}
+
+// The feed-forward's backward as region_backward calls it.
+struct FeedForwardRegion {
+  FeedForward& ffn;
+  void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq) {
+    ffn.backward_input(dout, dx, batch * seq);
+  }
+  void backward_weight(const float* x, std::int64_t rows) { ffn.backward_weight(x, rows); }
+};
+
 }  // namespace
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c,
@@ -84,20 +110,15 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq)
   // Under tensor parallelism the region's input gradient is this rank's share: summed across
   // the group (reduce-scattered to this rank's rows when sequence-parallel).
   if (tp_.enabled()) {
-    float* part = tp_.partial(rows, dim_);
-    feed_forward_.backward(tp_.gather(dx, rows, dim_, 1),
-                           tp_.gather(h2_.data<float>(), rows, dim_, 0), part, rows);
-    tp_.reduce(part, rows, dim_, dh, /*accumulate=*/false);
+    FeedForwardRegion region{feed_forward_};
+    region_backward(tp_, region, dx, h2_, dh, batch, seq, dim_);
   } else {
     feed_forward_.backward(dx, h2_.data<float>(), dh, rows);
   }
   ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
                      /*accumulate_dx=*/true, partial_norms ? dnorm + dim_ : nullptr);
   if (tp_.enabled()) {
-    float* part = tp_.partial(rows, dim_);
-    attention_.backward(tp_.gather(dx, rows, dim_, 1), tp_.gather(h1_.data<float>(), rows, dim_, 0),
-                        part, batch, seq);
-    tp_.reduce(part, rows, dim_, dh, /*accumulate=*/false);
+    region_backward(tp_, attention_, dx, h1_, dh, batch, seq, dim_);
   } else {
     attention_.backward(dx, h1_.data<float>(), dh, batch, seq);
   }

@@ -1,5 +1,6 @@
 #include "weft/parallel/parallelize.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -13,6 +14,7 @@ namespace weft::parallel {
 namespace {
 
 using Counted = std::function<bool(const nn::Parameter&)>;
+using Clock = std::chrono::steady_clock;
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -187,7 +189,8 @@ class Parallelized : public ParallelModel {
     d.validate(mesh != nullptr ? mesh->world().size() : 1);
     tp_ = group(mesh, "tp");
     if (tp_ != nullptr) {
-      apply_tensor_parallel(model, *tp_, options.sequence_parallel, options.loss_parallel);
+      tp_adapter_ =
+          apply_tensor_parallel(model, *tp_, options.sequence_parallel, options.loss_parallel);
     }
     replica_ = coordinate(mesh, "dp_replicate");
     data_rank_ = replica_ * d.dp_shard + coordinate(mesh, "dp_shard");
@@ -205,7 +208,11 @@ class Parallelized : public ParallelModel {
   void init_weights(std::uint64_t seed) override { dp_->init_weights(seed); }
   void zero_grad() override { dp_->zero_grad(); }
   void prepare_sync() override { dp_->prepare_sync(); }
-  void finish_sync() override { dp_->finish_sync(); }
+  void finish_sync() override {
+    const auto start = Clock::now();
+    dp_->finish_sync();
+    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
 
   // Each element of the whole model's gradient is counted once: a tensor-parallel slice by
   // its rank, a parameter every tensor-parallel peer holds by the first, and replicas
@@ -251,6 +258,10 @@ class Parallelized : public ParallelModel {
 
   void check_replicas_identical() override { dp_->check_replicas_identical(); }
 
+  double communication_seconds() const override {
+    return seconds_ + (tp_adapter_ ? tp_adapter_->seconds() : 0.0);
+  }
+
   MemoryReport memory() const override {
     MemoryReport report;
     dp_->memory(report);
@@ -274,8 +285,10 @@ class Parallelized : public ParallelModel {
  private:
   double sum_over_world(double value) {
     if (mesh_ == nullptr) return value;
+    const auto start = Clock::now();
     std::vector<double> v{value};
     mesh_->world().all_reduce(v);
+    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
     return v[0];
   }
 
@@ -283,6 +296,8 @@ class Parallelized : public ParallelModel {
   const DeviceMesh* mesh_;
   ParallelOptions options_;
   dist::ProcessGroup* tp_ = nullptr;
+  std::shared_ptr<ProcessGroupTensorParallel> tp_adapter_;
+  double seconds_ = 0;  // blocked in finish_sync and the world all-reduces
   int replica_ = 0, data_rank_ = 0;
   std::unique_ptr<DataParallel> dp_;
 };

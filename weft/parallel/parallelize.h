@@ -89,6 +89,10 @@ class ParallelModel {
   // Throws weft::Error unless the replicas hold bitwise the same parameters (DDP). Collective.
   virtual void check_replicas_identical() = 0;
   virtual MemoryReport memory() const = 0;
+  // Wall seconds this rank was blocked in communication: tensor parallelism's collectives,
+  // waiting for the data-parallel reductions in finish_sync, and the norm's and losses'
+  // all-reduces (FSDP's parameter gathers inside forward and backward are not counted).
+  virtual double communication_seconds() const = 0;
   // One line per strategy inside, for the log ("fsdp full_shard: ...").
   virtual std::vector<std::string> describe(bool with_peaks) const = 0;
 };

@@ -1,5 +1,6 @@
 #include "weft/parallel/tensor_parallel.h"
 
+#include <chrono>
 #include <memory>
 
 #include "weft/base/error.h"
@@ -13,26 +14,79 @@ dist::Buffer floats(const float* data, std::int64_t n) {
 
 }  // namespace
 
+template <class F>
+void ProcessGroupTensorParallel::timed(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void ProcessGroupTensorParallel::all_reduce_sum(float* data, std::int64_t n) {
-  group_.all_reduce(floats(data, n), dist::ReduceOp::kSum);
+  timed([&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kSum); });
 }
 
 void ProcessGroupTensorParallel::all_reduce_max(float* data, std::int64_t n) {
-  group_.all_reduce(floats(data, n), dist::ReduceOp::kMax);
+  timed([&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kMax); });
 }
 
 void ProcessGroupTensorParallel::all_gather(const float* in, float* out, std::int64_t n) {
-  group_.all_gather(floats(out, n * group_.size()), floats(in, n));
+  timed([&] { group_.all_gather(floats(out, n * group_.size()), floats(in, n)); });
 }
 
 void ProcessGroupTensorParallel::reduce_scatter(const float* in, float* out, std::int64_t n) {
-  group_.reduce_scatter(floats(out, n), floats(in, n * group_.size()), dist::ReduceOp::kSum);
+  timed([&] {
+    group_.reduce_scatter(floats(out, n), floats(in, n * group_.size()), dist::ReduceOp::kSum);
+  });
 }
 
-void apply_tensor_parallel(nn::Llama& model, dist::ProcessGroup& group, bool sequence_parallel,
-                           bool loss_parallel) {
-  model.apply_tensor_parallel(
-      {std::make_shared<ProcessGroupTensorParallel>(group), sequence_parallel, loss_parallel});
+class ProcessGroupTensorParallel::Started : public nn::TensorParallelGroup::Pending {
+ public:
+  Started(ProcessGroupTensorParallel& owner, std::shared_ptr<dist::Work> work)
+      : owner_(owner), work_(std::move(work)) {}
+  // The buffers must outlive the operation: a Pending dropped unwaited still waits.
+  ~Started() override {
+    try {
+      if (work_) work_->wait();
+    } catch (const std::exception&) {
+      // The group reported it to whoever waited; a destructor cannot.
+    }
+  }
+  void wait() override {
+    owner_.timed([&] { work_->wait(); });
+    work_.reset();
+  }
+
+ private:
+  ProcessGroupTensorParallel& owner_;
+  std::shared_ptr<dist::Work> work_;
+};
+
+std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::all_reduce_sum_async(
+    float* data, std::int64_t n) {
+  return std::make_unique<Started>(*this,
+                                   group_.all_reduce_async(floats(data, n), dist::ReduceOp::kSum));
+}
+
+std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::all_gather_async(
+    const float* in, float* out, std::int64_t n) {
+  return std::make_unique<Started>(
+      *this, group_.all_gather_async(floats(out, n * group_.size()), floats(in, n)));
+}
+
+std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::reduce_scatter_async(
+    const float* in, float* out, std::int64_t n) {
+  return std::make_unique<Started>(
+      *this, group_.reduce_scatter_async(floats(out, n), floats(in, n * group_.size()),
+                                         dist::ReduceOp::kSum));
+}
+
+std::shared_ptr<ProcessGroupTensorParallel> apply_tensor_parallel(nn::Llama& model,
+                                                                  dist::ProcessGroup& group,
+                                                                  bool sequence_parallel,
+                                                                  bool loss_parallel) {
+  auto adapter = std::make_shared<ProcessGroupTensorParallel>(group);
+  model.apply_tensor_parallel({adapter, sequence_parallel, loss_parallel});
+  return adapter;
 }
 
 // Each rank's slice travels whole (gather), and rank 0 places slice r at offset r x its size

@@ -19,14 +19,29 @@ class ProcessGroupTensorParallel : public nn::TensorParallelGroup {
   void all_reduce_max(float* data, std::int64_t n) override;
   void all_gather(const float* in, float* out, std::int64_t n) override;
   void reduce_scatter(const float* in, float* out, std::int64_t n) override;
+  std::unique_ptr<Pending> all_reduce_sum_async(float* data, std::int64_t n) override;
+  std::unique_ptr<Pending> all_gather_async(const float* in, float* out, std::int64_t n) override;
+  std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
+                                                std::int64_t n) override;
+  // Wall time spent blocked in the collectives above (in the blocking ones, and in waits for
+  // the started ones): what tensor parallelism costs in communication.
+  double seconds() const { return seconds_; }
 
  private:
+  class Started;
+  template <class F>
+  void timed(F&& f);
+
   dist::ProcessGroup& group_;
+  double seconds_ = 0;
 };
 
-// Makes `model` tensor-parallel over `group` (nn::Llama::apply_tensor_parallel).
-void apply_tensor_parallel(nn::Llama& model, dist::ProcessGroup& group, bool sequence_parallel,
-                           bool loss_parallel);
+// Makes `model` tensor-parallel over `group` (nn::Llama::apply_tensor_parallel); returns the
+// adapter the model now communicates through.
+std::shared_ptr<ProcessGroupTensorParallel> apply_tensor_parallel(nn::Llama& model,
+                                                                  dist::ProcessGroup& group,
+                                                                  bool sequence_parallel,
+                                                                  bool loss_parallel);
 
 // The whole tensors of slices held across `group` (each rank passes its slices of the same
 // parameters, `like` giving their sharding): on rank 0 the full tensors, elsewhere empty.

@@ -145,6 +145,12 @@ void Trainer::log_parallelism(bool at_end) {
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.activations),
                 mib(m.one_process));
   out_ << line << std::endl;
+  if (!world_ || step_seconds_ == 0) return;
+  std::snprintf(line, sizeof(line),
+                "communication (rank 0): %.1f%% of the training steps' time blocked in "
+                "collectives (%.2f of %.2f s)",
+                100 * step_communication_ / step_seconds_, step_communication_, step_seconds_);
+  out_ << line << std::endl;
 }
 
 // Each rank's loss is its share of the global mean (local mean / ranks / micro-batches), so
@@ -200,12 +206,15 @@ void Trainer::run_until(std::int64_t stop) {
   double seconds_per_step = 0;
   while (state_.step < stop) {
     const auto start = Clock::now();
+    const double communication = parallel_->communication_seconds();
     const double loss = train_step();
     const double max_norm = config_.training.max_norm;
     const double lr = config_.lr_scheduler.at(state_.step);
     const double grad_norm = parallel_->clip_grad_norm(max_norm);
     parallel_->step(lr);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    step_seconds_ += seconds;
+    step_communication_ += parallel_->communication_seconds() - communication;
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     ++state_.step;
     state_.loader_batches = train_loader_.batches_drawn();

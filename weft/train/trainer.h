@@ -69,6 +69,7 @@ class Trainer {
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
   std::unique_ptr<parallel::ParallelModel> parallel_;
   std::vector<double> losses_;
+  double step_seconds_ = 0, step_communication_ = 0;  // this run's training steps
   std::optional<double> last_validation_;
 };
 
