@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     const weft::train::Config config = weft::train::parse_config(
         weft::train::checkpoint_config(file, path), "the configuration in " + path);
     weft::nn::Llama model(config.model);
-    weft::train::load_checkpoint(file, path, model, nullptr);
+    weft::train::load_checkpoint(file, path, model);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;
   } catch (const weft::InvalidArgument& e) {  // a bad prompt or checkpoint path
     std::fprintf(stderr, "weft-generate: %s\n", e.what());

@@ -122,7 +122,8 @@ TEST_F(DataParallelRunTest, EveryLayoutMatchesOneProcess) {
 }
 
 // FSDP checkpoints hold the full state: a full_shard run resumed at step 10 equals its
-// uninterrupted run exactly, and a DDP run resumes the same checkpoint to within rounding.
+// uninterrupted run exactly, and a DDP run and a tensor-parallel run resume the same
+// checkpoint to within rounding.
 TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const std::string fsdp =
       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
@@ -133,6 +134,7 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   ASSERT_TRUE(fs::exists(dir_ / "whole" / "step-00000010" / "checkpoint.safetensors"));
   fs::remove_all(dir_ / "whole" / "step-00000020");
   fs::copy(dir_ / "whole", dir_ / "ddp", fs::copy_options::recursive);
+  fs::copy(dir_ / "whole", dir_ / "tp", fs::copy_options::recursive);
   const auto b = read(train("whole", 2, fsdp + "--checkpoint.resume true"), "loss");
   ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
   for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
@@ -141,6 +143,14 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   ASSERT_EQ(c.size(), 10u);
   for (std::size_t i = 0; i < c.size(); ++i)
     EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+  // Into tensor parallelism: each rank takes its slices of the whole state.
+  const auto d = read(train("tp", 2,
+                            "--training.batch_size 8 --parallelism.tensor_parallel_degree 2 "
+                            "--checkpoint.resume true"),
+                      "loss");
+  ASSERT_EQ(d.size(), 10u);
+  for (std::size_t i = 0; i < d.size(); ++i)
+    EXPECT_NEAR(d[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
 }
 
 // A tensor-parallel run's checkpoints hold the whole model: resumed under TP 2 it continues

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "weft/tensor/tensor.h"
 
@@ -71,7 +72,7 @@ struct TensorParallel {
 
 // What the layers of one model share under tensor parallelism: the plan, and the buffers for
 // activations at the edges of the parallel regions (one set for the model, reused by every
-// layer, so that they cost two activations' worth of memory, not two per layer).
+// layer: a few activations' worth of memory, not a few per layer).
 class TensorParallelContext {
  public:
   explicit TensorParallelContext(TensorParallel tp) : tp_(std::move(tp)) {}
@@ -80,8 +81,6 @@ class TensorParallelContext {
   // Rows of the residual stream this rank holds: rows / size() when sequence-sharded (which
   // must divide: InvalidArgument otherwise), else all of them.
   std::int64_t local_rows(std::int64_t rows) const;
-  // The row offset of this rank's rows.
-  std::int64_t first_row(std::int64_t rows) const { return rank_offset(local_rows(rows), rows); }
   // x [local_rows, dim] as the whole [rows, dim]: x itself unless sequence-sharded, else all
   // ranks' rows gathered into buffer `slot` (0 or 1; valid until the next gather there).
   const float* gather(const float* x, std::int64_t rows, std::int64_t dim, int slot);
@@ -91,7 +90,6 @@ class TensorParallelContext {
   // gradient while they travel.
   class Transfer {
    public:
-    Transfer() = default;
     Transfer(std::unique_ptr<TensorParallelGroup::Pending> pending, const float* result,
              std::function<void()> then)
         : pending_(std::move(pending)), result_(result), then_(std::move(then)) {}
@@ -114,10 +112,6 @@ class TensorParallelContext {
   TensorParallelGroup& group() const { return *tp_.group; }
 
  private:
-  std::int64_t rank_offset(std::int64_t local, std::int64_t rows) const {
-    return local == rows ? 0 : tp_.rank() * local;
-  }
-
   TensorParallel tp_;
   Tensor gathered_[2], partial_, reduced_;
 };

@@ -1,5 +1,6 @@
 #include "weft/parallel/parallelize.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,15 +23,17 @@ std::int64_t bytes_of_floats(std::int64_t n) {
   return n * static_cast<std::int64_t>(sizeof(float));
 }
 
-// Copies every tensor of `from` into the tensor of that name in `into`, after checking that
-// each is there with its shape (nothing is copied otherwise).
-void copy_by_name(const nn::StateDict& from, const nn::StateDict& into, const char* what) {
+// Pairs every tensor of `into` with the tensor of that name in `from`, checking that each is
+// there with its shape (InvalidArgument otherwise): the copies to make, once every part of a
+// state has been checked.
+using Copies = std::vector<std::pair<const Tensor*, Tensor*>>;
+Copies match_by_name(const nn::StateDict& from, nn::StateDict& into, const char* what) {
   if (from.size() != into.size()) {
     throw InvalidArgument(std::string("load: ") + std::to_string(from.size()) + " " + what +
                           " tensors for " + std::to_string(into.size()) + " parameters");
   }
-  std::vector<std::pair<const Tensor*, const Tensor*>> pairs;
-  for (const auto& [name, target] : into) {
+  Copies pairs;
+  for (auto& [name, target] : into) {
     const auto it = std::find_if(from.begin(), from.end(),
                                  [&](const auto& entry) { return entry.first == name; });
     if (it == from.end()) throw InvalidArgument(std::string("load: no ") + what + " for " + name);
@@ -41,7 +44,7 @@ void copy_by_name(const nn::StateDict& from, const nn::StateDict& into, const ch
     }
     pairs.emplace_back(&it->second, &target);
   }
-  for (auto [src, dst] : pairs) const_cast<Tensor&>(*dst).copy_from(*src);
+  return pairs;
 }
 
 // The data-parallel wrapper inside a ParallelModel: what differs between one process (or
@@ -102,10 +105,13 @@ class Replicated : public DataParallel {
     return {model_.parameters().state_dict(), adamw_.state()};
   }
   void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
-    const nn::AdamWState mine = adamw_.state();
-    copy_by_name(optimizer.exp_avg, mine.exp_avg, "exp_avg");  // checks before any copy
-    copy_by_name(optimizer.exp_avg_sq, mine.exp_avg_sq, "exp_avg_sq");
-    model_.parameters().load_state_dict(params);
+    nn::AdamWState mine = adamw_.state();  // views: copying into them restores the moments
+    const Copies exp_avg = match_by_name(optimizer.exp_avg, mine.exp_avg, "exp_avg");
+    const Copies exp_avg_sq = match_by_name(optimizer.exp_avg_sq, mine.exp_avg_sq, "exp_avg_sq");
+    model_.parameters().load_state_dict(params);  // checks everything before it copies
+    for (const Copies& copies : {exp_avg, exp_avg_sq}) {
+      for (auto [src, dst] : copies) dst->copy_from(*src);
+    }
     adamw_.set_steps(optimizer.steps);
   }
   void check_replicas_identical() override {
@@ -272,7 +278,7 @@ class Parallelized : public ParallelModel {
 
   std::vector<std::string> describe(bool with_peaks) const override {
     std::vector<std::string> lines;
-    if (tp_ != nullptr) {
+    if (tp_ != nullptr && !with_peaks) {  // once, at the start
       const nn::TensorParallel& tp = model_.tensor_parallel();
       lines.push_back("tensor parallel " + std::to_string(tp.size()) + ": " +
                       (tp.sequence_parallel ? "sequence parallel" : "no sequence parallelism") +

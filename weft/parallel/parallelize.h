@@ -93,7 +93,8 @@ class ParallelModel {
   // waiting for the data-parallel reductions in finish_sync, and the norm's and losses'
   // all-reduces (FSDP's parameter gathers inside forward and backward are not counted).
   virtual double communication_seconds() const = 0;
-  // One line per strategy inside, for the log ("fsdp full_shard: ...").
+  // Lines for the log: at the start (with_peaks false) one per strategy inside ("tensor
+  // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks.
   virtual std::vector<std::string> describe(bool with_peaks) const = 0;
 };
 

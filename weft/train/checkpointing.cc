@@ -90,13 +90,6 @@ std::string save_checkpoint(const std::string& folder, const TrainState& state,
   return path;
 }
 
-std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
-                            nn::AdamW& optimizer, const std::string& config_toml,
-                            std::int64_t keep_latest) {
-  return save_checkpoint(folder, state, model.parameters().state_dict(), optimizer.state(),
-                         config_toml, keep_latest);
-}
-
 std::optional<std::string> latest_checkpoint(const std::string& folder) {
   const auto all = checkpoints(folder);
   if (all.empty()) return std::nullopt;
@@ -123,18 +116,8 @@ TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::s
 }
 
 TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
-                           nn::Llama& model, nn::AdamW* optimizer) {
-  if (optimizer == nullptr) {
-    return load_checkpoint(file, path, model.parameters().state_dict(), nullptr);
-  }
-  nn::AdamWState state = optimizer->state();  // views: loading into them restores the moments
-  const TrainState saved = load_checkpoint(file, path, model.parameters().state_dict(), &state);
-  optimizer->set_steps(state.steps);
-  return saved;
-}
-
-TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer) {
-  return load_checkpoint(checkpoint::load_safetensors(path), path, model, optimizer);
+                           nn::Llama& model) {
+  return load_checkpoint(file, path, model.parameters().state_dict(), nullptr);
 }
 
 std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path) {

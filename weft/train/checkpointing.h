@@ -22,14 +22,12 @@ struct TrainState {
 };
 
 // Writes the checkpoint of `state.step` from full (unsharded) tensors: the model's parameters
-// and AdamW's state, by name; then, when keep_latest > 0, removes all but the newest
-// keep_latest checkpoints. Returns the file's path.
+// and AdamW's state, by name (parallel::ParallelModel::full_state gathers them from any
+// layout); then, when keep_latest > 0, removes all but the newest keep_latest checkpoints.
+// Returns the file's path.
 std::string save_checkpoint(const std::string& folder, const TrainState& state,
                             const nn::StateDict& model, const nn::AdamWState& optimizer,
                             const std::string& config_toml, std::int64_t keep_latest);
-std::string save_checkpoint(const std::string& folder, const TrainState& state, nn::Llama& model,
-                            nn::AdamW& optimizer, const std::string& config_toml,
-                            std::int64_t keep_latest);
 
 // The newest complete checkpoint file under `folder`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& folder);
@@ -39,11 +37,10 @@ std::optional<std::string> latest_checkpoint(const std::string& folder);
 // Returns the saved state.
 TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
                            const nn::StateDict& model, nn::AdamWState* optimizer);
-// The same into a model and its optimizer, from a file already read (`path` names it in
-// errors) or from `path`.
+// The model's parameters alone (generation), from a file already read (`path` names it in
+// errors).
 TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
-                           nn::Llama& model, nn::AdamW* optimizer);
-TrainState load_checkpoint(const std::string& path, nn::Llama& model, nn::AdamW* optimizer);
+                           nn::Llama& model);
 
 // The configuration (TOML) a checkpoint file was written with.
 std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path);
