@@ -260,6 +260,48 @@ TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
                InvalidArgument);
 }
 
+// Loss parallel: two uneven shards of the vocabulary, combined as the model combines them
+// across ranks (max of the maxima, sum of the sums), give the whole rows' losses and gradient.
+TEST_P(CrossEntropyTest, ShardsCombineToTheWholeRows) {
+  const std::int64_t n = 5, vocab = 37, split = 16;
+  Vec logits = random_vec(n * vocab, 4, 3.0);
+  const std::vector<std::int32_t> targets{0, 15, 16, 36, 20};
+  Vec losses(n), whole_grad(n * vocab);
+  cross_entropy_forward(logits.data(), targets.data(), n, vocab, losses.data());
+  cross_entropy_backward(logits.data(), targets.data(), n, vocab, 0.5, whole_grad.data());
+  const std::int64_t first[2] = {0, split}, width[2] = {split, vocab - split};
+  Vec shard[2], max[2], sums[2], target[2];
+  for (int r = 0; r < 2; ++r) {
+    for (std::int64_t i = 0; i < n; ++i)
+      shard[r].insert(shard[r].end(), logits.begin() + i * vocab + first[r],
+                      logits.begin() + i * vocab + first[r] + width[r]);
+    max[r].resize(n);
+    cross_entropy_shard_max(shard[r].data(), n, width[r], max[r].data());
+  }
+  Vec global_max(n), shift(n);
+  for (std::int64_t i = 0; i < n; ++i) global_max[i] = std::max(max[0][i], max[1][i]);
+  for (int r = 0; r < 2; ++r) {
+    sums[r].resize(n);
+    target[r].resize(n);
+    cross_entropy_shard_sums(shard[r].data(), targets.data(), n, vocab, first[r], width[r],
+                             global_max.data(), sums[r].data(), target[r].data());
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    shift[i] = global_max[i] + std::log(sums[0][i] + sums[1][i]);
+    EXPECT_NEAR(shift[i] - target[0][i] - target[1][i], losses[i], 1e-12) << "row " << i;
+  }
+  for (int r = 0; r < 2; ++r) {
+    Vec grad(n * width[r]);
+    cross_entropy_shard_backward(shard[r].data(), targets.data(), n, vocab, first[r], width[r],
+                                 shift.data(), 0.5, grad.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < width[r]; ++j)
+        EXPECT_NEAR(grad[i * width[r] + j], whole_grad[i * vocab + first[r] + j], 1e-12)
+            << "row " << i << ", column " << first[r] + j;
+    }
+  }
+}
+
 TEST_P(ElementwiseTest, ScaleSumSquares) {
   std::vector<float> y{2, 3, 4};
   scale(y.data(), 2.0f, 3);

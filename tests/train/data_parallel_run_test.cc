@@ -67,6 +67,14 @@ class DataParallelRunTest : public testing::Test {
     }
   }
 
+  // A run resumed at step 10 against the uninterrupted run's steps 11..20, to rounding.
+  static void expect_continues(const std::vector<double>& resumed,
+                               const std::vector<double>& whole) {
+    ASSERT_EQ(resumed.size(), 10u);
+    for (std::size_t i = 0; i < resumed.size(); ++i)
+      EXPECT_NEAR(resumed[i], whole[10 + i], kTolerance * whole[10 + i]) << "step " << i + 11;
+  }
+
   const weft::test::TempDir tmp_{"weft-dp-run"};
   const fs::path& dir_ = tmp_.path();
 };
@@ -140,17 +148,13 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
-  ASSERT_EQ(c.size(), 10u);
-  for (std::size_t i = 0; i < c.size(); ++i)
-    EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+  expect_continues(c, a);
   // Into tensor parallelism: each rank takes its slices of the whole state.
   const auto d = read(train("tp", 2,
                             "--training.batch_size 8 --parallelism.tensor_parallel_degree 2 "
                             "--checkpoint.resume true"),
                       "loss");
-  ASSERT_EQ(d.size(), 10u);
-  for (std::size_t i = 0; i < d.size(); ++i)
-    EXPECT_NEAR(d[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+  expect_continues(d, a);
 }
 
 // A tensor-parallel run's checkpoints hold the whole model: resumed under TP 2 it continues
@@ -178,9 +182,7 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
                             "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
                             "--checkpoint.resume true"),
                       "loss");
-  ASSERT_EQ(c.size(), 10u);
-  for (std::size_t i = 0; i < c.size(); ++i)
-    EXPECT_NEAR(c[i], a[10 + i], kTolerance * a[10 + i]) << "step " << i + 11;
+  expect_continues(c, a);
 }
 
 }  // namespace
