@@ -1,11 +1,12 @@
 // Parallelism against one process: the same model, seed and global batch, trained 20 steps by
 // 1 process and, through parallelize(), by DDP, FSDP (each mode), HSDP, tensor parallelism
-// (with and without sequence parallelism and loss parallel) and their 2-D compositions over 2
-// to 8 ranks (threads), must give the same losses, validation loss and final parameters; and
-// FSDP's memory and full state.
+// (with and without sequence parallelism and loss parallel), pipeline parallelism (each
+// schedule the runtime runs) and their 2-D compositions over 2 to 8 ranks (threads), must give
+// the same losses, validation loss and final parameters; and what each rank holds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "weft/parallel/device_mesh.h"
 #include "weft/parallel/fsdp.h"
 #include "weft/parallel/parallelize.h"
+#include "weft/parallel/pipeline_schedule.h"
 #include "weft/tensor/random.h"
 
 namespace weft::parallel {
@@ -86,16 +88,22 @@ struct RunResult {
 };
 constexpr int kValidationBatch = 1000;
 
-RunResult single_process(const nn::LlamaConfig& model_config = config()) {
+// One process, the global batch in `micro` accumulated micro-batches.
+RunResult single_process(const nn::LlamaConfig& model_config = config(), int micro = 1) {
   nn::Llama model(model_config);
   model.init_weights(3);
   nn::AdamW opt(model.parameters(), {.lr = 3e-3});
   RunResult run;
+  const std::int64_t part = kGlobalBatch / micro;
   for (int step = 0; step < kSteps; ++step) {
-    const auto [tokens, targets] = slice(step, 0, kGlobalBatch);
     model.parameters().zero_grad();
-    run.losses.push_back(model.forward(tokens.data(), targets.data(), kGlobalBatch, kSeq));
-    model.backward();
+    double loss = 0;
+    for (int m = 0; m < micro; ++m) {
+      const auto [tokens, targets] = slice(step, m * part, part);
+      loss += model.forward(tokens.data(), targets.data(), part, kSeq) / micro;
+      model.backward(1.0 / micro);
+    }
+    run.losses.push_back(loss);
     nn::clip_grad_norm(model.parameters(), 1.0);
     opt.step(3e-3);
   }
@@ -106,11 +114,13 @@ RunResult single_process(const nn::LlamaConfig& model_config = config()) {
   return run;
 }
 
-// How the ranks split the work: replicate x shard x tp ranks; shard 1 is DDP (or one process
-// with tp alone), more is FSDP in `mode` (HSDP with both); each data-parallel rank's part of
-// the global batch in `micro` micro-batches.
+// How the ranks split the work: pp x replicate x shard x tp ranks; shard 1 is DDP (or one
+// process with tp alone), more is FSDP in `mode` (HSDP with both); each data-parallel rank's
+// part of the global batch in `micro` accumulated micro-batches, each streamed through the
+// pipeline stages as `pipeline.microbatches` micro-batches.
 struct Layout {
-  int replicate = 1, shard = 1, tp = 1;
+  int pp = 1, replicate = 1, shard = 1, tp = 1;
+  PipelineOptions pipeline;
   ShardingMode mode = ShardingMode::kFullShard;
   int micro = 1;
   std::size_t bucket_bytes = std::size_t{25} << 20;
@@ -123,7 +133,7 @@ struct Layout {
 // through parallelize() as weft-train drives it.
 RunResult parallel_run(const Layout& layout) {
   const ParallelDims dims{
-      .dp_replicate = layout.replicate, .dp_shard = layout.shard, .tp = layout.tp};
+      .pp = layout.pp, .dp_replicate = layout.replicate, .dp_shard = layout.shard, .tp = layout.tp};
   RunResult run;
   dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
     auto world_group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
@@ -131,6 +141,7 @@ RunResult parallel_run(const Layout& layout) {
     nn::Llama model(layout.model);
     auto parallel = parallelize(model, &mesh,
                                 {.dims = dims,
+                                 .pipeline = layout.pipeline,
                                  .fsdp_mode = layout.mode,
                                  .bucket_bytes = layout.bucket_bytes,
                                  .sequence_parallel = layout.sequence_parallel,
@@ -148,9 +159,10 @@ RunResult parallel_run(const Layout& layout) {
       double loss = 0;
       for (int m = 0; m < layout.micro; ++m) {
         const auto [tokens, targets] = slice(step, rank * local + m * part, part);
-        loss += model.forward(tokens.data(), targets.data(), part, kSeq) * share;
         if (m == layout.micro - 1) parallel->prepare_sync();
-        model.backward(share);  // each rank's share of the global mean
+        // Each rank's share of the global mean.
+        loss +=
+            parallel->forward_backward(tokens.data(), targets.data(), part, kSeq, share) * share;
       }
       parallel->finish_sync();
       parallel->clip_grad_norm(1.0);
@@ -159,8 +171,8 @@ RunResult parallel_run(const Layout& layout) {
       if (pg.rank() == 0) run.losses.push_back(loss);
     }
     const auto [tokens, targets] = slice(kValidationBatch, rank * local, local);
-    const double validation =
-        parallel->sum_over_data(model.forward(tokens.data(), targets.data(), local, kSeq) / ranks);
+    const double validation = parallel->sum_over_data(
+        parallel->evaluate(tokens.data(), targets.data(), local, kSeq) / ranks);
     auto state = parallel->full_state();
     if (pg.rank() != 0) return;
     run.validation = validation;
@@ -200,7 +212,11 @@ void expect_close(const RunResult& got, const RunResult& want, double rel, const
   double diff = 0, norm = 0, worst_tensor = 0;  // squared sums over the model, the worst tensor's
   std::string worst_name;
   for (std::size_t i = 0; i < want.params.size(); ++i) {
-    const auto a = got.params[i].second.to_vector<float>();
+    // By name: a pipeline gathers the stages' parameters in stage order.
+    const auto it = std::find_if(got.params.begin(), got.params.end(),
+                                 [&](const auto& p) { return p.first == want.params[i].first; });
+    ASSERT_NE(it, got.params.end()) << what << ": no " << want.params[i].first;
+    const auto a = it->second.to_vector<float>();
     const auto b = want.params[i].second.to_vector<float>();
     ASSERT_EQ(a.size(), b.size()) << what << ": " << want.params[i].first;
     double d = 0, n = 1e-30;
@@ -285,6 +301,137 @@ TEST_F(DataParallelTest, TwoDimensionalMeshesEqualOneProcess) {
                 "FSDP 2 x TP 2 zero1, 2 micro-batches");
   expect_parity({.replicate = 2, .tp = 2}, "DDP 2 x TP 2");
   expect_parity({.replicate = 2, .shard = 2, .tp = 2}, "HSDP 2x2 x TP 2 (8 ranks)");
+}
+
+// Pipeline parallelism against one process accumulating the same micro-batches: 8 layers (so
+// that 4 ranks with 2 stages each have one layer per stage), 4 micro-batches of 3 sequences.
+// The stages accumulate the micro-batches' gradients in the order one process does.
+class PipelineParallelTest : public testing::Test {
+ protected:
+  static nn::LlamaConfig deep() {
+    nn::LlamaConfig c = config();
+    c.n_layers = 8;
+    return c;
+  }
+  static void SetUpTestSuite() { one_ = new RunResult(single_process(deep(), 4)); }
+  static void TearDownTestSuite() { delete one_; }
+  static Layout layout(int pp, const std::string& schedule) {
+    return {.pp = pp, .pipeline = {.schedule = schedule, .microbatches = 4}, .model = deep()};
+  }
+  void expect_parity(const Layout& layout, const std::string& what) {
+    expect_close(parallel_run(layout), *one_, kTolerance, what);
+  }
+  static RunResult* one_;
+};
+RunResult* PipelineParallelTest::one_ = nullptr;
+
+TEST_F(PipelineParallelTest, EveryScheduleEqualsOneProcess) {
+  for (const char* schedule : {"GPipe", "1F1B", "Interleaved1F1B"}) {
+    for (int pp : {2, 4}) {
+      expect_parity(layout(pp, schedule),
+                    std::string(schedule) + " pp " + std::to_string(pp) + ", 4 micro-batches");
+    }
+  }
+}
+
+TEST_F(PipelineParallelTest, UnevenStagesCheckpointingAndCsvSchedules) {
+  Layout uneven = layout(3, "1F1B");  // 3, 3 and 2 layers
+  expect_parity(uneven, "1F1B pp 3 (layers 3/3/2)");
+  Layout checkpointed = layout(2, "Interleaved1F1B");
+  checkpointed.activation_checkpointing = true;
+  expect_parity(checkpointed, "Interleaved1F1B pp 2, activation checkpointing");
+  Layout csv = layout(2, "");
+  csv.pipeline.schedule_csv =
+      write_schedule_csv(make_schedule(ScheduleKind::kInterleaved1F1B, 2, 2, 4));
+  expect_parity(csv, "Interleaved1F1B pp 2 read from PyTorch's CSV");
+  Layout per_stage = layout(2, "Interleaved1F1B");
+  per_stage.pipeline.layers_per_stage = 1;  // 8 stages, 4 per rank
+  expect_parity(per_stage, "Interleaved1F1B pp 2, 4 stages per rank");
+}
+
+// Each stage's DDP reduces only after the stage's last micro-batch; with two stages per rank
+// (interleaved) each reduces after its own.
+TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
+  Layout tp = layout(2, "1F1B");
+  tp.tp = 2;
+  expect_parity(tp, "1F1B pp 2 x TP 2 (sequence and loss parallel)");
+  Layout ddp = layout(2, "Interleaved1F1B");
+  ddp.replicate = 2;
+  ddp.pipeline.microbatches = 2;  // of each data-parallel rank's 6 sequences
+  expect_parity(ddp, "Interleaved1F1B pp 2 x DDP 2");
+  Layout ddp_small_buckets = layout(2, "1F1B");
+  ddp_small_buckets.replicate = 2;
+  ddp_small_buckets.pipeline.microbatches = 2;
+  ddp_small_buckets.micro = 3;  // 3 accumulated batches of 2, each in 2 micro-batches of 1
+  ddp_small_buckets.bucket_bytes = 4096;
+  expect_parity(ddp_small_buckets, "1F1B pp 2 x DDP 2, small buckets, 3 accumulated batches");
+  Layout three_d = layout(2, "1F1B");
+  three_d.replicate = 2;
+  three_d.tp = 2;
+  three_d.pipeline.microbatches = 2;
+  expect_parity(three_d, "1F1B pp 2 x DDP 2 x TP 2 (8 ranks)");
+}
+
+TEST(PipelineParallelErrorsTest, NamesWhatDoesNotFit) {
+  const auto fails = [](const Layout& layout, const std::string& message) {
+    EXPECT_THAT([&] { parallel_run(layout); },
+                testing::ThrowsMessage<std::exception>(HasSubstr(message)))
+        << message;
+  };
+  nn::LlamaConfig deep = config();
+  deep.n_layers = 4;
+  Layout zero_bubble{
+      .pp = 2, .pipeline = {.schedule = "ZBVZeroBubble", .microbatches = 4}, .model = deep};
+  fails(zero_bubble, "not built yet");
+  Layout too_deep{.pp = 4, .pipeline = {.schedule = "1F1B", .microbatches = 4}};
+  too_deep.model.n_layers = 2;
+  fails(too_deep, "2 layers cannot make 4 stages");
+  Layout with_fsdp{.pp = 2, .shard = 2, .pipeline = {.schedule = "1F1B", .microbatches = 2}};
+  fails(with_fsdp, "with FSDP or HSDP is not built yet");
+  Layout odd{.pp = 2, .pipeline = {.schedule = "1F1B", .microbatches = 5}};
+  fails(odd, "does not split into 5");
+}
+
+// What each stage holds: its layers' parameters only, and 1F1B keeps at most pp micro-batches'
+// activations where GPipe keeps all of them.
+TEST(PipelineMemoryTest, StagesHoldTheirLayersAndOneFOneBFewerActivations) {
+  const auto run = [](const std::string& schedule) {
+    std::vector<MemoryReport> reports(2);
+    std::vector<std::vector<std::string>> names(2);
+    dist::run_threads(2, [&](dist::ProcessGroup& pg) {
+      auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+      const ParallelDims dims{.pp = 2};
+      DeviceMesh mesh(world, dims.mesh_dims());
+      nn::LlamaConfig c = config();
+      c.n_layers = 4;
+      nn::Llama model(c);
+      auto parallel = parallelize(
+          model, &mesh, {.dims = dims, .pipeline = {.schedule = schedule, .microbatches = 6}});
+      parallel->init_weights(3);
+      const auto [tokens, targets] = slice(0, 0, kGlobalBatch);
+      parallel->forward_backward(tokens.data(), targets.data(), kGlobalBatch, kSeq, 1.0);
+      reports[static_cast<std::size_t>(pg.rank())] = parallel->memory();
+      for (const auto& p : model.parameters().all())
+        names[static_cast<std::size_t>(pg.rank())].push_back(p->name);
+    });
+    return std::pair{reports, names};
+  };
+  const auto [gpipe, gpipe_names] = run("GPipe");
+  const auto [one_f_one_b, names] = run("1F1B");
+  EXPECT_THAT(names[0], testing::Contains("tok_embeddings.weight"));
+  EXPECT_THAT(names[0], testing::Contains(HasSubstr("layers.1.")));
+  EXPECT_THAT(names[0], testing::Not(testing::Contains(HasSubstr("layers.2."))));
+  EXPECT_THAT(names[1], testing::Contains("output.weight"));
+  EXPECT_THAT(names[1], testing::Not(testing::Contains(HasSubstr("layers.1."))));
+  EXPECT_THAT(names[1], testing::Not(testing::Contains("tok_embeddings.weight")));
+  // Rank 0 of 1F1B on 2 ranks keeps at most 2 of the 6 micro-batches, GPipe all 6.
+  const double ratio =
+      static_cast<double>(one_f_one_b[0].activations) / static_cast<double>(gpipe[0].activations);
+  EXPECT_NEAR(ratio, 2.0 / 6.0, 0.01);
+  EXPECT_LT(one_f_one_b[1].activations, gpipe[1].activations);
+  std::printf("activations kept at once, rank 0: GPipe %lld bytes, 1F1B %lld (%.2fx)\n",
+              static_cast<long long>(gpipe[0].activations),
+              static_cast<long long>(one_f_one_b[0].activations), ratio);
 }
 
 // What each rank holds, from parallelize()'s report after one forward and backward: tensor

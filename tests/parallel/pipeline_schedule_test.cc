@@ -199,6 +199,28 @@ TEST(PipelineScheduleTest, OneFOneBWarmsUpByDistanceFromTheLastStage) {
                                      "3B4", "3F5", "3B5"}));
 }
 
+// The runtime's gradients equal one process's accumulation of the same micro-batches bit for
+// bit only if each stage runs its backwards in micro-batch order (docs/PARALLELISM.md).
+TEST(PipelineScheduleTest, EachStageRunsItsBackwardsInMicroBatchOrder) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+    const int stages_per_rank = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+    for (int ranks : {2, 3, 4}) {
+      for (int microbatches : {4, 8, 12}) {
+        const Schedule s = make_schedule(kind, ranks, stages_per_rank, microbatches);
+        std::map<int, int> next;  // stage -> the micro-batch its next backward must be
+        for (const auto& list : s.actions) {
+          for (const Action& a : list) {
+            if (a.kind != ActionKind::kFullBackward) continue;
+            EXPECT_EQ(a.microbatch, next[a.stage]++)
+                << schedule_name(kind) << " " << ranks << " ranks, " << microbatches << ": " << a;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PipelineScheduleTest, SendRecvAsPyTorchLowersThem) {
   // PyTorch's TestScheduleLowering.test_send_recv, without its idle slots (the runtime drops
   // them before lowering). Rank 0 is PyTorch's expected list; on rank 1 the idle slot before

@@ -1,9 +1,10 @@
 // weft-train under weftrun on the shm backend, the debug model (configs/debug.toml) for 20
 // steps at a global batch of 8 sequences: one process against DDP, every FSDP mode and HSDP
 // on 2 and 4 ranks, gradient accumulation, tensor parallelism (2 and 4 ranks, with and
-// without sequence parallelism and loss parallel) and FSDP or DDP x TP. The losses (and validation
-// losses) must equal the one-process run's to 1e-6 relative at every step (docs/PARALLELISM.md says
-// why not bitwise); a resumed sharded run must equal its uninterrupted run bit for bit.
+// without sequence parallelism and loss parallel), FSDP or DDP x TP, and pipeline parallelism
+// (alone and x TP). The losses (and validation losses) must equal the one-process run's to 1e-6
+// relative at every step (docs/PARALLELISM.md says why not bitwise); a resumed run must equal
+// its uninterrupted run bit for bit in the same layout, and to rounding in another.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -182,6 +183,44 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
                             "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
                             "--checkpoint.resume true"),
                       "loss");
+  expect_continues(c, a);
+}
+
+// Pipeline stages on 2 ranks (and x TP 2 on 4) against one process; a 1F1B run's checkpoints
+// hold the whole model: resumed under the pipeline it continues bit for bit, resumed by one
+// process to within rounding, and weft-generate reads them.
+TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywhere) {
+  const std::string one = train("one", 1, "--checkpoint.enable false --training.batch_size 8");
+  const std::string pp =
+      "--training.batch_size 8 --parallelism.pipeline_parallel_degree 2 "
+      "--parallelism.pipeline_parallel_microbatch_size 2 ";
+  expect_close(train("pp-2-interleaved", 2,
+                     "--checkpoint.enable false " + pp +
+                         "--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
+               one, kTolerance, "pp-2 Interleaved1F1B");
+  expect_close(train("pp-2xtp-2", 4,
+                     "--checkpoint.enable false " + pp + "--parallelism.tensor_parallel_degree 2"),
+               one, kTolerance, "pp-2 x tp-2 1F1B");
+  const std::string checkpointed = pp + "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+  const std::string whole = train("pp", 2, checkpointed);
+  expect_close(whole, one, kTolerance, "pp-2 1F1B");
+  const auto a = read(whole, "loss");
+  ASSERT_EQ(a.size(), 20u);
+  const fs::path last = dir_ / "pp" / "step-00000020" / "checkpoint.safetensors";
+  ASSERT_TRUE(fs::exists(last));
+  const weft::test::Finished g =
+      weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", last.string(), "--prompt",
+                       "ROMEO:", "--max-new-tokens", "40", "--temperature", "0"},
+                      {}, kRunLimit);
+  EXPECT_EQ(g.code, 0) << g.err;
+  EXPECT_GE(g.out.size(), 40u) << g.out;
+  fs::remove_all(dir_ / "pp" / "step-00000020");
+  fs::copy(dir_ / "pp", dir_ / "single", fs::copy_options::recursive);
+  const auto b = read(train("pp", 2, checkpointed + "--checkpoint.resume true"), "loss");
+  ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
+  for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
+  const auto c =
+      read(train("single", 1, "--training.batch_size 8 --checkpoint.resume true"), "loss");
   expect_continues(c, a);
 }
 

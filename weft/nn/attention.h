@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
@@ -41,6 +42,9 @@ class Attention {
   void forward_cached(const float* x, float* residual, std::int64_t n, std::int64_t position,
                       LayerCache& cache);
   std::int64_t activation_bytes() const { return bytes_of({&qkv_, &att_, &lse_}); }
+  void append_saved(std::vector<Tensor*>& saved) {
+    saved.insert(saved.end(), {&qkv_, &att_, &lse_});
+  }
   // Frees what forward kept (activation checkpointing: forward runs again before backward).
   void release();
 

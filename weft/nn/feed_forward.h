@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "weft/nn/layers.h"
 
@@ -27,6 +28,7 @@ class FeedForward {
   void backward_input(const float* dout, float* dx, std::int64_t rows);
   void backward_weight(const float* x, std::int64_t rows);
   std::int64_t activation_bytes() const { return bytes_of({&ab_, &g_}); }
+  void append_saved(std::vector<Tensor*>& saved) { saved.insert(saved.end(), {&ab_, &g_}); }
   void release();
 
  private:

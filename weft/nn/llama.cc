@@ -77,16 +77,49 @@ void LlamaConfig::validate_tensor_parallel(std::int64_t degree) const {
   }
 }
 
+std::int64_t Activations::bytes() const {
+  std::int64_t n = 0;
+  for (const Tensor& t : tensors) n += bytes_of({&t});
+  return n;
+}
+
 Llama::Llama(const LlamaConfig& config)
     : config_((config.validate(), config)),
-      tp_(std::make_unique<TensorParallelContext>(TensorParallel{})) {
+      tp_(std::make_unique<TensorParallelContext>(TensorParallel{})),
+      stages_{{0, static_cast<int>(config_.n_layers)}} {
   build();
+  whole_numel_ = params_.numel();
+  for (const auto& p : params_.all()) {
+    if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight")
+      whole_matmul_numel_ += p->value.numel();
+  }
+  if (config_.tie_embeddings) whole_matmul_numel_ += config_.dim * config_.vocab_size;
 }
 
 void Llama::apply_tensor_parallel(TensorParallel tp) {
   if (!hooks_.empty()) throw InvalidArgument("apply_tensor_parallel after hooks were added");
   config_.validate_tensor_parallel(tp.size());
   tp_ = std::make_unique<TensorParallelContext>(std::move(tp));
+  build();
+}
+
+void Llama::apply_pipeline(std::vector<LayerRange> stages) {
+  if (!hooks_.empty()) throw InvalidArgument("apply_pipeline after hooks were added");
+  require(!stages.empty(), "a pipeline rank holds at least one stage");
+  int end = 0;
+  for (const LayerRange& s : stages) {
+    require(s.first >= end && s.first < s.last && s.last <= config_.n_layers,
+            "pipeline stages must be non-empty layer ranges in [0, n_layers = " +
+                std::to_string(config_.n_layers) + "], disjoint and in order; got layers " +
+                std::to_string(s.first) + " to " + std::to_string(s.last));
+    end = s.last;
+  }
+  const bool embedding = stages.front().first == 0, head = stages.back().last == config_.n_layers;
+  require(!config_.tie_embeddings || embedding == head,
+          "tied embeddings need the embedding and the output layer on one pipeline rank, which "
+          "GPipe, 1F1B and Interleaved1F1B put on the first and the last: untie them "
+          "(model.tie_embeddings = false)");
+  stages_ = std::move(stages);
   build();
 }
 
@@ -98,18 +131,45 @@ void Llama::build() {
   norm_.reset();
   tok_embeddings_.reset();
   params_ = ParameterList();
-  tok_embeddings_.emplace(params_, "tok_embeddings", config_.vocab_size, config_.dim, vocab_rows);
-  norm_.emplace(params_, "norm", config_.dim, config_.norm_eps);
-  if (config_.tie_embeddings) {
-    output_.emplace(tok_embeddings_->weight());
-  } else {
-    output_.emplace(params_, "output", config_.dim, config_.vocab_size, vocab_rows);
+  const int n = static_cast<int>(config_.n_layers);
+  if (stages_.front().first == 0) {
+    tok_embeddings_.emplace(params_, "tok_embeddings", config_.vocab_size, config_.dim, vocab_rows);
+  }
+  if (stages_.back().last == n) {
+    norm_.emplace(params_, "norm", config_.dim, config_.norm_eps);
+    if (config_.tie_embeddings) {
+      output_.emplace(tok_embeddings_->weight());
+    } else {
+      output_.emplace(params_, "output", config_.dim, config_.vocab_size, vocab_rows);
+    }
   }
   // Blocks register after the embedding, norm and output: the names, not the order, identify
   // parameters in checkpoints.
-  for (int l = 0; l < config_.n_layers; ++l) {
-    layers_.push_back(std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_));
+  layers_.resize(static_cast<std::size_t>(n));
+  for (const LayerRange& s : stages_) {
+    for (int l = s.first; l < s.last; ++l) {
+      layers_[static_cast<std::size_t>(l)] =
+          std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_);
+    }
   }
+}
+
+bool Llama::holds(LayerRange stage) const {
+  return std::find(stages_.begin(), stages_.end(), stage) != stages_.end();
+}
+
+void Llama::check_shape(std::int64_t batch, std::int64_t seq) const {
+  require(batch > 0 && seq > 0 && seq <= config_.max_seq_len,
+          "batch " + std::to_string(batch) + " must be positive and sequence length " +
+              std::to_string(seq) + " in [1, max_seq_len = " + std::to_string(config_.max_seq_len) +
+              "]");
+}
+
+void Llama::require_whole(const char* what) const {
+  require(stages_.size() == 1 && stages_[0] == LayerRange{0, static_cast<int>(config_.n_layers)},
+          std::string(what) +
+              " needs the whole model; this pipeline rank holds some stages only (use "
+              "forward_stage and backward_stage)");
 }
 
 int Llama::add_unit_hooks(UnitHooks hooks) {
@@ -163,38 +223,58 @@ void Llama::init_values(const std::string& name, std::uint64_t seed, std::int64_
 }
 
 void Llama::set_activation_checkpointing(bool on) {
-  for (auto& block : layers_) block->set_checkpointing(on);
+  for (auto& block : layers_) {
+    if (block) block->set_checkpointing(on);
+  }
+}
+
+double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                      std::int64_t seq) {
+  require_whole("forward");
+  check_shape(batch, seq);
+  float* x = ensure(x_, {tp_->local_rows(batch * seq), config_.dim});
+  return forward_stage(stages_[0], tokens, targets, x, batch, seq);
 }
 
 // Under tensor parallelism each rank embeds the tokens of its vocabulary rows and the sum
 // across the group (reduce-scattered to this rank's rows when sequence-parallel) is the
 // embedding; the output layer gives this rank's vocabulary columns of the logits.
-double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
-                      std::int64_t seq) {
-  require(batch > 0 && seq > 0 && seq <= config_.max_seq_len,
-          "sequence length " + std::to_string(seq) +
-              " must be in [1, max_seq_len = " + std::to_string(config_.max_seq_len) + "]");
-  const std::int64_t rows = batch * seq, dim = config_.dim, local = tp_->local_rows(rows);
+double Llama::forward_stage(LayerRange stage, const std::int32_t* tokens,
+                            const std::int32_t* targets, float* x, std::int64_t batch,
+                            std::int64_t seq) {
+  require(holds(stage), "forward_stage of layers " + std::to_string(stage.first) + " to " +
+                            std::to_string(stage.last) + ", which this rank does not hold");
+  check_shape(batch, seq);
+  const std::int64_t rows = batch * seq, dim = config_.dim;
   batch_ = batch;
   seq_ = seq;
-  tokens_.assign(tokens, tokens + rows);
-  targets_.assign(targets, targets + rows);
-  const int last = static_cast<int>(config_.n_layers);
-  float* x = ensure(x_, {local, dim});
-  call(&UnitHooks::before_forward, -1, false);
-  if (tp_->enabled()) {
-    float* part = tp_->partial(rows, dim);
-    tok_embeddings_->forward(tokens, rows, part);
-    tp_->reduce(part, rows, dim, x, /*accumulate=*/false);
-  } else {
-    tok_embeddings_->forward(tokens, rows, x);
+  if (stage.first == 0) {
+    tokens_.assign(tokens, tokens + rows);
+    call(&UnitHooks::before_forward, -1, false);
+    if (tp_->enabled()) {
+      float* part = tp_->partial(rows, dim);
+      tok_embeddings_->forward(tokens, rows, part);
+      tp_->reduce(part, rows, dim, x, /*accumulate=*/false);
+    } else {
+      tok_embeddings_->forward(tokens, rows, x);
+    }
+    call(&UnitHooks::after_forward, -1, true);
   }
-  call(&UnitHooks::after_forward, -1, true);
-  for (int l = 0; l < last; ++l) {
+  for (int l = stage.first; l < stage.last; ++l) {
     call(&UnitHooks::before_forward, l, false);
     layers_[static_cast<std::size_t>(l)]->forward(x, batch, seq);
     call(&UnitHooks::after_forward, l, true);
   }
+  if (stage.last < config_.n_layers) return 0;
+  targets_.assign(targets, targets + rows);
+  head_forward(x, rows);
+  return loss_forward(rows) / static_cast<double>(rows);
+}
+
+// The final norm and the output layer, as unit n_layers.
+void Llama::head_forward(float* x, std::int64_t rows) {
+  const int last = static_cast<int>(config_.n_layers);
+  const std::int64_t dim = config_.dim, local = tp_->local_rows(rows);
   call(&UnitHooks::before_forward, last, false);
   std::memcpy(ensure(final_in_, {local, dim}), x,
               static_cast<std::size_t>(local * dim) * sizeof(float));
@@ -209,7 +289,6 @@ double Llama::forward(const std::int32_t* tokens, const std::int32_t* targets, s
   float* logits = ensure(logits_, {rows, output_->out()});
   output_->forward(xn_rows, logits, rows);
   call(&UnitHooks::after_forward, last, true);
-  return loss_forward(rows) / static_cast<double>(rows);
 }
 
 // The summed loss of the rows. Loss parallel: each rank's vocabulary columns, combined with
@@ -275,17 +354,39 @@ void Llama::loss_backward(std::int64_t rows, double scale, float* dlogits) {
 }
 
 void Llama::backward(double loss_scale) {
+  require_whole("backward");
+  require(batch_ * seq_ > 0, "backward() before forward()");
+  backward_stage(stages_[0], x_.data<float>(), loss_scale);  // x_ is no longer needed
+}
+
+void Llama::backward_stage(LayerRange stage, float* dx, double loss_scale) {
   const std::int64_t rows = batch_ * seq_, dim = config_.dim;
-  require(rows > 0, "backward() before forward()");
-  const std::int64_t local = tp_->local_rows(rows);
+  require(rows > 0, "backward before forward");
+  require(holds(stage), "backward_stage of layers " + std::to_string(stage.first) + " to " +
+                            std::to_string(stage.last) + ", which this rank does not hold");
+  if (stage.last == config_.n_layers) head_backward(dx, loss_scale, rows);
+  for (int l = stage.last - 1; l >= stage.first; --l) {
+    call(&UnitHooks::before_backward, l, false);
+    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
+    call(&UnitHooks::after_backward, l, true);
+  }
+  if (stage.first > 0) return;
+  call(&UnitHooks::before_backward, -1, false);
+  tok_embeddings_->backward(tokens_.data(), rows,
+                            tp_->enabled() ? tp_->gather(dx, rows, dim, 1) : dx);
+  call(&UnitHooks::after_backward, -1, true);
+}
+
+// The loss, the output layer and the final norm: dx receives the gradient of the norm's input.
+void Llama::head_backward(float* dx, double loss_scale, std::int64_t rows) {
   const int last = static_cast<int>(config_.n_layers);
+  const std::int64_t dim = config_.dim, local = tp_->local_rows(rows);
   call(&UnitHooks::before_backward, last, false);
   float* dlogits = ensure(dlogits_, {rows, output_->out()});
   loss_backward(rows, loss_scale / static_cast<double>(rows), dlogits);
   float* dxn = ensure(dxn_, {rows, dim});
   const bool gathered = tp_->plan().sequence_sharded();
   output_->backward(dlogits, gathered ? xn_full_.data<float>() : xn_.data<float>(), dxn, rows);
-  float* dx = x_.data<float>();  // the forward's activations are no longer needed
   if (tp_->enabled()) {
     float* dxn_local = ensure(dxn_local_, {local, dim});
     tp_->reduce(dxn, rows, dim, dxn_local, /*accumulate=*/false);
@@ -294,15 +395,20 @@ void Llama::backward(double loss_scale) {
     norm_backward(dxn, dx, local);
   }
   call(&UnitHooks::after_backward, last, true);
-  for (int l = last - 1; l >= 0; --l) {
-    call(&UnitHooks::before_backward, l, false);
-    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
-    call(&UnitHooks::after_backward, l, true);
+}
+
+void Llama::swap_activations(LayerRange stage, Activations& saved) {
+  require(holds(stage), "swap_activations of a stage this rank does not hold");
+  std::vector<Tensor*> kept;
+  for (int l = stage.first; l < stage.last; ++l)
+    layers_[static_cast<std::size_t>(l)]->append_saved(kept);
+  if (stage.last == config_.n_layers) {
+    kept.insert(kept.end(), {&final_in_, &xn_, &xn_full_, &rstd_, &logits_, &shift_, &all_logits_});
+    std::swap(targets_, saved.targets);
   }
-  call(&UnitHooks::before_backward, -1, false);
-  tok_embeddings_->backward(tokens_.data(), rows,
-                            tp_->enabled() ? tp_->gather(dx, rows, dim, 1) : dx);
-  call(&UnitHooks::after_backward, -1, true);
+  if (stage.first == 0) std::swap(tokens_, saved.tokens);
+  saved.tensors.resize(kept.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) std::swap(*kept[i], saved.tensors[i]);
 }
 
 // The final norm; sequence-parallel, its weight's gradient from this rank's rows is summed
@@ -339,6 +445,7 @@ KVCache Llama::make_cache() const {
 }
 
 const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache) {
+  require_whole("generation");
   require(!tp_->enabled(),
           "generation runs on one process, not under tensor parallelism: load the checkpoint "
           "(which holds the whole model) into an unsharded model");
@@ -359,18 +466,15 @@ const float* Llama::forward_cached(const std::int32_t* tokens, std::int64_t n, K
 
 std::int64_t Llama::activation_bytes() const {
   std::int64_t n = bytes_of({&x_, &final_in_, &xn_, &xn_full_, &rstd_, &logits_, &all_logits_});
-  for (const auto& block : layers_) n += block->activation_bytes();
+  for (const auto& block : layers_) {
+    if (block) n += block->activation_bytes();
+  }
   return n;
 }
 
 double Llama::flops_per_token(std::int64_t seq) const {
-  double matmul = 0;
-  for (const auto& p : params_.all()) {  // the whole model's, under tensor parallelism too
-    if (p->full_shape.size() == 2 && p->name != "tok_embeddings.weight")
-      matmul += static_cast<double>(shape_numel(p->full_shape));
-  }
-  if (config_.tie_embeddings) matmul += static_cast<double>(config_.dim * config_.vocab_size);
-  return 6.0 * matmul + 12.0 * static_cast<double>(config_.n_layers * config_.dim * seq);
+  return 6.0 * static_cast<double>(whole_matmul_numel_) +
+         12.0 * static_cast<double>(config_.n_layers * config_.dim * seq);
 }
 
 }  // namespace weft::nn

@@ -43,6 +43,21 @@ struct LlamaConfig {
   void validate_tensor_parallel(std::int64_t degree) const;
 };
 
+// A pipeline stage's part of the model: blocks [first, last), with the token embedding when
+// first is 0 and the final norm and output layer when last is n_layers.
+struct LayerRange {
+  int first = 0, last = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// What one forward of a stage keeps for its backward, moved out of the model and back
+// (Llama::swap_activations): a pipeline stage holds one set per micro-batch in flight.
+struct Activations {
+  std::vector<Tensor> tensors;
+  std::vector<std::int32_t> tokens, targets;
+  std::int64_t bytes() const;
+};
+
 class Llama {
  public:
   explicit Llama(const LlamaConfig& config);
@@ -58,6 +73,17 @@ class Llama {
   // key/value heads, the feed-forward width and the vocabulary (InvalidArgument otherwise).
   void apply_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_->plan(); }
+  // Makes the model a pipeline-parallel rank's: it holds only the layers of `stages` (disjoint,
+  // non-empty, in model order), the embedding when one starts at 0 and the final norm and
+  // output when one ends at n_layers; the rest is rebuilt as apply_tensor_parallel does (the
+  // two compose in either order). Tied embeddings need the embedding and the output on this
+  // rank. InvalidArgument otherwise.
+  void apply_pipeline(std::vector<LayerRange> stages);
+  // This rank's stages ({0, n_layers} without pipeline parallelism).
+  const std::vector<LayerRange>& stages() const { return stages_; }
+  // Rows of the residual stream this rank holds of batch * seq = `rows` (rows / tp when
+  // sequence-parallel): the size of a pipeline stage's activations is that times dim.
+  std::int64_t local_rows(std::int64_t rows) const { return tp_->local_rows(rows); }
   // Every parameter from (seed, its name, element index) alone (tensor/random.h), so a shard
   // of a parameter gets the values the whole one has there. Scheme: docs/TRAINING.md.
   void init_weights(std::uint64_t seed);
@@ -73,6 +99,20 @@ class Llama {
   // Adds d(loss_scale * loss) / d(parameter) to every parameter's grad (1 / micro-batches
   // for gradient accumulation).
   void backward(double loss_scale = 1.0);
+
+  // One pipeline stage (one of stages()). x: [local rows, dim] (tensor_parallel's local rows
+  // of batch * seq), the stage's input activations, replaced by its output; the first stage
+  // reads `tokens` instead (x receives the embedding), the last reads `targets`, consumes x
+  // and returns the mean loss (0 from the others). forward(...) is the whole model's stage.
+  double forward_stage(LayerRange stage, const std::int32_t* tokens, const std::int32_t* targets,
+                       float* x, std::int64_t batch, std::int64_t seq);
+  // The stage's backward after its forward: dx holds the gradient of the stage's output
+  // (ignored by the last stage, which starts from loss_scale * the loss) and receives that
+  // of its input (the first stage's is left unspecified).
+  void backward_stage(LayerRange stage, float* dx, double loss_scale);
+  // Swaps what the stage's last forward kept for backward with `saved`: out after a forward,
+  // back in before its backward. Tensors swapped in are reused by the next forward.
+  void swap_activations(LayerRange stage, Activations& saved);
   // The last forward's logits, [batch * seq, vocab_size] (this rank's vocab_size / tp
   // columns under tensor parallelism).
   const Tensor& logits() const { return logits_; }
@@ -106,11 +146,19 @@ class Llama {
   // when the cache would exceed max_seq_len, or under tensor parallelism (generation runs on
   // one process; checkpoints hold the whole model).
   const float* forward_cached(const std::int32_t* tokens, std::int64_t n, KVCache& cache);
-  // Model FLOPs per token for training: 6 x (matmul parameters) + 12 x layers x dim x seq.
+  // Model FLOPs per token for training, of the whole model whatever this rank holds:
+  // 6 x (matmul parameters) + 12 x layers x dim x seq.
   double flops_per_token(std::int64_t seq) const;
+  // Elements of the whole model's parameters, whatever this rank holds.
+  std::int64_t whole_numel() const { return whole_numel_; }
 
  private:
-  void build();  // the layers, over tp_
+  void build();  // the layers of stages_, over tp_
+  bool holds(LayerRange stage) const;
+  void require_whole(const char* what) const;
+  void check_shape(std::int64_t batch, std::int64_t seq) const;
+  void head_forward(float* x, std::int64_t rows);
+  void head_backward(float* dx, double loss_scale, std::int64_t rows);
   void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
   double loss_forward(std::int64_t rows);
   void loss_backward(std::int64_t rows, double scale, float* dlogits);
@@ -120,7 +168,9 @@ class Llama {
   std::unique_ptr<TensorParallelContext> tp_;  // stable: the blocks refer to it
   ParameterList params_;
   std::optional<Embedding> tok_embeddings_;
-  std::vector<std::unique_ptr<TransformerBlock>> layers_;
+  std::vector<LayerRange> stages_;
+  std::vector<std::unique_ptr<TransformerBlock>> layers_;  // [n_layers]; null where not held
+  std::int64_t whole_numel_ = 0, whole_matmul_numel_ = 0;
   std::optional<RMSNorm> norm_;
   std::optional<Linear> output_;
   std::vector<std::pair<int, UnitHooks>> hooks_;

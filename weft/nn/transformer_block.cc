@@ -139,6 +139,12 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq)
   }
 }
 
+void TransformerBlock::append_saved(std::vector<Tensor*>& saved) {
+  saved.insert(saved.end(), {&input_, &h1_, &rstd1_, &x2_, &h2_, &rstd2_});
+  attention_.append_saved(saved);
+  feed_forward_.append_saved(saved);
+}
+
 void TransformerBlock::release() {
   h1_ = rstd1_ = x2_ = h2_ = rstd2_ = Tensor();
   attention_.release();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "weft/nn/attention.h"
 #include "weft/nn/feed_forward.h"
@@ -31,6 +32,9 @@ class TransformerBlock {
   // dx: the gradient of the block's output, turned in place into that of its input.
   void backward(float* dx, std::int64_t batch, std::int64_t seq);
   void set_checkpointing(bool on) { checkpointing_ = on; }
+  // The tensors forward keeps for backward (pipeline parallelism moves them out per
+  // micro-batch: Llama::swap_activations).
+  void append_saved(std::vector<Tensor*>& saved);
   // Bytes forward kept for backward.
   std::int64_t activation_bytes() const {
     return bytes_of({&input_, &h1_, &rstd1_, &x2_, &h2_, &rstd2_}) + attention_.activation_bytes() +

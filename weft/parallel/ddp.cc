@@ -61,9 +61,15 @@ DistributedDataParallel::~DistributedDataParallel() {
 void DistributedDataParallel::prepare_sync() { syncing_ = true; }
 
 void DistributedDataParallel::on_grads_ready(int unit) {
-  if (!syncing_) return;
+  if (!syncing_ || held_) return;
   for (auto& b : buckets_) {
     if (b->ready_unit != unit) continue;
+    // Its buffer is in use until finish_sync: a second launch would race with the first.
+    if (b->work) {
+      throw Error("DDP: unit " + std::to_string(unit) +
+                  "'s gradients were reduced twice in one step: more than one backward ran "
+                  "after prepare_sync (pipeline stages must hold the reductions until their last)");
+    }
     std::size_t at = 0;
     for (nn::Parameter* p : b->params) {
       std::memcpy(b->flat.data() + at, p->grad.data<float>(), p->grad.nbytes());

@@ -31,6 +31,10 @@ class DistributedDataParallel {
 
   // The next backward reduces its gradients (call before the last micro-batch's backward).
   void prepare_sync();
+  // While held, backward launches no reduction. A pipeline stage runs one backward per
+  // micro-batch inside one step; its units' gradients are final only after its last one,
+  // and the runtime holds the reductions during the others.
+  void hold_reductions(bool held) { held_ = held; }
   // Waits for every bucket launched by that backward and writes the sums into the grads.
   void finish_sync();
   // Throws weft::Error unless every rank holds bitwise the same parameters.
@@ -47,7 +51,7 @@ class DistributedDataParallel {
   dist::ProcessGroup& group_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   int hooks_ = -1;
-  bool syncing_ = false;
+  bool syncing_ = false, held_ = false;
 };
 
 }  // namespace weft::parallel

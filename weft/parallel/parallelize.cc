@@ -9,6 +9,7 @@
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/parallel/ddp.h"
+#include "weft/parallel/pipeline.h"
 #include "weft/parallel/tensor_parallel.h"
 
 namespace weft::parallel {
@@ -59,6 +60,8 @@ class DataParallel {
   // Over the gradients this rank holds, after finish_sync.
   virtual double grad_sum_squares(const Counted& counted) const = 0;
   virtual void scale_grads(float factor) = 0;
+  // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions).
+  virtual void hold_reductions(bool held) = 0;
   virtual void step(double lr) = 0;
   // The state whole over the data-parallel dimensions (this rank's tensor-parallel slices):
   // filled where the data coordinates are 0. Collective over the ranks whose replica
@@ -99,6 +102,9 @@ class Replicated : public DataParallel {
   void scale_grads(float factor) override {
     for (const auto& p : model_.parameters().all())
       kernels::scale(p->grad.data<float>(), factor, p->grad.numel());
+  }
+  void hold_reductions(bool held) override {
+    if (ddp_) ddp_->hold_reductions(held);
   }
   void step(double lr) override { adamw_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override {
@@ -146,6 +152,9 @@ class Sharded : public DataParallel {
     return fsdp_.local_grad_sum_squares(counted);
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
+  void hold_reductions(bool) override {
+    throw InvalidArgument("FSDP under pipeline parallelism is not built yet");
+  }
   void step(double lr) override { fsdp_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override { return fsdp_.full_state(); }
   void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
@@ -187,12 +196,63 @@ dist::ProcessGroup* group(const DeviceMesh* mesh, const std::string& dim) {
   return mesh != nullptr && mesh->has(dim) ? &mesh->group(dim) : nullptr;
 }
 
+// Stages per rank: one for GPipe and 1F1B, two for the interleaved and V schedules, unless
+// layers_per_stage says how many stages the layers make.
+int stages_per_rank(ScheduleKind kind, int n_layers, int pp, int layers_per_stage) {
+  const bool single = kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B;
+  if (layers_per_stage <= 0) return single ? 1 : 2;
+  const int stages = n_layers / layers_per_stage;
+  if (stages * layers_per_stage != n_layers || stages % pp != 0 || (single && stages != pp)) {
+    throw InvalidArgument("pipeline_parallel_layers_per_stage " + std::to_string(layers_per_stage) +
+                          " does not cut n_layers " + std::to_string(n_layers) +
+                          " into the stages " + std::string(schedule_name(kind)) + " runs on " +
+                          std::to_string(pp) +
+                          " ranks: " + (single ? "exactly " : "a multiple of ") +
+                          std::to_string(pp) + " stages of equal size");
+  }
+  return stages / pp;
+}
+
+std::unique_ptr<PipelineRuntime> make_pipeline(nn::Llama& model, dist::ProcessGroup& pp,
+                                               const PipelineOptions& options) {
+  const int n_layers = static_cast<int>(model.config().n_layers);
+  Schedule schedule;
+  if (!options.schedule_csv.empty()) {
+    schedule = read_schedule_csv(options.schedule_csv);
+    if (schedule.microbatches != options.microbatches) {
+      throw InvalidArgument("pipeline_parallel_schedule_csv runs " +
+                            std::to_string(schedule.microbatches) +
+                            " micro-batches; the batch "
+                            "and pipeline_parallel_microbatch_size make " +
+                            std::to_string(options.microbatches));
+    }
+  } else {
+    const ScheduleKind kind = parse_schedule_kind(options.schedule);
+    schedule = make_schedule(kind, pp.size(),
+                             stages_per_rank(kind, n_layers, pp.size(), options.layers_per_stage),
+                             options.microbatches);
+  }
+  auto layers = split_layers(n_layers, schedule.num_stages(), options.layers_per_stage);
+  return std::make_unique<PipelineRuntime>(model, pp, std::move(schedule), std::move(layers));
+}
+
 class Parallelized : public ParallelModel {
  public:
   Parallelized(nn::Llama& model, const DeviceMesh* mesh, const ParallelOptions& options)
       : model_(model), mesh_(mesh), options_(options) {
     const ParallelDims& d = options.dims;
     d.validate(mesh != nullptr ? mesh->world().size() : 1);
+    pp_ = group(mesh, "pp");
+    if (pp_ != nullptr) {
+      if (d.dp_shard > 1) {
+        throw InvalidArgument(
+            "pipeline parallelism with FSDP or HSDP is not built yet: pipeline_parallel_degree " +
+            std::to_string(d.pp) +
+            " composes with data_parallel_replicate_degree (DDP) and "
+            "tensor_parallel_degree; set data_parallel_shard_degree 1");
+      }
+      pipeline_ = make_pipeline(model, *pp_, options.pipeline);
+    }
     tp_ = group(mesh, "tp");
     if (tp_ != nullptr) {
       tp_adapter_ =
@@ -206,6 +266,7 @@ class Parallelized : public ParallelModel {
     } else {
       dp_ = std::make_unique<Replicated>(model, group(mesh, "dp_replicate"), options);
     }
+    if (pipeline_) pipeline_->on_backward([this](bool last) { dp_->hold_reductions(!last); });
   }
 
   nn::Llama& model() override { return model_; }
@@ -213,6 +274,18 @@ class Parallelized : public ParallelModel {
   int data_size() const override { return options_.dims.data_parallel(); }
   void init_weights(std::uint64_t seed) override { dp_->init_weights(seed); }
   void zero_grad() override { dp_->zero_grad(); }
+  double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                          std::int64_t batch, std::int64_t seq, double loss_scale) override {
+    if (pipeline_) return pipeline_->forward_backward(tokens, targets, batch, seq, loss_scale);
+    const double loss = model_.forward(tokens, targets, batch, seq);
+    model_.backward(loss_scale);
+    return loss;
+  }
+  double evaluate(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                  std::int64_t seq) override {
+    if (pipeline_) return pipeline_->evaluate(tokens, targets, batch, seq);
+    return model_.forward(tokens, targets, batch, seq);
+  }
   void prepare_sync() override { dp_->prepare_sync(); }
   void finish_sync() override {
     const auto start = Clock::now();
@@ -222,7 +295,8 @@ class Parallelized : public ParallelModel {
 
   // Each element of the whole model's gradient is counted once: a tensor-parallel slice by
   // its rank, a parameter every tensor-parallel peer holds by the first, and replicas
-  // (which hold the same) by the first. One all-reduce over the world sums the rest.
+  // (which hold the same) by the first; pipeline stages hold different parameters. One
+  // all-reduce over the world sums the rest.
   double clip_grad_norm(double max_norm) override {
     const int tp_rank = tp_ != nullptr ? tp_->rank() : 0;
     const double local = dp_->grad_sum_squares(
@@ -236,19 +310,29 @@ class Parallelized : public ParallelModel {
   void step(double lr) override { dp_->step(lr); }
 
   double sum_over_data(double value) override {
-    return sum_over_world(tp_ == nullptr || tp_->rank() == 0 ? value : 0.0);
+    const bool counted = (tp_ == nullptr || tp_->rank() == 0) &&
+                         (pipeline_ == nullptr || pipeline_->holds_last_stage());
+    return sum_over_world(counted ? value : 0.0);
   }
 
   // The data-parallel roots (data coordinates 0) hold whole slices; tensor parallelism then
-  // gathers the slices to world rank 0.
+  // gathers the slices to each stage's first rank, and the pipeline the stages to world rank 0.
   std::pair<nn::StateDict, nn::AdamWState> full_state() override {
     auto state = replica_ == 0 ? dp_->state() : std::pair<nn::StateDict, nn::AdamWState>{};
-    if (tp_ == nullptr || data_rank_ != 0) return state;
+    if (data_rank_ != 0) return {};
     auto& [params, optimizer] = state;
-    const nn::ParameterList& like = model_.parameters();
-    return {gather_full(params, like, *tp_),
-            {gather_full(optimizer.exp_avg, like, *tp_),
-             gather_full(optimizer.exp_avg_sq, like, *tp_), optimizer.steps}};
+    if (tp_ != nullptr) {
+      const nn::ParameterList& like = model_.parameters();
+      state = {gather_full(params, like, *tp_),
+               {gather_full(optimizer.exp_avg, like, *tp_),
+                gather_full(optimizer.exp_avg_sq, like, *tp_), optimizer.steps}};
+      if (tp_->rank() != 0) return {};
+    }
+    if (pp_ != nullptr) {
+      for (nn::StateDict* dict : {&params, &optimizer.exp_avg, &optimizer.exp_avg_sq})
+        gather_state_dicts(*dict, *pp_);
+    }
+    return state;
   }
 
   void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
@@ -265,19 +349,21 @@ class Parallelized : public ParallelModel {
   void check_replicas_identical() override { dp_->check_replicas_identical(); }
 
   double communication_seconds() const override {
-    return seconds_ + (tp_adapter_ ? tp_adapter_->seconds() : 0.0);
+    return seconds_ + (tp_adapter_ ? tp_adapter_->seconds() : 0.0) +
+           (pipeline_ ? pipeline_->wait_seconds() : 0.0);
   }
 
   MemoryReport memory() const override {
     MemoryReport report;
     dp_->memory(report);
-    report.activations = model_.activation_bytes();
-    report.one_process = 4 * bytes_of_floats(model_.parameters().full_numel());
+    report.activations = pipeline_ ? pipeline_->peak_activation_bytes() : model_.activation_bytes();
+    report.one_process = 4 * bytes_of_floats(model_.whole_numel());
     return report;
   }
 
   std::vector<std::string> describe(bool with_peaks) const override {
     std::vector<std::string> lines;
+    if (pipeline_) lines.push_back(describe_pipeline(with_peaks));
     if (tp_ != nullptr && !with_peaks) {  // once, at the start
       const nn::TensorParallel& tp = model_.tensor_parallel();
       lines.push_back("tensor parallel " + std::to_string(tp.size()) + ": " +
@@ -289,6 +375,39 @@ class Parallelized : public ParallelModel {
   }
 
  private:
+  std::string describe_pipeline(bool at_end) const {
+    const Schedule& s = pipeline_->schedule();
+    if (at_end) {
+      char line[200];
+      std::snprintf(line, sizeof(line),
+                    "pipeline: this rank waited for other stages %.1f%% of its forward/backward "
+                    "time (%.2f s); the schedule simulated with its measured forward and "
+                    "backward times: %.1f%%",
+                    100 * pipeline_->measured_idle_fraction(), pipeline_->wait_seconds(),
+                    100 * pipeline_->simulated_idle_fraction());
+      return line;
+    }
+    std::string line = "pipeline parallel " + std::to_string(s.ranks) + ": " +
+                       std::to_string(s.num_stages()) + " stages, " +
+                       std::to_string(s.microbatches) + " micro-batches; layers";
+    for (int stage = 0; stage < s.num_stages(); ++stage) {
+      const nn::LayerRange r = pipeline_->stage_layers()[static_cast<std::size_t>(stage)];
+      char part[64];
+      std::snprintf(part, sizeof(part), " %d-%d (rank %d)", r.first, r.last - 1,
+                    s.stage_to_rank[static_cast<std::size_t>(stage)]);
+      line += part;
+    }
+    // The timeline with a backward taking two forwards' time, one column per forward.
+    const Simulation simulation =
+        simulate(s, {.forward = 1, .backward_input = 1, .backward_weight = 1});
+    char bubble[96];
+    std::snprintf(bubble, sizeof(bubble), "; simulated bubble %.1f%% (backward = 2 forwards):\n",
+                  100 * simulation.bubble_fraction);
+    std::string timeline = format_timeline(s, simulation);
+    if (!timeline.empty() && timeline.back() == '\n') timeline.pop_back();
+    return line + bubble + timeline;
+  }
+
   double sum_over_world(double value) {
     if (mesh_ == nullptr) return value;
     const auto start = Clock::now();
@@ -301,7 +420,8 @@ class Parallelized : public ParallelModel {
   nn::Llama& model_;
   const DeviceMesh* mesh_;
   ParallelOptions options_;
-  dist::ProcessGroup* tp_ = nullptr;
+  dist::ProcessGroup *pp_ = nullptr, *tp_ = nullptr;
+  std::unique_ptr<PipelineRuntime> pipeline_;
   std::shared_ptr<ProcessGroupTensorParallel> tp_adapter_;
   double seconds_ = 0;  // blocked in finish_sync and the world all-reduces
   int replica_ = 0, data_rank_ = 0;
@@ -312,7 +432,8 @@ class Parallelized : public ParallelModel {
 
 std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
   std::vector<std::pair<std::string, int>> dims;
-  for (const auto& [name, n] : {std::pair<std::string, int>{"dp_replicate", dp_replicate},
+  for (const auto& [name, n] : {std::pair<std::string, int>{"pp", pp},
+                                {"dp_replicate", dp_replicate},
                                 {"dp_shard", dp_shard},
                                 {"tp", tp}}) {
     if (n > 1) dims.emplace_back(name, n);
@@ -321,9 +442,10 @@ std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
 }
 
 void ParallelDims::validate(int world) const {
-  if (dp_replicate >= 1 && dp_shard >= 1 && tp >= 1 && product() == world) return;
+  if (pp >= 1 && dp_replicate >= 1 && dp_shard >= 1 && tp >= 1 && product() == world) return;
   throw InvalidArgument(
-      "parallelism: data_parallel_replicate_degree " + std::to_string(dp_replicate) +
+      "parallelism: pipeline_parallel_degree " + std::to_string(pp) +
+      " x data_parallel_replicate_degree " + std::to_string(dp_replicate) +
       " x data_parallel_shard_degree " + std::to_string(dp_shard) + " x tensor_parallel_degree " +
       std::to_string(tp) + " = " + std::to_string(product()) + " must equal the world size " +
       std::to_string(world) + " (weftrun --nproc-per-node), each degree at least 1");

@@ -1,16 +1,17 @@
 // parallelize(): one seam for every parallelism, TorchTitan's shape. The trainer builds a
-// DeviceMesh from the degrees, and parallelize() applies tensor parallelism to the model,
-// then (later issues) pipeline and context parallelism, then the data-parallel wrapper (none,
-// DDP, FSDP or HSDP), and returns one ParallelModel the step loop drives without knowing
-// which strategies are inside. Composition and costs: docs/PARALLELISM.md.
+// DeviceMesh from the degrees, and parallelize() cuts the model into pipeline stages, applies
+// tensor parallelism to each, then (a later issue) context parallelism, then the
+// data-parallel wrapper (none, DDP, FSDP or HSDP), and returns one ParallelModel the step loop
+// drives without knowing which strategies are inside. Composition and costs:
+// docs/PARALLELISM.md.
 //
 //   ParallelDims dims{.dp_shard = 2, .tp = 2};
 //   dims.validate(world->size());
 //   DeviceMesh mesh(world, dims.mesh_dims());          // [dp_shard 2, tp 2]
 //   auto parallel = parallelize(model, &mesh, {.dims = dims});
 //   parallel->init_weights(seed);
-//   // each step: zero_grad, forward/backward per micro-batch (prepare_sync before the last
-//   // backward), finish_sync, clip_grad_norm, step
+//   // each step: zero_grad, forward_backward per accumulated batch (prepare_sync before the
+//   // last), finish_sync, clip_grad_norm, step
 #pragma once
 
 #include <cstddef>
@@ -29,21 +30,33 @@ namespace weft::parallel {
 
 // Degrees along each mesh dimension, TorchTitan's; 1 leaves a dimension out.
 struct ParallelDims {
+  int pp = 1;            // pipeline parallelism
   int dp_replicate = 1;  // DDP (or HSDP's replicas)
   int dp_shard = 1;      // FSDP
   int tp = 1;            // tensor (and sequence) parallelism
 
-  // [dp_replicate, dp_shard, tp] in TorchTitan's order (pp, dp_replicate, dp_shard, cp, tp),
-  // without the dimensions of size 1.
+  // [pp, dp_replicate, dp_shard, tp] in TorchTitan's order (pp, dp_replicate, dp_shard, cp,
+  // tp), without the dimensions of size 1.
   std::vector<std::pair<std::string, int>> mesh_dims() const;
-  int product() const { return dp_replicate * dp_shard * tp; }
+  int product() const { return pp * dp_replicate * dp_shard * tp; }
   int data_parallel() const { return dp_replicate * dp_shard; }
   // InvalidArgument naming every degree unless they multiply to `world`.
   void validate(int world) const;
 };
 
+// How a pipeline-parallel run (dims.pp > 1) cuts the model and streams its micro-batches:
+// TorchTitan's [parallelism] pipeline_parallel_* keys.
+struct PipelineOptions {
+  std::string schedule = "1F1B";  // GPipe, 1F1B, Interleaved1F1B (pipeline_schedule.h)
+  std::string schedule_csv;       // a schedule in PyTorch's CSV format (its text); overrides it
+  int microbatches = 1;           // per batch: the batch must split into this many equal parts
+  // Layers per stage; 0: one stage per rank, two for the interleaved and V schedules.
+  int layers_per_stage = 0;
+};
+
 struct ParallelOptions {
   ParallelDims dims;
+  PipelineOptions pipeline;
   ShardingMode fsdp_mode = ShardingMode::kFullShard;
   std::size_t bucket_bytes = std::size_t{25} << 20;  // DDP's buckets
   bool sequence_parallel = true;                     // with tp > 1
@@ -70,15 +83,25 @@ class ParallelModel {
   virtual void init_weights(std::uint64_t seed) = 0;
   // Before a step's first micro-batch.
   virtual void zero_grad() = 0;
-  // Before the last micro-batch's backward; finish_sync after it, before the norm and step.
+  // Forward and backward of one batch, tokens and targets [batch, seq] (this rank's data
+  // slice; every pipeline and tensor-parallel peer passes the same): every gradient +=
+  // d(loss_scale x mean loss) / d(parameter). Returns the mean loss where this rank computes
+  // it (the last pipeline stage), else 0: sum_over_data counts it once.
+  virtual double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                                  std::int64_t batch, std::int64_t seq, double loss_scale) = 0;
+  // The mean loss of a batch, forward only; 0 where forward_backward returns 0.
+  virtual double evaluate(const std::int32_t* tokens, const std::int32_t* targets,
+                          std::int64_t batch, std::int64_t seq) = 0;
+  // Before the last batch's forward_backward; finish_sync after it, before the norm and step.
   virtual void prepare_sync() = 0;
   virtual void finish_sync() = 0;
   // The L2 norm of the whole model's gradients, over every mesh dimension; when max_norm > 0
   // scales them so that it is at most max_norm. Collective.
   virtual double clip_grad_norm(double max_norm) = 0;
   virtual void step(double lr) = 0;
-  // The sum over the data-parallel ranks of a value every tensor-parallel peer holds alike
-  // (a loss). Collective.
+  // The sum over the data-parallel ranks of a value that forward_backward or evaluate
+  // returned (a loss): taken once per data-parallel rank, from the last pipeline stage's
+  // first tensor-parallel rank. Collective.
   virtual double sum_over_data(double value) = 0;
   // The whole training state, in the model's parameter order (for checkpoints): on world
   // rank 0 full tensors, elsewhere empty. Collective.
@@ -90,8 +113,9 @@ class ParallelModel {
   virtual void check_replicas_identical() = 0;
   virtual MemoryReport memory() const = 0;
   // Wall seconds this rank was blocked in communication: tensor parallelism's collectives,
-  // waiting for the data-parallel reductions in finish_sync, and the norm's and losses'
-  // all-reduces (FSDP's parameter gathers inside forward and backward are not counted).
+  // waiting for pipeline transfers (the bubble included), waiting for the data-parallel
+  // reductions in finish_sync, and the norm's and losses' all-reduces (FSDP's parameter
+  // gathers inside forward and backward are not counted).
   virtual double communication_seconds() const = 0;
   // Lines for the log: at the start (with_peaks false) one per strategy inside ("tensor
   // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks.

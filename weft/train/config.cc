@@ -129,6 +129,23 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(parallelism, disable_loss_parallel,
                  "with tensor parallelism, gather the whole logits for the loss instead of "
                  "computing it on vocabulary shards"),
+      WEFT_FIELD(parallelism, pipeline_parallel_degree,
+                 "ranks the layers are cut into pipeline stages over; 1: none", 1, 1 << 20),
+      WEFT_FIELD(parallelism, pipeline_parallel_schedule,
+                 "the order each pipeline rank runs its micro-batches' forwards and backwards "
+                 "in (PyTorch's schedules; the zero-bubble ones are not run yet)",
+                 -INFINITY, INFINITY, {"GPipe", "1F1B", "Interleaved1F1B"}),
+      WEFT_FIELD(parallelism, pipeline_parallel_schedule_csv,
+                 "a schedule in PyTorch's CSV format (one row of actions per rank) to run "
+                 "instead; empty: none"),
+      WEFT_FIELD(parallelism, pipeline_parallel_microbatch_size,
+                 "sequences per pipeline micro-batch: training.batch_size / this micro-batches "
+                 "stream through the stages",
+                 1, 1 << 20),
+      WEFT_FIELD(parallelism, pipeline_parallel_layers_per_stage,
+                 "layers in each pipeline stage; 0: one stage per rank (two for "
+                 "Interleaved1F1B), the layers split as evenly as possible",
+                 0, 1 << 20),
   };
   return all;
 }
@@ -375,6 +392,13 @@ void check_whole(const Config& c) {
     c.model.validate_tensor_parallel(c.parallelism.tensor_parallel_degree);
   } catch (const InvalidArgument& e) {
     throw ConfigError(std::string("parallelism.") + e.what());
+  }
+  if (c.parallelism.pipeline_parallel_degree > 1 &&
+      c.training.batch_size % c.parallelism.pipeline_parallel_microbatch_size != 0) {
+    throw ConfigError("training.batch_size = " + std::to_string(c.training.batch_size) +
+                      " is not a multiple of parallelism.pipeline_parallel_microbatch_size = " +
+                      std::to_string(c.parallelism.pipeline_parallel_microbatch_size) +
+                      ": the pipeline streams whole micro-batches");
   }
   if (c.validation.enable && c.training.validation_fraction == 0) {
     throw ConfigError(

@@ -55,8 +55,10 @@ struct ValidationConfig {
 
 // TorchTitan's meaning: a replicate degree alone is DDP, a shard degree alone FSDP, both
 // HSDP; a tensor-parallel degree splits each layer across that many ranks, and composes with
-// any of them. The degrees' product must be the world size (checked when the job starts);
-// -1 for the replicate degree means "the world size divided by the other degrees".
+// any of them; a pipeline-parallel degree cuts the layers into stages on that many ranks
+// (composing with tensor parallelism; with data parallelism not yet). The degrees' product must be
+// the world size (checked when the job starts); -1 for the replicate degree means "the world size
+// divided by the other degrees".
 struct ParallelismConfig {
   std::int64_t data_parallel_replicate_degree = -1;
   std::int64_t data_parallel_shard_degree = 1;
@@ -65,6 +67,11 @@ struct ParallelismConfig {
   std::int64_t tensor_parallel_degree = 1;
   bool enable_sequence_parallel = true;  // with tensor parallelism
   bool disable_loss_parallel = false;    // with tensor parallelism
+  std::int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";      // GPipe, 1F1B, Interleaved1F1B
+  std::string pipeline_parallel_schedule_csv;           // a PyTorch CSV schedule file; overrides it
+  std::int64_t pipeline_parallel_microbatch_size = 1;   // micro-batches = batch_size / this
+  std::int64_t pipeline_parallel_layers_per_stage = 0;  // 0: 1 stage per rank, 2 interleaved
 };
 
 struct Config {

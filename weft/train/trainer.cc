@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "weft/base/simd.h"
 #include "weft/kernels/blas.h"
@@ -15,6 +17,17 @@ using Clock = std::chrono::steady_clock;
 
 bool every(std::int64_t step, std::int64_t freq, std::int64_t last) {
   return step % freq == 0 || step == last;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    throw ConfigError("parallelism.pipeline_parallel_schedule_csv = '" + path +
+                      "' cannot be read (run from the project's root, or give the path)");
+  }
+  return text.str();
 }
 
 }  // namespace
@@ -46,7 +59,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   std::snprintf(line, sizeof(line),
                 "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s, %lld "
                 "thread%s); kernels: %s",
-                static_cast<double>(model_.parameters().full_numel()) / 1e6,
+                static_cast<double>(model_.whole_numel()) / 1e6,
                 model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
                 measured ? "sgemm measured" : "metrics.peak_gflops",
                 static_cast<long long>(config_.training.threads),
@@ -60,15 +73,23 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
 Trainer::~Trainer() = default;
 
 // [parallelism] as TorchTitan reads it: a replicate degree alone is DDP, a shard degree alone
-// FSDP, both HSDP, each composed with tensor parallelism; the mesh is [dp_replicate,
-// dp_shard, tp] (dimensions of size 1 left out), tp varying fastest.
+// FSDP, both HSDP, each composed with tensor parallelism, and pipeline stages over them; the
+// mesh is [pp, dp_replicate, dp_shard, tp] (dimensions of size 1 left out), tp varying
+// fastest.
 void Trainer::setup_parallelism() {
   const auto& p = config_.parallelism;
   world_size_ = world_ ? world_->size() : 1;
   parallel::ParallelOptions options;
+  options.dims.pp = static_cast<int>(p.pipeline_parallel_degree);
   options.dims.dp_shard = static_cast<int>(p.data_parallel_shard_degree);
   options.dims.tp = static_cast<int>(p.tensor_parallel_degree);
-  const int others = options.dims.dp_shard * options.dims.tp;
+  options.pipeline.schedule = p.pipeline_parallel_schedule;
+  options.pipeline.microbatches =
+      static_cast<int>(config_.training.batch_size / p.pipeline_parallel_microbatch_size);
+  options.pipeline.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
+  if (!p.pipeline_parallel_schedule_csv.empty())
+    options.pipeline.schedule_csv = read_text(p.pipeline_parallel_schedule_csv);
+  const int others = options.dims.pp * options.dims.dp_shard * options.dims.tp;
   options.dims.dp_replicate = p.data_parallel_replicate_degree == -1
                                   ? std::max(1, world_size_ / others)
                                   : static_cast<int>(p.data_parallel_replicate_degree);
@@ -83,7 +104,11 @@ void Trainer::setup_parallelism() {
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config_.optimizer;
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
-  parallel_ = parallel::parallelize(model_, mesh_.get(), options);
+  try {
+    parallel_ = parallel::parallelize(model_, mesh_.get(), options);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(std::string("parallelism: ") + e.what());
+  }
   dp_rank_ = parallel_->data_rank();
   dp_size_ = parallel_->data_size();
 }
@@ -162,10 +187,10 @@ double Trainer::train_step() {
   double loss = 0;
   for (std::int64_t m = 0; m < micro; ++m) {
     const Batch b = train_loader_.next(dp_rank_, dp_size_);
-    loss += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq) * share;
     // Only the last micro-batch's backward reduces (FSDP's zero2 and full_shard reduce each).
     if (m == micro - 1) parallel_->prepare_sync();
-    model_.backward(share);
+    loss += parallel_->forward_backward(b.tokens.data(), b.targets.data(), b.batch, b.seq, share) *
+            share;
   }
   parallel_->finish_sync();
   return parallel_->sum_over_data(loss);
@@ -181,7 +206,7 @@ double Trainer::validate() {
   double total = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
     const Batch b = loader.next(dp_rank_, dp_size_);
-    total += model_.forward(b.tokens.data(), b.targets.data(), b.batch, b.seq);
+    total += parallel_->evaluate(b.tokens.data(), b.targets.data(), b.batch, b.seq);
   }
   return parallel_->sum_over_data(total / static_cast<double>(batches * dp_size_));
 }

@@ -1,0 +1,381 @@
+#include "weft/parallel/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "weft/base/error.h"
+
+namespace weft::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The tag of a transfer into `stage` (its input activations, or its output's gradient) of
+// `microbatch`: each link carries one direction, so (stage, micro-batch) identifies it.
+int tag_of(int stage, int microbatch, int microbatches) {
+  return stage * microbatches + microbatch;
+}
+
+}  // namespace
+
+std::vector<nn::LayerRange> split_layers(int n_layers, int stages, int layers_per_stage) {
+  if (stages < 1 || n_layers < stages) {
+    throw InvalidArgument("pipeline: " + std::to_string(n_layers) + " layers cannot make " +
+                          std::to_string(stages) + " stages of at least one layer each");
+  }
+  if (layers_per_stage > 0 && layers_per_stage * stages != n_layers) {
+    throw InvalidArgument("pipeline_parallel_layers_per_stage " + std::to_string(layers_per_stage) +
+                          " x " + std::to_string(stages) +
+                          " stages must be n_layers = " + std::to_string(n_layers));
+  }
+  std::vector<nn::LayerRange> ranges;
+  int first = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int n = n_layers / stages + (s < n_layers % stages ? 1 : 0);
+    ranges.push_back({first, first + n});
+    first += n;
+  }
+  return ranges;
+}
+
+// The header: a line per tensor, "name d0 d1 ...".
+void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group) {
+  constexpr std::int64_t kMaxHeader = std::int64_t{64} << 20;
+  if (group.rank() != 0) {
+    std::string header;
+    for (const auto& [name, t] : dict) {
+      header += name;
+      for (std::int64_t d : t.shape()) {
+        header += ' ';
+        header += std::to_string(d);
+      }
+      header += '\n';
+    }
+    std::vector<std::int64_t> length{static_cast<std::int64_t>(header.size())};
+    group.send(length, 0);
+    group.send(dist::Buffer(header.data(), header.size(), DType::kUInt8), 0);
+    for (auto& [name, t] : dict) {
+      Tensor whole = t.contiguous();
+      group.send(dist::Buffer(whole.data<float>(), static_cast<std::size_t>(whole.numel()),
+                              DType::kFloat32),
+                 0);
+    }
+    dict.clear();
+    return;
+  }
+  for (int r = 1; r < group.size(); ++r) {
+    std::vector<std::int64_t> length(1);
+    group.recv(length, r);
+    if (length[0] < 0 || length[0] > kMaxHeader) {
+      throw InvalidArgument("pipeline checkpoint: rank " + std::to_string(r) +
+                            " announced a header of " + std::to_string(length[0]) + " bytes");
+    }
+    std::string header(static_cast<std::size_t>(length[0]), '\0');
+    group.recv(dist::Buffer(header.data(), header.size(), DType::kUInt8), r);
+    std::istringstream lines(header);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string name;
+      fields >> name;
+      Shape shape;
+      for (std::int64_t d; fields >> d;) {
+        if (d < 0 || d > (std::int64_t{1} << 40)) {
+          throw InvalidArgument("pipeline checkpoint: rank " + std::to_string(r) +
+                                " sent a bad shape for " + name);
+        }
+        shape.push_back(d);
+      }
+      Tensor t = Tensor::zeros(shape);
+      group.recv(
+          dist::Buffer(t.data<float>(), static_cast<std::size_t>(t.numel()), DType::kFloat32), r);
+      dict.emplace_back(name, std::move(t));
+    }
+  }
+}
+
+namespace {
+
+// What the runtime can run: a valid compute-only schedule of F and B actions for `ranks`
+// ranks, with a layer range per stage.
+void check_runnable(const Schedule& schedule, int ranks, std::size_t layer_ranges) {
+  validate(schedule);
+  if (schedule.has_communication()) {
+    throw InvalidArgument("pipeline: give the compute-only schedule; the transfers are added");
+  }
+  if (schedule.ranks != ranks) {
+    throw InvalidArgument("pipeline: the schedule is for " + std::to_string(schedule.ranks) +
+                          " ranks, the pipeline group has " + std::to_string(ranks));
+  }
+  if (layer_ranges != static_cast<std::size_t>(schedule.num_stages())) {
+    throw InvalidArgument("pipeline: " + std::to_string(layer_ranges) + " layer ranges for " +
+                          std::to_string(schedule.num_stages()) + " stages");
+  }
+  for (const auto& list : schedule.actions) {
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
+        throw InvalidArgument(
+            "pipeline: the runtime runs F and B actions; " + to_string(a) +
+            " splits the backward (zero bubble), which is not built yet: use GPipe, 1F1B or "
+            "Interleaved1F1B");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PipelineRuntime::PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Schedule schedule,
+                                 std::vector<nn::LayerRange> stage_layers)
+    : model_(model),
+      pp_(pp),
+      schedule_(std::move(schedule)),
+      stage_layers_(std::move(stage_layers)) {
+  check_runnable(schedule_, pp.size(), stage_layers_.size());
+  lowered_ = add_send_recv(schedule_);
+  std::vector<nn::LayerRange> mine;
+  local_index_.assign(static_cast<std::size_t>(schedule_.num_stages()), -1);
+  for (int s = 0; s < schedule_.num_stages(); ++s) {
+    if (schedule_.stage_to_rank[static_cast<std::size_t>(s)] != pp.rank()) continue;
+    local_index_[static_cast<std::size_t>(s)] = static_cast<int>(mine.size());
+    mine.push_back(stage_layers_[static_cast<std::size_t>(s)]);
+  }
+  model_.apply_pipeline(mine);
+  last_backward_.assign(mine.size(), -1);
+  for (const Action& a : schedule_.actions[static_cast<std::size_t>(pp.rank())]) {
+    if (a.kind == ActionKind::kFullBackward)
+      last_backward_[static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)])] =
+          a.microbatch;
+  }
+  slots_.resize(mine.size() * static_cast<std::size_t>(schedule_.microbatches));
+  spare_.resize(mine.size());
+  create_links();
+}
+
+// One group per (sender, receiver, direction) that the schedule uses, created in the same
+// order on every rank (new_group is collective over pp).
+void PipelineRuntime::create_links() {
+  const auto rank_of = [&](int stage) {
+    return schedule_.stage_to_rank[static_cast<std::size_t>(stage)];
+  };
+  std::set<std::tuple<int, int, int>> needed;
+  for (const auto& list : lowered_.actions) {
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kSendF)
+        needed.insert({rank_of(a.stage), rank_of(a.stage + 1), kActivations});
+      if (a.kind == ActionKind::kSendB)
+        needed.insert({rank_of(a.stage), rank_of(a.stage - 1), kGradients});
+    }
+  }
+  for (const auto& [from, to, direction] : needed) {
+    auto group = pp_.new_group({from, to});
+    if (group) links_[{from, to, direction}] = std::move(group);
+  }
+}
+
+bool PipelineRuntime::holds_last_stage() const { return local_index_.back() >= 0; }
+
+PipelineRuntime::Slot& PipelineRuntime::slot(int stage, int microbatch) {
+  const int local = local_index_[static_cast<std::size_t>(stage)];
+  return slots_[static_cast<std::size_t>(local * schedule_.microbatches + microbatch)];
+}
+
+dist::ProcessGroup& PipelineRuntime::link(int from, int to, Direction direction) {
+  return *links_.at({from, to, direction});
+}
+
+float* PipelineRuntime::buffer(Tensor& t) {
+  return nn::ensure(t, {model_.local_rows(micro_batch_ * seq_), model_.config().dim});
+}
+
+void PipelineRuntime::wait(const std::shared_ptr<dist::Work>& work) {
+  if (!work) return;
+  const auto start = Clock::now();
+  work->wait();
+  wait_seconds_ += since(start);
+}
+
+double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                                         std::int64_t batch, std::int64_t seq, double loss_scale) {
+  const int m = schedule_.microbatches;
+  if (batch % m != 0) {
+    throw InvalidArgument("pipeline: a batch of " + std::to_string(batch) +
+                          " sequences does not split into " + std::to_string(m) +
+                          " equal micro-batches");
+  }
+  tokens_ = tokens;
+  targets_ = targets;
+  micro_batch_ = batch / m;
+  seq_ = seq;
+  loss_scale_ = loss_scale / m;
+  loss_sum_ = 0;
+  const auto start = Clock::now();
+  for (const Action& a : lowered_.actions[static_cast<std::size_t>(pp_.rank())]) run(a);
+  finish_sends();
+  step_seconds_ += since(start);
+  return loss_sum_ / m;
+}
+
+double PipelineRuntime::measured_idle_fraction() const {
+  return step_seconds_ > 0 ? wait_seconds_ / step_seconds_ : 0.0;
+}
+
+double PipelineRuntime::simulated_idle_fraction() const {
+  if (forwards_ == 0 || backwards_ == 0) return 0;
+  const double forward = forward_seconds_ / static_cast<double>(forwards_);
+  const double backward = backward_seconds_ / static_cast<double>(backwards_);
+  const Simulation s = simulate(schedule_, {.forward = forward,
+                                            .backward_input = backward / 2,
+                                            .backward_weight = backward / 2,
+                                            .full_backward = backward});
+  return s.idle_fraction[static_cast<std::size_t>(pp_.rank())];
+}
+
+void PipelineRuntime::run(const Action& action) {
+  switch (action.kind) {
+    case ActionKind::kForward:
+      forward(action);
+      break;
+    case ActionKind::kFullBackward:
+      backward(action);
+      break;
+    default:
+      post(action);
+  }
+}
+
+// A stage's input comes from the stage before it: received, or handed over in this rank's
+// slots when that stage is here too. Its output goes the same way to the next.
+void PipelineRuntime::forward(const Action& a) {
+  Slot& s = slot(a.stage, a.microbatch);
+  wait(s.x_arrival);
+  s.x_arrival.reset();
+  const auto start = Clock::now();
+  const std::int64_t offset = a.microbatch * micro_batch_ * seq_;
+  const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(a.stage)];
+  loss_sum_ += model_.forward_stage(layers, tokens_ + offset, targets_ + offset, buffer(s.x),
+                                    micro_batch_, seq_);
+  // Keep what backward needs in the slot; the model gets spare buffers for the next forward.
+  auto& spare = spare_[static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)])];
+  s.saved = nn::Activations{};
+  if (!spare.empty()) {
+    s.saved = std::move(spare.back());
+    spare.pop_back();
+  }
+  model_.swap_activations(layers, s.saved);
+  saved_bytes_ += s.saved.bytes();
+  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
+  forward_seconds_ += since(start);
+  ++forwards_;
+  const int next = a.stage + 1;
+  if (next < schedule_.num_stages() && local_index_[static_cast<std::size_t>(next)] >= 0)
+    slot(next, a.microbatch).x = std::move(s.x);
+}
+
+void PipelineRuntime::backward(const Action& a) {
+  Slot& s = slot(a.stage, a.microbatch);
+  wait(s.grad_arrival);
+  s.grad_arrival.reset();
+  const auto start = Clock::now();
+  const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(a.stage)];
+  const auto local = static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)]);
+  if (before_backward_) before_backward_(a.microbatch == last_backward_[local]);
+  saved_bytes_ -= s.saved.bytes();
+  model_.swap_activations(layers, s.saved);
+  model_.backward_stage(layers, buffer(s.grad), loss_scale_);
+  spare_[local].push_back(std::move(s.saved));
+  backward_seconds_ += since(start);
+  ++backwards_;
+  const int previous = a.stage - 1;
+  if (previous >= 0 && local_index_[static_cast<std::size_t>(previous)] >= 0)
+    slot(previous, a.microbatch).grad = std::move(s.grad);
+}
+
+// SEND_F s: stage s's output to stage s + 1; RECV_F s: stage s's input from s - 1; SEND_B s:
+// stage s's input gradient to s - 1; RECV_B s: stage s's output gradient from s + 1.
+void PipelineRuntime::post(const Action& a) {
+  const int me = pp_.rank(), mb = a.microbatch, m = schedule_.microbatches;
+  const auto rank_of = [&](int stage) {
+    return schedule_.stage_to_rank[static_cast<std::size_t>(stage)];
+  };
+  Slot& s = slot(a.stage, mb);
+  const auto floats = [](Tensor& t) {
+    return dist::Buffer(t.data<float>(), static_cast<std::size_t>(t.numel()), DType::kFloat32);
+  };
+  switch (a.kind) {
+    case ActionKind::kSendF:
+      sends_.push_back(link(me, rank_of(a.stage + 1), kActivations)
+                           .send_async(floats(s.x), 1, tag_of(a.stage + 1, mb, m)));
+      break;
+    case ActionKind::kRecvF:
+      buffer(s.x);
+      s.x_arrival = link(rank_of(a.stage - 1), me, kActivations)
+                        .recv_async(floats(s.x), 0, tag_of(a.stage, mb, m));
+      break;
+    case ActionKind::kSendB:
+      sends_.push_back(link(me, rank_of(a.stage - 1), kGradients)
+                           .send_async(floats(s.grad), 1, tag_of(a.stage - 1, mb, m)));
+      break;
+    case ActionKind::kRecvB:
+      buffer(s.grad);
+      s.grad_arrival = link(rank_of(a.stage + 1), me, kGradients)
+                           .recv_async(floats(s.grad), 0, tag_of(a.stage, mb, m));
+      break;
+    default:
+      throw InvalidArgument("pipeline: cannot run " + to_string(a));
+  }
+}
+
+// The slots' buffers are rewritten by the next step: its sends must be done by then.
+void PipelineRuntime::finish_sends() {
+  for (const auto& work : sends_) wait(work);
+  sends_.clear();
+}
+
+double PipelineRuntime::evaluate(const std::int32_t* tokens, const std::int32_t* targets,
+                                 std::int64_t batch, std::int64_t seq) {
+  const int m = schedule_.microbatches, me = pp_.rank();
+  if (batch % m != 0) {
+    throw InvalidArgument("pipeline: a batch of " + std::to_string(batch) +
+                          " sequences does not split into " + std::to_string(m) +
+                          " equal micro-batches");
+  }
+  micro_batch_ = batch / m;
+  seq_ = seq;
+  double loss = 0;
+  const int stages = schedule_.num_stages();
+  for (int stage = 0; stage < stages; ++stage) {
+    if (local_index_[static_cast<std::size_t>(stage)] < 0) continue;
+    const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(stage)];
+    for (int mb = 0; mb < m; ++mb) {
+      Slot& s = slot(stage, mb);
+      float* x = buffer(s.x);
+      const dist::Buffer floats(x, static_cast<std::size_t>(s.x.numel()), DType::kFloat32);
+      const int previous = stage - 1, next = stage + 1;
+      if (previous >= 0 && local_index_[static_cast<std::size_t>(previous)] < 0) {
+        const int from = schedule_.stage_to_rank[static_cast<std::size_t>(previous)];
+        link(from, me, kActivations).recv(floats, 0, tag_of(stage, mb, m));
+      }
+      const std::int64_t offset = mb * micro_batch_ * seq;
+      loss += model_.forward_stage(layers, tokens + offset, targets + offset, x, micro_batch_, seq);
+      if (next == stages) continue;
+      if (local_index_[static_cast<std::size_t>(next)] >= 0) {
+        slot(next, mb).x = std::move(s.x);
+      } else {
+        const int to = schedule_.stage_to_rank[static_cast<std::size_t>(next)];
+        sends_.push_back(link(me, to, kActivations).send_async(floats, 1, tag_of(next, mb, m)));
+      }
+    }
+  }
+  for (const auto& work : sends_) work->wait();  // not the training steps' waits
+  sends_.clear();
+  return loss / m;
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,124 @@
+// Pipeline parallelism's runtime: the model's layers cut into stages on the ranks of a `pp`
+// group, micro-batches streamed through them in the order a schedule (pipeline_schedule.h)
+// gives each rank, activations sent forward and their gradients backward between ranks.
+// Design, costs and the schedules' bubbles: docs/PARALLELISM.md.
+//
+//   Schedule s = make_schedule(ScheduleKind::k1F1B, pp.size(), 1, /*microbatches=*/4);
+//   PipelineRuntime pipe(model, pp, s, split_layers(n_layers, s.num_stages()));
+//   model.init_weights(seed);                       // each rank its stages' parameters
+//   double loss = pipe.forward_backward(tokens, targets, batch, seq, 1.0);  // last stage's
+//
+// Every rank of `pp` runs the same schedule; each executes its own list of actions in order.
+// Transfers are asynchronous: a receive is posted where the lowered schedule places it
+// (add_send_recv) and waited for by the action that reads it, a send completes in the
+// background; each (sender, receiver, direction) has a group of its own, so a transfer never
+// waits behind an unrelated one. Shapes are known in advance (micro-batch rows x dim), so
+// nothing but the tensors travels. Every wait carries the group's deadline.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "weft/dist/process_group.h"
+#include "weft/nn/llama.h"
+#include "weft/parallel/pipeline_schedule.h"
+
+namespace weft::parallel {
+
+// Cuts n_layers blocks into `stages` consecutive ranges: `layers_per_stage` each when positive
+// (stages x layers_per_stage must be n_layers), else as evenly as possible with the earlier
+// stages taking the extra layers. InvalidArgument when a stage would be empty or the counts
+// do not fit.
+std::vector<nn::LayerRange> split_layers(int n_layers, int stages, int layers_per_stage = 0);
+
+// Checkpoints of a pipeline: appends every other rank's tensors of `dict` to rank 0's, in rank
+// order (names and shapes travel first, as text, so each rank may hold different tensors), and
+// empties `dict` on the others. Collective over `group`; every length read is checked.
+void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group);
+
+class PipelineRuntime {
+ public:
+  // Makes `model` hold this rank's stages of `schedule` (which must pass validate(), have
+  // pp.size() ranks and hold F and B actions only: the zero-bubble split into I and W is not
+  // run yet) with `stage_layers[s]` the layers of global stage s; creates the point-to-point
+  // groups (collective over `pp`: every rank constructs with the same arguments).
+  // InvalidArgument naming what does not fit. `model` and `pp` outlive the runtime.
+  PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Schedule schedule,
+                  std::vector<nn::LayerRange> stage_layers);
+
+  // Forward and backward of every micro-batch of tokens and targets [batch, seq] (batch split
+  // into schedule().microbatches equal parts, which it must divide): every parameter's grad
+  // += d(loss_scale x mean loss) / d(parameter). Returns the mean loss on the rank holding the
+  // last stage, 0 on the others. Every rank of pp calls it with the same shapes.
+  double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                          std::int64_t batch, std::int64_t seq, double loss_scale);
+  // Forward only (each stage runs its micro-batches in order); the mean loss as above.
+  double evaluate(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                  std::int64_t seq);
+
+  // Called before every backward with whether it is its stage's last in this step: data
+  // parallelism reduces a stage's gradients only after that one.
+  void on_backward(std::function<void(bool last_of_stage)> hook) {
+    before_backward_ = std::move(hook);
+  }
+
+  const Schedule& schedule() const { return schedule_; }  // compute-only
+  const std::vector<nn::LayerRange>& stage_layers() const { return stage_layers_; }
+  bool holds_last_stage() const;
+  // The most activation bytes this rank kept at once for micro-batches awaiting their backward.
+  std::int64_t peak_activation_bytes() const { return peak_saved_bytes_; }
+  // Over every forward_backward so far: wall seconds spent waiting for transfers (the
+  // bubble: another stage's work this rank depends on), and the share of the time that is.
+  double wait_seconds() const { return wait_seconds_; }
+  double measured_idle_fraction() const;
+  // The idle share simulate() gives this rank for the schedule with this rank's mean forward
+  // and backward times measured so far (0 before any step).
+  double simulated_idle_fraction() const;
+
+ private:
+  struct Slot {   // one (stage held here, micro-batch)
+    Tensor x;     // the stage's input activations, then its output
+    Tensor grad;  // the gradient of its output, then of its input
+    nn::Activations saved;
+    std::shared_ptr<dist::Work> x_arrival, grad_arrival;
+  };
+  enum Direction { kActivations, kGradients };
+
+  void create_links();
+  Slot& slot(int stage, int microbatch);
+  dist::ProcessGroup& link(int from, int to, Direction direction);
+  void run(const Action& action);
+  void forward(const Action& action);
+  void backward(const Action& action);
+  void post(const Action& action);
+  void wait(const std::shared_ptr<dist::Work>& work);
+  void finish_sends();
+  float* buffer(Tensor& t);
+
+  nn::Llama& model_;
+  dist::ProcessGroup& pp_;
+  Schedule schedule_;  // compute-only
+  Schedule lowered_;   // with the transfers
+  std::vector<nn::LayerRange> stage_layers_;
+  std::vector<int> local_index_;    // [global stage] -> index among this rank's stages, or -1
+  std::vector<int> last_backward_;  // [local stage] -> the micro-batch of its last backward
+  std::function<void(bool)> before_backward_;
+  std::map<std::tuple<int, int, int>, std::shared_ptr<dist::ProcessGroup>> links_;
+  std::vector<Slot> slots_;                          // [local stage][micro-batch]
+  std::vector<std::vector<nn::Activations>> spare_;  // [local stage]: buffers for reuse
+  std::vector<std::shared_ptr<dist::Work>> sends_;
+  // The step in progress.
+  const std::int32_t *tokens_ = nullptr, *targets_ = nullptr;
+  std::int64_t micro_batch_ = 0, seq_ = 0;
+  double loss_scale_ = 1, loss_sum_ = 0;
+  std::int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
+  double wait_seconds_ = 0, step_seconds_ = 0;
+  double forward_seconds_ = 0, backward_seconds_ = 0;
+  std::int64_t forwards_ = 0, backwards_ = 0;
+};
+
+}  // namespace weft::parallel
