@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on 2 cores, on the same global batch, in one run: 1 rank x 1 thread,
-# DDP on 2 ranks, and 2 pipeline stages under each schedule the runtime runs (GPipe, 1F1B,
-# Interleaved1F1B with 2 stages per rank), 8 micro-batches of 1 sequence; for
+# DDP on 2 ranks, and 2 pipeline stages under each schedule (GPipe, 1F1B, and with 2 stages per
+# rank Interleaved1F1B, InterleavedZeroBubble and ZBVZeroBubble), 8 micro-batches of 1 sequence; for
 # configs/llama_1024.toml (dim 1024, 8 layers, 16 heads) at a global batch of 8 x 256. Per run:
 # tokens/s over the timed steps, the largest rank's peak RSS, the activations rank 0 kept at
 # once, and rank 0's idle share: measured (time waiting for the other stage over its
@@ -24,7 +24,7 @@ printf "%-10s %-26s %9s %7s %9s %11s %9s %9s\n" config layout "tok/s" "vs 1x1" "
 for cfg in ${CONFIGS:-llama_1024}; do
   batch=8
   base=
-  for layout in ${LAYOUTS:-1x1 ddp gpipe 1f1b interleaved}; do
+  for layout in ${LAYOUTS:-1x1 ddp gpipe 1f1b interleaved interleaved-zb zbv}; do
     ranks=2 per_rank=$batch extra=()
     pp=(--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 1)
     case $layout in
@@ -33,6 +33,8 @@ for cfg in ${CONFIGS:-llama_1024}; do
       gpipe) extra=("${pp[@]}" --parallelism.pipeline_parallel_schedule GPipe) ;;
       1f1b) extra=("${pp[@]}" --parallelism.pipeline_parallel_schedule 1F1B) ;;
       interleaved) extra=("${pp[@]}" --parallelism.pipeline_parallel_schedule Interleaved1F1B) ;;
+      interleaved-zb) extra=("${pp[@]}" --parallelism.pipeline_parallel_schedule InterleavedZeroBubble) ;;
+      zbv) extra=("${pp[@]}" --parallelism.pipeline_parallel_schedule ZBVZeroBubble) ;;
     esac
     jsonl="$out/$cfg.$layout.jsonl"
     launch=()

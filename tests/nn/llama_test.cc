@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -135,6 +136,41 @@ TEST(LlamaTest, ActivationCheckpointingChangesNothing) {
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(grads[0], grads[1]);  // bitwise
+}
+
+// Zero bubble's I and W: with a DeferredWeightGrads the backward leaves every linear layer's
+// gradient untouched (the norms' and the embedding's are computed), and run() then gives
+// bitwise the gradients of the whole backward, with or without activation checkpointing.
+TEST(LlamaTest, DeferredWeightGradientsRunLaterToTheSameBits) {
+  const Batch b = batch(3, 8, 11, 5);
+  for (bool checkpointing : {false, true}) {
+    std::vector<std::vector<float>> grads[2];
+    for (int deferring = 0; deferring < 2; ++deferring) {
+      Llama model(tiny());
+      model.init_weights(12);
+      model.set_activation_checkpointing(checkpointing);
+      model.parameters().zero_grad();
+      const LayerRange whole{0, 2};
+      std::vector<float> x(static_cast<std::size_t>(3 * 8 * 16));
+      model.forward_stage(whole, b.tokens.data(), b.targets.data(), x.data(), 3, 8);
+      DeferredWeightGrads deferred;
+      model.backward_stage(whole, x.data(), 1.0, deferring == 1 ? &deferred : nullptr);
+      if (deferring == 1) {
+        EXPECT_FALSE(deferred.empty());
+        for (const auto& p : model.parameters().all()) {
+          const bool linear = p->value.ndim() == 2 && p->name != "tok_embeddings.weight";
+          const auto g = p->grad.to_vector<float>();
+          const bool zero = std::all_of(g.begin(), g.end(), [](float v) { return v == 0; });
+          EXPECT_EQ(zero, linear) << p->name << (checkpointing ? ", checkpointing" : "");
+        }
+        deferred.run();
+        EXPECT_TRUE(deferred.empty());
+      }
+      for (const auto& p : model.parameters().all())
+        grads[deferring].push_back(p->grad.to_vector<float>());
+    }
+    EXPECT_EQ(grads[0], grads[1]) << (checkpointing ? "checkpointing" : "");  // bitwise
+  }
 }
 
 // Generating with the KV cache gives the logits of the full forward, position by position.

@@ -326,7 +326,8 @@ class PipelineParallelTest : public testing::Test {
 RunResult* PipelineParallelTest::one_ = nullptr;
 
 TEST_F(PipelineParallelTest, EveryScheduleEqualsOneProcess) {
-  for (const char* schedule : {"GPipe", "1F1B", "Interleaved1F1B"}) {
+  for (const char* schedule :
+       {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
     for (int pp : {2, 4}) {
       expect_parity(layout(pp, schedule),
                     std::string(schedule) + " pp " + std::to_string(pp) + ", 4 micro-batches");
@@ -340,6 +341,10 @@ TEST_F(PipelineParallelTest, UnevenStagesCheckpointingAndCsvSchedules) {
   Layout checkpointed = layout(2, "Interleaved1F1B");
   checkpointed.activation_checkpointing = true;
   expect_parity(checkpointed, "Interleaved1F1B pp 2, activation checkpointing");
+  // I recomputes the forward; its W reads the recomputation, kept until then.
+  Layout zero_bubble_checkpointed = layout(2, "ZBVZeroBubble");
+  zero_bubble_checkpointed.activation_checkpointing = true;
+  expect_parity(zero_bubble_checkpointed, "ZBVZeroBubble pp 2, activation checkpointing");
   Layout csv = layout(2, "");
   csv.pipeline.schedule_csv =
       write_schedule_csv(make_schedule(ScheduleKind::kInterleaved1F1B, 2, 2, 4));
@@ -355,6 +360,9 @@ TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
   Layout tp = layout(2, "1F1B");
   tp.tp = 2;
   expect_parity(tp, "1F1B pp 2 x TP 2 (sequence and loss parallel)");
+  Layout zero_bubble_tp = layout(2, "InterleavedZeroBubble");  // W copies the gathered inputs
+  zero_bubble_tp.tp = 2;
+  expect_parity(zero_bubble_tp, "InterleavedZeroBubble pp 2 x TP 2 (sequence and loss parallel)");
   Layout ddp = layout(2, "Interleaved1F1B");
   ddp.replicate = 2;
   ddp.pipeline.microbatches = 2;  // of each data-parallel rank's 6 sequences
@@ -372,6 +380,33 @@ TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
   expect_parity(three_d, "1F1B pp 2 x DDP 2 x TP 2 (8 ranks)");
 }
 
+// Pipelined FSDP keeps a unit gathered from its first forward of the step to its last
+// backward and reduces it after that one.
+TEST_F(PipelineParallelTest, ComposesWithFsdp) {
+  for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kZero2, ShardingMode::kFullShard}) {
+    Layout fsdp = layout(2, "1F1B");
+    fsdp.shard = 2;
+    fsdp.mode = mode;
+    fsdp.pipeline.microbatches = 2;
+    expect_parity(fsdp, std::string("1F1B pp 2 x FSDP 2 ") + sharding_mode_name(mode));
+  }
+  Layout interleaved = layout(2, "Interleaved1F1B");
+  interleaved.shard = 2;
+  interleaved.pipeline.microbatches = 2;
+  interleaved.micro = 3;
+  expect_parity(interleaved, "Interleaved1F1B pp 2 x FSDP 2 full_shard, 3 accumulated batches");
+  Layout hsdp = layout(2, "GPipe");
+  hsdp.replicate = 2;
+  hsdp.shard = 2;
+  hsdp.pipeline.microbatches = 3;
+  expect_parity(hsdp, "GPipe pp 2 x HSDP 2x2 (8 ranks)");
+  Layout three_d = layout(2, "1F1B");
+  three_d.shard = 2;
+  three_d.tp = 2;
+  three_d.pipeline.microbatches = 2;
+  expect_parity(three_d, "1F1B pp 2 x FSDP 2 x TP 2 (8 ranks)");
+}
+
 TEST(PipelineParallelErrorsTest, NamesWhatDoesNotFit) {
   const auto fails = [](const Layout& layout, const std::string& message) {
     EXPECT_THAT([&] { parallel_run(layout); },
@@ -380,14 +415,14 @@ TEST(PipelineParallelErrorsTest, NamesWhatDoesNotFit) {
   };
   nn::LlamaConfig deep = config();
   deep.n_layers = 4;
-  Layout zero_bubble{
-      .pp = 2, .pipeline = {.schedule = "ZBVZeroBubble", .microbatches = 4}, .model = deep};
-  fails(zero_bubble, "not built yet");
+  Layout zero_bubble_ddp{.pp = 2,
+                         .replicate = 2,
+                         .pipeline = {.schedule = "ZBVZeroBubble", .microbatches = 2},
+                         .model = deep};
+  fails(zero_bubble_ddp, "zero-bubble pipeline schedules with data parallelism are not built");
   Layout too_deep{.pp = 4, .pipeline = {.schedule = "1F1B", .microbatches = 4}};
   too_deep.model.n_layers = 2;
   fails(too_deep, "2 layers cannot make 4 stages");
-  Layout with_fsdp{.pp = 2, .shard = 2, .pipeline = {.schedule = "1F1B", .microbatches = 2}};
-  fails(with_fsdp, "with FSDP or HSDP is not built yet");
   Layout odd{.pp = 2, .pipeline = {.schedule = "1F1B", .microbatches = 5}};
   fails(odd, "does not split into 5");
 }

@@ -186,9 +186,10 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
   expect_continues(c, a);
 }
 
-// Pipeline stages on 2 ranks (and x TP 2 on 4) against one process; a 1F1B run's checkpoints
-// hold the whole model: resumed under the pipeline it continues bit for bit, resumed by one
-// process to within rounding, and weft-generate reads them.
+// Pipeline stages on 2 ranks (1F1B, interleaved, ZB-V; and x TP 2 or x FSDP 2 on 4) against
+// one process; a 1F1B run's checkpoints hold the whole model: resumed under the pipeline it
+// continues bit for bit, resumed by one process to within rounding, and weft-generate reads
+// them.
 TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywhere) {
   const std::string one = train("one", 1, "--checkpoint.enable false --training.batch_size 8");
   const std::string pp =
@@ -201,6 +202,16 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
   expect_close(train("pp-2xtp-2", 4,
                      "--checkpoint.enable false " + pp + "--parallelism.tensor_parallel_degree 2"),
                one, kTolerance, "pp-2 x tp-2 1F1B");
+  expect_close(train("pp-2xfsdp-2", 4,
+                     "--checkpoint.enable false --training.batch_size 4 "
+                     "--parallelism.pipeline_parallel_degree 2 "
+                     "--parallelism.pipeline_parallel_microbatch_size 2 "
+                     "--parallelism.data_parallel_shard_degree 2"),
+               one, kTolerance, "pp-2 x fsdp-2 1F1B");
+  expect_close(train("pp-2-zbv", 2,
+                     "--checkpoint.enable false " + pp +
+                         "--parallelism.pipeline_parallel_schedule ZBVZeroBubble"),
+               one, kTolerance, "pp-2 ZBVZeroBubble");
   const std::string checkpointed = pp + "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
   const std::string whole = train("pp", 2, checkpointed);
   expect_close(whole, one, kTolerance, "pp-2 1F1B");

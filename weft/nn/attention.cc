@@ -57,12 +57,13 @@ void Attention::forward(const float* x, float* out, std::int64_t batch, std::int
 }
 
 void Attention::backward(const float* dout, const float* x, float* dx, std::int64_t batch,
-                         std::int64_t seq) {
-  backward_input(dout, dx, batch, seq);
-  backward_weight(x, batch * seq);
+                         std::int64_t seq, DeferredWeightGrads* deferred) {
+  backward_input(dout, dx, batch, seq, deferred);
+  backward_weight(x, batch * seq, deferred);
 }
 
-void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq) {
+void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
+                               DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
   const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
@@ -72,7 +73,12 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
   const float* q = qkv_.data<float>();
   const float* k = q + config_.n_heads * hd;
   const float* v = k + config_.n_kv_heads * hd;
-  wo_.backward(dout, att_.data<float>(), datt, rows);
+  if (deferred == nullptr) {
+    wo_.backward(dout, att_.data<float>(), datt, rows);
+  } else {  // dout is the block's gradient buffer, which backward goes on to change
+    wo_.backward_input(dout, datt, rows);
+    wo_.backward_weight(dout, att_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
+  }
   kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq, dk,
                               dv);
   kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
@@ -80,8 +86,10 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
   wqkv_.backward_input(dq, dx, rows);
 }
 
-void Attention::backward_weight(const float* x, std::int64_t rows) {
-  wqkv_.backward_weight(dqkv_.data<float>(), x, rows);
+void Attention::backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
+                                bool copy_x) {
+  // dqkv_ is scratch that the next backward overwrites.
+  wqkv_.backward_weight(dqkv_.data<float>(), x, rows, deferred, /*copy_dy=*/true, copy_x);
 }
 
 void Attention::forward_cached(const float* x, float* residual, std::int64_t n,

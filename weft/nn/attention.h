@@ -31,11 +31,16 @@ class Attention {
   void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq, bool accumulate);
   // dx ([batch * seq, dim]) is overwritten (this rank's heads' share of it under tensor
   // parallelism); x is the forward's input.
-  void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq);
+  // With `deferred`, the weight gradients are recorded there instead (DeferredWeightGrads).
+  void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq,
+                DeferredWeightGrads* deferred = nullptr);
   // backward in two halves: everything but wq|wk|wv's weight gradient (which needs x), then
   // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
-  void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq);
-  void backward_weight(const float* x, std::int64_t rows);
+  // copy_x: x may change before a deferred gradient runs.
+  void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
+                      DeferredWeightGrads* deferred = nullptr);
+  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
+                       bool copy_x = false);
   // Inference: x [n, dim] are positions cache.length .. + n of one sequence; their keys and
   // values are appended to `cache` and each attends to every cached position up to itself;
   // the output is added to residual, as in forward.

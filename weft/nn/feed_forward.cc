@@ -20,21 +20,30 @@ void FeedForward::forward(const float* x, float* out, std::int64_t rows, bool ac
   w2_.forward(g, out, rows, accumulate);
 }
 
-void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows) {
-  backward_input(dout, dx, rows);
-  backward_weight(x, rows);
+void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows,
+                           DeferredWeightGrads* deferred) {
+  backward_input(dout, dx, rows, deferred);
+  backward_weight(x, rows, deferred);
 }
 
-void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows) {
+void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows,
+                                 DeferredWeightGrads* deferred) {
   float* dg = ensure(dg_, {rows, hidden_});
   float* ab = ab_.data<float>();
-  w2_.backward(dout, g_.data<float>(), dg, rows);
+  if (deferred == nullptr) {
+    w2_.backward(dout, g_.data<float>(), dg, rows);
+  } else {  // dout is the block's gradient buffer, which backward goes on to change
+    w2_.backward_input(dout, dg, rows);
+    w2_.backward_weight(dout, g_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
+  }
   kernels::swiglu_backward(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);  // ab becomes dab
   w13_.backward_input(ab, dx, rows);
 }
 
-void FeedForward::backward_weight(const float* x, std::int64_t rows) {
-  w13_.backward_weight(ab_.data<float>(), x, rows);
+void FeedForward::backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
+                                  bool copy_x) {
+  // ab_ holds the gradient of w1|w3's output until the next forward.
+  w13_.backward_weight(ab_.data<float>(), x, rows, deferred, /*copy_dy=*/false, copy_x);
 }
 
 void FeedForward::release() { ab_ = g_ = Tensor(); }

@@ -22,11 +22,16 @@ class FeedForward {
   // dx overwritten (this rank's share under tensor parallelism); x is the forward's input.
   // Consumes what forward kept (w1 x | w3 x become their gradients): one backward per
   // forward.
-  void backward(const float* dout, const float* x, float* dx, std::int64_t rows);
+  // With `deferred`, the weight gradients are recorded there instead (DeferredWeightGrads).
+  void backward(const float* dout, const float* x, float* dx, std::int64_t rows,
+                DeferredWeightGrads* deferred = nullptr);
   // backward in two halves: everything but w1|w3's weight gradient (which needs x), then
   // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
-  void backward_input(const float* dout, float* dx, std::int64_t rows);
-  void backward_weight(const float* x, std::int64_t rows);
+  // copy_x: x may change before a deferred gradient runs.
+  void backward_input(const float* dout, float* dx, std::int64_t rows,
+                      DeferredWeightGrads* deferred = nullptr);
+  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
+                       bool copy_x = false);
   std::int64_t activation_bytes() const { return bytes_of({&ab_, &g_}); }
   void append_saved(std::vector<Tensor*>& saved) { saved.insert(saved.end(), {&ab_, &g_}); }
   void release();

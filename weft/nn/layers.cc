@@ -1,5 +1,7 @@
 #include "weft/nn/layers.h"
 
+#include <cstring>
+
 #include "weft/kernels/blas.h"
 #include "weft/kernels/embedding.h"
 #include "weft/kernels/rmsnorm.h"
@@ -42,6 +44,50 @@ void Linear::backward_input(const float* dy, float* dx, std::int64_t rows) const
 void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows) {
   kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), nullptr,
                                   weight_.grad.data<float>(), rows, in_, out_);
+}
+
+void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows,
+                             DeferredWeightGrads* deferred, bool copy_dy, bool copy_x) {
+  if (deferred == nullptr) {
+    backward_weight(dy, x, rows);
+  } else {
+    deferred->add(*this, dy, x, rows, copy_dy, copy_x);
+  }
+}
+
+namespace {
+
+Tensor copy_of(const float* data, std::int64_t rows, std::int64_t cols) {
+  Tensor t = Tensor::zeros({rows, cols});
+  std::memcpy(t.data<float>(), data, static_cast<std::size_t>(rows * cols) * sizeof(float));
+  return t;
+}
+
+}  // namespace
+
+void DeferredWeightGrads::add(Linear& layer, const float* dy, const float* x, std::int64_t rows,
+                              bool copy_dy, bool copy_x) {
+  Task t{&layer, dy, x, rows, {}, {}};
+  if (copy_dy) {
+    t.dy_copy = copy_of(dy, rows, layer.out());
+    t.dy = t.dy_copy.data<float>();
+  }
+  if (copy_x) {
+    t.x_copy = copy_of(x, rows, layer.in());
+    t.x = t.x_copy.data<float>();
+  }
+  tasks_.push_back(std::move(t));
+}
+
+void DeferredWeightGrads::run() {
+  for (const Task& t : tasks_) t.layer->backward_weight(t.dy, t.x, t.rows);
+  tasks_.clear();
+}
+
+std::int64_t DeferredWeightGrads::bytes() const {
+  std::int64_t n = 0;
+  for (const Task& t : tasks_) n += bytes_of({&t.dy_copy, &t.x_copy});
+  return n;
 }
 
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,

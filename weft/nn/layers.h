@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "weft/nn/parameter.h"
 
@@ -16,6 +17,32 @@ namespace weft::nn {
 float* ensure(Tensor& t, const Shape& shape);
 // Bytes of the tensors that are defined (activation memory).
 std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors);
+
+class Linear;
+
+// Weight gradients put off for later. A zero-bubble pipeline schedule splits a stage's backward
+// into I (the input gradients, which the previous stage waits for) and W (the weight
+// gradients, run when the rank would otherwise be idle): during I the linear layers record
+// their dW += dy^T x here, and W runs them, in the order recorded. An operand a later backward
+// overwrites (a scratch buffer) is copied; the others must stay unchanged until run() (the
+// micro-batch's saved activations, which the pipeline keeps until its W).
+class DeferredWeightGrads {
+ public:
+  void add(Linear& layer, const float* dy, const float* x, std::int64_t rows, bool copy_dy,
+           bool copy_x);
+  void run();  // computes every recorded product and forgets them
+  bool empty() const { return tasks_.empty(); }
+  std::int64_t bytes() const;  // of the copies
+
+ private:
+  struct Task {
+    Linear* layer;
+    const float *dy, *x;
+    std::int64_t rows;
+    Tensor dy_copy, x_copy;
+  };
+  std::vector<Task> tasks_;
+};
 
 class Linear {
  public:
@@ -34,6 +61,10 @@ class Linear {
   // The two halves of backward, dx and then dW, for callers that move dx between them.
   void backward_input(const float* dy, float* dx, std::int64_t rows) const;
   void backward_weight(const float* dy, const float* x, std::int64_t rows);
+  // backward_weight now, or recorded in `deferred` when it is not null (copy_dy, copy_x: the
+  // operands that may change before it runs).
+  void backward_weight(const float* dy, const float* x, std::int64_t rows,
+                       DeferredWeightGrads* deferred, bool copy_dy, bool copy_x);
   Parameter& weight() const { return weight_; }
   std::int64_t in() const { return in_; }    // this rank's
   std::int64_t out() const { return out_; }  // this rank's

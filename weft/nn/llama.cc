@@ -359,15 +359,16 @@ void Llama::backward(double loss_scale) {
   backward_stage(stages_[0], x_.data<float>(), loss_scale);  // x_ is no longer needed
 }
 
-void Llama::backward_stage(LayerRange stage, float* dx, double loss_scale) {
+void Llama::backward_stage(LayerRange stage, float* dx, double loss_scale,
+                           DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch_ * seq_, dim = config_.dim;
   require(rows > 0, "backward before forward");
   require(holds(stage), "backward_stage of layers " + std::to_string(stage.first) + " to " +
                             std::to_string(stage.last) + ", which this rank does not hold");
-  if (stage.last == config_.n_layers) head_backward(dx, loss_scale, rows);
+  if (stage.last == config_.n_layers) head_backward(dx, loss_scale, rows, deferred);
   for (int l = stage.last - 1; l >= stage.first; --l) {
     call(&UnitHooks::before_backward, l, false);
-    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_);
+    layers_[static_cast<std::size_t>(l)]->backward(dx, batch_, seq_, deferred);
     call(&UnitHooks::after_backward, l, true);
   }
   if (stage.first > 0) return;
@@ -378,15 +379,21 @@ void Llama::backward_stage(LayerRange stage, float* dx, double loss_scale) {
 }
 
 // The loss, the output layer and the final norm: dx receives the gradient of the norm's input.
-void Llama::head_backward(float* dx, double loss_scale, std::int64_t rows) {
+void Llama::head_backward(float* dx, double loss_scale, std::int64_t rows,
+                          DeferredWeightGrads* deferred) {
   const int last = static_cast<int>(config_.n_layers);
   const std::int64_t dim = config_.dim, local = tp_->local_rows(rows);
   call(&UnitHooks::before_backward, last, false);
   float* dlogits = ensure(dlogits_, {rows, output_->out()});
   loss_backward(rows, loss_scale / static_cast<double>(rows), dlogits);
   float* dxn = ensure(dxn_, {rows, dim});
-  const bool gathered = tp_->plan().sequence_sharded();
-  output_->backward(dlogits, gathered ? xn_full_.data<float>() : xn_.data<float>(), dxn, rows);
+  const float* xn = tp_->plan().sequence_sharded() ? xn_full_.data<float>() : xn_.data<float>();
+  if (deferred == nullptr) {
+    output_->backward(dlogits, xn, dxn, rows);
+  } else {  // dlogits is scratch; xn is kept with the activations
+    output_->backward_input(dlogits, dxn, rows);
+    output_->backward_weight(dlogits, xn, rows, deferred, /*copy_dy=*/true, false);
+  }
   if (tp_->enabled()) {
     float* dxn_local = ensure(dxn_local_, {local, dim});
     tp_->reduce(dxn, rows, dim, dxn_local, /*accumulate=*/false);

@@ -108,8 +108,11 @@ class Llama {
                        float* x, std::int64_t batch, std::int64_t seq);
   // The stage's backward after its forward: dx holds the gradient of the stage's output
   // (ignored by the last stage, which starts from loss_scale * the loss) and receives that
-  // of its input (the first stage's is left unspecified).
-  void backward_stage(LayerRange stage, float* dx, double loss_scale);
+  // of its input (the first stage's is left unspecified). With `deferred`, the linear layers'
+  // weight gradients are recorded there instead (zero bubble's I; run() is its W), reading
+  // the saved activations, which must then stay as they are until run().
+  void backward_stage(LayerRange stage, float* dx, double loss_scale,
+                      DeferredWeightGrads* deferred = nullptr);
   // Swaps what the stage's last forward kept for backward with `saved`: out after a forward,
   // back in before its backward. Tensors swapped in are reused by the next forward.
   void swap_activations(LayerRange stage, Activations& saved);
@@ -158,7 +161,8 @@ class Llama {
   void require_whole(const char* what) const;
   void check_shape(std::int64_t batch, std::int64_t seq) const;
   void head_forward(float* x, std::int64_t rows);
-  void head_backward(float* dx, double loss_scale, std::int64_t rows);
+  void head_backward(float* dx, double loss_scale, std::int64_t rows,
+                     DeferredWeightGrads* deferred);
   void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
   double loss_forward(std::int64_t rows);
   void loss_backward(std::int64_t rows, double scale, float* dlogits);

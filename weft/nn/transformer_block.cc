@@ -14,26 +14,32 @@ std::string prefix(int layer, const char* part) {
 // the input gradient computed and its reduction started, and the weight gradient of the
 // column-parallel product computed while that reduction, and the gather of the region's
 // input it needs, travel. dh gets this rank's rows of the input gradient.
+// A deferred weight gradient copies the gathered input, a buffer the next gather reuses.
 template <class Region>
 void region_backward(TensorParallelContext& tp, Region& region, float* dx, const Tensor& input,
-                     float* dh, std::int64_t batch, std::int64_t seq, std::int64_t dim) {
+                     float* dh, std::int64_t batch, std::int64_t seq, std::int64_t dim,
+                     DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq;
   const float* dout = tp.gather(dx, rows, dim, 1);
   TensorParallelContext::Transfer x = tp.gather_async(input.data<float>(), rows, dim, 0);
   float* part = tp.partial(rows, dim);
-  region.backward_input(dout, part, batch, seq);
+  region.backward_input(dout, part, batch, seq, deferred);
   TensorParallelContext::Transfer reduced = tp.reduce_async(part, rows, dim, dh);
-  region.backward_weight(x.wait(), rows);
+  region.backward_weight(x.wait(), rows, deferred, tp.plan().sequence_sharded());
   reduced.wait();
 }
 
 // The feed-forward's backward as region_backward calls it.
 struct FeedForwardRegion {
   FeedForward& ffn;
-  void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq) {
-    ffn.backward_input(dout, dx, batch * seq);
+  void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
+                      DeferredWeightGrads* deferred) {
+    ffn.backward_input(dout, dx, batch * seq, deferred);
   }
-  void backward_weight(const float* x, std::int64_t rows) { ffn.backward_weight(x, rows); }
+  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
+                       bool copy_x) {
+    ffn.backward_weight(x, rows, deferred, copy_x);
+  }
 };
 
 }  // namespace
@@ -93,7 +99,8 @@ void TransformerBlock::forward_cached(float* x, std::int64_t n, std::int64_t pos
   feed_forward_.forward(h, x, n, /*accumulate=*/true);
 }
 
-void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq) {
+void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq,
+                                DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, local = tp_.local_rows(rows);
   if (checkpointing_) {
     float* x = ensure(recompute_, {local, dim_});
@@ -111,16 +118,16 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq)
   // the group (reduce-scattered to this rank's rows when sequence-parallel).
   if (tp_.enabled()) {
     FeedForwardRegion region{feed_forward_};
-    region_backward(tp_, region, dx, h2_, dh, batch, seq, dim_);
+    region_backward(tp_, region, dx, h2_, dh, batch, seq, dim_, deferred);
   } else {
-    feed_forward_.backward(dx, h2_.data<float>(), dh, rows);
+    feed_forward_.backward(dx, h2_.data<float>(), dh, rows, deferred);
   }
   ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
                      /*accumulate_dx=*/true, partial_norms ? dnorm + dim_ : nullptr);
   if (tp_.enabled()) {
-    region_backward(tp_, attention_, dx, h1_, dh, batch, seq, dim_);
+    region_backward(tp_, attention_, dx, h1_, dh, batch, seq, dim_, deferred);
   } else {
-    attention_.backward(dx, h1_.data<float>(), dh, batch, seq);
+    attention_.backward(dx, h1_.data<float>(), dh, batch, seq, deferred);
   }
   attention_norm_.backward(dh, input_.data<float>(), rstd1_.data<float>(), dx, local,
                            /*accumulate_dx=*/true, dnorm);
@@ -134,7 +141,7 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq)
     }
   }
   if (checkpointing_) {
-    release();
+    if (deferred == nullptr) release();  // else the deferred gradients read the recomputation
     recompute_ = Tensor();
   }
 }

@@ -29,8 +29,12 @@ class TransformerBlock {
                    TensorParallelContext& tp);
   // x: [local rows, dim] (tp.local_rows(batch * seq)), transformed in place.
   void forward(float* x, std::int64_t batch, std::int64_t seq);
-  // dx: the gradient of the block's output, turned in place into that of its input.
-  void backward(float* dx, std::int64_t batch, std::int64_t seq);
+  // dx: the gradient of the block's output, turned in place into that of its input. With
+  // `deferred`, the linear layers' weight gradients are recorded there instead (the norms'
+  // are computed at once); what they read stays in the saved activations, which with
+  // checkpointing are then kept (not freed) until the deferred gradients have run.
+  void backward(float* dx, std::int64_t batch, std::int64_t seq,
+                DeferredWeightGrads* deferred = nullptr);
   void set_checkpointing(bool on) { checkpointing_ = on; }
   // The tensors forward keeps for backward (pipeline parallelism moves them out per
   // micro-batch: Llama::swap_activations).

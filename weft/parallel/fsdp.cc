@@ -51,6 +51,7 @@ struct FullyShardedDataParallel::Unit {
   std::int64_t offset = 0, size = 0;    // the unit's run of a rank's shard
   std::int64_t full_bytes = 0;          // bytes of the full parameters (and of the grads)
   bool current = true;                  // the full parameters are resident and up to date
+  bool grads_live = false;              // pipelined: the full gradients are accumulating
   std::vector<float> gathered;          // every rank's block, while a gather is in flight
   std::shared_ptr<dist::Work> gather;
 };
@@ -240,6 +241,10 @@ void FullyShardedDataParallel::free_parameters(Unit& u) {
 
 void FullyShardedDataParallel::before_forward(int model_unit) {
   const int layers = static_cast<int>(model_.config().n_layers);
+  if (pipelined_) {  // each unit as it comes; the root may lack the embedding here
+    finish_gather(unit_for(model_unit));
+    return;
+  }
   if (model_unit == layers) return;  // the root's second half: gathered with the embedding
   finish_gather(unit_for(model_unit));
   // Prefetch: the next block's parameters travel while this unit computes.
@@ -247,12 +252,17 @@ void FullyShardedDataParallel::before_forward(int model_unit) {
 }
 
 void FullyShardedDataParallel::after_forward(int model_unit) {
+  if (pipelined_) return;  // kept for the other micro-batches
   Unit& u = unit_for(model_unit);
   if (&u != units_[0].get()) free_parameters(u);  // the root stays for the backward
 }
 
 void FullyShardedDataParallel::before_backward(int model_unit) {
   const int layers = static_cast<int>(model_.config().n_layers);
+  if (pipelined_) {
+    pipelined_before_backward(unit_for(model_unit));
+    return;
+  }
   if (model_unit < 0) return;  // the embedding: the root is there since before_backward(layers)
   Unit& u = unit_for(model_unit);
   finish_gather(u);
@@ -264,7 +274,32 @@ void FullyShardedDataParallel::before_backward(int model_unit) {
   if (next >= 0) start_gather(unit_for(next));
 }
 
+void FullyShardedDataParallel::pipelined_before_backward(Unit& u) {
+  finish_gather(u);
+  if (mode_ == ShardingMode::kZero1 || u.grads_live) return;
+  for (Storage* s : u.grads) s->restore();  // zero-filled, then summed over the micro-batches
+  count_unsharded(u.full_bytes);
+  u.grads_live = true;
+}
+
+// After the unit's last backward of the step. The root's is its embedding's when this rank
+// holds the embedding (the V schedule puts the output layer on the same rank, and its
+// backward comes first).
+void FullyShardedDataParallel::pipelined_after_backward(int model_unit) {
+  if (held_) return;
+  const int layers = static_cast<int>(model_.config().n_layers);
+  if (model_unit == layers && model_.stages().front().first == 0) return;
+  Unit& u = unit_for(model_unit);
+  if (mode_ != ShardingMode::kZero1 || syncing_) start_reduction(u);
+  u.grads_live = false;
+  free_parameters(u);
+}
+
 void FullyShardedDataParallel::after_backward(int model_unit) {
+  if (pipelined_) {
+    pipelined_after_backward(model_unit);
+    return;
+  }
   const int layers = static_cast<int>(model_.config().n_layers);
   if (model_unit == layers) return;  // the root's gradients are final after the embedding
   Unit& u = unit_for(model_unit);

@@ -85,6 +85,13 @@ class FullyShardedDataParallel {
   // The next backward is the step's last micro-batch (zero1 reduces only after it; the other
   // modes reduce after every backward).
   void prepare_sync();
+  // Pipeline stages run several micro-batches' forwards before their backwards within one
+  // step. Pipelined, a unit's parameters stay gathered from its first forward of the step to
+  // its last backward, its full gradients add up over the micro-batches, and it is reduced
+  // and freed after its last backward only: the runtime holds the reductions during the
+  // others (hold_reductions). Set before the first forward.
+  void set_pipelined(bool on) { pipelined_ = on; }
+  void hold_reductions(bool held) { held_ = held; }
   // Waits for every reduction and leaves the summed gradient shards ready for the optimizer.
   void finish_sync();
   // The global L2 norm of the gradients (over every shard); when max_norm > 0, scales them so
@@ -121,6 +128,8 @@ class FullyShardedDataParallel {
   void after_forward(int model_unit);
   void before_backward(int model_unit);
   void after_backward(int model_unit);
+  void pipelined_before_backward(Unit& u);
+  void pipelined_after_backward(int model_unit);
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void free_parameters(Unit& u);
@@ -144,7 +153,7 @@ class FullyShardedDataParallel {
   static constexpr std::size_t kSpareBuffers = 6;  // two gathers and two reductions in flight
   std::vector<std::vector<float>> spare_;
   int hooks_ = -1;
-  bool syncing_ = false;
+  bool syncing_ = false, pipelined_ = false, held_ = false;
   std::int64_t steps_ = 0;
   std::int64_t unsharded_ = 0, unsharded_peak_ = 0;
 };

@@ -143,7 +143,9 @@ class Sharded : public DataParallel {
  public:
   Sharded(nn::Llama& model, dist::ProcessGroup& shard, dist::ProcessGroup* replicate,
           const ParallelOptions& options)
-      : fsdp_(model, shard, replicate, options.fsdp_mode, options.optimizer) {}
+      : fsdp_(model, shard, replicate, options.fsdp_mode, options.optimizer) {
+    fsdp_.set_pipelined(options.dims.pp > 1);
+  }
   void init_weights(std::uint64_t seed) override { fsdp_.init_weights(seed); }
   void zero_grad() override { fsdp_.zero_grad(); }
   void prepare_sync() override { fsdp_.prepare_sync(); }
@@ -152,9 +154,7 @@ class Sharded : public DataParallel {
     return fsdp_.local_grad_sum_squares(counted);
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
-  void hold_reductions(bool) override {
-    throw InvalidArgument("FSDP under pipeline parallelism is not built yet");
-  }
+  void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }
   void step(double lr) override { fsdp_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override { return fsdp_.full_state(); }
   void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
@@ -244,14 +244,14 @@ class Parallelized : public ParallelModel {
     d.validate(mesh != nullptr ? mesh->world().size() : 1);
     pp_ = group(mesh, "pp");
     if (pp_ != nullptr) {
-      if (d.dp_shard > 1) {
-        throw InvalidArgument(
-            "pipeline parallelism with FSDP or HSDP is not built yet: pipeline_parallel_degree " +
-            std::to_string(d.pp) +
-            " composes with data_parallel_replicate_degree (DDP) and "
-            "tensor_parallel_degree; set data_parallel_shard_degree 1");
-      }
       pipeline_ = make_pipeline(model, *pp_, options.pipeline);
+      if (d.data_parallel() > 1 && pipeline_->splits_backward()) {
+        throw InvalidArgument(
+            "zero-bubble pipeline schedules with data parallelism are not built yet (DDP and "
+            "FSDP reduce as the backward reaches each layer, and zero bubble's weight "
+            "gradients come later, in W): use GPipe, 1F1B or Interleaved1F1B with "
+            "data-parallel degrees above 1");
+      }
     }
     tp_ = group(mesh, "tp");
     if (tp_ != nullptr) {

@@ -47,7 +47,7 @@ struct ParallelDims {
 // How a pipeline-parallel run (dims.pp > 1) cuts the model and streams its micro-batches:
 // TorchTitan's [parallelism] pipeline_parallel_* keys.
 struct PipelineOptions {
-  std::string schedule = "1F1B";  // GPipe, 1F1B, Interleaved1F1B (pipeline_schedule.h)
+  std::string schedule = "1F1B";  // TorchTitan's names (pipeline_schedule.h)
   std::string schedule_csv;       // a schedule in PyTorch's CSV format (its text); overrides it
   int microbatches = 1;           // per batch: the batch must split into this many equal parts
   // Layers per stage; 0: one stage per rank, two for the interleaved and V schedules.

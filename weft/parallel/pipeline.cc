@@ -102,8 +102,8 @@ void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group) {
 
 namespace {
 
-// What the runtime can run: a valid compute-only schedule of F and B actions for `ranks`
-// ranks, with a layer range per stage.
+// What the runtime can run: a valid compute-only schedule for `ranks` ranks, with a layer
+// range per stage.
 void check_runnable(const Schedule& schedule, int ranks, std::size_t layer_ranges) {
   validate(schedule);
   if (schedule.has_communication()) {
@@ -116,16 +116,6 @@ void check_runnable(const Schedule& schedule, int ranks, std::size_t layer_range
   if (layer_ranges != static_cast<std::size_t>(schedule.num_stages())) {
     throw InvalidArgument("pipeline: " + std::to_string(layer_ranges) + " layer ranges for " +
                           std::to_string(schedule.num_stages()) + " stages");
-  }
-  for (const auto& list : schedule.actions) {
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
-        throw InvalidArgument(
-            "pipeline: the runtime runs F and B actions; " + to_string(a) +
-            " splits the backward (zero bubble), which is not built yet: use GPipe, 1F1B or "
-            "Interleaved1F1B");
-      }
-    }
   }
 }
 
@@ -149,7 +139,7 @@ PipelineRuntime::PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Sched
   model_.apply_pipeline(mine);
   last_backward_.assign(mine.size(), -1);
   for (const Action& a : schedule_.actions[static_cast<std::size_t>(pp.rank())]) {
-    if (a.kind == ActionKind::kFullBackward)
+    if (a.kind == ActionKind::kFullBackward || a.kind == ActionKind::kBackwardInput)
       last_backward_[static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)])] =
           a.microbatch;
   }
@@ -181,6 +171,15 @@ void PipelineRuntime::create_links() {
 
 bool PipelineRuntime::holds_last_stage() const { return local_index_.back() >= 0; }
 
+bool PipelineRuntime::splits_backward() const {
+  for (const auto& list : schedule_.actions) {
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kBackwardWeight) return true;
+    }
+  }
+  return false;
+}
+
 PipelineRuntime::Slot& PipelineRuntime::slot(int stage, int microbatch) {
   const int local = local_index_[static_cast<std::size_t>(stage)];
   return slots_[static_cast<std::size_t>(local * schedule_.microbatches + microbatch)];
@@ -198,7 +197,9 @@ void PipelineRuntime::wait(const std::shared_ptr<dist::Work>& work) {
   if (!work) return;
   const auto start = Clock::now();
   work->wait();
-  wait_seconds_ += since(start);
+  const double waited = since(start);
+  wait_seconds_ += waited;
+  waited_in_action_ += waited;
 }
 
 double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
@@ -227,27 +228,40 @@ double PipelineRuntime::measured_idle_fraction() const {
 }
 
 double PipelineRuntime::simulated_idle_fraction() const {
-  if (forwards_ == 0 || backwards_ == 0) return 0;
-  const double forward = forward_seconds_ / static_cast<double>(forwards_);
-  const double backward = backward_seconds_ / static_cast<double>(backwards_);
-  const Simulation s = simulate(schedule_, {.forward = forward,
-                                            .backward_input = backward / 2,
-                                            .backward_weight = backward / 2,
-                                            .full_backward = backward});
-  return s.idle_fraction[static_cast<std::size_t>(pp_.rank())];
+  const auto mean = [&](ActionKind kind) {
+    const auto k = static_cast<std::size_t>(kind);
+    return counts_[k] > 0 ? seconds_[k] / static_cast<double>(counts_[k]) : 0.0;
+  };
+  if (counts_[static_cast<std::size_t>(ActionKind::kForward)] == 0) return 0;
+  ActionCosts costs{.forward = mean(ActionKind::kForward),
+                    .backward_input = mean(ActionKind::kBackwardInput),
+                    .backward_weight = mean(ActionKind::kBackwardWeight)};
+  if (counts_[static_cast<std::size_t>(ActionKind::kFullBackward)] > 0)
+    costs.full_backward = mean(ActionKind::kFullBackward);
+  return simulate(schedule_, costs).idle_fraction[static_cast<std::size_t>(pp_.rank())];
 }
 
 void PipelineRuntime::run(const Action& action) {
+  if (!is_compute(action.kind)) {
+    post(action);
+    return;
+  }
+  const auto start = Clock::now();
   switch (action.kind) {
     case ActionKind::kForward:
       forward(action);
       break;
-    case ActionKind::kFullBackward:
-      backward(action);
+    case ActionKind::kBackwardWeight:
+      backward_weight(action);
       break;
     default:
-      post(action);
+      backward(action);
   }
+  // Waits for transfers are counted apart (wait()), so this is the action's compute.
+  const auto k = static_cast<std::size_t>(action.kind);
+  seconds_[k] += since(start) - waited_in_action_;
+  ++counts_[k];
+  waited_in_action_ = 0;
 }
 
 // A stage's input comes from the stage before it: received, or handed over in this rank's
@@ -256,7 +270,6 @@ void PipelineRuntime::forward(const Action& a) {
   Slot& s = slot(a.stage, a.microbatch);
   wait(s.x_arrival);
   s.x_arrival.reset();
-  const auto start = Clock::now();
   const std::int64_t offset = a.microbatch * micro_batch_ * seq_;
   const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(a.stage)];
   loss_sum_ += model_.forward_stage(layers, tokens_ + offset, targets_ + offset, buffer(s.x),
@@ -269,32 +282,53 @@ void PipelineRuntime::forward(const Action& a) {
     spare.pop_back();
   }
   model_.swap_activations(layers, s.saved);
-  saved_bytes_ += s.saved.bytes();
-  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
-  forward_seconds_ += since(start);
-  ++forwards_;
+  held(s.saved.bytes());
   const int next = a.stage + 1;
   if (next < schedule_.num_stages() && local_index_[static_cast<std::size_t>(next)] >= 0)
     slot(next, a.microbatch).x = std::move(s.x);
 }
 
+// B, or zero bubble's I: the input gradient, with the weight gradients recorded in the slot
+// for its W; the activations they read stay in the slot until then.
 void PipelineRuntime::backward(const Action& a) {
   Slot& s = slot(a.stage, a.microbatch);
   wait(s.grad_arrival);
   s.grad_arrival.reset();
-  const auto start = Clock::now();
   const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(a.stage)];
   const auto local = static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)]);
+  const bool split = a.kind == ActionKind::kBackwardInput;
   if (before_backward_) before_backward_(a.microbatch == last_backward_[local]);
-  saved_bytes_ -= s.saved.bytes();
   model_.swap_activations(layers, s.saved);
-  model_.backward_stage(layers, buffer(s.grad), loss_scale_);
-  spare_[local].push_back(std::move(s.saved));
-  backward_seconds_ += since(start);
-  ++backwards_;
+  model_.backward_stage(layers, buffer(s.grad), loss_scale_, split ? &s.deferred : nullptr);
+  model_.swap_activations(layers, s.saved);
+  if (split) {
+    held(s.deferred.bytes());
+  } else {
+    release(s, local);
+  }
   const int previous = a.stage - 1;
   if (previous >= 0 && local_index_[static_cast<std::size_t>(previous)] >= 0)
     slot(previous, a.microbatch).grad = std::move(s.grad);
+}
+
+void PipelineRuntime::backward_weight(const Action& a) {
+  Slot& s = slot(a.stage, a.microbatch);
+  const std::int64_t deferred = s.deferred.bytes();
+  s.deferred.run();
+  held(-deferred);
+  release(s, static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)]));
+}
+
+void PipelineRuntime::held(std::int64_t bytes) {
+  saved_bytes_ += bytes;
+  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
+}
+
+// The micro-batch's activations are spent: their buffers serve a later forward.
+void PipelineRuntime::release(Slot& s, std::size_t local) {
+  held(-s.saved.bytes());
+  spare_[local].push_back(std::move(s.saved));
+  s.saved = nn::Activations{};
 }
 
 // SEND_F s: stage s's output to stage s + 1; RECV_F s: stage s's input from s - 1; SEND_B s:

@@ -16,6 +16,7 @@
 // nothing but the tensors travels. Every wait carries the group's deadline.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,10 +43,11 @@ void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group);
 
 class PipelineRuntime {
  public:
-  // Makes `model` hold this rank's stages of `schedule` (which must pass validate(), have
-  // pp.size() ranks and hold F and B actions only: the zero-bubble split into I and W is not
-  // run yet) with `stage_layers[s]` the layers of global stage s; creates the point-to-point
-  // groups (collective over `pp`: every rank constructs with the same arguments).
+  // Makes `model` hold this rank's stages of `schedule` (which must pass validate() and have
+  // pp.size() ranks) with `stage_layers[s]` the layers of global stage s; creates the
+  // point-to-point groups (collective over `pp`: every rank constructs with the same
+  // arguments). B runs a stage's whole backward; zero bubble's I runs it with the linear
+  // layers' weight gradients put off (nn::DeferredWeightGrads) until the micro-batch's W.
   // InvalidArgument naming what does not fit. `model` and `pp` outlive the runtime.
   PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Schedule schedule,
                   std::vector<nn::LayerRange> stage_layers);
@@ -69,6 +71,8 @@ class PipelineRuntime {
   const Schedule& schedule() const { return schedule_; }  // compute-only
   const std::vector<nn::LayerRange>& stage_layers() const { return stage_layers_; }
   bool holds_last_stage() const;
+  // Whether the schedule splits backwards into I and W (zero bubble).
+  bool splits_backward() const;
   // The most activation bytes this rank kept at once for micro-batches awaiting their backward.
   std::int64_t peak_activation_bytes() const { return peak_saved_bytes_; }
   // Over every forward_backward so far: wall seconds spent waiting for transfers (the
@@ -84,6 +88,7 @@ class PipelineRuntime {
     Tensor x;     // the stage's input activations, then its output
     Tensor grad;  // the gradient of its output, then of its input
     nn::Activations saved;
+    nn::DeferredWeightGrads deferred;  // between zero bubble's I and W
     std::shared_ptr<dist::Work> x_arrival, grad_arrival;
   };
   enum Direction { kActivations, kGradients };
@@ -94,6 +99,9 @@ class PipelineRuntime {
   void run(const Action& action);
   void forward(const Action& action);
   void backward(const Action& action);
+  void backward_weight(const Action& action);
+  void held(std::int64_t bytes);
+  void release(Slot& slot, std::size_t local_stage);
   void post(const Action& action);
   void wait(const std::shared_ptr<dist::Work>& work);
   void finish_sends();
@@ -116,9 +124,10 @@ class PipelineRuntime {
   std::int64_t micro_batch_ = 0, seq_ = 0;
   double loss_scale_ = 1, loss_sum_ = 0;
   std::int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
-  double wait_seconds_ = 0, step_seconds_ = 0;
-  double forward_seconds_ = 0, backward_seconds_ = 0;
-  std::int64_t forwards_ = 0, backwards_ = 0;
+  double wait_seconds_ = 0, step_seconds_ = 0, waited_in_action_ = 0;
+  // [ActionKind]: compute seconds and count of every F, B, I and W run.
+  std::array<double, 4> seconds_{};
+  std::array<std::int64_t, 4> counts_{};
 };
 
 }  // namespace weft::parallel

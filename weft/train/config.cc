@@ -133,8 +133,9 @@ const std::vector<Field>& fields() {
                  "ranks the layers are cut into pipeline stages over; 1: none", 1, 1 << 20),
       WEFT_FIELD(parallelism, pipeline_parallel_schedule,
                  "the order each pipeline rank runs its micro-batches' forwards and backwards "
-                 "in (PyTorch's schedules; the zero-bubble ones are not run yet)",
-                 -INFINITY, INFINITY, {"GPipe", "1F1B", "Interleaved1F1B"}),
+                 "in (PyTorch's schedules; the zero-bubble ones split each backward in two)",
+                 -INFINITY, INFINITY,
+                 {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}),
       WEFT_FIELD(parallelism, pipeline_parallel_schedule_csv,
                  "a schedule in PyTorch's CSV format (one row of actions per rank) to run "
                  "instead; empty: none"),
@@ -143,8 +144,8 @@ const std::vector<Field>& fields() {
                  "stream through the stages",
                  1, 1 << 20),
       WEFT_FIELD(parallelism, pipeline_parallel_layers_per_stage,
-                 "layers in each pipeline stage; 0: one stage per rank (two for "
-                 "Interleaved1F1B), the layers split as evenly as possible",
+                 "layers in each pipeline stage; 0: one stage per rank (two for the "
+                 "interleaved and V schedules), the layers split as evenly as possible",
                  0, 1 << 20),
   };
   return all;

@@ -68,7 +68,7 @@ struct ParallelismConfig {
   bool enable_sequence_parallel = true;  // with tensor parallelism
   bool disable_loss_parallel = false;    // with tensor parallelism
   std::int64_t pipeline_parallel_degree = 1;
-  std::string pipeline_parallel_schedule = "1F1B";      // GPipe, 1F1B, Interleaved1F1B
+  std::string pipeline_parallel_schedule = "1F1B";      // TorchTitan's names
   std::string pipeline_parallel_schedule_csv;           // a PyTorch CSV schedule file; overrides it
   std::int64_t pipeline_parallel_microbatch_size = 1;   // micro-batches = batch_size / this
   std::int64_t pipeline_parallel_layers_per_stage = 0;  // 0: 1 stage per rank, 2 interleaved
