@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "weft/base/error.h"
 
@@ -203,16 +204,19 @@ TEST(PipelineScheduleTest, OneFOneBWarmsUpByDistanceFromTheLastStage) {
 // bit only if each stage runs its backwards in micro-batch order (docs/PARALLELISM.md).
 TEST(PipelineScheduleTest, EachStageRunsItsBackwardsInMicroBatchOrder) {
   for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
-    const int stages_per_rank = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+        ScheduleKind::kInterleavedZeroBubble, ScheduleKind::kZBVZeroBubble}) {
+    const bool single = kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B;
     for (int ranks : {2, 3, 4}) {
       for (int microbatches : {4, 8, 12}) {
-        const Schedule s = make_schedule(kind, ranks, stages_per_rank, microbatches);
-        std::map<int, int> next;  // stage -> the micro-batch its next backward must be
+        const Schedule s = make_schedule(kind, ranks, single ? 1 : 2, microbatches);
+        // (stage, kind) -> the micro-batch its next B, I or W must be
+        std::map<std::pair<int, ActionKind>, int> next;
         for (const auto& list : s.actions) {
           for (const Action& a : list) {
-            if (a.kind != ActionKind::kFullBackward) continue;
-            EXPECT_EQ(a.microbatch, next[a.stage]++)
+            if (a.kind == ActionKind::kForward) continue;
+            const std::pair<int, ActionKind> key{a.stage, a.kind};
+            EXPECT_EQ(a.microbatch, next[key]++)
                 << schedule_name(kind) << " " << ranks << " ranks, " << microbatches << ": " << a;
           }
         }
