@@ -68,6 +68,16 @@ class DataParallelRunTest : public testing::Test {
     }
   }
 
+  // weft-generate samples from a checkpoint that holds the whole model.
+  static void expect_generates(const fs::path& checkpoint) {
+    const weft::test::Finished g =
+        weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", checkpoint.string(), "--prompt",
+                         "ROMEO:", "--max-new-tokens", "40", "--temperature", "0"},
+                        {}, kRunLimit);
+    EXPECT_EQ(g.code, 0) << g.err;
+    EXPECT_GE(g.out.size(), 40u) << g.out;
+  }
+
   // A run resumed at step 10 against the uninterrupted run's steps 11..20, to rounding.
   static void expect_continues(const std::vector<double>& resumed,
                                const std::vector<double>& whole) {
@@ -168,12 +178,7 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
   ASSERT_EQ(a.size(), 20u);
   const fs::path last = dir_ / "tp" / "step-00000020" / "checkpoint.safetensors";
   ASSERT_TRUE(fs::exists(last));
-  const weft::test::Finished g =
-      weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", last.string(), "--prompt",
-                       "ROMEO:", "--max-new-tokens", "40", "--temperature", "0"},
-                      {}, kRunLimit);
-  EXPECT_EQ(g.code, 0) << g.err;
-  EXPECT_GE(g.out.size(), 40u) << g.out;
+  expect_generates(last);
   fs::remove_all(dir_ / "tp" / "step-00000020");
   fs::copy(dir_ / "tp", dir_ / "fsdp", fs::copy_options::recursive);
   const auto b = read(train("tp", 2, tp + "--checkpoint.resume true"), "loss");
@@ -219,12 +224,7 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
   ASSERT_EQ(a.size(), 20u);
   const fs::path last = dir_ / "pp" / "step-00000020" / "checkpoint.safetensors";
   ASSERT_TRUE(fs::exists(last));
-  const weft::test::Finished g =
-      weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", last.string(), "--prompt",
-                       "ROMEO:", "--max-new-tokens", "40", "--temperature", "0"},
-                      {}, kRunLimit);
-  EXPECT_EQ(g.code, 0) << g.err;
-  EXPECT_GE(g.out.size(), 40u) << g.out;
+  expect_generates(last);
   fs::remove_all(dir_ / "pp" / "step-00000020");
   fs::copy(dir_ / "pp", dir_ / "single", fs::copy_options::recursive);
   const auto b = read(train("pp", 2, checkpointed + "--checkpoint.resume true"), "loss");

@@ -70,13 +70,24 @@ void DistributedDataParallel::on_grads_ready(int unit) {
                   "'s gradients were reduced twice in one step: more than one backward ran "
                   "after prepare_sync (pipeline stages must hold the reductions until their last)");
     }
-    std::size_t at = 0;
-    for (nn::Parameter* p : b->params) {
-      std::memcpy(b->flat.data() + at, p->grad.data<float>(), p->grad.nbytes());
-      at += static_cast<std::size_t>(p->grad.numel());
-    }
-    b->work = group_.all_reduce_async(b->flat, dist::ReduceOp::kSum);
+    launch(*b);
   }
+}
+
+void DistributedDataParallel::reduce_held() {
+  if (!syncing_) return;
+  for (auto& b : buckets_) {
+    if (!b->work) launch(*b);
+  }
+}
+
+void DistributedDataParallel::launch(Bucket& b) {
+  std::size_t at = 0;
+  for (nn::Parameter* p : b.params) {
+    std::memcpy(b.flat.data() + at, p->grad.data<float>(), p->grad.nbytes());
+    at += static_cast<std::size_t>(p->grad.numel());
+  }
+  b.work = group_.all_reduce_async(b.flat, dist::ReduceOp::kSum);
 }
 
 void DistributedDataParallel::finish_sync() {

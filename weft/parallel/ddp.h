@@ -35,6 +35,9 @@ class DistributedDataParallel {
   // micro-batch inside one step; its units' gradients are final only after its last one,
   // and the runtime holds the reductions during the others.
   void hold_reductions(bool held) { held_ = held; }
+  // Launches every bucket not launched yet (after prepare_sync): zero bubble's weight
+  // gradients are final only after the step's last W, long after the hooks have fired.
+  void reduce_held();
   // Waits for every bucket launched by that backward and writes the sums into the grads.
   void finish_sync();
   // Throws weft::Error unless every rank holds bitwise the same parameters.
@@ -46,6 +49,7 @@ class DistributedDataParallel {
  private:
   struct Bucket;
   void on_grads_ready(int unit);
+  void launch(Bucket& bucket);
 
   nn::Llama& model_;
   dist::ProcessGroup& group_;

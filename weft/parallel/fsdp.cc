@@ -51,7 +51,7 @@ struct FullyShardedDataParallel::Unit {
   std::int64_t offset = 0, size = 0;    // the unit's run of a rank's shard
   std::int64_t full_bytes = 0;          // bytes of the full parameters (and of the grads)
   bool current = true;                  // the full parameters are resident and up to date
-  bool grads_live = false;              // pipelined: the full gradients are accumulating
+  bool in_backward = false;             // pipelined: between its first and last backward
   std::vector<float> gathered;          // every rank's block, while a gather is in flight
   std::shared_ptr<dist::Work> gather;
 };
@@ -276,10 +276,11 @@ void FullyShardedDataParallel::before_backward(int model_unit) {
 
 void FullyShardedDataParallel::pipelined_before_backward(Unit& u) {
   finish_gather(u);
-  if (mode_ == ShardingMode::kZero1 || u.grads_live) return;
-  for (Storage* s : u.grads) s->restore();  // zero-filled, then summed over the micro-batches
+  if (u.in_backward) return;
+  u.in_backward = true;
+  if (mode_ == ShardingMode::kZero1) return;  // its full gradients stay between steps
+  for (Storage* s : u.grads) s->restore();    // zero-filled, then summed over the micro-batches
   count_unsharded(u.full_bytes);
-  u.grads_live = true;
 }
 
 // After the unit's last backward of the step. The root's is its embedding's when this rank
@@ -289,10 +290,19 @@ void FullyShardedDataParallel::pipelined_after_backward(int model_unit) {
   if (held_) return;
   const int layers = static_cast<int>(model_.config().n_layers);
   if (model_unit == layers && model_.stages().front().first == 0) return;
-  Unit& u = unit_for(model_unit);
+  end_backward(unit_for(model_unit));
+}
+
+void FullyShardedDataParallel::end_backward(Unit& u) {
   if (mode_ != ShardingMode::kZero1 || syncing_) start_reduction(u);
-  u.grads_live = false;
+  u.in_backward = false;
   free_parameters(u);
+}
+
+void FullyShardedDataParallel::reduce_held() {
+  for (auto& u : units_) {
+    if (u->in_backward) end_backward(*u);
+  }
 }
 
 void FullyShardedDataParallel::after_backward(int model_unit) {

@@ -92,6 +92,9 @@ class FullyShardedDataParallel {
   // others (hold_reductions). Set before the first forward.
   void set_pipelined(bool on) { pipelined_ = on; }
   void hold_reductions(bool held) { held_ = held; }
+  // Pipelined: reduces and frees every unit whose reduction was held (zero bubble: after the
+  // step's last W, when the weight gradients are final).
+  void reduce_held();
   // Waits for every reduction and leaves the summed gradient shards ready for the optimizer.
   void finish_sync();
   // The global L2 norm of the gradients (over every shard); when max_norm > 0, scales them so
@@ -130,6 +133,7 @@ class FullyShardedDataParallel {
   void after_backward(int model_unit);
   void pipelined_before_backward(Unit& u);
   void pipelined_after_backward(int model_unit);
+  void end_backward(Unit& u);
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void free_parameters(Unit& u);

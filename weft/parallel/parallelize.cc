@@ -60,8 +60,10 @@ class DataParallel {
   // Over the gradients this rank holds, after finish_sync.
   virtual double grad_sum_squares(const Counted& counted) const = 0;
   virtual void scale_grads(float factor) = 0;
-  // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions).
+  // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions);
+  // reduce_held launches those held back (zero bubble, after the last W).
   virtual void hold_reductions(bool held) = 0;
+  virtual void reduce_held() = 0;
   virtual void step(double lr) = 0;
   // The state whole over the data-parallel dimensions (this rank's tensor-parallel slices):
   // filled where the data coordinates are 0. Collective over the ranks whose replica
@@ -105,6 +107,9 @@ class Replicated : public DataParallel {
   }
   void hold_reductions(bool held) override {
     if (ddp_) ddp_->hold_reductions(held);
+  }
+  void reduce_held() override {
+    if (ddp_) ddp_->reduce_held();
   }
   void step(double lr) override { adamw_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override {
@@ -155,6 +160,7 @@ class Sharded : public DataParallel {
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
   void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }
+  void reduce_held() override { fsdp_.reduce_held(); }
   void step(double lr) override { fsdp_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override { return fsdp_.full_state(); }
   void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
@@ -245,13 +251,6 @@ class Parallelized : public ParallelModel {
     pp_ = group(mesh, "pp");
     if (pp_ != nullptr) {
       pipeline_ = make_pipeline(model, *pp_, options.pipeline);
-      if (d.data_parallel() > 1 && pipeline_->splits_backward()) {
-        throw InvalidArgument(
-            "zero-bubble pipeline schedules with data parallelism are not built yet (DDP and "
-            "FSDP reduce as the backward reaches each layer, and zero bubble's weight "
-            "gradients come later, in W): use GPipe, 1F1B or Interleaved1F1B with "
-            "data-parallel degrees above 1");
-      }
     }
     tp_ = group(mesh, "tp");
     if (tp_ != nullptr) {
@@ -266,7 +265,10 @@ class Parallelized : public ParallelModel {
     } else {
       dp_ = std::make_unique<Replicated>(model, group(mesh, "dp_replicate"), options);
     }
-    if (pipeline_) pipeline_->on_backward([this](bool last) { dp_->hold_reductions(!last); });
+    if (pipeline_) {
+      pipeline_->on_backward([this](bool may_reduce) { dp_->hold_reductions(!may_reduce); },
+                             [this] { dp_->reduce_held(); });
+    }
   }
 
   nn::Llama& model() override { return model_; }

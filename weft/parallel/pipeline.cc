@@ -48,6 +48,7 @@ std::vector<nn::LayerRange> split_layers(int n_layers, int stages, int layers_pe
 // The header: a line per tensor, "name d0 d1 ...".
 void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group) {
   constexpr std::int64_t kMaxHeader = std::int64_t{64} << 20;
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 36;  // 256 GiB of floats
   if (group.rank() != 0) {
     std::string header;
     for (const auto& [name, t] : dict) {
@@ -85,11 +86,13 @@ void gather_state_dicts(nn::StateDict& dict, dist::ProcessGroup& group) {
       std::string name;
       fields >> name;
       Shape shape;
+      std::int64_t numel = 1;
       for (std::int64_t d; fields >> d;) {
-        if (d < 0 || d > (std::int64_t{1} << 40)) {
+        if (d < 0 || d > kMaxElements || numel * d > kMaxElements) {
           throw InvalidArgument("pipeline checkpoint: rank " + std::to_string(r) +
                                 " sent a bad shape for " + name);
         }
+        numel *= d;
         shape.push_back(d);
       }
       Tensor t = Tensor::zeros(shape);
@@ -202,22 +205,44 @@ void PipelineRuntime::wait(const std::shared_ptr<dist::Work>& work) {
   waited_in_action_ += waited;
 }
 
-double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
-                                         std::int64_t batch, std::int64_t seq, double loss_scale) {
+PipelineRuntime::~PipelineRuntime() {
+  // Transfers still in flight (a step that failed) use the slots' buffers: they must end
+  // first. Their errors were reported to the step already; a destructor cannot.
+  const auto settle = [](const std::shared_ptr<dist::Work>& work) {
+    try {
+      if (work) work->wait();
+    } catch (const std::exception&) {
+    }
+  };
+  for (const auto& work : sends_) settle(work);
+  for (const Slot& s : slots_) {
+    settle(s.x_arrival);
+    settle(s.grad_arrival);
+  }
+}
+
+void PipelineRuntime::split(std::int64_t batch, std::int64_t seq) {
   const int m = schedule_.microbatches;
   if (batch % m != 0) {
     throw InvalidArgument("pipeline: a batch of " + std::to_string(batch) +
                           " sequences does not split into " + std::to_string(m) +
                           " equal micro-batches");
   }
-  tokens_ = tokens;
-  targets_ = targets;
   micro_batch_ = batch / m;
   seq_ = seq;
+}
+
+double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                                         std::int64_t batch, std::int64_t seq, double loss_scale) {
+  const int m = schedule_.microbatches;
+  split(batch, seq);
+  tokens_ = tokens;
+  targets_ = targets;
   loss_scale_ = loss_scale / m;
   loss_sum_ = 0;
   const auto start = Clock::now();
   for (const Action& a : lowered_.actions[static_cast<std::size_t>(pp_.rank())]) run(a);
+  if (weights_final_ && splits_backward()) weights_final_();
   finish_sends();
   step_seconds_ += since(start);
   return loss_sum_ / m;
@@ -297,7 +322,7 @@ void PipelineRuntime::backward(const Action& a) {
   const nn::LayerRange layers = stage_layers_[static_cast<std::size_t>(a.stage)];
   const auto local = static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)]);
   const bool split = a.kind == ActionKind::kBackwardInput;
-  if (before_backward_) before_backward_(a.microbatch == last_backward_[local]);
+  if (before_backward_) before_backward_(!split && a.microbatch == last_backward_[local]);
   model_.swap_activations(layers, s.saved);
   model_.backward_stage(layers, buffer(s.grad), loss_scale_, split ? &s.deferred : nullptr);
   model_.swap_activations(layers, s.saved);
@@ -375,13 +400,7 @@ void PipelineRuntime::finish_sends() {
 double PipelineRuntime::evaluate(const std::int32_t* tokens, const std::int32_t* targets,
                                  std::int64_t batch, std::int64_t seq) {
   const int m = schedule_.microbatches, me = pp_.rank();
-  if (batch % m != 0) {
-    throw InvalidArgument("pipeline: a batch of " + std::to_string(batch) +
-                          " sequences does not split into " + std::to_string(m) +
-                          " equal micro-batches");
-  }
-  micro_batch_ = batch / m;
-  seq_ = seq;
+  split(batch, seq);
   double loss = 0;
   const int stages = schedule_.num_stages();
   for (int stage = 0; stage < stages; ++stage) {

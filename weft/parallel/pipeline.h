@@ -51,6 +51,9 @@ class PipelineRuntime {
   // InvalidArgument naming what does not fit. `model` and `pp` outlive the runtime.
   PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Schedule schedule,
                   std::vector<nn::LayerRange> stage_layers);
+  ~PipelineRuntime();
+  PipelineRuntime(const PipelineRuntime&) = delete;
+  PipelineRuntime& operator=(const PipelineRuntime&) = delete;
 
   // Forward and backward of every micro-batch of tokens and targets [batch, seq] (batch split
   // into schedule().microbatches equal parts, which it must divide): every parameter's grad
@@ -62,10 +65,14 @@ class PipelineRuntime {
   double evaluate(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                   std::int64_t seq);
 
-  // Called before every backward with whether it is its stage's last in this step: data
-  // parallelism reduces a stage's gradients only after that one.
-  void on_backward(std::function<void(bool last_of_stage)> hook) {
-    before_backward_ = std::move(hook);
+  // Data parallelism's reductions. `before_backward` runs before every B or I with whether the
+  // stage's gradients may be reduced as this backward finishes them: only in the stage's last
+  // B (never in an I: zero bubble's weight gradients come in W). `weights_final` runs after a
+  // step whose schedule splits backwards, once every W has run.
+  void on_backward(std::function<void(bool may_reduce)> before_backward,
+                   std::function<void()> weights_final) {
+    before_backward_ = std::move(before_backward);
+    weights_final_ = std::move(weights_final);
   }
 
   const Schedule& schedule() const { return schedule_; }  // compute-only
@@ -94,6 +101,7 @@ class PipelineRuntime {
   enum Direction { kActivations, kGradients };
 
   void create_links();
+  void split(std::int64_t batch, std::int64_t seq);  // sets micro_batch_ and seq_
   Slot& slot(int stage, int microbatch);
   dist::ProcessGroup& link(int from, int to, Direction direction);
   void run(const Action& action);
@@ -115,6 +123,7 @@ class PipelineRuntime {
   std::vector<int> local_index_;    // [global stage] -> index among this rank's stages, or -1
   std::vector<int> last_backward_;  // [local stage] -> the micro-batch of its last backward
   std::function<void(bool)> before_backward_;
+  std::function<void()> weights_final_;
   std::map<std::tuple<int, int, int>, std::shared_ptr<dist::ProcessGroup>> links_;
   std::vector<Slot> slots_;                          // [local stage][micro-batch]
   std::vector<std::vector<nn::Activations>> spare_;  // [local stage]: buffers for reuse
