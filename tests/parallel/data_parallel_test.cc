@@ -311,8 +311,9 @@ TEST_F(DataParallelTest, TwoDimensionalMeshesEqualOneProcess) {
 //
 // The release build runs every case on the small model. Under ThreadSanitizer (the race set)
 // and at the debug model's size (the slow set) the whole matrix would take minutes of the
-// suite's budget, so there each schedule runs at pp 2 and each composition once: the same
-// code paths, fewer combinations.
+// suite's budget, so there each schedule runs at pp 2 (under ThreadSanitizer only 1F1B and
+// ZB-V: a full backward on the loop layout, I and W on the V layout) and each composition
+// once: the same code paths, fewer combinations.
 #ifdef WEFT_DEBUG_MODEL
 constexpr bool kEveryCase = false;
 #else
@@ -339,8 +340,11 @@ class PipelineParallelTest : public testing::Test {
 RunResult* PipelineParallelTest::one_ = nullptr;
 
 TEST_F(PipelineParallelTest, EveryScheduleEqualsOneProcess) {
-  for (const char* schedule :
-       {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
+  const auto schedules = test::kUnderSanitizer
+                             ? std::vector<std::string>{"1F1B", "ZBVZeroBubble"}
+                             : std::vector<std::string>{"GPipe", "1F1B", "Interleaved1F1B",
+                                                        "InterleavedZeroBubble", "ZBVZeroBubble"};
+  for (const std::string& schedule : schedules) {
     for (int pp : kEveryCase ? std::vector{2, 4} : std::vector{2}) {
       expect_parity(layout(pp, schedule),
                     std::string(schedule) + " pp " + std::to_string(pp) + ", 4 micro-batches");
@@ -433,8 +437,8 @@ TEST_F(PipelineParallelTest, ZeroBubbleComposesWithDataParallelism) {
   ddp.pipeline.microbatches = 2;
   ddp.micro = 3;  // 3 accumulated batches of 2 per rank, each in 2 micro-batches
   expect_parity(ddp, "ZBVZeroBubble pp 2 x DDP 2, 3 accumulated batches");
-  for (ShardingMode mode : kEveryCase ? std::vector{ShardingMode::kZero1, ShardingMode::kFullShard}
-                                      : std::vector{ShardingMode::kFullShard}) {
+  if (!kEveryCase) return;
+  for (ShardingMode mode : {ShardingMode::kZero1, ShardingMode::kFullShard}) {
     Layout fsdp = layout(2, "InterleavedZeroBubble");
     fsdp.shard = 2;
     fsdp.mode = mode;
@@ -442,7 +446,6 @@ TEST_F(PipelineParallelTest, ZeroBubbleComposesWithDataParallelism) {
     expect_parity(fsdp,
                   std::string("InterleavedZeroBubble pp 2 x FSDP 2 ") + sharding_mode_name(mode));
   }
-  if (!kEveryCase) return;
   Layout three_d = layout(2, "ZBVZeroBubble");
   three_d.shard = 2;
   three_d.tp = 2;
