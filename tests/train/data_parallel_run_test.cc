@@ -78,6 +78,21 @@ class DataParallelRunTest : public testing::Test {
     EXPECT_GE(g.out.size(), 40u) << g.out;
   }
 
+  // Drops run `name`'s last checkpoint (step 20), copies its folder to `copies` (for other
+  // layouts to resume), resumes it with `args` from step 10, and expects steps 11..20 bit for
+  // bit as `whole` (the uninterrupted run's losses).
+  void expect_resumes_bitwise(const std::string& name, int ranks, const std::string& args,
+                              const std::vector<double>& whole,
+                              const std::vector<std::string>& copies) {
+    fs::remove_all(dir_ / name / "step-00000020");
+    for (const std::string& copy : copies)
+      fs::copy(dir_ / name, dir_ / copy, fs::copy_options::recursive);
+    const auto resumed = read(train(name, ranks, args + "--checkpoint.resume true"), "loss");
+    ASSERT_EQ(resumed.size(), 30u);  // the resumed run appended steps 11..20
+    for (std::size_t i = 10; i < 20; ++i)
+      EXPECT_EQ(resumed[i + 10], whole[i]) << name << " step " << i + 1;
+  }
+
   // A run resumed at step 10 against the uninterrupted run's steps 11..20, to rounding.
   static void expect_continues(const std::vector<double>& resumed,
                                const std::vector<double>& whole) {
@@ -151,12 +166,7 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const auto a = read(whole, "loss");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_TRUE(fs::exists(dir_ / "whole" / "step-00000010" / "checkpoint.safetensors"));
-  fs::remove_all(dir_ / "whole" / "step-00000020");
-  fs::copy(dir_ / "whole", dir_ / "ddp", fs::copy_options::recursive);
-  fs::copy(dir_ / "whole", dir_ / "tp", fs::copy_options::recursive);
-  const auto b = read(train("whole", 2, fsdp + "--checkpoint.resume true"), "loss");
-  ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
-  for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
+  expect_resumes_bitwise("whole", 2, fsdp, a, {"ddp", "tp"});
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
   expect_continues(c, a);
@@ -179,11 +189,7 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
   const fs::path last = dir_ / "tp" / "step-00000020" / "checkpoint.safetensors";
   ASSERT_TRUE(fs::exists(last));
   expect_generates(last);
-  fs::remove_all(dir_ / "tp" / "step-00000020");
-  fs::copy(dir_ / "tp", dir_ / "fsdp", fs::copy_options::recursive);
-  const auto b = read(train("tp", 2, tp + "--checkpoint.resume true"), "loss");
-  ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
-  for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
+  expect_resumes_bitwise("tp", 2, tp, a, {"fsdp"});
   const auto c = read(train("fsdp", 2,
                             "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
                             "--checkpoint.resume true"),
@@ -225,11 +231,7 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
   const fs::path last = dir_ / "pp" / "step-00000020" / "checkpoint.safetensors";
   ASSERT_TRUE(fs::exists(last));
   expect_generates(last);
-  fs::remove_all(dir_ / "pp" / "step-00000020");
-  fs::copy(dir_ / "pp", dir_ / "single", fs::copy_options::recursive);
-  const auto b = read(train("pp", 2, checkpointed + "--checkpoint.resume true"), "loss");
-  ASSERT_EQ(b.size(), 30u);  // the resumed run appended steps 11..20
-  for (std::size_t i = 10; i < 20; ++i) EXPECT_EQ(b[i + 10], a[i]) << "step " << i + 1;
+  expect_resumes_bitwise("pp", 2, checkpointed, a, {"single"});
   const auto c =
       read(train("single", 1, "--training.batch_size 8 --checkpoint.resume true"), "loss");
   expect_continues(c, a);

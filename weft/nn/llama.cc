@@ -116,9 +116,9 @@ void Llama::apply_pipeline(std::vector<LayerRange> stages) {
   }
   const bool embedding = stages.front().first == 0, head = stages.back().last == config_.n_layers;
   require(!config_.tie_embeddings || embedding == head,
-          "tied embeddings need the embedding and the output layer on one pipeline rank, which "
-          "GPipe, 1F1B and Interleaved1F1B put on the first and the last: untie them "
-          "(model.tie_embeddings = false)");
+          "tied embeddings need the embedding and the output layer on one pipeline rank: untie "
+          "them (model.tie_embeddings = false), or use ZBVZeroBubble, whose V layout puts the "
+          "first and the last stage on rank 0");
   stages_ = std::move(stages);
   build();
 }

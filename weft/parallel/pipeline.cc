@@ -132,6 +132,11 @@ PipelineRuntime::PipelineRuntime(nn::Llama& model, dist::ProcessGroup& pp, Sched
       stage_layers_(std::move(stage_layers)) {
   check_runnable(schedule_, pp.size(), stage_layers_.size());
   lowered_ = add_send_recv(schedule_);
+  for (const auto& list : schedule_.actions) {
+    splits_backward_ |= std::any_of(list.begin(), list.end(), [](const Action& a) {
+      return a.kind == ActionKind::kBackwardWeight;
+    });
+  }
   std::vector<nn::LayerRange> mine;
   local_index_.assign(static_cast<std::size_t>(schedule_.num_stages()), -1);
   for (int s = 0; s < schedule_.num_stages(); ++s) {
@@ -173,15 +178,6 @@ void PipelineRuntime::create_links() {
 }
 
 bool PipelineRuntime::holds_last_stage() const { return local_index_.back() >= 0; }
-
-bool PipelineRuntime::splits_backward() const {
-  for (const auto& list : schedule_.actions) {
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::kBackwardWeight) return true;
-    }
-  }
-  return false;
-}
 
 PipelineRuntime::Slot& PipelineRuntime::slot(int stage, int microbatch) {
   const int local = local_index_[static_cast<std::size_t>(stage)];
@@ -242,7 +238,7 @@ double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::
   loss_sum_ = 0;
   const auto start = Clock::now();
   for (const Action& a : lowered_.actions[static_cast<std::size_t>(pp_.rank())]) run(a);
-  if (weights_final_ && splits_backward()) weights_final_();
+  if (weights_final_ && splits_backward_) weights_final_();
   finish_sends();
   step_seconds_ += since(start);
   return loss_sum_ / m;

@@ -79,7 +79,7 @@ class PipelineRuntime {
   const std::vector<nn::LayerRange>& stage_layers() const { return stage_layers_; }
   bool holds_last_stage() const;
   // Whether the schedule splits backwards into I and W (zero bubble).
-  bool splits_backward() const;
+  bool splits_backward() const { return splits_backward_; }
   // The most activation bytes this rank kept at once for micro-batches awaiting their backward.
   std::int64_t peak_activation_bytes() const { return peak_saved_bytes_; }
   // Over every forward_backward so far: wall seconds spent waiting for transfers (the
@@ -122,6 +122,7 @@ class PipelineRuntime {
   std::vector<nn::LayerRange> stage_layers_;
   std::vector<int> local_index_;    // [global stage] -> index among this rank's stages, or -1
   std::vector<int> last_backward_;  // [local stage] -> the micro-batch of its last backward
+  bool splits_backward_ = false;    // the schedule has I and W actions
   std::function<void(bool)> before_backward_;
   std::function<void()> weights_final_;
   std::map<std::tuple<int, int, int>, std::shared_ptr<dist::ProcessGroup>> links_;
