@@ -32,10 +32,14 @@ function(weft_cc_library name)
   set_property(GLOBAL APPEND PROPERTY WEFT_LIBRARIES ${target})
 endfunction()
 
-# weft_cc_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s]): a GoogleTest binary whose
-# tests ctest discovers one by one, each carrying LABELS (unit, multirank, multiproc, slow).
+# weft_cc_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s] [COST s] [PREFIX p]): a
+# GoogleTest binary whose tests ctest discovers one by one, each carrying LABELS (unit,
+# multirank, multiproc, slow). COST, the seconds its longest test takes, makes ctest -j start
+# the binary's tests first: a clean clone has no timings from an earlier run, and a long test
+# started last would leave the other core idle while it finishes. PREFIX names the tests of a
+# second build of the same source apart ("debug_model.").
 function(weft_cc_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;COST;PREFIX" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 60)
   endif()
@@ -51,6 +55,7 @@ function(weft_cc_test name)
   endif()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 30
+    TEST_PREFIX "${ARG_PREFIX}"
     TEST_LIST ${name}_TESTS
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${env}")
   # Labels are set from a ctest include file that runs after discovery: a label list
@@ -58,7 +63,12 @@ function(weft_cc_test name)
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
   file(WRITE ${labels_file}
     "if(${name}_TESTS)\n"
-    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\n")
+  if(ARG_COST)
+    file(APPEND ${labels_file}
+      "  set_tests_properties(\${${name}_TESTS} PROPERTIES COST ${ARG_COST})\n")
+  endif()
+  file(APPEND ${labels_file}
     "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()
