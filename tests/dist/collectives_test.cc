@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/dist/collective_checks.h"
+#include "tests/support/sanitizers.h"
 #include "weft/dist.h"
 
 namespace weft::dist {
@@ -22,13 +23,33 @@ void all_ops(int n) {
 
 class CollectivesTest : public testing::TestWithParam<int> {};
 
+// Under ThreadSanitizer (the race set) one dtype of each width runs, float and integer sums
+// both: the ranks synchronise the same way for every dtype, and the algorithm chosen depends
+// on the bytes. The other four took half of that set's time.
+#define WEFT_SAME_WIDTH_AS_ANOTHER_DTYPE()                                  \
+  if (weft::test::kUnderSanitizer) {                                        \
+    GTEST_SKIP() << "another dtype of this width runs under the sanitizer"; \
+  }
+
 TEST_P(CollectivesTest, Float32) { all_ops<float>(GetParam()); }
-TEST_P(CollectivesTest, Float64) { all_ops<double>(GetParam()); }
-TEST_P(CollectivesTest, Float16) { all_ops<Half>(GetParam()); }
+TEST_P(CollectivesTest, Float64) {
+  WEFT_SAME_WIDTH_AS_ANOTHER_DTYPE();
+  all_ops<double>(GetParam());
+}
+TEST_P(CollectivesTest, Float16) {
+  WEFT_SAME_WIDTH_AS_ANOTHER_DTYPE();
+  all_ops<Half>(GetParam());
+}
 TEST_P(CollectivesTest, BFloat16) { all_ops<BFloat16>(GetParam()); }
 TEST_P(CollectivesTest, Int8) { all_ops<std::int8_t>(GetParam()); }
-TEST_P(CollectivesTest, UInt8) { all_ops<std::uint8_t>(GetParam()); }
-TEST_P(CollectivesTest, Int32) { all_ops<std::int32_t>(GetParam()); }
+TEST_P(CollectivesTest, UInt8) {
+  WEFT_SAME_WIDTH_AS_ANOTHER_DTYPE();
+  all_ops<std::uint8_t>(GetParam());
+}
+TEST_P(CollectivesTest, Int32) {
+  WEFT_SAME_WIDTH_AS_ANOTHER_DTYPE();
+  all_ops<std::int32_t>(GetParam());
+}
 TEST_P(CollectivesTest, Int64) { all_ops<std::int64_t>(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, testing::Values(1, 2, 3, 4, 5, 8),
