@@ -352,8 +352,9 @@ std::vector<T> reference_attention(const AttentionShape& s, const std::vector<T>
 }
 
 TEST_P(AttentionTest, TiledForwardMatchesTheDefinition) {
-  for (const AttentionShape s : {AttentionShape{2, 70, 4, 2, 16}, AttentionShape{1, 33, 2, 2, 8},
-                                 AttentionShape{1, 1, 3, 1, 4}, AttentionShape{1, 300, 2, 1, 16}}) {
+  for (const AttentionShape& s :
+       {AttentionShape{2, 70, 4, 2, 16}, AttentionShape{1, 33, 2, 2, 8},
+        AttentionShape{1, 1, 3, 1, 4}, AttentionShape{1, 300, 2, 1, 16}}) {
     const auto nq = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
     const auto nkv = static_cast<std::size_t>(s.batch * s.seq * s.kv_heads * s.head_dim);
     auto q = random_vec<float>(nq, 1), k = random_vec<float>(nkv, 2), v = random_vec<float>(nkv, 3);
@@ -414,7 +415,7 @@ void reference_attention_backward(const AttentionShape& s, const Vec& q, const V
 // doubles, 32 of two floats), of vectors and a scalar rest (20), and of scalars only (4), in
 // float64 and in float.
 TEST_P(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
-  for (const AttentionShape s :
+  for (const AttentionShape& s :
        {AttentionShape{1, 300, 2, 1, 4}, AttentionShape{1, 300, 2, 1, 80},
         AttentionShape{2, 70, 2, 2, 20}, AttentionShape{1, 100, 4, 2, 48},
         AttentionShape{1, 90, 2, 2, 32}, AttentionShape{1, 70, 2, 1, 24}}) {
@@ -450,6 +451,83 @@ TEST_P(AttentionTest, SequencesLongerThanABlockMatchThePlainLoops) {
     for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dkf[i], want_dk[i], 1e-4) << "float dk " << i;
     for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dvf[i], want_dv[i], 1e-4) << "float dv " << i;
   }
+}
+
+// Ring attention's arithmetic: a sequence of 4 chunks, each chunk's queries against every
+// chunk up to its own (earlier ones whole, with the offset of their positions; its own
+// causally), the blocks merged with attention_merge, and each block's backward run with the
+// merged output and lse, summed: the whole sequence's attention and gradients. Chunks of 150
+// rows cross the kernels' 64-row tiles and 256-key blocks.
+TEST_P(AttentionTest, BlocksMergedEqualTheWholeSequence) {
+  for (const std::int64_t chunk : {std::int64_t{150}, std::int64_t{33}}) {
+    const std::int64_t chunks = 4, heads = 4, kv_heads = 2, d = 16, len = chunks * chunk;
+    const AttentionShape whole{1, len, heads, kv_heads, d};
+    const auto nq = static_cast<std::size_t>(len * heads * d);
+    const auto nkv = static_cast<std::size_t>(len * kv_heads * d);
+    Vec q = random_vec(nq, 1, 2.0), k = random_vec(nkv, 2, 2.0), v = random_vec(nkv, 3),
+        r = random_vec(nq, 4);
+    Vec want(nq), want_lse(static_cast<std::size_t>(heads * len)), want_dq(nq), want_dk(nkv),
+        want_dv(nkv);
+    attention_forward(whole, q.data(), k.data(), v.data(), want.data(), want_lse.data());
+    attention_backward(whole, q.data(), k.data(), v.data(), want.data(), r.data(), want_lse.data(),
+                       want_dq.data(), want_dk.data(), want_dv.data());
+
+    const std::int64_t qrow = heads * d, kvrow = kv_heads * d;
+    const auto block = [&](std::int64_t i, std::int64_t j) {  // chunk i's queries, chunk j's keys
+      return AttentionShape{.batch = 1,
+                            .seq = chunk,
+                            .heads = heads,
+                            .kv_heads = kv_heads,
+                            .head_dim = d,
+                            .causal_offset = (i - j) * chunk};
+    };
+    Vec out(nq), dq(nq, 0.0), dk(nkv, 0.0), dv(nkv, 0.0);
+    for (std::int64_t i = 0; i < chunks; ++i) {
+      Vec lse(static_cast<std::size_t>(heads * chunk)),
+          part(static_cast<std::size_t>(chunk * qrow)), part_lse(lse.size());
+      double* o = out.data() + i * chunk * qrow;
+      for (std::int64_t j = 0; j <= i; ++j) {
+        double* to = j == 0 ? o : part.data();
+        double* to_lse = j == 0 ? lse.data() : part_lse.data();
+        attention_forward(block(i, j), q.data() + i * chunk * qrow, k.data() + j * chunk * kvrow,
+                          v.data() + j * chunk * kvrow, to, to_lse);
+        if (j > 0) attention_merge(chunk, heads, d, o, lse.data(), part.data(), part_lse.data());
+      }
+      for (std::int64_t x = 0; x < chunk * qrow; ++x)
+        ASSERT_NEAR(o[x], want[static_cast<std::size_t>(i * chunk * qrow + x)], 1e-12);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t t = 0; t < chunk; ++t) {
+          ASSERT_NEAR(lse[static_cast<std::size_t>(h * chunk + t)],
+                      want_lse[static_cast<std::size_t>(h * len + i * chunk + t)], 1e-12);
+        }
+      }
+      Vec gq(static_cast<std::size_t>(chunk * qrow)), gk(static_cast<std::size_t>(chunk * kvrow)),
+          gv(gk.size());
+      for (std::int64_t j = 0; j <= i; ++j) {
+        attention_backward(block(i, j), q.data() + i * chunk * qrow, k.data() + j * chunk * kvrow,
+                           v.data() + j * chunk * kvrow, o, r.data() + i * chunk * qrow, lse.data(),
+                           gq.data(), gk.data(), gv.data());
+        for (std::int64_t x = 0; x < chunk * qrow; ++x) dq[i * chunk * qrow + x] += gq[x];
+        for (std::int64_t x = 0; x < chunk * kvrow; ++x) {
+          dk[j * chunk * kvrow + x] += gk[x];
+          dv[j * chunk * kvrow + x] += gv[x];
+        }
+      }
+    }
+    for (std::size_t i = 0; i < nq; ++i) ASSERT_NEAR(dq[i], want_dq[i], 1e-12) << "dq " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dk[i], want_dk[i], 1e-12) << "dk " << i;
+    for (std::size_t i = 0; i < nkv; ++i) ASSERT_NEAR(dv[i], want_dv[i], 1e-12) << "dv " << i;
+  }
+}
+
+TEST(AttentionShapeTest, RejectsKeysNoQuerySees) {
+  const std::vector<float> x(65 * 4, 0.5f);
+  std::vector<float> out(x.size()), lse(64);
+  // 64 queries at offset 0 see keys 0..63 only: key 64 would get no gradient.
+  const AttentionShape s{
+      .batch = 1, .seq = 64, .heads = 1, .kv_heads = 1, .head_dim = 4, .kv_seq = 65};
+  EXPECT_DEATH(attention_forward(s, x.data(), x.data(), x.data(), out.data(), lse.data()),
+               "kv_seq");
 }
 
 // A non-finite value in one batch's inputs stays in that batch: the backward's buffers, reused
@@ -561,7 +639,7 @@ TEST_P(AttentionTest, FusedQkvLayoutGivesThePackedResults) {
   attention_backward(packed, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(),
                      dq.data(), dk.data(), dv.data());
   AttentionShape strided = packed;
-  strided.qkv_stride = width;
+  strided.q_stride = strided.kv_stride = width;
   float* fq = fused.data();
   std::vector<float> out2(q.size()), lse2(lse.size()), dfused(fused.size(), 7.0f);
   attention_forward(strided, fq, fq + qw, fq + qw + kw, out2.data(), lse2.data());

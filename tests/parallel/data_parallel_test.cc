@@ -130,7 +130,7 @@ RunResult single_process(const nn::LlamaConfig& model_config = config(), int mic
 // part of the global batch in `micro` accumulated micro-batches, each streamed through the
 // pipeline stages as `pipeline.microbatches` micro-batches.
 struct Layout {
-  int pp = 1, replicate = 1, shard = 1, tp = 1;
+  int pp = 1, replicate = 1, shard = 1, cp = 1, tp = 1;
   PipelineOptions pipeline;
   ShardingMode mode = ShardingMode::kFullShard;
   int micro = 1;
@@ -143,8 +143,11 @@ struct Layout {
 // 20 steps of the same model, seed and global batch as single_process(), on threads, driven
 // through parallelize() as weft-train drives it.
 RunResult parallel_run(const Layout& layout) {
-  const ParallelDims dims{
-      .pp = layout.pp, .dp_replicate = layout.replicate, .dp_shard = layout.shard, .tp = layout.tp};
+  const ParallelDims dims{.pp = layout.pp,
+                          .dp_replicate = layout.replicate,
+                          .dp_shard = layout.shard,
+                          .cp = layout.cp,
+                          .tp = layout.tp};
   RunResult run;
   dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
     auto world_group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
@@ -311,6 +314,21 @@ TEST_F(DataParallelTest, TensorParallelEqualsOneProcess) {
   expect_parity({.tp = 2, .loss_parallel = false}, "TP 2, sequence parallel, logits gathered");
 }
 
+// Each context-parallel rank trains on its two chunks of every sequence (ring attention); the
+// data-parallel wrappers reduce over the cp ranks too (FSDP shards over dp_shard x cp).
+TEST_F(DataParallelTest, ContextParallelEqualsOneProcess) {
+  expect_parity({.cp = 2}, "CP 2");
+  expect_parity({.cp = 4}, "CP 4");
+  expect_parity({.replicate = 2, .cp = 2}, "DDP 2 x CP 2");
+  expect_parity({.shard = 2, .cp = 2}, "FSDP 2 x CP 2 full_shard (shards over 4)");
+  expect_parity({.cp = 2, .tp = 2}, "CP 2 x TP 2 (sequence and loss parallel)");
+  expect_parity({.cp = 2, .micro = 2, .activation_checkpointing = true},
+                "CP 2, 2 micro-batches, checkpointing");
+  if (!kEveryCase) return;
+  expect_parity({.shard = 2, .cp = 2, .mode = ShardingMode::kZero1}, "FSDP 2 x CP 2 zero1");
+  expect_parity({.replicate = 2, .shard = 2, .cp = 2}, "HSDP 2x2 x CP 2 (8 ranks)");
+}
+
 TEST_F(DataParallelTest, TwoDimensionalMeshesEqualOneProcess) {
   expect_parity({.shard = 2, .tp = 2}, "FSDP 2 x TP 2 full_shard");
   expect_parity({.shard = 2, .tp = 2, .mode = ShardingMode::kZero1, .micro = 2},
@@ -391,6 +409,9 @@ TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
   Layout tp = layout(2, "1F1B");
   tp.tp = 2;
   expect_parity(tp, "1F1B pp 2 x TP 2 (sequence and loss parallel)");
+  Layout cp = layout(2, "1F1B");
+  cp.cp = 2;
+  expect_parity(cp, "1F1B pp 2 x CP 2");
   Layout zero_bubble_tp = layout(2, "InterleavedZeroBubble");  // W copies the gathered inputs
   zero_bubble_tp.tp = 2;
   expect_parity(zero_bubble_tp, "InterleavedZeroBubble pp 2 x TP 2 (sequence and loss parallel)");
@@ -750,6 +771,25 @@ TEST(DeviceMeshTest, GroupsAndCoordinates) {
       EXPECT_THAT(e.what(), HasSubstr("dp=3 is 3 ranks, but the job has 4"));
     }
     EXPECT_THROW(mesh.size("tp"), InvalidArgument);
+  });
+}
+
+// dp_shard x cp flattened, as FSDP shards over both under context parallelism: on [dp_shard 2,
+// cp 2, tp 2] the group of the ranks that differ only in those two, ordered row-major.
+TEST(DeviceMeshTest, FlattenedDimensions) {
+  dist::run_threads(8, [](dist::ProcessGroup& pg) {
+    auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    DeviceMesh mesh(world, {{"dp_shard", 2}, {"cp", 2}, {"tp", 2}});
+    mesh.flatten({"dp_shard", "cp"}, "dp_shard_cp");
+    EXPECT_EQ(mesh.size("dp_shard_cp"), 4);
+    EXPECT_EQ(mesh.coordinates_of(5), (std::vector<int>{1, 0, 1}));
+    dist::ProcessGroup& g = mesh.group("dp_shard_cp");
+    EXPECT_EQ(g.rank(), 2 * mesh.coordinate("dp_shard") + mesh.coordinate("cp"));
+    std::vector<int> v{pg.rank()};
+    g.all_reduce(v);  // ranks {0, 2, 4, 6} and {1, 3, 5, 7}
+    EXPECT_EQ(v[0], pg.rank() % 2 == 0 ? 12 : 16);
+    EXPECT_THROW(mesh.flatten({"cp", "dp_shard"}, "out_of_order"), InvalidArgument);
+    EXPECT_THROW(mesh.flatten({"dp_shard", "tp"}, "cp"), InvalidArgument);
   });
 }
 

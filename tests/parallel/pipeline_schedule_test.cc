@@ -386,6 +386,23 @@ TEST(PipelineSimulateTest, LatencyAndCostsAreAccounted) {
   EXPECT_DOUBLE_EQ(simulate(s, fused).busy[0], 2 * 1 + 2 * 1.5);
 }
 
+// A last stage with twice the work (the output layer and the loss, as measured): it waits less
+// than the first, which waits for it.
+TEST(PipelineSimulateTest, EachRankWithItsOwnCosts) {
+  const Schedule s = schedule_gpipe(2, 1, 1);
+  const ActionCosts light{.forward = 1, .full_backward = 2},
+      heavy{.forward = 2, .full_backward = 4};
+  const Simulation sim = simulate(s, std::vector<ActionCosts>{light, heavy});
+  EXPECT_DOUBLE_EQ(sim.makespan, 9);  // F0 on rank 0, F0 and B0 on rank 1, B0 on rank 0
+  EXPECT_EQ(sim.busy, (std::vector<double>{3, 6}));
+  EXPECT_DOUBLE_EQ(sim.idle_fraction[0], 1 - 3.0 / 9);
+  EXPECT_DOUBLE_EQ(sim.idle_fraction[1], 1 - 6.0 / 9);
+  const Schedule ofb = schedule_1f1b(4, 1, 8);
+  EXPECT_EQ(simulate(ofb, std::vector<ActionCosts>(4, textbook_costs())).idle_fraction,
+            simulate(ofb, textbook_costs()).idle_fraction);
+  EXPECT_THROW(simulate(s, std::vector<ActionCosts>{light}), InvalidArgument);
+}
+
 TEST(PipelineSimulateTest, InFlightMicroBatches) {
   for (int p : {2, 4}) {
     for (int m : {4, 8}) {

@@ -1,15 +1,17 @@
 // weft-train under weftrun on the shm backend, the debug model (configs/debug.toml) for 20
 // steps at a global batch of 8 sequences: one process against DDP, every FSDP mode (2 ranks,
-// full_shard also 4) and HSDP, gradient accumulation, tensor parallelism (2 and 4 ranks, with and
-// without sequence parallelism and loss parallel), FSDP or DDP x TP, and pipeline parallelism
-// (alone and x TP). The losses (and validation losses) must equal the one-process run's to 1e-6
-// relative at every step (docs/PARALLELISM.md says why not bitwise); a resumed run must equal
-// its uninterrupted run bit for bit in the same layout, and to rounding in another.
+// full_shard also 4) and HSDP, gradient accumulation, tensor parallelism (2 and 4 ranks, with
+// and without sequence parallelism and loss parallel), FSDP or DDP x TP, pipeline parallelism
+// (alone and x TP) and context parallelism (2 and 4 ranks, and x FSDP). The losses (and
+// validation losses) must equal the one-process run's to 1e-6 relative at every step
+// (docs/PARALLELISM.md says why not bitwise); a resumed run must equal its uninterrupted run
+// bit for bit in the same layout, and to rounding in another.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,7 +30,7 @@ constexpr weft::Seconds kRunLimit{240};
 class DataParallelRunTest : public testing::Test {
  protected:
   // Runs weft-train on `ranks` processes (1: without weftrun) with `args`; returns the JSON
-  // lines' path.
+  // lines' path. What it prints is appended to <name>.log.
   std::string train(const std::string& name, int ranks, const std::string& args) {
     const std::string jsonl = (dir_ / (name + ".jsonl")).string();
     const std::string command =
@@ -42,6 +44,7 @@ class DataParallelRunTest : public testing::Test {
         args;
     const weft::test::Finished f = weft::test::run(weft::test::words_of(command), {}, kRunLimit);
     EXPECT_EQ(f.code, 0) << command << "\n" << f.out << f.err;
+    std::ofstream(dir_ / (name + ".log"), std::ios::app) << f.out;
     return jsonl;
   }
   static std::vector<double> read(const std::string& path, const char* key) {
@@ -148,6 +151,20 @@ TEST_F(DataParallelRunTest, TensorParallelLayoutsMatchOneProcess) {
   });
 }
 
+// Context parallelism: each rank its two chunks of every sequence, alone and with FSDP (which
+// then shards over dp_shard x cp); the final checkpoint of CP 2 x FSDP 2 is the whole model.
+TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
+  expect_layouts_match({
+      {"cp-2", 2, "--training.batch_size 8 --parallelism.context_parallel_degree 2"},
+      {"cp-4", 4, "--training.batch_size 8 --parallelism.context_parallel_degree 4"},
+      {"cp-2xfsdp-2", 4,
+       "--training.batch_size 4 --parallelism.context_parallel_degree 2"
+       " --parallelism.data_parallel_shard_degree 2",
+       true},
+  });
+  expect_generates(dir_ / "cp-2xfsdp-2" / "step-00000020" / "checkpoint.safetensors");
+}
+
 // HSDP also writes its (final) checkpoint: one replica's shard group gathers it.
 TEST_F(DataParallelRunTest, TwoDimensionalLayoutsMatchOneProcess) {
   expect_layouts_match({
@@ -221,6 +238,12 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
   expect_close(train("pp-2xtp-2", 4,
                      "--checkpoint.enable false " + pp + "--parallelism.tensor_parallel_degree 2"),
                one, kTolerance, "pp-2 x tp-2 1F1B");
+  // Every rank's idle share, with its stage rank: ranks 0 and 1 hold stage 0 (tp 2).
+  std::ifstream log(dir_ / "pp-2xtp-2.log");
+  const std::string printed{std::istreambuf_iterator<char>(log), {}};
+  for (const char* rank : {"rank 0 (pp rank 0): idle", "rank 1 (pp rank 0): idle",
+                           "rank 2 (pp rank 1): idle", "rank 3 (pp rank 1): idle"})
+    EXPECT_THAT(printed, testing::HasSubstr(rank));
   expect_close(train("pp-2xfsdp-2", 4,
                      "--checkpoint.enable false --training.batch_size 4 "
                      "--parallelism.pipeline_parallel_degree 2 "

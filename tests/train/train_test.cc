@@ -74,6 +74,8 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[model]\ndim = 30\n"),
               HasSubstr("model: dim 30 is not divisible by n_heads 4"));
   EXPECT_THAT(config_error("[training]\nseq_len = 512\n"), HasSubstr("exceeds model.max_seq_len"));
+  EXPECT_THAT(config_error("[parallelism]\ncontext_parallel_degree = 3\n"),
+              HasSubstr("does not split into 2 x parallelism.context_parallel_degree = 6 equal"));
   EXPECT_THAT(config_error("[training\n"), HasSubstr("line 1"));
   EXPECT_THAT(config_error("[training]\nvalidation_fraction = 0.0\n"),
               HasSubstr("validation.enable = true needs a validation split"));
@@ -103,7 +105,8 @@ TEST_F(TrainTest, ParallelismMustFitTheWorld) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(),
                 HasSubstr("data_parallel_replicate_degree 1 x data_parallel_shard_degree 3 x "
-                          "tensor_parallel_degree 2 = 6 must equal the world size 1"));
+                          "context_parallel_degree 1 x tensor_parallel_degree 2 = 6 must equal "
+                          "the world size 1"));
   }
   EXPECT_THAT(config_error("[parallelism]\nfsdp_mode = \"zero4\"\n"),
               HasSubstr("full_shard, zero1, zero2"));

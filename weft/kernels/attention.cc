@@ -23,9 +23,18 @@ namespace {
 constexpr std::int64_t kTile = 64;
 constexpr std::int64_t kBlock = 256;
 
-void check_shape(const AttentionShape& s) {
+// The shape with its defaults filled in (strides packed, kv_seq = seq), checked.
+AttentionShape resolved(AttentionShape s) {
   WEFT_CHECK_GT(s.kv_heads, 0);
   WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
+  if (s.q_stride == 0) s.q_stride = s.heads * s.head_dim;
+  if (s.kv_stride == 0) s.kv_stride = s.kv_heads * s.head_dim;
+  if (s.kv_seq == 0) s.kv_seq = s.seq;
+  // Every query sees key 0 (the first products overwrite dq), and every key is seen by some
+  // query (the first products overwrite dk and dv).
+  WEFT_CHECK_GE(s.causal_offset, 0);
+  WEFT_CHECK_LE(s.kv_seq, s.seq + s.causal_offset);
+  return s;
 }
 
 // Tiles and blocks start on panel boundaries of the transposed keys and values, and a block's
@@ -40,12 +49,10 @@ static_assert(kTile % internal::kTilePanel<double> == 0 &&
 template <class T>
 struct HeadView {
   std::int64_t q_offset, kv_offset, o_offset, q_stride, kv_stride, o_stride;
-  HeadView(const AttentionShape& s, std::int64_t b, std::int64_t h)
-      : q_stride(s.qkv_stride ? s.qkv_stride : s.heads * s.head_dim),
-        kv_stride(s.qkv_stride ? s.qkv_stride : s.kv_heads * s.head_dim),
-        o_stride(s.heads * s.head_dim) {
+  HeadView(const AttentionShape& s, std::int64_t b, std::int64_t h)  // s resolved()
+      : q_stride(s.q_stride), kv_stride(s.kv_stride), o_stride(s.heads * s.head_dim) {
     q_offset = b * s.seq * q_stride + h * s.head_dim;
-    kv_offset = b * s.seq * kv_stride + (h / (s.heads / s.kv_heads)) * s.head_dim;
+    kv_offset = b * s.kv_seq * kv_stride + (h / (s.heads / s.kv_heads)) * s.head_dim;
     o_offset = b * s.seq * o_stride + h * s.head_dim;
   }
 };
@@ -77,10 +84,11 @@ void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, co
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
   const T* qi = q + at.q_offset + i0 * at.q_stride;
-  for (std::int64_t j0 = 0; j0 < i0 + rows; j0 += kBlock) {
-    const std::int64_t cols = std::min(kBlock, i0 + rows - j0), diagonal = i0 - j0;
-    internal::scores_tile(qi, at.q_stride, kt + j0, internal::panel_padded<T>(s.seq), rows, cols, d,
-                          diagonal, scale, scores, kBlock);
+  const std::int64_t seen = std::min(s.kv_seq, i0 + rows + s.causal_offset);  // keys the tile sees
+  for (std::int64_t j0 = 0; j0 < seen; j0 += kBlock) {
+    const std::int64_t cols = std::min(kBlock, seen - j0), diagonal = i0 + s.causal_offset - j0;
+    internal::scores_tile(qi, at.q_stride, kt + j0, internal::panel_padded<T>(s.kv_seq), rows, cols,
+                          d, diagonal, scale, scores, kBlock);
     mask_tile(scores, kBlock, rows, cols, diagonal);
     T correction[kTile];
     internal::softmax_block(scores, kBlock, rows, cols, m, l, correction);
@@ -104,34 +112,35 @@ struct BackwardScratch {
   explicit BackwardScratch(const AttentionShape& s)
       : p(static_cast<std::size_t>(kBlock * kTile)),
         dp(p.size()),
-        kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.seq))),
+        kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.kv_seq))),
         vt(kt.size()) {}
 };
 
 // The backward of one (batch, query head) pair into its rows of dq, dk, dv: per key tile j,
 // the query rows that may see it in blocks of up to kBlock rows. The first product into a
 // gradient overwrites it instead of adding to zeros: dq's rows all meet key tile 0 first, and
-// dk's and dv's rows of tile j meet query block j first, in the group's first head
-// (`first_in_group`; the group's other heads add to them). buf.kt and buf.vt hold the head's keys
-// and values transposed; delta_bh is rowsum(dO * O) per query.
+// dk's and dv's rows of tile j meet the first query block that sees it first, in the group's
+// first head (`first_in_group`; the group's other heads add to them). buf.kt and buf.vt hold the
+// head's keys and values transposed; delta_bh is rowsum(dO * O) per query.
 template <class T>
 void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
                    const T* dout, const T* lse_bh, const T* delta_bh, T* dq, T* dk, T* dv,
                    bool first_in_group, BackwardScratch<T>& buf) {
-  const std::int64_t d = s.head_dim, ldt = internal::panel_padded<T>(s.seq);
+  const std::int64_t d = s.head_dim, ldt = internal::panel_padded<T>(s.kv_seq);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   T* p = buf.p.data();
   T* dp = buf.dp.data();
-  for (std::int64_t j0 = 0; j0 < s.seq; j0 += kTile) {
-    const std::int64_t cols = std::min(kTile, s.seq - j0);
+  for (std::int64_t j0 = 0; j0 < s.kv_seq; j0 += kTile) {
+    const std::int64_t cols = std::min(kTile, s.kv_seq - j0);
     const T* kj = k + at.kv_offset + j0 * at.kv_stride;
     T* dkj = dk + at.kv_offset + j0 * at.kv_stride;
     T* dvj = dv + at.kv_offset + j0 * at.kv_stride;
-    for (std::int64_t i0 = j0; i0 < s.seq; i0 += kBlock) {
-      const std::int64_t rows = std::min(kBlock, s.seq - i0), diagonal = i0 - j0;
+    const std::int64_t first_row = std::max<std::int64_t>(0, j0 - s.causal_offset);  // sees j0
+    for (std::int64_t i0 = first_row; i0 < s.seq; i0 += kBlock) {
+      const std::int64_t rows = std::min(kBlock, s.seq - i0), diagonal = i0 + s.causal_offset - j0;
       const T* qi = q + at.q_offset + i0 * at.q_stride;
       const T* doi = dout + at.o_offset + i0 * at.o_stride;
-      const bool kv_accumulate = !(first_in_group && i0 == j0);
+      const bool kv_accumulate = !(first_in_group && i0 == first_row);
       internal::scores_tile(qi, at.q_stride, buf.kt.data() + j0, ldt, rows, cols, d, diagonal,
                             scale, p, kTile);
       mask_tile(p, kTile, rows, cols, diagonal);
@@ -153,22 +162,22 @@ void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, c
 }  // namespace
 
 template <class T>
-void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
+void attention_forward(const AttentionShape& shape, const T* q, const T* k, const T* v, T* out,
                        T* lse) {
-  check_shape(s);
+  const AttentionShape s = resolved(shape);
   const std::int64_t group = s.heads / s.kv_heads;
   // (batch, head) pairs are independent: split them over the threads. Consecutive heads of a
   // group read the same keys (bh / group is their (batch, key/value head)): packed once.
   parallel_for(s.batch * s.heads, 1, [&](std::int64_t first, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(kTile * kBlock));
     std::vector<T> acc(static_cast<std::size_t>(kTile * s.head_dim));
-    std::vector<T> kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.seq)));
+    std::vector<T> kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.kv_seq)));
     std::int64_t packed = -1;  // the (batch, key/value head) whose keys kt holds
     for (std::int64_t bh = first; bh < end; ++bh) {
       const HeadView<T> at(s, bh / s.heads, bh % s.heads);
       if (bh / group != packed) {
-        internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.seq, s.head_dim, kt.data(),
-                                  internal::panel_padded<T>(s.seq));
+        internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.kv_seq, s.head_dim, kt.data(),
+                                  internal::panel_padded<T>(s.kv_seq));
         packed = bh / group;
       }
       T* lse_bh = lse + bh * s.seq;
@@ -185,9 +194,9 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 // dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P * (dP - rowsum(dO_i * O_i)) * scale,
 // dQ_i += dS K_j, dK_j += dS^T Q_i.
 template <class T>
-void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out,
-                        const T* dout, const T* lse, T* dq, T* dk, T* dv) {
-  check_shape(s);
+void attention_backward(const AttentionShape& shape, const T* q, const T* k, const T* v,
+                        const T* out, const T* dout, const T* lse, T* dq, T* dk, T* dv) {
+  const AttentionShape s = resolved(shape);
   const std::int64_t group = s.heads / s.kv_heads, d = s.head_dim;
   // delta = rowsum(dO * O) per (batch, head, query), all heads of a token's contiguous row at
   // once (head by head, over strided rows, it took about 3 % of the backward).
@@ -210,14 +219,36 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
     for (std::int64_t bg = first; bg < end; ++bg) {
       const std::int64_t b = bg / s.kv_heads, first_head = (bg % s.kv_heads) * group;
       const HeadView<T> kv(s, b, first_head);
-      internal::pack_transposed(k + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
-                                scratch.kt.data(), internal::panel_padded<T>(s.seq));
-      internal::pack_transposed(v + kv.kv_offset, kv.kv_stride, s.seq, s.head_dim,
-                                scratch.vt.data(), internal::panel_padded<T>(s.seq));
+      internal::pack_transposed(k + kv.kv_offset, kv.kv_stride, s.kv_seq, s.head_dim,
+                                scratch.kt.data(), internal::panel_padded<T>(s.kv_seq));
+      internal::pack_transposed(v + kv.kv_offset, kv.kv_stride, s.kv_seq, s.head_dim,
+                                scratch.vt.data(), internal::panel_padded<T>(s.kv_seq));
       for (std::int64_t h = first_head; h < first_head + group; ++h) {
         const std::int64_t bh = b * s.heads + h;
         backward_head(s, HeadView<T>(s, b, h), q, k, dout, lse + bh * s.seq,
                       delta.data() + bh * s.seq, dq, dk, dv, h == first_head, scratch);
+      }
+    }
+  });
+}
+
+// Per row and head: the new lse from the two, then each side's weight exp(its lse - new lse).
+template <class T>
+void attention_merge(std::int64_t rows, std::int64_t heads, std::int64_t head_dim, T* out, T* lse,
+                     const T* block_out, const T* block_lse) {
+  parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        T& l = lse[h * rows + i];
+        const T b = block_lse[h * rows + i];
+        const T hi = std::max(l, b);
+        if (hi == -std::numeric_limits<T>::infinity()) continue;  // neither block sees a key
+        const T merged = hi + std::log(std::exp(l - hi) + std::exp(b - hi));
+        const T keep = std::exp(l - merged), add = std::exp(b - merged);
+        T* o = out + (i * heads + h) * head_dim;
+        const T* bo = block_out + (i * heads + h) * head_dim;
+        for (std::int64_t x = 0; x < head_dim; ++x) o[x] = o[x] * keep + bo[x] * add;
+        l = merged;
       }
     }
   });
@@ -233,5 +264,10 @@ template void attention_backward<float>(const AttentionShape&, const float*, con
 template void attention_backward<double>(const AttentionShape&, const double*, const double*,
                                          const double*, const double*, const double*, const double*,
                                          double*, double*, double*);
+
+template void attention_merge<float>(std::int64_t, std::int64_t, std::int64_t, float*, float*,
+                                     const float*, const float*);
+template void attention_merge<double>(std::int64_t, std::int64_t, std::int64_t, double*, double*,
+                                      const double*, const double*);
 
 }  // namespace weft::kernels

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/rope.h"
 
@@ -22,7 +24,7 @@ AttentionConfig local_heads(AttentionConfig c, int parts) {
 // Rank `part` holds query heads [part * n_heads / parts, ...) and key/value heads
 // [part * n_kv_heads / parts, ...): exactly the groups its query heads read.
 Attention::Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& c,
-                     int parts, int part)
+                     int parts, int part, const ContextParallel* cp)
     : config_(local_heads(c, parts)),
       hd_(c.head_dim()),
       qkv_weight_(params.stack({{prefix + ".wq.weight", config_.n_heads * hd_},
@@ -33,22 +35,41 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
       wq_(params.at(prefix + ".wq.weight")),
       wk_(params.at(prefix + ".wk.weight")),
       wv_(params.at(prefix + ".wv.weight")),
-      wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}) {}
+      wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
+      cp_(cp) {}
 
 std::int64_t Attention::qkv_width() const {
   return (config_.n_heads + 2 * config_.n_kv_heads) * hd_;
 }
 
+RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
+  if (seq % 2 != 0) {
+    throw InvalidArgument(
+        "under context parallelism a rank holds two equal chunks of each "
+        "sequence; got " +
+        std::to_string(seq) + " rows per sequence");
+  }
+  return {batch, seq / 2, config_.n_heads, config_.n_kv_heads, hd_};
+}
+
 void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
+  const kernels::AttentionShape shape{batch, seq,  config_.n_heads, config_.n_kv_heads, hd,
+                                      width, width};
   float* q = ensure(qkv_, {rows, width});
   float* k = q + config_.n_heads * hd;
   float* v = k + config_.n_kv_heads * hd;
   float* att = ensure(att_, {rows, config_.n_heads * hd});
   float* lse = ensure(lse_, {batch, config_.n_heads, seq});
   wqkv_.forward(x, q, rows);
+  if (ring()) {
+    const RingShape ring = ring_shape(batch, seq);
+    rope_chunks(*cp_, ring, config_.rope_theta, q, /*backward=*/false);
+    ring_attention_forward(*cp_, ring, q, att, lse, ring_);
+    wo_.forward(att, out, rows, accumulate);
+    return;
+  }
   // k's heads follow q's in each fused row: one pass rotates both.
   kernels::rope_forward(q, batch, seq, config_.n_heads + config_.n_kv_heads, hd, config_.rope_theta,
                         0, width);
@@ -65,7 +86,8 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{batch, seq, config_.n_heads, config_.n_kv_heads, hd, width};
+  const kernels::AttentionShape shape{batch, seq,  config_.n_heads, config_.n_kv_heads, hd,
+                                      width, width};
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
   float* dq = ensure(dqkv_, {rows, width});
   float* dk = dq + config_.n_heads * hd;
@@ -79,10 +101,16 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
     wo_.backward_input(dout, datt, rows);
     wo_.backward_weight(dout, att_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
   }
-  kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq, dk,
-                              dv);
-  kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
-                         config_.rope_theta, 0, width);
+  if (ring()) {
+    const RingShape ring = ring_shape(batch, seq);
+    ring_attention_backward(*cp_, ring, q, att_.data<float>(), datt, lse_.data<float>(), dq, ring_);
+    rope_chunks(*cp_, ring, config_.rope_theta, dq, /*backward=*/true);
+  } else {
+    kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq,
+                                dk, dv);
+    kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
+                           config_.rope_theta, 0, width);
+  }
   wqkv_.backward_input(dq, dx, rows);
 }
 

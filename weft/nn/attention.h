@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/context_parallel.h"
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
+#include "weft/nn/ring_attention.h"
 
 namespace weft::nn {
 
@@ -22,8 +24,11 @@ class Attention {
  public:
   // Tensor-parallel over `parts` ranks, this one `part`: n_heads / parts query heads and the
   // n_kv_heads / parts key/value heads they use (wq, wk, wv column-parallel, wo row-parallel).
+  // Context-parallel when `cp` (which outlives the layer) is enabled: each sequence of seq
+  // rows is then this rank's two chunks of a sequence cp.size() times as long, and attention
+  // runs around the ring (nn/context_parallel.h).
   Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config,
-            int parts = 1, int part = 0);
+            int parts = 1, int part = 0, const ContextParallel* cp = nullptr);
   // x and out: [batch * seq, dim]; the output (this rank's heads' share of it under tensor
   // parallelism) is written to out, or added to it inside the output projection's product
   // when accumulate (the block's residual stream). Keeps q, k, v, the attention output and
@@ -55,6 +60,8 @@ class Attention {
 
  private:
   std::int64_t qkv_width() const;  // (heads + 2 kv_heads) * head_dim, this rank's
+  bool ring() const { return cp_ != nullptr && cp_->enabled(); }
+  RingShape ring_shape(std::int64_t batch, std::int64_t seq) const;
 
   AttentionConfig config_;  // this rank's heads
   std::int64_t hd_;         // head dimension
@@ -65,6 +72,8 @@ class Attention {
   Tensor qkv_, att_, lse_;  // kept by forward: q|k|v rows after RoPE, attention output
   Tensor q_;                // generation's queries
   Tensor dqkv_, datt_;      // backward's scratch
+  const ContextParallel* cp_;
+  RingScratch ring_;
 };
 
 }  // namespace weft::nn

@@ -103,6 +103,8 @@ void Llama::apply_tensor_parallel(TensorParallel tp) {
   build();
 }
 
+void Llama::apply_context_parallel(ContextParallel cp) { cp_ = std::move(cp); }
+
 void Llama::apply_pipeline(std::vector<LayerRange> stages) {
   if (!hooks_.empty()) throw InvalidArgument("apply_pipeline after hooks were added");
   require(!stages.empty(), "a pipeline rank holds at least one stage");
@@ -149,7 +151,7 @@ void Llama::build() {
   for (const LayerRange& s : stages_) {
     for (int l = s.first; l < s.last; ++l) {
       layers_[static_cast<std::size_t>(l)] =
-          std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_);
+          std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_, cp_);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/context_parallel.h"
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
 #include "weft/nn/tensor_parallel.h"
@@ -73,6 +74,12 @@ class Llama {
   // key/value heads, the feed-forward width and the vocabulary (InvalidArgument otherwise).
   void apply_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_->plan(); }
+  // Makes the model context-parallel over cp's group (context_parallel.h): forward and
+  // backward then take this rank's two chunks of each sequence (seq rows: seq / 2 of chunk
+  // cp.chunk(0), then seq / 2 of chunk cp.chunk(1)), and the loss is the mean over this
+  // rank's tokens. Composes with the other strategies; the parameters do not change.
+  void apply_context_parallel(ContextParallel cp);
+  const ContextParallel& context_parallel() const { return cp_; }
   // Makes the model a pipeline-parallel rank's: it holds only the layers of `stages` (disjoint,
   // non-empty, in model order), the embedding when one starts at 0 and the final norm and
   // output when one ends at n_layers; the rest is rebuilt as apply_tensor_parallel does (the
@@ -170,6 +177,7 @@ class Llama {
 
   LlamaConfig config_;
   std::unique_ptr<TensorParallelContext> tp_;  // stable: the blocks refer to it
+  ContextParallel cp_;                         // the blocks refer to it
   ParameterList params_;
   std::optional<Embedding> tok_embeddings_;
   std::vector<LayerRange> stages_;

@@ -45,13 +45,13 @@ struct FeedForwardRegion {
 }  // namespace
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c,
-                                   TensorParallelContext& tp)
+                                   TensorParallelContext& tp, const ContextParallel& cp)
     : dim_(c.attention.dim),
       tp_(tp),
       attention_norm_(params, prefix(layer, "attention_norm"), dim_, c.norm_eps),
       ffn_norm_(params, prefix(layer, "ffn_norm"), dim_, c.norm_eps),
       attention_(params, prefix(layer, "attention"), c.attention, tp.plan().size(),
-                 tp.plan().rank()),
+                 tp.plan().rank(), &cp),
       feed_forward_(params, prefix(layer, "feed_forward"), dim_, c.hidden, tp.plan().size(),
                     tp.plan().rank()) {}
 

@@ -24,9 +24,9 @@ struct BlockConfig {
 
 class TransformerBlock {
  public:
-  // `tp` (shared by the model's blocks) outlives the block.
+  // `tp` and `cp` (shared by the model's blocks) outlive the block.
   TransformerBlock(ParameterList& params, int layer, const BlockConfig& config,
-                   TensorParallelContext& tp);
+                   TensorParallelContext& tp, const ContextParallel& cp);
   // x: [local rows, dim] (tp.local_rows(batch * seq)), transformed in place.
   void forward(float* x, std::int64_t batch, std::int64_t seq);
   // dx: the gradient of the block's output, turned in place into that of its input. With

@@ -25,13 +25,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
                           " ranks, but the job has " + std::to_string(world_->size()) +
                           "; make the product of the sizes equal the world size");
   }
-  // Row-major coordinates: the last dimension varies fastest.
-  coordinates_.resize(dims_.size());
-  int rest = world_->rank();
-  for (std::size_t d = dims_.size(); d-- > 0;) {
-    coordinates_[d] = rest % dims_[d].second;
-    rest /= dims_[d].second;
-  }
+  coordinates_ = coordinates_of(world_->rank());
   // The group along dimension d: the ranks whose other coordinates equal ours. Its color is
   // our rank with coordinate d set to 0; its order is the coordinate along d. A dimension that
   // spans the job is the world group itself, whose collectives run on the transport's direct
@@ -46,6 +40,16 @@ DeviceMesh::DeviceMesh(std::shared_ptr<dist::ProcessGroup> world,
     const int color = world_->rank() - coordinates_[d] * stride;
     groups_.push_back(world_->split(color, coordinates_[d]));
   }
+}
+
+// Row-major: the last dimension varies fastest.
+std::vector<int> DeviceMesh::coordinates_of(int rank) const {
+  std::vector<int> coordinates(dims_.size());
+  for (std::size_t d = dims_.size(); d-- > 0;) {
+    coordinates[d] = rank % dims_[d].second;
+    rank /= dims_[d].second;
+  }
+  return coordinates;
 }
 
 std::size_t DeviceMesh::index_of(const std::string& dim) const {
@@ -64,10 +68,42 @@ bool DeviceMesh::has(const std::string& dim) const {
   return false;
 }
 
-int DeviceMesh::size(const std::string& dim) const { return dims_[index_of(dim)].second; }
+int DeviceMesh::size(const std::string& dim) const {
+  if (const Flattened* f = flattened(dim)) return f->size;
+  return dims_[index_of(dim)].second;
+}
 int DeviceMesh::coordinate(const std::string& dim) const { return coordinates_[index_of(dim)]; }
 dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const {
+  if (const Flattened* f = flattened(dim)) return *f->group;
   return *groups_[index_of(dim)];
+}
+
+const DeviceMesh::Flattened* DeviceMesh::flattened(const std::string& name) const {
+  for (const Flattened& f : flattened_) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+// As for one dimension: the color is our rank with the flattened coordinates set to 0, the
+// order our row-major index over them.
+void DeviceMesh::flatten(const std::vector<std::string>& dims, const std::string& name) {
+  if (has(name) || flattened(name) != nullptr)
+    throw InvalidArgument("DeviceMesh: the name '" + name + "' is taken");
+  if (dims.size() < 2) throw InvalidArgument("DeviceMesh: flatten needs two dimensions or more");
+  int color = world_->rank(), key = 0, size = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const std::size_t d = index_of(dims[i]);
+    if (i > 0 && d <= index_of(dims[i - 1]))
+      throw InvalidArgument("DeviceMesh: flatten's dimensions must be in mesh order");
+    int stride = 1;
+    for (std::size_t e = d + 1; e < dims_.size(); ++e) stride *= dims_[e].second;
+    color -= coordinates_[d] * stride;
+    key = key * dims_[d].second + coordinates_[d];
+    size *= dims_[d].second;
+  }
+  auto group = size == world_->size() ? world_ : world_->split(color, key);
+  flattened_.push_back({name, size, std::move(group)});
 }
 
 }  // namespace weft::parallel

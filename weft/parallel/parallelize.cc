@@ -8,6 +8,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
+#include "weft/parallel/context_parallel.h"
 #include "weft/parallel/ddp.h"
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/tensor_parallel.h"
@@ -242,9 +243,30 @@ std::unique_ptr<PipelineRuntime> make_pipeline(nn::Llama& model, dist::ProcessGr
   return std::make_unique<PipelineRuntime>(model, pp, std::move(schedule), std::move(layers));
 }
 
+// "mesh pp 2 x tp 2; world ranks by (pp, tp): 0 (0, 0), 1 (0, 1), 2 (1, 0), 3 (1, 1)".
+std::string describe_mesh(const DeviceMesh& mesh) {
+  std::string shape, names;
+  for (const auto& [name, n] : mesh.dims()) {
+    shape += (shape.empty() ? "" : " x ") + name + " " + std::to_string(n);
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  std::string text = "mesh " + shape + "; world ranks by (" + names + "):";
+  for (int rank = 0; rank < mesh.world().size(); ++rank) {
+    const std::vector<int> coordinates = mesh.coordinates_of(rank);
+    text += rank == 0 ? " " : ", ";
+    text += std::to_string(rank) + " (";
+    for (std::size_t d = 0; d < coordinates.size(); ++d) {
+      text += (d == 0 ? "" : ", ");
+      text += std::to_string(coordinates[d]);
+    }
+    text += ")";
+  }
+  return text;
+}
+
 class Parallelized : public ParallelModel {
  public:
-  Parallelized(nn::Llama& model, const DeviceMesh* mesh, const ParallelOptions& options)
+  Parallelized(nn::Llama& model, DeviceMesh* mesh, const ParallelOptions& options)
       : model_(model), mesh_(mesh), options_(options) {
     const ParallelDims& d = options.dims;
     d.validate(mesh != nullptr ? mesh->world().size() : 1);
@@ -257,13 +279,21 @@ class Parallelized : public ParallelModel {
       tp_adapter_ =
           apply_tensor_parallel(model, *tp_, options.sequence_parallel, options.loss_parallel);
     }
+    cp_ = group(mesh, "cp");
+    if (cp_ != nullptr) {
+      cp_adapter_ = std::make_shared<ProcessGroupContextParallel>(*cp_);
+      model.apply_context_parallel({cp_adapter_});
+    }
     replica_ = coordinate(mesh, "dp_replicate");
     data_rank_ = replica_ * d.dp_shard + coordinate(mesh, "dp_shard");
+    // The context-parallel ranks hold the same parameters and compute gradients from different
+    // tokens: the data-parallel wrappers reduce over them too, FSDP sharding over dp_shard x
+    // cp (as TorchTitan does), DDP replicating over dp_replicate x cp.
     if (d.dp_shard > 1) {
-      dp_ = std::make_unique<Sharded>(model, *group(mesh, "dp_shard"), group(mesh, "dp_replicate"),
-                                      options);
+      dp_ = std::make_unique<Sharded>(model, *data_group(mesh, "dp_shard"),
+                                      group(mesh, "dp_replicate"), options);
     } else {
-      dp_ = std::make_unique<Replicated>(model, group(mesh, "dp_replicate"), options);
+      dp_ = std::make_unique<Replicated>(model, data_group(mesh, "dp_replicate"), options);
     }
     if (pipeline_) {
       pipeline_->on_backward([this](bool may_reduce) { dp_->hold_reductions(!may_reduce); },
@@ -278,15 +308,20 @@ class Parallelized : public ParallelModel {
   void zero_grad() override { dp_->zero_grad(); }
   double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
                           std::int64_t batch, std::int64_t seq, double loss_scale) override {
-    if (pipeline_) return pipeline_->forward_backward(tokens, targets, batch, seq, loss_scale);
-    const double loss = model_.forward(tokens, targets, batch, seq);
-    model_.backward(loss_scale);
-    return loss;
+    if (cp_ != nullptr) {
+      const Chunks c = chunks_of(tokens, targets, batch, seq);
+      return run(c.tokens.data(), c.targets.data(), batch, c.seq, loss_scale / cp_->size()) /
+             cp_->size();
+    }
+    return run(tokens, targets, batch, seq, loss_scale);
   }
   double evaluate(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                   std::int64_t seq) override {
-    if (pipeline_) return pipeline_->evaluate(tokens, targets, batch, seq);
-    return model_.forward(tokens, targets, batch, seq);
+    if (cp_ != nullptr) {
+      const Chunks c = chunks_of(tokens, targets, batch, seq);
+      return forward_only(c.tokens.data(), c.targets.data(), batch, c.seq) / cp_->size();
+    }
+    return forward_only(tokens, targets, batch, seq);
   }
   void prepare_sync() override { dp_->prepare_sync(); }
   void finish_sync() override {
@@ -298,12 +333,14 @@ class Parallelized : public ParallelModel {
   // Each element of the whole model's gradient is counted once: a tensor-parallel slice by
   // its rank, a parameter every tensor-parallel peer holds by the first, and replicas
   // (which hold the same) by the first; pipeline stages hold different parameters. One
-  // all-reduce over the world sums the rest.
+  // all-reduce over the world sums the rest. Context-parallel ranks are replicas under DDP,
+  // shards under FSDP.
   double clip_grad_norm(double max_norm) override {
     const int tp_rank = tp_ != nullptr ? tp_->rank() : 0;
     const double local = dp_->grad_sum_squares(
         [tp_rank](const nn::Parameter& p) { return p.sharded() || tp_rank == 0; });
-    const double norm = std::sqrt(sum_over_world(replica_ == 0 ? local : 0.0));
+    const bool cp_replica = cp_ != nullptr && options_.dims.dp_shard == 1 && cp_->rank() > 0;
+    const double norm = std::sqrt(sum_over_world(replica_ == 0 && !cp_replica ? local : 0.0));
     const double factor = max_norm / (norm + 1e-6);
     if (max_norm > 0 && factor < 1.0) dp_->scale_grads(static_cast<float>(factor));
     return norm;
@@ -321,7 +358,7 @@ class Parallelized : public ParallelModel {
   // gathers the slices to each stage's first rank, and the pipeline the stages to world rank 0.
   std::pair<nn::StateDict, nn::AdamWState> full_state() override {
     auto state = replica_ == 0 ? dp_->state() : std::pair<nn::StateDict, nn::AdamWState>{};
-    if (data_rank_ != 0) return {};
+    if (data_rank_ != 0 || (cp_ != nullptr && cp_->rank() != 0)) return {};
     auto& [params, optimizer] = state;
     if (tp_ != nullptr) {
       const nn::ParameterList& like = model_.parameters();
@@ -352,6 +389,7 @@ class Parallelized : public ParallelModel {
 
   double communication_seconds() const override {
     return seconds_ + (tp_adapter_ ? tp_adapter_->seconds() : 0.0) +
+           (cp_adapter_ ? cp_adapter_->seconds() : 0.0) +
            (pipeline_ ? pipeline_->wait_seconds() : 0.0);
   }
 
@@ -365,7 +403,16 @@ class Parallelized : public ParallelModel {
 
   std::vector<std::string> describe(bool with_peaks) const override {
     std::vector<std::string> lines;
+    if (mesh_ != nullptr && !mesh_->dims().empty() && !with_peaks)
+      lines.push_back(describe_mesh(*mesh_));
     if (pipeline_) lines.push_back(describe_pipeline(with_peaks));
+    if (cp_ != nullptr && !with_peaks) {
+      const int n = cp_->size();
+      lines.push_back("context parallel " + std::to_string(n) +
+                      ": ring attention; each sequence in " + std::to_string(2 * n) +
+                      " chunks, rank r of the ring holding chunks r and " +
+                      std::to_string(2 * n - 1) + " - r");
+    }
     if (tp_ != nullptr && !with_peaks) {  // once, at the start
       const nn::TensorParallel& tp = model_.tensor_parallel();
       lines.push_back("tensor parallel " + std::to_string(tp.size()) + ": " +
@@ -377,18 +424,44 @@ class Parallelized : public ParallelModel {
   }
 
  private:
+  double run(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+             std::int64_t seq, double loss_scale) {
+    if (pipeline_) return pipeline_->forward_backward(tokens, targets, batch, seq, loss_scale);
+    const double loss = model_.forward(tokens, targets, batch, seq);
+    model_.backward(loss_scale);
+    return loss;
+  }
+  double forward_only(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                      std::int64_t seq) {
+    if (pipeline_) return pipeline_->evaluate(tokens, targets, batch, seq);
+    return model_.forward(tokens, targets, batch, seq);
+  }
+
+  // This context-parallel rank's two chunks of each sequence.
+  struct Chunks {
+    std::vector<std::int32_t> tokens, targets;
+    std::int64_t seq;  // per sequence: two chunks
+  };
+  Chunks chunks_of(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                   std::int64_t seq) const {
+    const int r = cp_->rank(), n = cp_->size();
+    return {context_parallel_rows(tokens, batch, seq, r, n),
+            context_parallel_rows(targets, batch, seq, r, n), seq / n};
+  }
+
+  // The group data parallelism reduces over along `dim`: with context parallelism, `dim` and
+  // cp flattened (or cp alone when `dim` is absent).
+  dist::ProcessGroup* data_group(DeviceMesh* mesh, const std::string& dim) {
+    if (cp_ == nullptr) return group(mesh, dim);
+    if (!mesh->has(dim)) return cp_;
+    const std::string name = dim + "_cp";
+    mesh->flatten({dim, "cp"}, name);
+    return &mesh->group(name);
+  }
+
   std::string describe_pipeline(bool at_end) const {
     const Schedule& s = pipeline_->schedule();
-    if (at_end) {
-      char line[200];
-      std::snprintf(line, sizeof(line),
-                    "pipeline: this rank waited for other stages %.1f%% of its forward/backward "
-                    "time (%.2f s); the schedule simulated with its measured forward and "
-                    "backward times: %.1f%%",
-                    100 * pipeline_->measured_idle_fraction(), pipeline_->wait_seconds(),
-                    100 * pipeline_->simulated_idle_fraction());
-      return line;
-    }
+    if (at_end) return describe_idle();
     std::string line = "pipeline parallel " + std::to_string(s.ranks) + ": " +
                        std::to_string(s.num_stages()) + " stages, " +
                        std::to_string(s.microbatches) + " micro-batches; layers";
@@ -410,6 +483,74 @@ class Parallelized : public ParallelModel {
     return line + bubble + timeline;
   }
 
+  // Every rank's idle share, gathered over the world (a collective: every rank calls it),
+  // measured as simulate() defines it (1 - busy / makespan, the makespan of each step from the
+  // first rank's start to the last rank's end), beside the schedule simulated with each
+  // pipeline rank's mean measured F, B, I and W times (averaged over the ranks that share its
+  // stages).
+  std::string describe_idle() const {
+    const ActionCosts c = pipeline_->measured_costs();
+    std::vector<double> mine{static_cast<double>(pp_->rank()), c.forward, c.backward_input,
+                             c.backward_weight, c.full_backward.value_or(-1)};
+    constexpr std::size_t kHead = 5;
+    for (const PipelineRuntime::StepTimes& t : pipeline_->step_times())
+      mine.insert(mine.end(), {t.start, t.end, t.busy});
+    const std::size_t n = mine.size(), steps = (n - kHead) / 3;
+    const auto world = static_cast<std::size_t>(mesh_->world().size());
+    std::vector<double> all(n * world);
+    mesh_->world().all_gather(all, mine);
+    double makespan = 0;  // summed over the steps
+    for (std::size_t step = 0; step < steps; ++step) {
+      double first = all[kHead + 3 * step], last = all[kHead + 3 * step + 1];
+      for (std::size_t r = 1; r < world; ++r) {
+        first = std::min(first, all[r * n + kHead + 3 * step]);
+        last = std::max(last, all[r * n + kHead + 3 * step + 1]);
+      }
+      makespan += last - first;
+    }
+    const Simulation simulated = simulate(pipeline_->schedule(), stage_costs(all, n));
+    std::string text =
+        "pipeline idle per rank (1 - its compute time / the steps' makespan over every rank), "
+        "and simulated with each stage's measured forward and backward times";
+    for (std::size_t r = 0; r < world; ++r) {
+      const double* v = &all[r * n];
+      double busy = 0;
+      for (std::size_t step = 0; step < steps; ++step) busy += v[kHead + 3 * step + 2];
+      char line[128];
+      std::snprintf(line, sizeof(line),
+                    "\n  rank %zu (pp rank %d): idle %.1f%% (computed %.2f of %.2f s), simulated "
+                    "%.1f%%",
+                    r, static_cast<int>(v[0]), makespan > 0 ? 100 * (1 - busy / makespan) : 0.0,
+                    busy, makespan, 100 * simulated.idle_fraction[static_cast<std::size_t>(v[0])]);
+      text += line;
+    }
+    return text;
+  }
+
+  // Per pipeline rank, the mean of the measured costs of the world ranks at that pp
+  // coordinate (rows of `n` values: pp rank, F, I, W, full B or -1, ...).
+  std::vector<ActionCosts> stage_costs(const std::vector<double>& all, std::size_t n) const {
+    std::vector<ActionCosts> costs(static_cast<std::size_t>(pipeline_->schedule().ranks),
+                                   ActionCosts{0, 0, 0});
+    std::vector<double> full(costs.size()), replicas(costs.size());
+    for (std::size_t r = 0; r * n < all.size(); ++r) {
+      const double* v = &all[r * n];
+      const auto p = static_cast<std::size_t>(v[0]);
+      costs[p].forward += v[1];
+      costs[p].backward_input += v[2];
+      costs[p].backward_weight += v[3];
+      full[p] += v[4];
+      replicas[p] += 1;
+    }
+    for (std::size_t p = 0; p < costs.size(); ++p) {
+      costs[p].forward /= replicas[p];
+      costs[p].backward_input /= replicas[p];
+      costs[p].backward_weight /= replicas[p];
+      if (full[p] >= 0) costs[p].full_backward = full[p] / replicas[p];
+    }
+    return costs;
+  }
+
   double sum_over_world(double value) {
     if (mesh_ == nullptr) return value;
     const auto start = Clock::now();
@@ -420,11 +561,12 @@ class Parallelized : public ParallelModel {
   }
 
   nn::Llama& model_;
-  const DeviceMesh* mesh_;
+  DeviceMesh* mesh_;
   ParallelOptions options_;
-  dist::ProcessGroup *pp_ = nullptr, *tp_ = nullptr;
+  dist::ProcessGroup *pp_ = nullptr, *tp_ = nullptr, *cp_ = nullptr;
   std::unique_ptr<PipelineRuntime> pipeline_;
   std::shared_ptr<ProcessGroupTensorParallel> tp_adapter_;
+  std::shared_ptr<ProcessGroupContextParallel> cp_adapter_;
   double seconds_ = 0;  // blocked in finish_sync and the world all-reduces
   int replica_ = 0, data_rank_ = 0;
   std::unique_ptr<DataParallel> dp_;
@@ -437,6 +579,7 @@ std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
   for (const auto& [name, n] : {std::pair<std::string, int>{"pp", pp},
                                 {"dp_replicate", dp_replicate},
                                 {"dp_shard", dp_shard},
+                                {"cp", cp},
                                 {"tp", tp}}) {
     if (n > 1) dims.emplace_back(name, n);
   }
@@ -444,16 +587,18 @@ std::vector<std::pair<std::string, int>> ParallelDims::mesh_dims() const {
 }
 
 void ParallelDims::validate(int world) const {
-  if (pp >= 1 && dp_replicate >= 1 && dp_shard >= 1 && tp >= 1 && product() == world) return;
+  if (pp >= 1 && dp_replicate >= 1 && dp_shard >= 1 && cp >= 1 && tp >= 1 && product() == world)
+    return;
   throw InvalidArgument(
       "parallelism: pipeline_parallel_degree " + std::to_string(pp) +
       " x data_parallel_replicate_degree " + std::to_string(dp_replicate) +
-      " x data_parallel_shard_degree " + std::to_string(dp_shard) + " x tensor_parallel_degree " +
-      std::to_string(tp) + " = " + std::to_string(product()) + " must equal the world size " +
-      std::to_string(world) + " (weftrun --nproc-per-node), each degree at least 1");
+      " x data_parallel_shard_degree " + std::to_string(dp_shard) + " x context_parallel_degree " +
+      std::to_string(cp) + " x tensor_parallel_degree " + std::to_string(tp) + " = " +
+      std::to_string(product()) + " must equal the world size " + std::to_string(world) +
+      " (weftrun --nproc-per-node), each degree at least 1");
 }
 
-std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, const DeviceMesh* mesh,
+std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, DeviceMesh* mesh,
                                            const ParallelOptions& options) {
   return std::make_unique<Parallelized>(model, mesh, options);
 }

@@ -33,12 +33,13 @@ struct ParallelDims {
   int pp = 1;            // pipeline parallelism
   int dp_replicate = 1;  // DDP (or HSDP's replicas)
   int dp_shard = 1;      // FSDP
+  int cp = 1;            // context parallelism (ring attention)
   int tp = 1;            // tensor (and sequence) parallelism
 
-  // [pp, dp_replicate, dp_shard, tp] in TorchTitan's order (pp, dp_replicate, dp_shard, cp,
-  // tp), without the dimensions of size 1.
+  // [pp, dp_replicate, dp_shard, cp, tp] in TorchTitan's order, without the dimensions of
+  // size 1.
   std::vector<std::pair<std::string, int>> mesh_dims() const;
-  int product() const { return pp * dp_replicate * dp_shard * tp; }
+  int product() const { return pp * dp_replicate * dp_shard * cp * tp; }
   int data_parallel() const { return dp_replicate * dp_shard; }
   // InvalidArgument naming every degree unless they multiply to `world`.
   void validate(int world) const;
@@ -84,9 +85,11 @@ class ParallelModel {
   // Before a step's first micro-batch.
   virtual void zero_grad() = 0;
   // Forward and backward of one batch, tokens and targets [batch, seq] (this rank's data
-  // slice; every pipeline and tensor-parallel peer passes the same): every gradient +=
-  // d(loss_scale x mean loss) / d(parameter). Returns the mean loss where this rank computes
-  // it (the last pipeline stage), else 0: sum_over_data counts it once.
+  // slice; every pipeline, context- and tensor-parallel peer passes the same): every gradient
+  // += d(loss_scale x mean loss) / d(parameter). Returns the mean loss where this rank
+  // computes it (the last pipeline stage), else 0: sum_over_data counts it once. Under
+  // context parallelism each rank computes its chunks of the sequences and returns its share
+  // of the mean (the mean over its tokens / cp), which sum_over_data adds up.
   virtual double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
                                   std::int64_t batch, std::int64_t seq, double loss_scale) = 0;
   // The mean loss of a batch, forward only; 0 where forward_backward returns 0.
@@ -118,14 +121,16 @@ class ParallelModel {
   // gathers inside forward and backward are not counted).
   virtual double communication_seconds() const = 0;
   // Lines for the log: at the start (with_peaks false) one per strategy inside ("tensor
-  // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks.
+  // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks and
+  // each rank's pipeline idle share. Collective at the end (every rank calls it; the lines
+  // are the same on each).
   virtual std::vector<std::string> describe(bool with_peaks) const = 0;
 };
 
 // Applies the strategies `options` names to `model` over `mesh` (null: one process, no
 // parallelism). The model must be freshly constructed: nothing may hold its parameters yet.
 // `model` and `mesh` outlive the result.
-std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, const DeviceMesh* mesh,
+std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, DeviceMesh* mesh,
                                            const ParallelOptions& options);
 
 }  // namespace weft::parallel

@@ -236,30 +236,31 @@ double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::
   targets_ = targets;
   loss_scale_ = loss_scale / m;
   loss_sum_ = 0;
-  const auto start = Clock::now();
+  const auto seconds = [] {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  };
+  double busy = 0;
+  for (double s : seconds_) busy -= s;
+  const double start = seconds();
   for (const Action& a : lowered_.actions[static_cast<std::size_t>(pp_.rank())]) run(a);
   if (weights_final_ && splits_backward_) weights_final_();
   finish_sends();
-  step_seconds_ += since(start);
+  for (double s : seconds_) busy += s;
+  step_times_.push_back({start, seconds(), busy});
   return loss_sum_ / m;
 }
 
-double PipelineRuntime::measured_idle_fraction() const {
-  return step_seconds_ > 0 ? wait_seconds_ / step_seconds_ : 0.0;
-}
-
-double PipelineRuntime::simulated_idle_fraction() const {
+ActionCosts PipelineRuntime::measured_costs() const {
   const auto mean = [&](ActionKind kind) {
     const auto k = static_cast<std::size_t>(kind);
     return counts_[k] > 0 ? seconds_[k] / static_cast<double>(counts_[k]) : 0.0;
   };
-  if (counts_[static_cast<std::size_t>(ActionKind::kForward)] == 0) return 0;
   ActionCosts costs{.forward = mean(ActionKind::kForward),
                     .backward_input = mean(ActionKind::kBackwardInput),
                     .backward_weight = mean(ActionKind::kBackwardWeight)};
   if (counts_[static_cast<std::size_t>(ActionKind::kFullBackward)] > 0)
     costs.full_backward = mean(ActionKind::kFullBackward);
-  return simulate(schedule_, costs).idle_fraction[static_cast<std::size_t>(pp_.rank())];
+  return costs;
 }
 
 void PipelineRuntime::run(const Action& action) {

@@ -82,13 +82,21 @@ class PipelineRuntime {
   bool splits_backward() const { return splits_backward_; }
   // The most activation bytes this rank kept at once for micro-batches awaiting their backward.
   std::int64_t peak_activation_bytes() const { return peak_saved_bytes_; }
-  // Over every forward_backward so far: wall seconds spent waiting for transfers (the
-  // bubble: another stage's work this rank depends on), and the share of the time that is.
+  // Over every forward_backward so far: wall seconds spent waiting for transfers (another
+  // stage's work this rank depends on).
   double wait_seconds() const { return wait_seconds_; }
-  double measured_idle_fraction() const;
-  // The idle share simulate() gives this rank for the schedule with this rank's mean forward
-  // and backward times measured so far (0 before any step).
-  double simulated_idle_fraction() const;
+  // Per forward_backward: when this rank started and ended its schedule (seconds on the
+  // steady clock, which processes on one host share) and the seconds it computed. Idle is
+  // what the step's makespan over every rank leaves of a rank's compute: a rank that ends
+  // early is idle until the last one ends, as simulate() counts it.
+  struct StepTimes {
+    double start, end, busy;
+  };
+  const std::vector<StepTimes>& step_times() const { return step_times_; }
+  // This rank's mean seconds per F, I, W and full B so far (0 for a kind not run yet): with
+  // every pipeline rank's, what simulate() needs to give the idle share the schedule should
+  // have with the stages' measured work.
+  ActionCosts measured_costs() const;
 
  private:
   struct Slot {   // one (stage held here, micro-batch)
@@ -134,7 +142,8 @@ class PipelineRuntime {
   std::int64_t micro_batch_ = 0, seq_ = 0;
   double loss_scale_ = 1, loss_sum_ = 0;
   std::int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
-  double wait_seconds_ = 0, step_seconds_ = 0, waited_in_action_ = 0;
+  double wait_seconds_ = 0, waited_in_action_ = 0;
+  std::vector<StepTimes> step_times_;
   // [ActionKind]: compute seconds and count of every F, B, I and W run.
   std::array<double, 4> seconds_{};
   std::array<std::int64_t, 4> counts_{};

@@ -200,8 +200,9 @@ struct Timing {
 // Runs rank r's next actions for as long as what they wait for has happened; returns how many
 // ran. Each starts when the rank is free and its input is there, so the times do not depend on
 // the order in which the ranks are advanced.
-std::size_t advance(const Schedule& s, int r, Transfers transfers, const ActionCosts& costs,
-                    EventTimes& events, Timing& t) {
+std::size_t advance(const Schedule& s, int r, Transfers transfers,
+                    const std::vector<ActionCosts>& per_rank, EventTimes& events, Timing& t) {
+  const ActionCosts& costs = per_rank[static_cast<std::size_t>(r)];
   const std::vector<Action>& list = s.actions[r];
   std::size_t ran = 0;
   while (t.start[r].size() < list.size()) {
@@ -241,7 +242,7 @@ std::string deadlock_message(const Schedule& s, const Timing& t, Transfers trans
 }
 
 // Every rank's list in order, as validate() describes; throws on a deadlock.
-Timing run(const Schedule& s, const ActionCosts& costs, Transfers transfers) {
+Timing run(const Schedule& s, const std::vector<ActionCosts>& costs, Transfers transfers) {
   EventTimes events(s.num_stages(), s.microbatches);
   Timing t{std::vector<std::vector<double>>(s.ranks), std::vector<std::vector<double>>(s.ranks)};
   std::size_t left = 0;
@@ -912,22 +913,34 @@ void validate(const Schedule& schedule) {
   check_actions(schedule, ran);
   check_complete(schedule, ran);
   if (schedule.has_communication()) check_matched(schedule, ran);
-  run(schedule, ActionCosts{},
+  run(schedule, std::vector<ActionCosts>(static_cast<std::size_t>(schedule.ranks)),
       schedule.has_communication() ? Transfers::kBlockingRecv : Transfers::kImplicit);
 }
 
 Simulation simulate(const Schedule& schedule, const ActionCosts& costs) {
+  return simulate(schedule,
+                  std::vector<ActionCosts>(static_cast<std::size_t>(schedule.ranks), costs));
+}
+
+Simulation simulate(const Schedule& schedule, const std::vector<ActionCosts>& per_rank) {
   validate(schedule);
-  const double b = costs.full_backward.value_or(0);
-  if (costs.forward < 0 || costs.backward_input < 0 || costs.backward_weight < 0 || b < 0 ||
-      costs.transfer_latency < 0)
-    throw InvalidArgument("simulate: costs and transfer latency must not be negative");
-  Timing t = run(schedule, costs,
+  if (per_rank.size() != static_cast<std::size_t>(schedule.ranks)) {
+    throw InvalidArgument("simulate: " + std::to_string(per_rank.size()) + " ranks' costs for " +
+                          std::to_string(schedule.ranks) + " ranks");
+  }
+  for (const ActionCosts& costs : per_rank) {
+    const double b = costs.full_backward.value_or(0);
+    if (costs.forward < 0 || costs.backward_input < 0 || costs.backward_weight < 0 || b < 0 ||
+        costs.transfer_latency < 0)
+      throw InvalidArgument("simulate: costs and transfer latency must not be negative");
+  }
+  Timing t = run(schedule, per_rank,
                  schedule.has_communication() ? Transfers::kPostedRecv : Transfers::kImplicit);
   Simulation sim;
   for (int r = 0; r < schedule.ranks; ++r) {
     double busy = 0;
-    for (const Action& a : schedule.actions[r]) busy += cost_of(a.kind, costs);
+    for (const Action& a : schedule.actions[r])
+      busy += cost_of(a.kind, per_rank[static_cast<std::size_t>(r)]);
     sim.busy.push_back(busy);
     sim.finish.push_back(t.end[r].empty() ? 0 : t.end[r].back());
     sim.makespan = std::max(sim.makespan, sim.finish.back());

@@ -185,6 +185,9 @@ struct Simulation {
 // 4 ranks with 8 micro-batches would have a bubble of 0.47 instead of 0.27.) Validates first;
 // InvalidArgument for a negative cost.
 Simulation simulate(const Schedule& schedule, const ActionCosts& costs = {});
+// The same with each rank's own costs (per_rank[r] for rank r's actions; a transfer's latency
+// is its receiver's): stages of unequal work, as measured.
+Simulation simulate(const Schedule& schedule, const std::vector<ActionCosts>& per_rank);
 
 // [rank]: the most micro-batches whose activations the rank holds at once, over the schedule:
 // Fs run minus backwards completed (a B, or a W: the weight gradient still reads them).

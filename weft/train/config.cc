@@ -147,6 +147,10 @@ const std::vector<Field>& fields() {
                  "layers in each pipeline stage; 0: one stage per rank (two for the "
                  "interleaved and V schedules), the layers split as evenly as possible",
                  0, 1 << 20),
+      WEFT_FIELD(parallelism, context_parallel_degree,
+                 "ranks each sequence is split over (ring attention; each rank holds 2 of "
+                 "2 x degree chunks); 1: none",
+                 1, 1 << 20),
   };
   return all;
 }
@@ -400,6 +404,12 @@ void check_whole(const Config& c) {
                       " is not a multiple of parallelism.pipeline_parallel_microbatch_size = " +
                       std::to_string(c.parallelism.pipeline_parallel_microbatch_size) +
                       ": the pipeline streams whole micro-batches");
+  }
+  const std::int64_t chunks = 2 * c.parallelism.context_parallel_degree;
+  if (c.training.seq_len % chunks != 0) {
+    throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +
+                      " does not split into 2 x parallelism.context_parallel_degree = " +
+                      std::to_string(chunks) + " equal chunks (context parallelism)");
   }
   if (c.validation.enable && c.training.validation_fraction == 0) {
     throw ConfigError(

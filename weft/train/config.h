@@ -72,6 +72,7 @@ struct ParallelismConfig {
   std::string pipeline_parallel_schedule_csv;           // a PyTorch CSV schedule file; overrides it
   std::int64_t pipeline_parallel_microbatch_size = 1;   // micro-batches = batch_size / this
   std::int64_t pipeline_parallel_layers_per_stage = 0;  // 0: 1 stage per rank, 2 interleaved
+  std::int64_t context_parallel_degree = 1;             // ranks each sequence is split over
 };
 
 struct Config {

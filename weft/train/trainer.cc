@@ -83,13 +83,14 @@ void Trainer::setup_parallelism() {
   options.dims.pp = static_cast<int>(p.pipeline_parallel_degree);
   options.dims.dp_shard = static_cast<int>(p.data_parallel_shard_degree);
   options.dims.tp = static_cast<int>(p.tensor_parallel_degree);
+  options.dims.cp = static_cast<int>(p.context_parallel_degree);
   options.pipeline.schedule = p.pipeline_parallel_schedule;
   options.pipeline.microbatches =
       static_cast<int>(config_.training.batch_size / p.pipeline_parallel_microbatch_size);
   options.pipeline.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
   if (!p.pipeline_parallel_schedule_csv.empty())
     options.pipeline.schedule_csv = read_text(p.pipeline_parallel_schedule_csv);
-  const int others = options.dims.pp * options.dims.dp_shard * options.dims.tp;
+  const int others = options.dims.pp * options.dims.dp_shard * options.dims.cp * options.dims.tp;
   options.dims.dp_replicate = p.data_parallel_replicate_degree == -1
                                   ? std::max(1, world_size_ / others)
                                   : static_cast<int>(p.data_parallel_replicate_degree);

@@ -1,0 +1,49 @@
+// Context parallelism inside the model: ring attention (Liu et al. 2023) with the causal load
+// balancing of Megatron-LM and TorchTitan. The ranks of a context-parallel group of size cp
+// each hold 2 of the 2·cp equal chunks of every sequence, rank r chunks r and 2·cp-1-r, so that
+// under the causal mask every rank has the same work. Every layer but attention works on its
+// own rows; RoPE rotates each row by its global position. Attention needs the keys and values
+// of every earlier position: they travel around the ring, each rank computing its queries
+// against the block it holds while the next one arrives, the blocks' results merged with their
+// log-sum-exps. In backward the keys and values go around again, with the gradients of the
+// block's keys and values accumulating as they travel and arriving, after the last step, at
+// the rank that owns them. nn does its communication through ContextParallelGroup, which
+// weft::parallel implements over a process group (nn does not depend on dist). Costs:
+// docs/PARALLELISM.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace weft::nn {
+
+class ContextParallelGroup {
+ public:
+  virtual ~ContextParallelGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  // Sends send[n] to the next rank (rank + 1 mod size) and receives recv[n] from the previous
+  // one; the buffers stay untouched (send) and unread (recv) until wait() returns. Shifts with
+  // different tags may be in flight at once.
+  virtual std::unique_ptr<Pending> ring_shift_async(const float* send, float* recv, std::int64_t n,
+                                                    int tag) = 0;
+};
+
+struct ContextParallel {
+  std::shared_ptr<ContextParallelGroup> group;  // null: no context parallelism
+
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank() : 0; }
+  bool enabled() const { return size() > 1; }
+  // The global index (of 2·size() chunks per sequence) of rank `owner`'s local chunk 0 or 1.
+  int chunk_of(int owner, int local) const { return local == 0 ? owner : 2 * size() - 1 - owner; }
+  int chunk(int local) const { return chunk_of(rank(), local); }
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,42 @@
+// Ring attention over a context-parallel group (nn/context_parallel.h): the attention of this
+// rank's two chunks of every sequence against every earlier position of the whole sequence,
+// and its backward, with keys and values travelling around the ring.
+//
+// Layouts, for `batch` sequences of which this rank holds 2 chunks of `chunk` rows each (its
+// local chunk 0, then 1): qkv [batch, 2 * chunk, width], the fused q|k|v rows after RoPE
+// (q's heads, then k's, then v's); out [batch, 2 * chunk, heads * head_dim]; lse [batch, 2,
+// heads, chunk]. Per ring step a rank sends and receives one block of keys and values,
+// batch * 2 * chunk * 2 * kv_heads * head_dim floats (in backward also their gradients).
+#pragma once
+
+#include <cstdint>
+
+#include "weft/nn/context_parallel.h"
+#include "weft/tensor/tensor.h"
+
+namespace weft::nn {
+
+struct RingShape {
+  std::int64_t batch, chunk, heads, kv_heads, head_dim;
+  std::int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+
+// The buffers the ring passes around (kept between calls, so that each step allocates
+// nothing): two blocks of keys and values, two of their gradients, one block's output.
+struct RingScratch {
+  Tensor kv[2], dkv[2], part, part_lse, grad_q, grad_kv;
+};
+
+void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                            float* out, float* lse, RingScratch& scratch);
+// dqkv [batch, 2 * chunk, width] is overwritten with the gradients of q, k and v (before RoPE's
+// backward); out and lse are the forward's.
+void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                             const float* out, const float* dout, const float* lse, float* dqkv,
+                             RingScratch& scratch);
+
+// RoPE on this rank's rows of qkv (q's and k's heads), each chunk at its global position.
+void rope_chunks(const ContextParallel& cp, const RingShape& s, double theta, float* qkv,
+                 bool backward);
+
+}  // namespace weft::nn
