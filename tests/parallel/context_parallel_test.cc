@@ -81,6 +81,7 @@ double relative_difference(const Tensor& got, const Tensor& want) {
 struct Layout {
   int cp = 2, tp = 1;
   bool checkpointing = false;
+  nn::KeyValueExchange exchange = nn::KeyValueExchange::kRing;
 };
 
 // The same on cp x tp thread ranks: the loss, and the largest relative difference of any
@@ -98,7 +99,8 @@ std::pair<double, double> context_parallel(const nn::LlamaConfig& c, const Layou
     nn::Llama model(c);
     std::shared_ptr<ProcessGroupTensorParallel> tp;
     if (layout.tp > 1) tp = apply_tensor_parallel(model, mesh.group("tp"), true, true);
-    model.apply_context_parallel({std::make_shared<ProcessGroupContextParallel>(cp_group)});
+    model.apply_context_parallel(
+        {std::make_shared<ProcessGroupContextParallel>(cp_group), layout.exchange});
     model.init_weights(3);
     if (layout.checkpointing) model.set_activation_checkpointing(true);
     const int r = cp_group.rank(), n = cp_group.size();
@@ -126,28 +128,34 @@ std::pair<double, double> context_parallel(const nn::LlamaConfig& c, const Layou
   return {loss_of_rank0, worst};
 }
 
-void expect_matches(const Layout& layout, std::int64_t seq) {
+// Returns the loss.
+double expect_matches(const Layout& layout, std::int64_t seq) {
   const nn::LlamaConfig c = config(seq);
   const auto tokens = random_tokens(kBatch * seq, 1), targets = random_tokens(kBatch * seq, 2);
   const Result want = one_process(c, tokens, targets, seq);
   const auto [loss, worst] = context_parallel(c, layout, tokens, targets, seq, want);
-  const std::string what = "cp " + std::to_string(layout.cp) + " x tp " +
-                           std::to_string(layout.tp) + ", sequence " + std::to_string(seq) +
-                           (layout.checkpointing ? ", checkpointing" : "");
+  const std::string what =
+      "cp " + std::to_string(layout.cp) + " x tp " + std::to_string(layout.tp) + ", sequence " +
+      std::to_string(seq) + (layout.checkpointing ? ", checkpointing" : "") +
+      (layout.exchange == nn::KeyValueExchange::kAllGather ? ", all-gather" : "");
   EXPECT_NEAR(loss, want.loss, 1e-6 * want.loss) << what;
   EXPECT_LT(worst, 1e-5) << what;
   std::printf("%-40s loss %.9f against %.9f, gradients within %.1e\n", what.c_str(), loss,
               want.loss, worst);
+  return loss;
 }
 
 TEST(ContextParallelTest, ChunksTakenInTheLoadBalancedOrder) {
   std::vector<std::int32_t> rows(2 * 16);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
-  // 2 sequences of 16 tokens, 4 ranks: 8 chunks of 2; rank 1 holds chunks 1 and 6.
+  // 2 sequences of 16 tokens, 4 ranks: 8 chunks of 2; rank 1 holds chunks 1 and 6 of each.
   EXPECT_THAT(context_parallel_rows(rows.data(), 2, 16, 1, 4),
-              testing::ElementsAre(2, 3, 12, 13, 18, 19, 28, 29));
+              testing::ElementsAre(2, 3, 18, 19, 12, 13, 28, 29));
   EXPECT_THAT(context_parallel_rows(rows.data(), 1, 16, 0, 2),
               testing::ElementsAre(0, 1, 2, 3, 12, 13, 14, 15));
+  // In 2 micro-batches of 1 sequence each, each laid out on its own.
+  EXPECT_THAT(context_parallel_rows(rows.data(), 2, 16, 1, 4, 2),
+              testing::ElementsAre(2, 3, 12, 13, 18, 19, 28, 29));
   EXPECT_THROW(context_parallel_rows(rows.data(), 2, 16, 0, 3), InvalidArgument);
 }
 
@@ -160,6 +168,18 @@ TEST(ContextParallelTest, OneStepEqualsOneProcess) {
 }
 
 TEST(ContextParallelTest, ComposesWithTensorParallelism) { expect_matches({.cp = 2, .tp = 2}, 32); }
+
+// The all-gather variant computes the same blocks in the ring's order: the same loss, bit for
+// bit (the gradients of keys and values are summed in another order).
+TEST(ContextParallelTest, AllGatherComputesWhatTheRingDoes) {
+  constexpr auto kAllGather = nn::KeyValueExchange::kAllGather;
+  for (const int cp : {2, 3, 4}) {
+    const std::int64_t seq = 24 * cp;
+    EXPECT_EQ(expect_matches({.cp = cp, .exchange = kAllGather}, seq),
+              expect_matches({.cp = cp}, seq));
+  }
+  expect_matches({.cp = 2, .tp = 2, .checkpointing = true, .exchange = kAllGather}, 32);
+}
 
 }  // namespace
 }  // namespace weft::parallel

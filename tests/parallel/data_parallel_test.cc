@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -137,6 +139,7 @@ struct Layout {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   bool activation_checkpointing = false;
   bool sequence_parallel = true, loss_parallel = true;
+  nn::KeyValueExchange cp_exchange = nn::KeyValueExchange::kRing;
   nn::LlamaConfig model = config();
 };
 
@@ -160,6 +163,7 @@ RunResult parallel_run(const Layout& layout) {
                                  .bucket_bytes = layout.bucket_bytes,
                                  .sequence_parallel = layout.sequence_parallel,
                                  .loss_parallel = layout.loss_parallel,
+                                 .cp_exchange = layout.cp_exchange,
                                  .optimizer = {.lr = 3e-3}});
     parallel->init_weights(3);
     parallel->check_replicas_identical();
@@ -317,14 +321,16 @@ TEST_F(DataParallelTest, TensorParallelEqualsOneProcess) {
 // Each context-parallel rank trains on its two chunks of every sequence (ring attention); the
 // data-parallel wrappers reduce over the cp ranks too (FSDP shards over dp_shard x cp).
 TEST_F(DataParallelTest, ContextParallelEqualsOneProcess) {
-  expect_parity({.cp = 2}, "CP 2");
-  expect_parity({.cp = 4}, "CP 4");
-  expect_parity({.replicate = 2, .cp = 2}, "DDP 2 x CP 2");
   expect_parity({.shard = 2, .cp = 2}, "FSDP 2 x CP 2 full_shard (shards over 4)");
   expect_parity({.cp = 2, .tp = 2}, "CP 2 x TP 2 (sequence and loss parallel)");
   expect_parity({.cp = 2, .micro = 2, .activation_checkpointing = true},
                 "CP 2, 2 micro-batches, checkpointing");
+  expect_parity({.shard = 2, .cp = 2, .cp_exchange = nn::KeyValueExchange::kAllGather},
+                "FSDP 2 x CP 2 full_shard, keys and values all-gathered");
   if (!kEveryCase) return;
+  expect_parity({.cp = 2}, "CP 2");
+  expect_parity({.cp = 4}, "CP 4");
+  expect_parity({.replicate = 2, .cp = 2}, "DDP 2 x CP 2");
   expect_parity({.shard = 2, .cp = 2, .mode = ShardingMode::kZero1}, "FSDP 2 x CP 2 zero1");
   expect_parity({.replicate = 2, .shard = 2, .cp = 2}, "HSDP 2x2 x CP 2 (8 ranks)");
 }
@@ -749,6 +755,79 @@ TEST(FsdpTest, FullStateMovesBetweenRankCountsAndModes) {
   ASSERT_EQ(resumed.size(), 3u);
   for (std::size_t i = 0; i < direct.size(); ++i)
     EXPECT_NEAR(resumed[i], direct[i], kTolerance * direct[i]);
+}
+
+// The parity matrix: every 1-D, 2-D and 3-D combination of one data-parallel strategy (DDP 2,
+// FSDP 2 or HSDP 2x2), TP 2 (sequence and loss parallel), PP 2 (1F1B or ZB-V, 2 stages per
+// rank) and CP 2, and the 4-D pp 2 x dp_shard 2 x cp 2 x tp 2 on 16 ranks: 42 layouts of a
+// 4-layer model, each against one process accumulating the same micro-batches (each
+// data-parallel rank's batch in 2, or 3 where it holds 3 sequences: in the pipeline's
+// micro-batches, or accumulated). Prints the table docs/PARALLELISM.md shows.
+TEST(ParityMatrixTest, EveryCombinationEqualsOneProcess) {
+  if (!kEveryCase) GTEST_SKIP() << "the matrix runs in the release build on the small model";
+  nn::LlamaConfig model = config();
+  model.n_layers = 4;  // ZB-V on 2 ranks: 4 stages
+  struct Choice {
+    std::string name;
+    std::function<void(Layout&)> apply;
+  };
+  const std::vector<std::vector<Choice>> axes = {
+      {{"DDP 2", [](Layout& l) { l.replicate = 2; }},
+       {"FSDP 2", [](Layout& l) { l.shard = 2; }},
+       {"HSDP 2x2", [](Layout& l) { l.replicate = l.shard = 2; }}},
+      {{"TP 2", [](Layout& l) { l.tp = 2; }}},
+      {{"PP 2 1F1B",
+        [](Layout& l) {
+          l.pp = 2;
+          l.pipeline.schedule = "1F1B";
+        }},
+       {"PP 2 ZB-V",
+        [](Layout& l) {
+          l.pp = 2;
+          l.pipeline.schedule = "ZBVZeroBubble";
+        }}},
+      {{"CP 2", [](Layout& l) { l.cp = 2; }}},
+  };
+  std::map<int, RunResult> references;  // by micro-batch count
+  std::printf("| layout | ranks | largest relative loss difference |\n|---|---|---|\n");
+  const auto run = [&](const std::vector<const Choice*>& chosen) {
+    Layout l{.model = model};
+    std::string name;
+    for (const Choice* c : chosen) {
+      c->apply(l);
+      name += (name.empty() ? "" : " x ") + c->name;
+    }
+    const int local = static_cast<int>(kGlobalBatch) / (l.replicate * l.shard);
+    const int micro = local % 2 == 0 ? 2 : 3;
+    if (l.pp > 1) {
+      l.pipeline.microbatches = micro;
+    } else {
+      l.micro = micro;
+    }
+    const int total = micro * l.replicate * l.shard;
+    if (!references.count(total)) references.emplace(total, single_process(model, total));
+    const RunResult got = parallel_run(l);
+    const RunResult& want = references.at(total);
+    const double worst = std::max(worst_relative(got.losses, want.losses),
+                                  worst_relative({got.validation}, {want.validation}));
+    EXPECT_LE(worst, kTolerance) << name;
+    char difference[32] = "0 (bitwise)";
+    if (worst > 0) std::snprintf(difference, sizeof(difference), "%.1e", worst);
+    std::printf("| %s | %d | %s |\n", name.c_str(), l.pp * l.replicate * l.shard * l.cp * l.tp,
+                difference);
+  };
+  // Each axis unused (index 0) or one of its choices; 1 to 3 axes used.
+  std::vector<std::size_t> pick(axes.size(), 0);
+  while (true) {
+    std::vector<const Choice*> chosen;
+    for (std::size_t a = 0; a < axes.size(); ++a)
+      if (pick[a] > 0) chosen.push_back(&axes[a][pick[a] - 1]);
+    if (!chosen.empty() && chosen.size() < axes.size()) run(chosen);
+    std::size_t a = 0;
+    while (a < axes.size() && ++pick[a] > axes[a].size()) pick[a++] = 0;
+    if (a == axes.size()) break;
+  }
+  run({&axes[2][0], &axes[0][1], &axes[3][0], &axes[1][0]});  // 4-D: pp x dp_shard x cp x tp
 }
 
 TEST(DeviceMeshTest, GroupsAndCoordinates) {

@@ -157,6 +157,9 @@ TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"cp-2", 2, "--training.batch_size 8 --parallelism.context_parallel_degree 2"},
       {"cp-4", 4, "--training.batch_size 8 --parallelism.context_parallel_degree 4"},
+      {"cp-2-allgather", 2,
+       "--training.batch_size 8 --parallelism.context_parallel_degree 2"
+       " --parallelism.context_parallel_rotate_method allgather"},
       {"cp-2xfsdp-2", 4,
        "--training.batch_size 4 --parallelism.context_parallel_degree 2"
        " --parallelism.data_parallel_shard_degree 2",

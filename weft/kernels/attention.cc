@@ -234,13 +234,15 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
 
 // Per row and head: the new lse from the two, then each side's weight exp(its lse - new lse).
 template <class T>
-void attention_merge(std::int64_t rows, std::int64_t heads, std::int64_t head_dim, T* out, T* lse,
-                     const T* block_out, const T* block_lse) {
-  parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
-    for (std::int64_t i = first; i < end; ++i) {
+void attention_merge(std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                     std::int64_t head_dim, T* out, T* lse, const T* block_out,
+                     const T* block_lse) {
+  parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) {  // a (sequence, position) row
       for (std::int64_t h = 0; h < heads; ++h) {
-        T& l = lse[h * rows + i];
-        const T b = block_lse[h * rows + i];
+        const std::int64_t at = (i / seq * heads + h) * seq + i % seq;
+        T& l = lse[at];
+        const T b = block_lse[at];
         const T hi = std::max(l, b);
         if (hi == -std::numeric_limits<T>::infinity()) continue;  // neither block sees a key
         const T merged = hi + std::log(std::exp(l - hi) + std::exp(b - hi));
@@ -265,9 +267,9 @@ template void attention_backward<double>(const AttentionShape&, const double*, c
                                          const double*, const double*, const double*, const double*,
                                          double*, double*, double*);
 
-template void attention_merge<float>(std::int64_t, std::int64_t, std::int64_t, float*, float*,
-                                     const float*, const float*);
-template void attention_merge<double>(std::int64_t, std::int64_t, std::int64_t, double*, double*,
-                                      const double*, const double*);
+template void attention_merge<float>(std::int64_t, std::int64_t, std::int64_t, std::int64_t, float*,
+                                     float*, const float*, const float*);
+template void attention_merge<double>(std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                      double*, double*, const double*, const double*);
 
 }  // namespace weft::kernels

@@ -38,10 +38,10 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
 
 // Folds a block's attention into a running one, for the same queries against more keys:
 // lse = log(exp(lse) + exp(block_lse)) and out = out * exp(old lse - lse) + block_out *
-// exp(block_lse - lse), for `rows` query rows of `heads` heads: out and block_out
-// [rows, heads, head_dim] packed, lse and block_lse [heads, rows].
+// exp(block_lse - lse), in attention_forward's layouts: out and block_out [batch, seq, heads,
+// head_dim] packed, lse and block_lse [batch, heads, seq].
 template <class T>
-void attention_merge(std::int64_t rows, std::int64_t heads, std::int64_t head_dim, T* out, T* lse,
-                     const T* block_out, const T* block_lse);
+void attention_merge(std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                     std::int64_t head_dim, T* out, T* lse, const T* block_out, const T* block_lse);
 
 }  // namespace weft::kernels

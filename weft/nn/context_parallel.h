@@ -33,15 +33,30 @@ class ContextParallelGroup {
   // different tags may be in flight at once.
   virtual std::unique_ptr<Pending> ring_shift_async(const float* send, float* recv, std::int64_t n,
                                                     int tag) = 0;
+  // out[size() * n]: rank r's in[n] at out[r * n].
+  virtual void all_gather(const float* in, float* out, std::int64_t n) = 0;
+  // out[n] = the sum over ranks of their in[rank() * n, + n).
+  virtual void reduce_scatter(const float* in, float* out, std::int64_t n) = 0;
 };
+
+// How attention gets the other ranks' keys and values (TorchTitan's
+// context_parallel_rotate_method): around the ring, one block per step while the previous one
+// is computed on ("alltoall" in TorchTitan, whose ring steps are all-to-alls), or all at once
+// before attention by an all-gather, their gradients summed back by a reduce-scatter
+// ("allgather": fewer, larger transfers, not overlapped, and every rank holds the whole
+// sequence's keys and values). Both compute the same blocks in the same order.
+enum class KeyValueExchange { kRing, kAllGather };
 
 struct ContextParallel {
   std::shared_ptr<ContextParallelGroup> group;  // null: no context parallelism
+  KeyValueExchange exchange = KeyValueExchange::kRing;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }
   bool enabled() const { return size() > 1; }
   // The global index (of 2·size() chunks per sequence) of rank `owner`'s local chunk 0 or 1.
+  // A rank's rows are its local chunk 0 of every sequence, then its local chunk 1 of every
+  // sequence (parallel::context_parallel_rows).
   int chunk_of(int owner, int local) const { return local == 0 ? owner : 2 * size() - 1 - owner; }
   int chunk(int local) const { return chunk_of(rank(), local); }
 };

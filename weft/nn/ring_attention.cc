@@ -14,19 +14,20 @@ namespace {
 // Tags of the two shifts that may be in flight at once in backward.
 constexpr int kKeysValues = 0, kGradients = 1;
 
-// Where one (sequence, local chunk) lies in this rank's arrays.
+// Where a local chunk's rows (of every sequence) start in this rank's arrays.
 struct ChunkAt {
   const RingShape& s;
-  std::int64_t row(std::int64_t b, int local) const { return (b * 2 + local) * s.chunk; }
+  std::int64_t row(int local) const { return local * s.batch * s.chunk; }
+  std::int64_t rows() const { return s.batch * s.chunk; }                // of one local chunk
   std::int64_t kv_width() const { return 2 * s.kv_heads * s.head_dim; }  // k|v in a kv block
   std::int64_t out_width() const { return s.heads * s.head_dim; }
-  std::int64_t lse(std::int64_t b, int local) const { return (b * 2 + local) * s.heads * s.chunk; }
+  std::int64_t lse(int local) const { return local * s.batch * s.heads * s.chunk; }
 };
 
-// Chunk `q_chunk`'s queries against chunk `kv_chunk`'s keys (global indices): whole when the
-// keys come earlier, causal when they are the same chunk.
+// Chunk `q_chunk`'s queries against chunk `kv_chunk`'s keys (global indices), of every
+// sequence: whole when the keys come earlier, causal when they are the same chunk.
 kernels::AttentionShape block_shape(const RingShape& s, int q_chunk, int kv_chunk) {
-  return {.batch = 1,
+  return {.batch = s.batch,
           .seq = s.chunk,
           .heads = s.heads,
           .kv_heads = s.kv_heads,
@@ -51,43 +52,169 @@ int holder_at(const ContextParallel& cp, int step) {
   return (cp.rank() - step % cp.size() + cp.size()) % cp.size();
 }
 
-}  // namespace
-
-void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const float* qkv,
-                            float* out, float* lse, RingScratch& scratch) {
-  WEFT_CHECK(cp.enabled());
+// This rank's two query chunks against `holder`'s two chunks of keys and values (`keys`, a
+// packed block), merged into out and lse. The first block of every query chunk is the rank's
+// own chunk 0 (chunk `rank`, which comes before both of its query chunks): written in place.
+void attend(const ContextParallel& cp, const RingShape& s, const float* qkv, const float* keys,
+            int holder, float* out, float* lse, RingScratch& scratch) {
   const ChunkAt at{s};
-  const std::int64_t block = s.batch * 2 * s.chunk * at.kv_width();
+  float* part = ensure(scratch.part, {at.rows(), at.out_width()});
+  float* part_lse = ensure(scratch.part_lse, {s.batch, s.heads, s.chunk});
+  for (int q_local = 0; q_local < 2; ++q_local) {
+    for (int kv_local = 0; kv_local < 2; ++kv_local) {
+      const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
+      if (kv_chunk > q_chunk) continue;  // wholly above the diagonal
+      const bool first = holder == cp.rank() && kv_local == 0;
+      const float* k = keys + at.row(kv_local) * at.kv_width();
+      float* o = out + at.row(q_local) * at.out_width();
+      float* l = lse + at.lse(q_local);
+      kernels::attention_forward(block_shape(s, q_chunk, kv_chunk),
+                                 qkv + at.row(q_local) * s.width(), k, k + s.kv_heads * s.head_dim,
+                                 first ? o : part, first ? l : part_lse);
+      if (!first) {
+        kernels::attention_merge(s.batch, s.chunk, s.heads, s.head_dim, o, l, part, part_lse);
+      }
+    }
+  }
+}
+
+// The backward of attend(): dq added to q's columns of dqkv, the gradients of `holder`'s keys
+// and values added to `grads` (a packed block).
+void attend_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                     const float* keys, int holder, const float* out, const float* dout,
+                     const float* lse, float* dqkv, float* grads, RingScratch& scratch) {
+  const ChunkAt at{s};
+  // One block's gradients, in the strides the kernel writes them: q's rows as wide as qkv's.
+  float* grad_q = ensure(scratch.grad_q, {at.rows(), s.width()});
+  float* grad_kv = ensure(scratch.grad_kv, {at.rows(), at.kv_width()});
+  for (int q_local = 0; q_local < 2; ++q_local) {
+    for (int kv_local = 0; kv_local < 2; ++kv_local) {
+      const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
+      if (kv_chunk > q_chunk) continue;
+      const std::int64_t q_row = at.row(q_local), kv_row = at.row(kv_local);
+      const float* k = keys + kv_row * at.kv_width();
+      kernels::attention_backward(block_shape(s, q_chunk, kv_chunk), qkv + q_row * s.width(), k,
+                                  k + s.kv_heads * s.head_dim, out + q_row * at.out_width(),
+                                  dout + q_row * at.out_width(), lse + at.lse(q_local), grad_q,
+                                  grad_kv, grad_kv + s.kv_heads * s.head_dim);
+      for (std::int64_t r = 0; r < at.rows(); ++r) {
+        float* dq = dqkv + (q_row + r) * s.width();
+        const float* g = grad_q + r * s.width();
+        for (std::int64_t x = 0; x < at.out_width(); ++x) dq[x] += g[x];
+      }
+      float* dk = grads + kv_row * at.kv_width();
+      for (std::int64_t x = 0; x < at.rows() * at.kv_width(); ++x) dk[x] += grad_kv[x];
+    }
+  }
+}
+
+void zero_q_columns(const RingShape& s, float* dqkv) {
+  const std::int64_t rows = s.batch * 2 * s.chunk, q_width = s.heads * s.head_dim;
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::fill(dqkv + r * s.width(), dqkv + r * s.width() + q_width, 0.0f);
+}
+
+// The gradients of this rank's keys and values (a packed block) into their columns of dqkv.
+void unpack_key_value_grads(const RingShape& s, const float* own, float* dqkv) {
+  const ChunkAt at{s};
+  const std::int64_t rows = s.batch * 2 * s.chunk;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy(own + r * at.kv_width(), own + (r + 1) * at.kv_width(),
+              dqkv + r * s.width() + at.out_width());
+  }
+}
+
+std::int64_t block_size(const RingShape& s) {
+  return s.batch * 2 * s.chunk * 2 * s.kv_heads * s.head_dim;
+}
+
+// The ring: cp steps, each computing against the block held while the next one arrives.
+void ring_forward(const ContextParallel& cp, const RingShape& s, const float* qkv, float* out,
+                  float* lse, RingScratch& scratch) {
+  const std::int64_t block = block_size(s);
   float* kv[2] = {ensure(scratch.kv[0], {block}), ensure(scratch.kv[1], {block})};
-  float* part = ensure(scratch.part, {s.chunk, at.out_width()});
-  float* part_lse = ensure(scratch.part_lse, {s.heads, s.chunk});
   pack_keys_values(s, qkv, kv[0]);
   for (int step = 0; step < cp.size(); ++step) {
     std::unique_ptr<ContextParallelGroup::Pending> next;
     if (step + 1 < cp.size()) {
       next = cp.group->ring_shift_async(kv[step % 2], kv[(step + 1) % 2], block, kKeysValues);
     }
-    const int holder = holder_at(cp, step);
-    const float* keys = kv[step % 2];
-    for (std::int64_t b = 0; b < s.batch; ++b) {
-      for (int q_local = 0; q_local < 2; ++q_local) {
-        for (int kv_local = 0; kv_local < 2; ++kv_local) {
-          const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
-          if (kv_chunk > q_chunk) continue;  // wholly above the diagonal
-          // Step 0 holds this rank's own chunks, and chunk 0 (rank's index) comes before both
-          // of them: the first block of every query chunk, written in place.
-          const bool first = step == 0 && kv_local == 0;
-          const float* k = keys + at.row(b, kv_local) * at.kv_width();
-          float* o = out + at.row(b, q_local) * at.out_width();
-          float* l = lse + at.lse(b, q_local);
-          kernels::attention_forward(
-              block_shape(s, q_chunk, kv_chunk), qkv + at.row(b, q_local) * s.width(), k,
-              k + s.kv_heads * s.head_dim, first ? o : part, first ? l : part_lse);
-          if (!first) kernels::attention_merge(s.chunk, s.heads, s.head_dim, o, l, part, part_lse);
-        }
-      }
-    }
+    attend(cp, s, qkv, kv[step % 2], holder_at(cp, step), out, lse, scratch);
     if (next) next->wait();
+  }
+}
+
+// The keys and values go around again, each block's gradients travelling with it; after the
+// last step one more shift brings each block's gradients to the rank that owns it, which
+// holds its own in dkv[size % 2] then.
+void ring_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                   const float* out, const float* dout, const float* lse, float* dqkv,
+                   RingScratch& scratch) {
+  const std::int64_t block = block_size(s);
+  float* kv[2] = {ensure(scratch.kv[0], {block}), ensure(scratch.kv[1], {block})};
+  float* dkv[2] = {ensure(scratch.dkv[0], {block}), ensure(scratch.dkv[1], {block})};
+  pack_keys_values(s, qkv, kv[0]);
+  std::fill(dkv[0], dkv[0] + block, 0.0f);
+  for (int step = 0; step < cp.size(); ++step) {
+    std::unique_ptr<ContextParallelGroup::Pending> next_kv;
+    if (step + 1 < cp.size()) {
+      next_kv = cp.group->ring_shift_async(kv[step % 2], kv[(step + 1) % 2], block, kKeysValues);
+    }
+    attend_backward(cp, s, qkv, kv[step % 2], holder_at(cp, step), out, dout, lse, dqkv,
+                    dkv[step % 2], scratch);
+    const auto shifted =
+        cp.group->ring_shift_async(dkv[step % 2], dkv[(step + 1) % 2], block, kGradients);
+    if (next_kv) next_kv->wait();
+    shifted->wait();
+  }
+  unpack_key_value_grads(s, dkv[cp.size() % 2], dqkv);
+}
+
+// All-gather: every rank's block at once, then the same blocks in the ring's order (so the
+// forward gives the ring's bits); in backward the blocks' key and value gradients are summed
+// onto their owners by one reduce-scatter.
+void gathered_forward(const ContextParallel& cp, const RingShape& s, const float* qkv, float* out,
+                      float* lse, RingScratch& scratch) {
+  const std::int64_t block = block_size(s);
+  float* own = ensure(scratch.kv[0], {block});
+  float* all = ensure(scratch.kv[1], {cp.size() * block});
+  pack_keys_values(s, qkv, own);
+  cp.group->all_gather(own, all, block);
+  for (int step = 0; step < cp.size(); ++step) {
+    const int holder = holder_at(cp, step);
+    attend(cp, s, qkv, all + holder * block, holder, out, lse, scratch);
+  }
+}
+
+void gathered_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                       const float* out, const float* dout, const float* lse, float* dqkv,
+                       RingScratch& scratch) {
+  const std::int64_t block = block_size(s);
+  float* own = ensure(scratch.kv[0], {block});
+  float* all = ensure(scratch.kv[1], {cp.size() * block});
+  float* grads = ensure(scratch.dkv[1], {cp.size() * block});
+  float* own_grads = ensure(scratch.dkv[0], {block});
+  pack_keys_values(s, qkv, own);
+  cp.group->all_gather(own, all, block);
+  std::fill(grads, grads + cp.size() * block, 0.0f);
+  for (int step = 0; step < cp.size(); ++step) {
+    const int holder = holder_at(cp, step);
+    attend_backward(cp, s, qkv, all + holder * block, holder, out, dout, lse, dqkv,
+                    grads + holder * block, scratch);
+  }
+  cp.group->reduce_scatter(grads, own_grads, block);
+  unpack_key_value_grads(s, own_grads, dqkv);
+}
+
+}  // namespace
+
+void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+                            float* out, float* lse, RingScratch& scratch) {
+  WEFT_CHECK(cp.enabled());
+  if (cp.exchange == KeyValueExchange::kAllGather) {
+    gathered_forward(cp, s, qkv, out, lse, scratch);
+  } else {
+    ring_forward(cp, s, qkv, out, lse, scratch);
   }
 }
 
@@ -95,75 +222,26 @@ void ring_attention_backward(const ContextParallel& cp, const RingShape& s, cons
                              const float* out, const float* dout, const float* lse, float* dqkv,
                              RingScratch& scratch) {
   WEFT_CHECK(cp.enabled());
-  const ChunkAt at{s};
-  const std::int64_t block = s.batch * 2 * s.chunk * at.kv_width();
-  float* kv[2] = {ensure(scratch.kv[0], {block}), ensure(scratch.kv[1], {block})};
-  float* dkv[2] = {ensure(scratch.dkv[0], {block}), ensure(scratch.dkv[1], {block})};
-  // One block's gradients, in the strides the kernel writes them: q's rows as wide as qkv's.
-  float* grad_q = ensure(scratch.grad_q, {s.chunk, s.width()});
-  float* grad_kv = ensure(scratch.grad_kv, {s.chunk, at.kv_width()});
-  pack_keys_values(s, qkv, kv[0]);
-  std::fill(dkv[0], dkv[0] + block, 0.0f);
-  const std::int64_t rows = s.batch * 2 * s.chunk;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::fill(dqkv + r * s.width(), dqkv + r * s.width() + at.out_width(), 0.0f);
-  }
-  for (int step = 0; step < cp.size(); ++step) {
-    std::unique_ptr<ContextParallelGroup::Pending> next_kv;
-    if (step + 1 < cp.size()) {
-      next_kv = cp.group->ring_shift_async(kv[step % 2], kv[(step + 1) % 2], block, kKeysValues);
-    }
-    const int holder = holder_at(cp, step);
-    const float* keys = kv[step % 2];
-    float* grads = dkv[step % 2];
-    for (std::int64_t b = 0; b < s.batch; ++b) {
-      for (int q_local = 0; q_local < 2; ++q_local) {
-        for (int kv_local = 0; kv_local < 2; ++kv_local) {
-          const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
-          if (kv_chunk > q_chunk) continue;
-          const std::int64_t q_row = at.row(b, q_local), kv_row = at.row(b, kv_local);
-          const float* k = keys + kv_row * at.kv_width();
-          kernels::attention_backward(block_shape(s, q_chunk, kv_chunk), qkv + q_row * s.width(), k,
-                                      k + s.kv_heads * s.head_dim, out + q_row * at.out_width(),
-                                      dout + q_row * at.out_width(), lse + at.lse(b, q_local),
-                                      grad_q, grad_kv, grad_kv + s.kv_heads * s.head_dim);
-          for (std::int64_t r = 0; r < s.chunk; ++r) {
-            float* dq = dqkv + (q_row + r) * s.width();
-            const float* g = grad_q + r * s.width();
-            for (std::int64_t x = 0; x < at.out_width(); ++x) dq[x] += g[x];
-          }
-          float* dk = grads + kv_row * at.kv_width();
-          for (std::int64_t x = 0; x < s.chunk * at.kv_width(); ++x) dk[x] += grad_kv[x];
-        }
-      }
-    }
-    // The gradients go on with their keys and values; after the last step they reach the rank
-    // that owns them, which holds its own in dkv[size % 2] then.
-    const auto shifted = cp.group->ring_shift_async(grads, dkv[(step + 1) % 2], block, kGradients);
-    if (next_kv) next_kv->wait();
-    shifted->wait();
-  }
-  const float* own = dkv[cp.size() % 2];
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::copy(own + r * at.kv_width(), own + (r + 1) * at.kv_width(),
-              dqkv + r * s.width() + at.out_width());
+  zero_q_columns(s, dqkv);
+  if (cp.exchange == KeyValueExchange::kAllGather) {
+    gathered_backward(cp, s, qkv, out, dout, lse, dqkv, scratch);
+  } else {
+    ring_backward(cp, s, qkv, out, dout, lse, dqkv, scratch);
   }
 }
 
 void rope_chunks(const ContextParallel& cp, const RingShape& s, double theta, float* qkv,
                  bool backward) {
   const ChunkAt at{s};
-  for (std::int64_t b = 0; b < s.batch; ++b) {
-    for (int local = 0; local < 2; ++local) {
-      float* x = qkv + at.row(b, local) * s.width();
-      const std::int64_t position = cp.chunk(local) * s.chunk;
-      if (backward) {
-        kernels::rope_backward(x, 1, s.chunk, s.heads + s.kv_heads, s.head_dim, theta, position,
-                               s.width());
-      } else {
-        kernels::rope_forward(x, 1, s.chunk, s.heads + s.kv_heads, s.head_dim, theta, position,
-                              s.width());
-      }
+  for (int local = 0; local < 2; ++local) {
+    float* x = qkv + at.row(local) * s.width();
+    const std::int64_t position = cp.chunk(local) * s.chunk;
+    if (backward) {
+      kernels::rope_backward(x, s.batch, s.chunk, s.heads + s.kv_heads, s.head_dim, theta, position,
+                             s.width());
+    } else {
+      kernels::rope_forward(x, s.batch, s.chunk, s.heads + s.kv_heads, s.head_dim, theta, position,
+                            s.width());
     }
   }
 }

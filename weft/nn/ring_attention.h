@@ -2,11 +2,13 @@
 // rank's two chunks of every sequence against every earlier position of the whole sequence,
 // and its backward, with keys and values travelling around the ring.
 //
-// Layouts, for `batch` sequences of which this rank holds 2 chunks of `chunk` rows each (its
-// local chunk 0, then 1): qkv [batch, 2 * chunk, width], the fused q|k|v rows after RoPE
-// (q's heads, then k's, then v's); out [batch, 2 * chunk, heads * head_dim]; lse [batch, 2,
-// heads, chunk]. Per ring step a rank sends and receives one block of keys and values,
-// batch * 2 * chunk * 2 * kv_heads * head_dim floats (in backward also their gradients).
+// Layouts, for `batch` sequences of which this rank holds 2 chunks of `chunk` rows each, local
+// chunk 0 of every sequence first, then local chunk 1 of every sequence (so that each chunk's
+// rows are one [batch, chunk] block for the kernels): qkv [2, batch, chunk, width], the fused
+// q|k|v rows after RoPE (q's heads, then k's, then v's); out [2, batch, chunk, heads *
+// head_dim]; lse [2, batch, heads, chunk]. Per ring step a rank sends and receives one block
+// of keys and values, 2 * batch * chunk * 2 * kv_heads * head_dim floats (in backward also
+// their gradients).
 #pragma once
 
 #include <cstdint>

@@ -49,21 +49,45 @@ std::unique_ptr<nn::ContextParallelGroup::Pending> ProcessGroupContextParallel::
   return std::make_unique<Started>(*this, std::move(s), std::move(r));
 }
 
+void ProcessGroupContextParallel::all_gather(const float* in, float* out, std::int64_t n) {
+  const auto start = std::chrono::steady_clock::now();
+  group_.all_gather(
+      dist::Buffer(out, static_cast<std::size_t>(n * size()), DType::kFloat32),
+      dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n), DType::kFloat32));
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ProcessGroupContextParallel::reduce_scatter(const float* in, float* out, std::int64_t n) {
+  const auto start = std::chrono::steady_clock::now();
+  group_.reduce_scatter(
+      dist::Buffer(out, static_cast<std::size_t>(n), DType::kFloat32),
+      dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n * size()), DType::kFloat32),
+      dist::ReduceOp::kSum);
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::vector<std::int32_t> context_parallel_rows(const std::int32_t* rows, std::int64_t batch,
-                                                std::int64_t seq, int rank, int size) {
+                                                std::int64_t seq, int rank, int size, int groups) {
   if (seq % (2 * size) != 0) {
     throw InvalidArgument("context parallelism cuts each sequence into 2 x " +
                           std::to_string(size) + " equal chunks: the sequence length " +
                           std::to_string(seq) + " must be a multiple of " +
                           std::to_string(2 * size));
   }
-  const std::int64_t chunk = seq / (2 * size);
+  if (groups < 1 || batch % groups != 0) {
+    throw InvalidArgument("context parallelism: " + std::to_string(batch) +
+                          " sequences do not split into " + std::to_string(groups) +
+                          " equal micro-batches");
+  }
+  const std::int64_t chunk = seq / (2 * size), per_group = batch / groups;
   std::vector<std::int32_t> out;
   out.reserve(static_cast<std::size_t>(batch * 2 * chunk));
-  for (std::int64_t b = 0; b < batch; ++b) {
+  for (std::int64_t g = 0; g < groups; ++g) {
     for (const std::int64_t c : {std::int64_t{rank}, std::int64_t{2 * size - 1 - rank}}) {
-      const std::int32_t* from = rows + b * seq + c * chunk;
-      out.insert(out.end(), from, from + chunk);
+      for (std::int64_t b = g * per_group; b < (g + 1) * per_group; ++b) {
+        const std::int32_t* from = rows + b * seq + c * chunk;
+        out.insert(out.end(), from, from + chunk);
+      }
     }
   }
   return out;

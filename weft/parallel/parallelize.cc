@@ -282,7 +282,7 @@ class Parallelized : public ParallelModel {
     cp_ = group(mesh, "cp");
     if (cp_ != nullptr) {
       cp_adapter_ = std::make_shared<ProcessGroupContextParallel>(*cp_);
-      model.apply_context_parallel({cp_adapter_});
+      model.apply_context_parallel({cp_adapter_, options.cp_exchange});
     }
     replica_ = coordinate(mesh, "dp_replicate");
     data_rank_ = replica_ * d.dp_shard + coordinate(mesh, "dp_shard");
@@ -408,10 +408,11 @@ class Parallelized : public ParallelModel {
     if (pipeline_) lines.push_back(describe_pipeline(with_peaks));
     if (cp_ != nullptr && !with_peaks) {
       const int n = cp_->size();
-      lines.push_back("context parallel " + std::to_string(n) +
-                      ": ring attention; each sequence in " + std::to_string(2 * n) +
-                      " chunks, rank r of the ring holding chunks r and " +
-                      std::to_string(2 * n - 1) + " - r");
+      const bool ring = options_.cp_exchange == nn::KeyValueExchange::kRing;
+      lines.push_back("context parallel " + std::to_string(n) + ": each sequence in " +
+                      std::to_string(2 * n) + " chunks, rank r of the ring holding chunks r and " +
+                      std::to_string(2 * n - 1) + " - r; keys and values " +
+                      (ring ? "around the ring (alltoall)" : "all-gathered (allgather)"));
     }
     if (tp_ != nullptr && !with_peaks) {  // once, at the start
       const nn::TensorParallel& tp = model_.tensor_parallel();
@@ -437,7 +438,8 @@ class Parallelized : public ParallelModel {
     return model_.forward(tokens, targets, batch, seq);
   }
 
-  // This context-parallel rank's two chunks of each sequence.
+  // This context-parallel rank's two chunks of each sequence, laid out per pipeline
+  // micro-batch (the runtime cuts the rows into micro-batches).
   struct Chunks {
     std::vector<std::int32_t> tokens, targets;
     std::int64_t seq;  // per sequence: two chunks
@@ -445,8 +447,9 @@ class Parallelized : public ParallelModel {
   Chunks chunks_of(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                    std::int64_t seq) const {
     const int r = cp_->rank(), n = cp_->size();
-    return {context_parallel_rows(tokens, batch, seq, r, n),
-            context_parallel_rows(targets, batch, seq, r, n), seq / n};
+    const int groups = pipeline_ ? pipeline_->schedule().microbatches : 1;
+    return {context_parallel_rows(tokens, batch, seq, r, n, groups),
+            context_parallel_rows(targets, batch, seq, r, n, groups), seq / n};
   }
 
   // The group data parallelism reduces over along `dim`: with context parallelism, `dim` and

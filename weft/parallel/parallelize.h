@@ -59,9 +59,10 @@ struct ParallelOptions {
   ParallelDims dims;
   PipelineOptions pipeline;
   ShardingMode fsdp_mode = ShardingMode::kFullShard;
-  std::size_t bucket_bytes = std::size_t{25} << 20;  // DDP's buckets
-  bool sequence_parallel = true;                     // with tp > 1
-  bool loss_parallel = true;                         // with tp > 1
+  std::size_t bucket_bytes = std::size_t{25} << 20;                // DDP's buckets
+  bool sequence_parallel = true;                                   // with tp > 1
+  bool loss_parallel = true;                                       // with tp > 1
+  nn::KeyValueExchange cp_exchange = nn::KeyValueExchange::kRing;  // with cp > 1
   nn::AdamWOptions optimizer;
 };
 

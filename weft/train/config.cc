@@ -151,6 +151,10 @@ const std::vector<Field>& fields() {
                  "ranks each sequence is split over (ring attention; each rank holds 2 of "
                  "2 x degree chunks); 1: none",
                  1, 1 << 20),
+      WEFT_FIELD(parallelism, context_parallel_rotate_method,
+                 "how context parallelism moves keys and values: alltoall, around the ring one "
+                 "block per step, overlapped with attention; allgather, all at once before it",
+                 -INFINITY, INFINITY, {"alltoall", "allgather"}),
   };
   return all;
 }

@@ -73,6 +73,7 @@ struct ParallelismConfig {
   std::int64_t pipeline_parallel_microbatch_size = 1;   // micro-batches = batch_size / this
   std::int64_t pipeline_parallel_layers_per_stage = 0;  // 0: 1 stage per rank, 2 interleaved
   std::int64_t context_parallel_degree = 1;             // ranks each sequence is split over
+  std::string context_parallel_rotate_method = "alltoall";  // alltoall: the ring; allgather
 };
 
 struct Config {

@@ -84,6 +84,9 @@ void Trainer::setup_parallelism() {
   options.dims.dp_shard = static_cast<int>(p.data_parallel_shard_degree);
   options.dims.tp = static_cast<int>(p.tensor_parallel_degree);
   options.dims.cp = static_cast<int>(p.context_parallel_degree);
+  options.cp_exchange = p.context_parallel_rotate_method == "allgather"
+                            ? nn::KeyValueExchange::kAllGather
+                            : nn::KeyValueExchange::kRing;
   options.pipeline.schedule = p.pipeline_parallel_schedule;
   options.pipeline.microbatches =
       static_cast<int>(config_.training.batch_size / p.pipeline_parallel_microbatch_size);
