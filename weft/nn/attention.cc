@@ -44,10 +44,11 @@ std::int64_t Attention::qkv_width() const {
 
 RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
   if (seq % 2 != 0) {
+    const std::string rows = std::to_string(seq);
     throw InvalidArgument(
         "under context parallelism a rank holds two equal chunks of each "
         "sequence; got " +
-        std::to_string(seq) + " rows per sequence");
+        rows + " rows per sequence");
   }
   return {batch, seq / 2, config_.n_heads, config_.n_kv_heads, hd_};
 }
@@ -55,8 +56,13 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
 void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{batch, seq,  config_.n_heads, config_.n_kv_heads, hd,
-                                      width, width};
+  const kernels::AttentionShape shape{.batch = batch,
+                                      .seq = seq,
+                                      .heads = config_.n_heads,
+                                      .kv_heads = config_.n_kv_heads,
+                                      .head_dim = hd,
+                                      .q_stride = width,
+                                      .kv_stride = width};
   float* q = ensure(qkv_, {rows, width});
   float* k = q + config_.n_heads * hd;
   float* v = k + config_.n_kv_heads * hd;
@@ -86,8 +92,13 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{batch, seq,  config_.n_heads, config_.n_kv_heads, hd,
-                                      width, width};
+  const kernels::AttentionShape shape{.batch = batch,
+                                      .seq = seq,
+                                      .heads = config_.n_heads,
+                                      .kv_heads = config_.n_kv_heads,
+                                      .head_dim = hd,
+                                      .q_stride = width,
+                                      .kv_stride = width};
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
   float* dq = ensure(dqkv_, {rows, width});
   float* dk = dq + config_.n_heads * hd;
