@@ -3,32 +3,17 @@
 //   weft-generate --checkpoint checkpoints/debug --prompt "ROMEO:" --max-new-tokens 200
 //                 --temperature 0.8 --top-k 40 --seed 1
 //
-// --checkpoint is a checkpoint file, a step directory, or a folder whose newest checkpoint is
-// used. Exit codes: 0 printed the text; 2 bad arguments; 1 the checkpoint cannot be used.
+// --checkpoint is a checkpoint's step directory, or a folder whose newest complete checkpoint
+// is used; any layout weft-train saved from (docs/CHECKPOINTS.md). Exit codes: 0 printed the text;
+// 2 bad arguments; 1 the checkpoint cannot be used.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 #include "weft/base/simd.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/generate.h"
-
-namespace {
-
-std::string checkpoint_file(const std::string& given) {
-  namespace fs = std::filesystem;
-  if (fs::is_regular_file(given)) return given;
-  if (fs::is_regular_file(fs::path(given) / "checkpoint.safetensors")) {
-    return (fs::path(given) / "checkpoint.safetensors").string();
-  }
-  if (auto latest = weft::train::latest_checkpoint(given)) return *latest;
-  throw weft::InvalidArgument("no checkpoint at " + given +
-                              " (train with weft-train and checkpoint.enable = true first)");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app("weft-generate: samples text from a weft-train checkpoint", "weft-generate");
@@ -37,7 +22,7 @@ int main(int argc, char** argv) {
   // --help shows each option's default from the variable it sets, never a copy of the value.
   app.option_defaults()->always_capture_default();
   app.add_option("--checkpoint", checkpoint,
-                 "checkpoint file, step directory, or folder (its newest checkpoint)")
+                 "checkpoint step directory, or folder (its newest complete checkpoint)")
       ->required();
   app.add_option("--prompt", prompt, "the text to continue");
   app.add_option("--max-new-tokens", o.max_new_tokens,
@@ -55,12 +40,11 @@ int main(int argc, char** argv) {
   }
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
-    const std::string path = checkpoint_file(checkpoint);
-    const auto file = weft::checkpoint::load_safetensors(path);  // read once
+    const std::string dir = weft::train::checkpoint_directory(checkpoint);
     const weft::train::Config config = weft::train::parse_config(
-        weft::train::checkpoint_config(file, path), "the configuration in " + path);
+        weft::train::read_manifest(dir).config, "the configuration in " + dir + "/manifest.json");
     weft::nn::Llama model(config.model);
-    weft::train::load_checkpoint(file, path, model);
+    weft::train::load_model(dir, model);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;
   } catch (const weft::InvalidArgument& e) {  // a bad prompt or checkpoint path
     std::fprintf(stderr, "weft-generate: %s\n", e.what());

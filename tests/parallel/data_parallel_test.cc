@@ -127,6 +127,48 @@ RunResult single_process(const nn::LlamaConfig& model_config = config(), int mic
   return run;
 }
 
+// Every rank's pieces of the training state (ParallelModel::state_layout, state_values).
+using RankPieces = std::pair<std::vector<StatePiece>, std::vector<Tensor>>;
+
+// The pieces the ranks hold put together are the whole state full_state() gathers: every
+// element of every tensor in some rank's piece, each piece bitwise the elements it covers (what
+// distributed checkpoints save and load instead of the gathered state).
+void expect_pieces_make_the_state(const std::vector<RankPieces>& ranks, const nn::StateDict& params,
+                                  const nn::AdamWState& moments, const std::string& what) {
+  std::map<std::string, Tensor> whole;
+  for (const auto& [prefix, dict] :
+       {std::pair{"model.", &params}, std::pair{"optim.exp_avg.", &moments.exp_avg},
+        std::pair{"optim.exp_avg_sq.", &moments.exp_avg_sq}}) {
+    for (const auto& [name, t] : *dict) whole[prefix + name] = t.contiguous();
+  }
+  std::map<std::string, std::vector<int>> covered;
+  for (const auto& [name, t] : whole) covered[name].assign(static_cast<std::size_t>(t.numel()), 0);
+  for (const auto& [layout, values] : ranks) {
+    ASSERT_EQ(layout.size(), values.size()) << what;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const StatePiece& p = layout[i];
+      ASSERT_TRUE(whole.count(p.name)) << what << ": a piece of " << p.name;
+      const Tensor& t = whole.at(p.name);
+      ASSERT_EQ(p.shape, t.shape()) << what << ": " << p.name;
+      ASSERT_EQ(values[i].shape(), p.sizes) << what << ": " << p.name;
+      const auto piece = values[i].to_vector<float>();
+      const float* all = t.data<float>();
+      for (std::size_t k = 0; k < piece.size(); ++k) {
+        std::int64_t at = 0, rest = static_cast<std::int64_t>(k);  // k's place in the whole
+        for (std::size_t d = p.sizes.size(); d-- > 0;) {
+          at += (p.offsets[d] + rest % p.sizes[d]) * t.strides()[d];
+          rest /= p.sizes[d];
+        }
+        ASSERT_EQ(piece[k], all[at]) << what << ": " << p.name << " element " << at;
+        ++covered[p.name][static_cast<std::size_t>(at)];
+      }
+    }
+  }
+  for (const auto& [name, counts] : covered) {
+    EXPECT_EQ(std::count(counts.begin(), counts.end(), 0), 0) << what << ": " << name;
+  }
+}
+
 // How the ranks split the work: pp x replicate x shard x tp ranks; shard 1 is DDP (or one
 // process with tp alone), more is FSDP in `mode` (HSDP with both); each data-parallel rank's
 // part of the global batch in `micro` accumulated micro-batches, each streamed through the
@@ -152,6 +194,8 @@ RunResult parallel_run(const Layout& layout) {
                           .cp = layout.cp,
                           .tp = layout.tp};
   RunResult run;
+  std::vector<RankPieces> pieces(static_cast<std::size_t>(dims.product()));
+  nn::AdamWState moments;
   dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
     auto world_group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
     DeviceMesh mesh(world_group, dims.mesh_dims());
@@ -192,10 +236,14 @@ RunResult parallel_run(const Layout& layout) {
     const double validation = parallel->sum_over_data(
         parallel->evaluate(tokens.data(), targets.data(), local, kSeq) / ranks);
     auto state = parallel->full_state();
+    pieces[static_cast<std::size_t>(pg.rank())] = {parallel->state_layout(),
+                                                   parallel->state_values()};
     if (pg.rank() != 0) return;
     run.validation = validation;
     run.params = state.first;
+    moments = state.second;
   });
+  expect_pieces_make_the_state(pieces, run.params, moments, "pieces");
   return run;
 }
 

@@ -87,7 +87,7 @@ class DataParallelRunTest : public testing::Test {
                    l.name);
   }
 
-  // weft-generate samples from a checkpoint that holds the whole model.
+  // weft-generate samples from a checkpoint (a step directory) of any layout.
   static void expect_generates(const fs::path& checkpoint) {
     const weft::test::Finished g =
         weft::test::run({WEFT_GENERATE_TOOL, "--checkpoint", checkpoint.string(), "--prompt",
@@ -152,7 +152,7 @@ TEST_F(DataParallelRunTest, TensorParallelLayoutsMatchOneProcess) {
 }
 
 // Context parallelism: each rank its two chunks of every sequence, alone and with FSDP (which
-// then shards over dp_shard x cp); the final checkpoint of CP 2 x FSDP 2 is the whole model.
+// then shards over dp_shard x cp); weft-generate reads the final checkpoint of CP 2 x FSDP 2.
 TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"cp-2", 2, "--training.batch_size 8 --parallelism.context_parallel_degree 2"},
@@ -165,10 +165,10 @@ TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
        " --parallelism.data_parallel_shard_degree 2",
        true},
   });
-  expect_generates(dir_ / "cp-2xfsdp-2" / "step-00000020" / "checkpoint.safetensors");
+  expect_generates(dir_ / "cp-2xfsdp-2" / "step-00000020");
 }
 
-// HSDP also writes its (final) checkpoint: one replica's shard group gathers it.
+// HSDP also writes its (final) checkpoint: the replicas share the writing of the shards.
 TEST_F(DataParallelRunTest, TwoDimensionalLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"hsdp-2x2", 4,
@@ -180,12 +180,12 @@ TEST_F(DataParallelRunTest, TwoDimensionalLayoutsMatchOneProcess) {
        " --parallelism.tensor_parallel_degree 2"},
       {"ddp-2xtp-2", 4, "--training.batch_size 4 --parallelism.tensor_parallel_degree 2"},
   });
-  EXPECT_TRUE(fs::exists(dir_ / "hsdp-2x2" / "step-00000020" / "checkpoint.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "hsdp-2x2" / "step-00000020" / "manifest.json"));
 }
 
-// FSDP checkpoints hold the full state: a full_shard run resumed at step 10 equals its
-// uninterrupted run exactly, and a DDP run and a tensor-parallel run resume the same
-// checkpoint to within rounding.
+// FSDP checkpoints (each rank its shards) reshard on load: a full_shard run resumed at step 10
+// equals its uninterrupted run exactly, and a DDP run and a tensor-parallel run resume the
+// same checkpoint to within rounding.
 TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const std::string fsdp =
       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
@@ -193,7 +193,7 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const std::string whole = train("whole", 2, fsdp);
   const auto a = read(whole, "loss");
   ASSERT_EQ(a.size(), 20u);
-  ASSERT_TRUE(fs::exists(dir_ / "whole" / "step-00000010" / "checkpoint.safetensors"));
+  ASSERT_TRUE(fs::exists(dir_ / "whole" / "step-00000010" / "manifest.json"));
   expect_resumes_bitwise("whole", 2, fsdp, a, {"ddp", "tp"});
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
@@ -206,16 +206,16 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   expect_continues(d, a);
 }
 
-// A tensor-parallel run's checkpoints hold the whole model: resumed under TP 2 it continues
-// bit for bit, resumed under FSDP 2 to within rounding, and weft-generate reads them.
+// A tensor-parallel run's checkpoints (each rank its slices) reshard: resumed under TP 2 it
+// continues bit for bit, resumed under FSDP 2 to within rounding, and weft-generate reads them.
 TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
   const std::string tp =
       "--training.batch_size 8 --parallelism.tensor_parallel_degree 2 "
       "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
   const auto a = read(train("tp", 2, tp), "loss");
   ASSERT_EQ(a.size(), 20u);
-  const fs::path last = dir_ / "tp" / "step-00000020" / "checkpoint.safetensors";
-  ASSERT_TRUE(fs::exists(last));
+  const fs::path last = dir_ / "tp" / "step-00000020";
+  ASSERT_TRUE(fs::exists(last / "manifest.json"));
   expect_generates(last);
   expect_resumes_bitwise("tp", 2, tp, a, {"fsdp"});
   const auto c = read(train("fsdp", 2,
@@ -226,8 +226,8 @@ TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
 }
 
 // Pipeline stages on 2 ranks (1F1B, interleaved, ZB-V; and x TP 2 or x FSDP 2 on 4) against
-// one process; a 1F1B run's checkpoints hold the whole model: resumed under the pipeline it
-// continues bit for bit, resumed by one process to within rounding, and weft-generate reads
+// one process; a 1F1B run's checkpoints (each stage its layers) reshard: resumed under the pipeline
+// it continues bit for bit, resumed by one process to within rounding, and weft-generate reads
 // them.
 TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywhere) {
   const std::string one = train("one", 1, "--checkpoint.enable false --training.batch_size 8");
@@ -262,8 +262,8 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
   expect_close(whole, one, kTolerance, "pp-2 1F1B");
   const auto a = read(whole, "loss");
   ASSERT_EQ(a.size(), 20u);
-  const fs::path last = dir_ / "pp" / "step-00000020" / "checkpoint.safetensors";
-  ASSERT_TRUE(fs::exists(last));
+  const fs::path last = dir_ / "pp" / "step-00000020";
+  ASSERT_TRUE(fs::exists(last / "manifest.json"));
   expect_generates(last);
   expect_resumes_bitwise("pp", 2, checkpointed, a, {"single"});
   const auto c =

@@ -139,9 +139,18 @@ TEST_F(TrainTest, TokenizerAndLoaderAreDeterministicAndResumable) {
   for (std::size_t i = 0; i + 1 < 16; ++i) EXPECT_EQ(first.targets[i], first.tokens[i + 1]);
   const Batch second = a.next();
   DataLoader c(data.train(), 3, 16, 5, "train");
-  c.set_batches_drawn(1);
+  c.set_samples_drawn(3);
   EXPECT_EQ(c.next().tokens, second.tokens);
   EXPECT_NE(second.tokens, first.tokens);
+  // The cursor counts sequences over all ranks: two ranks' slices of a global batch of 6 are
+  // what one loader drawing 3 and 3 gets, and a resumed loader continues from any cursor.
+  DataLoader one(data.train(), 3, 16, 5, "train"), two(data.train(), 3, 16, 5, "train");
+  const Batch rank0 = two.next(0, 2);
+  two.set_samples_drawn(0);
+  const Batch rank1 = two.next(1, 2);
+  EXPECT_EQ(rank0.tokens, one.next().tokens);
+  EXPECT_EQ(rank1.tokens, one.next().tokens);
+  EXPECT_EQ(two.samples_drawn(), 6);
   EXPECT_THROW(TextDataset((dir_ / "missing.txt").string(), 0.1, 16), ConfigError);
 }
 
@@ -157,9 +166,11 @@ TEST_F(TrainTest, ResumedRunEqualsUninterruptedRun) {
   auto first = small(8);
   first.emplace_back("checkpoint.enable", "true");
   first.emplace_back("checkpoint.interval", "4");
-  Trainer part(load_config("", first), log);
-  part.run_until(4);
-  ASSERT_TRUE(latest_checkpoint((dir_ / "ckpt").string()).has_value());
+  {
+    Trainer part(load_config("", first), log);  // interrupted: it ends (and unlocks the folder)
+    part.run_until(4);
+  }
+  ASSERT_FALSE(complete_checkpoints((dir_ / "ckpt").string()).empty());
 
   auto second = first;
   second.emplace_back("checkpoint.resume", "true");

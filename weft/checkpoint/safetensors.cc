@@ -13,6 +13,7 @@
 #include <random>
 
 #include "weft/base/unique_fd.h"
+#include "weft/checkpoint/file_io.h"
 
 namespace weft::checkpoint {
 namespace {
@@ -30,27 +31,9 @@ constexpr DTypeName kDTypes[] = {{DType::kFloat32, "F32"}, {DType::kFloat64, "F6
                                  {DType::kInt8, "I8"},     {DType::kUInt8, "U8"},
                                  {DType::kInt32, "I32"},   {DType::kInt64, "I64"}};
 
-const char* safetensors_name(DType dtype) {
-  for (const auto& d : kDTypes) {
-    if (d.dtype == dtype) return d.name;
-  }
-  throw InvalidArgument("safetensors: unsupported dtype " + std::string(dtype_name(dtype)));
-}
-
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
   throw CheckpointError("checkpoint file " + path + " is damaged or not a safetensors file: " +
                         what + "; restore it or resume from an earlier checkpoint");
-}
-
-void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw SystemError("write " + path + " (disk full?)", errno);
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
 }
 
 std::string temporary_name(const std::string& path) {
@@ -58,59 +41,59 @@ std::string temporary_name(const std::string& path) {
   return path + ".tmp-" + std::to_string(rd()) + std::to_string(::getpid());
 }
 
-// Makes the rename durable: without it a power loss could bring back the old name.
-void sync_directory(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) throw SystemError("open directory " + dir + " to sync it", errno);
-  if (::fsync(fd.get()) != 0) throw SystemError("fsync directory " + dir, errno);
-}
-
 }  // namespace
 
-void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const Metadata& metadata) {
+const char* dtype_code(DType dtype) {
+  for (const auto& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  throw InvalidArgument("safetensors: unsupported dtype " + std::string(dtype_name(dtype)));
+}
+
+std::optional<DType> dtype_from_code(const std::string& code) {
+  for (const auto& d : kDTypes) {
+    if (code == d.name) return d.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string safetensors_header(const std::vector<NamedTensor>& tensors, const Metadata& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     const std::uint64_t bytes = tensor.nbytes();
-    header[name] = {{"dtype", safetensors_name(tensor.dtype())},
+    header[name] = {{"dtype", dtype_code(tensor.dtype())},
                     {"shape", tensor.shape()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  const std::uint64_t n = text.size();
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>(text.size() >> (8 * i));
+  return out + text;
+}
 
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const Metadata& metadata) {
+  const std::string header = safetensors_header(tensors, metadata);
   const std::string tmp = temporary_name(path);
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd) throw SystemError("create " + tmp, errno);
+  UniqueFd fd = create_file(tmp);
   try {
-    write_all(fd.get(), length, 8, tmp);
-    write_all(fd.get(), text.data(), text.size(), tmp);
+    write_all(fd.get(), header.data(), header.size(), tmp);
     for (const auto& [name, tensor] : tensors) {
       const Tensor c = tensor.contiguous();
       if (c.nbytes() > 0) write_all(fd.get(), c.bytes(), c.nbytes(), tmp);
     }
-    if (::fsync(fd.get()) != 0) throw SystemError("fsync " + tmp, errno);
-    // Checked: a file system that writes back on close (NFS) reports a lost write only here.
-    if (const int err = fd.close(); err != 0) throw SystemError("close " + tmp, err);
+    sync_and_close(fd, tmp);
+    rename_durably(tmp, path);
   } catch (...) {
     fd.reset();
     ::unlink(tmp.c_str());
     throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw SystemError("rename " + tmp + " to " + path, err);
-  }
-  sync_directory(path);
 }
 
 const Tensor& SafetensorsFile::at(const std::string& name) const {

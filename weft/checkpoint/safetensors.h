@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ struct NamedTensor {
 };
 
 using Metadata = std::map<std::string, std::string>;
+
+// safetensors' dtype codes ("F32", "BF16", ...); InvalidArgument for a dtype it lacks.
+const char* dtype_code(DType dtype);
+std::optional<DType> dtype_from_code(const std::string& code);
+
+// The start of a file holding `tensors` (their data back to back after it, in this order):
+// the 8-byte little-endian length and the JSON header, padded so that the data starts
+// 8-byte aligned.
+std::string safetensors_header(const std::vector<NamedTensor>& tensors, const Metadata& metadata);
 
 // Writes `tensors` (in the given order) and `metadata` to `path` so that a crash at any
 // moment leaves either the old file or the new one: the bytes go to a temporary file in the

@@ -90,6 +90,7 @@ Llama::Llama(const LlamaConfig& config)
   build();
   whole_numel_ = params_.numel();
   for (const auto& p : params_.all()) {
+    whole_parameters_.emplace_back(p->name, p->full_shape);
     if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight")
       whole_matmul_numel_ += p->value.numel();
   }

@@ -161,6 +161,11 @@ class Llama {
   double flops_per_token(std::int64_t seq) const;
   // Elements of the whole model's parameters, whatever this rank holds.
   std::int64_t whole_numel() const { return whole_numel_; }
+  // The whole model's parameters (name, full shape) in registration order, whatever this
+  // rank holds: what a checkpoint of this model must contain.
+  const std::vector<std::pair<std::string, Shape>>& whole_parameters() const {
+    return whole_parameters_;
+  }
 
  private:
   void build();  // the layers of stages_, over tp_
@@ -183,6 +188,7 @@ class Llama {
   std::vector<LayerRange> stages_;
   std::vector<std::unique_ptr<TransformerBlock>> layers_;  // [n_layers]; null where not held
   std::int64_t whole_numel_ = 0, whole_matmul_numel_ = 0;
+  std::vector<std::pair<std::string, Shape>> whole_parameters_;
   std::optional<RMSNorm> norm_;
   std::optional<Linear> output_;
   std::vector<std::pair<int, UnitHooks>> hooks_;

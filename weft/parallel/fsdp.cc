@@ -485,6 +485,23 @@ void FullyShardedDataParallel::load_full_state(const nn::StateDict& params,
   steps_ = optimizer.steps;
 }
 
+std::vector<FullyShardedDataParallel::ShardRows> FullyShardedDataParallel::shard_rows() {
+  std::vector<ShardRows> rows;
+  for (const auto& [u, p] : pieces_in_model_order()) {
+    const std::int64_t n = p->rows_of(rank_);
+    if (n == 0) continue;
+    const std::int64_t at = u->offset + p->offset;
+    rows.push_back({p->param, rank_ * p->shard_rows, n, values_.data() + at, exp_avg_.data() + at,
+                    exp_avg_sq_.data() + at});
+  }
+  return rows;
+}
+
+void FullyShardedDataParallel::shards_loaded(std::int64_t steps) {
+  mark_stale();
+  steps_ = steps;
+}
+
 ShardedMemory FullyShardedDataParallel::memory() const {
   const std::int64_t shard = bytes_of(shard_size_), full = bytes_of(model_.parameters().numel());
   ShardedMemory m;

@@ -117,6 +117,20 @@ class FullyShardedDataParallel {
   // else; otherwise InvalidArgument, and nothing is changed.
   void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer);
 
+  // This rank's rows of every parameter (the model's order; a parameter with no rows here is
+  // left out), with where they live in its shards: what a distributed checkpoint saves and
+  // loads without gathering anything. After writing through the pointers, call
+  // shards_loaded().
+  struct ShardRows {
+    const nn::Parameter* param;
+    std::int64_t first_row, rows;  // of the parameter (this rank's slice of it, under TP)
+    float *value, *exp_avg, *exp_avg_sq;
+  };
+  std::vector<ShardRows> shard_rows();
+  // The shards were overwritten (a checkpoint loaded): the units refresh before their next
+  // forward, and the optimizer continues from step `steps`.
+  void shards_loaded(std::int64_t steps);
+
   ShardingMode mode() const { return mode_; }
   ShardedMemory memory() const;
 

@@ -71,6 +71,18 @@ class DataParallel {
   // coordinate is 0.
   virtual std::pair<nn::StateDict, nn::AdamWState> state() = 0;
   virtual void load(const nn::StateDict& params, const nn::AdamWState& optimizer) = 0;
+  // The training state this rank holds, one entry per parameter and kind (value, exp_avg,
+  // exp_avg_sq): rows [first_row, first_row + rows) of the parameter (this rank's
+  // tensor-parallel slice of it), contiguous at `data`.
+  struct Held {
+    const nn::Parameter* param;
+    const char* kind;  // "model.", "optim.exp_avg.", "optim.exp_avg_sq."
+    std::int64_t first_row, rows;
+    float* data;
+  };
+  virtual std::vector<Held> held() = 0;
+  virtual void held_loaded(std::int64_t optimizer_steps) = 0;
+  virtual std::int64_t optimizer_steps() const = 0;
   virtual void check_replicas_identical() = 0;
   virtual void memory(MemoryReport& report) const = 0;
   virtual void describe(std::vector<std::string>& lines, bool with_peaks) const = 0;
@@ -126,6 +138,21 @@ class Replicated : public DataParallel {
     }
     adamw_.set_steps(optimizer.steps);
   }
+  std::vector<Held> held() override {
+    const nn::AdamWState moments = adamw_.state();
+    std::vector<Held> all;
+    const auto& params = model_.parameters().all();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const nn::Parameter& p = *params[i];
+      const std::int64_t rows = p.value.ndim() == 0 ? 1 : p.value.size(0);
+      all.push_back({&p, "model.", 0, rows, p.value.data<float>()});
+      all.push_back({&p, "optim.exp_avg.", 0, rows, moments.exp_avg[i].second.data<float>()});
+      all.push_back({&p, "optim.exp_avg_sq.", 0, rows, moments.exp_avg_sq[i].second.data<float>()});
+    }
+    return all;
+  }
+  void held_loaded(std::int64_t optimizer_steps) override { adamw_.set_steps(optimizer_steps); }
+  std::int64_t optimizer_steps() const override { return adamw_.steps(); }
   void check_replicas_identical() override {
     if (ddp_) ddp_->check_parameters_identical();
   }
@@ -167,6 +194,17 @@ class Sharded : public DataParallel {
   void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
     fsdp_.load_full_state(params, optimizer);
   }
+  std::vector<Held> held() override {
+    std::vector<Held> all;
+    for (const auto& r : fsdp_.shard_rows()) {
+      all.push_back({r.param, "model.", r.first_row, r.rows, r.value});
+      all.push_back({r.param, "optim.exp_avg.", r.first_row, r.rows, r.exp_avg});
+      all.push_back({r.param, "optim.exp_avg_sq.", r.first_row, r.rows, r.exp_avg_sq});
+    }
+    return all;
+  }
+  void held_loaded(std::int64_t optimizer_steps) override { fsdp_.shards_loaded(optimizer_steps); }
+  std::int64_t optimizer_steps() const override { return fsdp_.steps(); }
   void check_replicas_identical() override {}  // the shards are the state: nothing to drift
   void memory(MemoryReport& report) const override {
     const ShardedMemory m = fsdp_.memory();
@@ -384,6 +422,55 @@ class Parallelized : public ParallelModel {
               {take_slices(optimizer.exp_avg, like), take_slices(optimizer.exp_avg_sq, like),
                optimizer.steps});
   }
+
+  // A held run's box in the whole tensor: the tensor-parallel slice, then its rows.
+  std::vector<StatePiece> state_layout() override {
+    std::vector<StatePiece> layout;
+    for (const DataParallel::Held& h : dp_->held()) {
+      const nn::Parameter& p = *h.param;
+      StatePiece piece{h.kind + p.name, p.full_shape,
+                       std::vector<std::int64_t>(p.full_shape.size()), p.value.shape()};
+      if (p.sharded()) piece.offsets[static_cast<std::size_t>(p.sharding.dim)] = p.shard_offset();
+      if (!piece.sizes.empty()) {
+        piece.offsets[0] += h.first_row;
+        piece.sizes[0] = h.rows;
+      }
+      layout.push_back(std::move(piece));
+    }
+    return layout;
+  }
+  std::vector<Tensor> state_values() override {
+    std::vector<Tensor> values;
+    const std::vector<StatePiece> layout = state_layout();
+    const std::vector<DataParallel::Held> held = dp_->held();
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      Tensor t = Tensor::zeros(layout[i].sizes);
+      std::copy_n(held[i].data, t.numel(), t.data<float>());
+      values.push_back(std::move(t));
+    }
+    return values;
+  }
+  void load_state_values(const std::vector<Tensor>& values, std::int64_t optimizer_steps) override {
+    const std::vector<StatePiece> layout = state_layout();
+    if (values.size() != layout.size()) {
+      throw InvalidArgument("load_state_values: " + std::to_string(values.size()) +
+                            " tensors for " + std::to_string(layout.size()) + " pieces");
+    }
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (values[i].shape() != layout[i].sizes || values[i].dtype() != DType::kFloat32) {
+        throw InvalidArgument("load_state_values: " + layout[i].name + " is " +
+                              shape_string(values[i].shape()) + ", this rank holds " +
+                              shape_string(layout[i].sizes));
+      }
+    }
+    const std::vector<DataParallel::Held> held = dp_->held();
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      const Tensor c = values[i].contiguous();
+      std::copy_n(c.data<float>(), c.numel(), held[i].data);
+    }
+    dp_->held_loaded(optimizer_steps);
+  }
+  std::int64_t optimizer_steps() const override { return dp_->optimizer_steps(); }
 
   void check_replicas_identical() override { dp_->check_replicas_identical(); }
 

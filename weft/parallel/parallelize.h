@@ -73,6 +73,16 @@ struct MemoryReport {
   std::int64_t one_process = 0;  // 4 x 4 bytes per parameter (values, grads, two moments)
 };
 
+// A piece of the training state one rank holds: the box [offsets, offsets + sizes) of the
+// whole tensor `name` of shape `shape`. The names are "model.<parameter>",
+// "optim.exp_avg.<parameter>" and "optim.exp_avg_sq.<parameter>" (AdamW's moments).
+struct StatePiece {
+  std::string name;
+  Shape shape;
+  std::vector<std::int64_t> offsets;
+  Shape sizes;
+};
+
 class ParallelModel {
  public:
   virtual ~ParallelModel() = default;
@@ -113,6 +123,19 @@ class ParallelModel {
   // Takes this rank's part of a whole state; every rank passes the same (not collective).
   // InvalidArgument when a tensor is missing or of another shape; nothing changes then.
   virtual void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) = 0;
+  // The pieces of the training state this rank holds, whatever the layout (tensor-parallel
+  // slices, FSDP's rows of them, a pipeline stage's parameters, replicas' copies): the same
+  // list on every call. For distributed checkpoints, which save and load them without
+  // gathering.
+  virtual std::vector<StatePiece> state_layout() = 0;
+  // Copies of those pieces, contiguous, in state_layout's order.
+  virtual std::vector<Tensor> state_values() = 0;
+  // Overwrites the pieces (tensors of state_layout's sizes, in its order) and sets the
+  // optimizer's step count. Not collective; every rank loads its own pieces before the next
+  // forward. InvalidArgument (nothing changed) when a tensor's shape differs.
+  virtual void load_state_values(const std::vector<Tensor>& values,
+                                 std::int64_t optimizer_steps) = 0;
+  virtual std::int64_t optimizer_steps() const = 0;
   // Throws weft::Error unless the replicas hold bitwise the same parameters (DDP). Collective.
   virtual void check_replicas_identical() = 0;
   virtual MemoryReport memory() const = 0;

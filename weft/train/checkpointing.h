@@ -1,48 +1,77 @@
-// A training run's checkpoints, the same for one process and every data-parallel layout:
-// <folder>/step-<8 digits>/checkpoint.safetensors holding the model ("model.<name>"), AdamW's
-// moments ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") and, in the metadata, the step, the
-// optimizer's step count, the data loader's position and the configuration (TOML). The file is
-// written to a temporary name and renamed, so a crash at any moment leaves every earlier checkpoint
-// intact and the newest one either complete or absent. Layout details: docs/TRAINING.md.
+// A training run's checkpoints on disk: <folder>/step-<8 digits>/, each a distributed
+// checkpoint (weft/checkpoint: rank-<5 digits>.safetensors files and manifest.json, written
+// last; docs/CHECKPOINTS.md). These are the folder-level steps, without communication:
+// listing, checking a checkpoint against a model, reading a rank's pieces, committing a
+// written directory, pruning, and the folder's lock. Checkpointer (checkpointer.h) runs them
+// on every rank.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "weft/checkpoint/safetensors.h"
+#include "weft/base/unique_fd.h"
+#include "weft/checkpoint/manifest.h"
 #include "weft/nn/llama.h"
-#include "weft/nn/optim.h"
+#include "weft/parallel/parallelize.h"
 
 namespace weft::train {
 
-struct TrainState {
-  std::int64_t step = 0;            // steps completed
-  std::int64_t loader_batches = 0;  // batches the training loader has drawn
+std::string step_directory_name(std::int64_t step);  // "step-00000100"
+// The step a directory name says, if it is a step directory's ("step-00000100": 100).
+std::optional<std::int64_t> step_of_directory(const std::string& name);
+
+// The complete checkpoints under `folder` (step directories holding a manifest), oldest first.
+std::vector<std::string> complete_checkpoints(const std::string& folder);
+
+// The manifest of the checkpoint in `dir`, checked (parse_manifest), its step the one the
+// directory name says. CheckpointError otherwise.
+checkpoint::Manifest read_manifest(const std::string& dir);
+
+// IncompatibleCheckpoint naming the first tensor that differs (missing, extra, or of another
+// shape) unless the checkpoint holds exactly `parameters` (a model's whole_parameters()) and,
+// with `optimizer`, AdamW's two moments of each.
+void check_compatible(const checkpoint::Manifest& manifest,
+                      const std::vector<std::pair<std::string, Shape>>& parameters, bool optimizer,
+                      const std::string& dir);
+
+// The pieces `layout` describes, read from the checkpoint in `dir` and verified (a new tensor
+// each, in the layout's order).
+std::vector<Tensor> read_pieces(const std::string& dir, const checkpoint::Manifest& manifest,
+                                const std::vector<parallel::StatePiece>& layout);
+
+// A whole model's parameters from a checkpoint directory or a folder (its newest complete
+// checkpoint), for generation: the model must be one process's (no parallelism). Returns the
+// manifest.
+checkpoint::Manifest load_model(const std::string& dir_or_folder, nn::Llama& model);
+// The checkpoint directory `given` names: itself, or the newest complete one under it.
+// InvalidArgument when there is none.
+std::string checkpoint_directory(const std::string& given);
+
+// Writes `manifest` into `tmp` (which holds the files it lists), syncs it, and renames it to
+// `final_dir`, replacing a checkpoint of the same step; a crash at any instant leaves either
+// the old directory or the new one complete.
+void commit_checkpoint(const std::string& tmp, const std::string& final_dir,
+                       const checkpoint::Manifest& manifest);
+
+// Removes all but the newest `keep` complete checkpoints under `folder` (keep 0: none
+// removed), each renamed out of the step-directory namespace first so that a crash while
+// removing leaves no half-deleted checkpoint behind; and what earlier crashes left: the
+// temporary directories of saves and removals, empty step directories.
+void prune_checkpoints(const std::string& folder, std::int64_t keep);
+
+// The checkpoint folder of one run: created if missing, checked writable, and locked
+// (flock, released when the process exits however it exits) with the holder's pid and host
+// in the lock file, so that a second run writing into it fails at start-up with both named.
+// CheckpointError otherwise, naming the folder and what to do.
+class FolderLock {
+ public:
+  explicit FolderLock(const std::string& folder);
+
+ private:
+  UniqueFd fd_;
 };
-
-// Writes the checkpoint of `state.step` from full (unsharded) tensors: the model's parameters
-// and AdamW's state, by name (parallel::ParallelModel::full_state gathers them from any
-// layout); then, when keep_latest > 0, removes all but the newest keep_latest checkpoints.
-// Returns the file's path.
-std::string save_checkpoint(const std::string& folder, const TrainState& state,
-                            const nn::StateDict& model, const nn::AdamWState& optimizer,
-                            const std::string& config_toml, std::int64_t keep_latest);
-
-// The newest complete checkpoint file under `folder`, if any.
-std::optional<std::string> latest_checkpoint(const std::string& folder);
-
-// Copies a checkpoint into the tensors of `model` (and `optimizer`'s moments and step count,
-// unless null): every one must be present with its shape, else CheckpointError naming it.
-// Returns the saved state.
-TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
-                           const nn::StateDict& model, nn::AdamWState* optimizer);
-// The model's parameters alone (generation), from a file already read (`path` names it in
-// errors).
-TrainState load_checkpoint(const checkpoint::SafetensorsFile& file, const std::string& path,
-                           nn::Llama& model);
-
-// The configuration (TOML) a checkpoint file was written with.
-std::string checkpoint_config(const checkpoint::SafetensorsFile& file, const std::string& path);
 
 }  // namespace weft::train

@@ -90,12 +90,17 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(checkpoint, enable,
                  "save checkpoints every checkpoint.interval steps and at the last step"),
       WEFT_FIELD(checkpoint, folder,
-                 "where checkpoints go: <folder>/step-00000100/checkpoint.safetensors"),
+                 "where checkpoints go: <folder>/step-00000100/, a manifest.json and one "
+                 "safetensors file per rank that writes (docs/CHECKPOINTS.md)"),
       WEFT_FIELD(checkpoint, interval, "steps between checkpoints; the last step always saves", 1),
       WEFT_FIELD(checkpoint, resume,
                  "continue from the newest checkpoint in checkpoint.folder, if there is one"),
       WEFT_FIELD(checkpoint, keep_latest,
                  "checkpoints kept, older ones removed once a newer one is complete; 0: all", 0),
+      WEFT_FIELD(checkpoint, async_mode,
+                 "async: the saving step copies its state and training continues while a "
+                 "background thread writes it; disabled: the step waits for the write",
+                 -INFINITY, INFINITY, {"disabled", "async"}),
       WEFT_FIELD(metrics, log_freq, "steps between logged steps; the last step is always logged",
                  1),
       WEFT_FIELD(metrics, jsonl_path,

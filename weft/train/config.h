@@ -36,9 +36,10 @@ struct TrainingConfig {
 struct CheckpointConfig {
   bool enable = false;
   std::string folder = "checkpoints";
-  std::int64_t interval = 100;   // steps between checkpoints; the last step always saves
-  bool resume = false;           // continue from the newest checkpoint in `folder`
-  std::int64_t keep_latest = 0;  // 0 keeps every checkpoint
+  std::int64_t interval = 100;          // steps between checkpoints; the last step always saves
+  bool resume = false;                  // continue from the newest checkpoint in `folder`
+  std::int64_t keep_latest = 0;         // 0 keeps every checkpoint
+  std::string async_mode = "disabled";  // TorchTitan's: disabled, async
 };
 
 struct MetricsConfig {

@@ -61,7 +61,7 @@ Batch DataLoader::next(int rank, int ranks) {
   const PhiloxKey key = philox_key(seed_, name_);
   const auto starts = static_cast<double>(tokens_.size() - static_cast<std::size_t>(seq_len_));
   for (std::int64_t i = 0; i < batch_; ++i) {
-    const auto sample = static_cast<std::uint64_t>((drawn_ * ranks + rank) * batch_ + i);
+    const auto sample = static_cast<std::uint64_t>(samples_ + rank * batch_ + i);
     const auto start = static_cast<std::size_t>(philox_uniform(key, sample) * starts);
     for (std::int64_t t = 0; t < seq_len_; ++t) {
       b.tokens[static_cast<std::size_t>(i * seq_len_ + t)] =
@@ -70,7 +70,7 @@ Batch DataLoader::next(int rank, int ranks) {
           tokens_[start + static_cast<std::size_t>(t) + 1];
     }
   }
-  ++drawn_;
+  samples_ += ranks * batch_;
   return b;
 }
 

@@ -1,7 +1,8 @@
 // Training data: a byte-level tokenizer (vocabulary 256: token = byte) over a text file, a
 // train/validation split, and batches drawn from a counter-based generator so that batch k
-// is a pure function of (seed, split, k): the loader's whole state is the number of batches
-// drawn, which a checkpoint records and a resumed run restores.
+// is a pure function of (seed, split, k): the loader's whole state is the number of sequences
+// drawn over all data-parallel ranks (the global sample cursor), which a checkpoint records
+// and a resumed run restores, under any data-parallel degree.
 #pragma once
 
 #include <cstdint>
@@ -42,16 +43,18 @@ class DataLoader {
   // The next batch; with `ranks` data-parallel ranks, this rank's slice of a global batch of
   // ranks x batch sequences: rank r gets sequences r x batch .. (r + 1) x batch - 1, which
   // are the ones a single process drawing batches of ranks x batch gets there.
+  // Sequence i of rank r's slice is sample samples_drawn() + r x batch + i of the stream; the
+  // cursor then moves past the whole global batch.
   Batch next(int rank = 0, int ranks = 1);
-  std::int64_t batches_drawn() const { return drawn_; }
-  void set_batches_drawn(std::int64_t n) { drawn_ = n; }  // restoring a checkpoint
+  std::int64_t samples_drawn() const { return samples_; }
+  void set_samples_drawn(std::int64_t n) { samples_ = n; }  // restoring a checkpoint
 
  private:
   const std::vector<std::int32_t>& tokens_;
   std::int64_t batch_, seq_len_;
   std::uint64_t seed_;
   std::string name_;
-  std::int64_t drawn_ = 0;
+  std::int64_t samples_ = 0;
 };
 
 }  // namespace weft::train

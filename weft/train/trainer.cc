@@ -50,6 +50,14 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank.
   parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
+  checkpointer_ = std::make_unique<Checkpointer>(config_, world_, *parallel_, mesh_.get(),
+                                                 [this](const std::string& line) {
+                                                   if (metrics_) {
+                                                     metrics_->log_line(line);
+                                                   } else {
+                                                     out_ << line << std::endl;
+                                                   }
+                                                 });
   if (config_.checkpoint.resume) resume();
   parallel_->check_replicas_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
@@ -117,49 +125,23 @@ void Trainer::setup_parallelism() {
   dp_size_ = parallel_->data_size();
 }
 
-// Checkpoints hold the full state whatever the layout, so any run can resume any checkpoint.
+// Each rank reads the pieces it holds under this run's layout, whatever layout wrote them.
 void Trainer::resume() {
-  const auto path = latest_checkpoint(config_.checkpoint.folder);
-  if (path) load(*path);
-  if (!world_) return;
-  // Every rank must have found the same checkpoint (or none): a folder that is not shared
-  // would otherwise start the ranks from different states.
-  std::vector<std::int64_t> low{state_.step}, high{state_.step};
-  world_->all_reduce(low, dist::ReduceOp::kMin);
-  world_->all_reduce(high, dist::ReduceOp::kMax);
-  if (low[0] != high[0]) {
-    throw checkpoint::CheckpointError("ranks resumed from different steps (" +
-                                      std::to_string(low[0]) + " to " + std::to_string(high[0]) +
-                                      ") of " + config_.checkpoint.folder +
-                                      "; every rank must see the same checkpoint folder");
+  if (const std::optional<TrainState> resumed = checkpointer_->resume()) {
+    state_ = *resumed;
+    train_loader_.set_samples_drawn(state_.samples_drawn);
   }
 }
 
-// Every rank reads the whole state and takes its part of it.
-void Trainer::load(const std::string& path) {
-  nn::StateDict params;
-  nn::AdamWState optimizer;
-  for (const auto& p : model_.parameters().all()) {
-    params.emplace_back(p->name, Tensor::zeros(p->full_shape));
-    optimizer.exp_avg.emplace_back(p->name, Tensor::zeros(p->full_shape));
-    optimizer.exp_avg_sq.emplace_back(p->name, Tensor::zeros(p->full_shape));
-  }
-  state_ = load_checkpoint(checkpoint::load_safetensors(path), path, params, &optimizer);
-  parallel_->load_full_state(params, optimizer);
-  train_loader_.set_batches_drawn(state_.loader_batches);
-  out_ << "resumed from " << path << " at step " << state_.step << std::endl;
-}
-
-// The state is gathered to world rank 0, which writes; the others wait until it is complete.
 void Trainer::save() {
-  const auto [params, optimizer] = parallel_->full_state();
-  std::string path;
-  if (root()) {
-    path = save_checkpoint(config_.checkpoint.folder, state_, params, optimizer, to_toml(config_),
-                           config_.checkpoint.keep_latest);
-    metrics_->log_line("saved checkpoint " + path);
+  checkpointer_->save(state_);
+  if (config_.checkpoint.async_mode == "async") {
+    char line[128];
+    std::snprintf(line, sizeof(line),
+                  "checkpoint of step %lld staged in %.3f s; writing in the background",
+                  static_cast<long long>(state_.step), checkpointer_->last_stall_seconds());
+    metrics_->log_line(line);
   }
-  if (world_) world_->barrier();
 }
 
 void Trainer::log_parallelism(bool at_end) {
@@ -246,16 +228,19 @@ void Trainer::run_until(std::int64_t stop) {
     step_communication_ += parallel_->communication_seconds() - communication;
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     ++state_.step;
-    state_.loader_batches = train_loader_.batches_drawn();
+    state_.samples_drawn = train_loader_.samples_drawn();
+    state_.lr = lr;
     losses_.push_back(loss);
     if (every(state_.step, config_.metrics.log_freq, last)) log_step(loss, grad_norm, lr, seconds);
     if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
       last_validation_ = validate();
       metrics_->log_validation(state_.step, *last_validation_);
     }
+    checkpointer_->poll();  // a background save's outcome, once it is known everywhere
     if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
     metrics_->progress(state_.step, seconds_per_step);
   }
+  checkpointer_->finish();
   metrics_->finish();
   log_parallelism(true);
 }

@@ -16,7 +16,7 @@
 #include "weft/nn/optim.h"
 #include "weft/parallel/device_mesh.h"
 #include "weft/parallel/parallelize.h"
-#include "weft/train/checkpointing.h"
+#include "weft/train/checkpointer.h"
 #include "weft/train/config.h"
 #include "weft/train/data.h"
 #include "weft/train/metrics.h"
@@ -48,7 +48,6 @@ class Trainer {
   double validate();
   void setup_parallelism();
   void resume();
-  void load(const std::string& path);  // a checkpoint into whatever layout this run has
   void save();
   void log_parallelism(bool at_end);  // the strategies and what each rank holds
   void log_step(double loss, double grad_norm, double lr, double seconds);
@@ -68,6 +67,7 @@ class Trainer {
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
   std::unique_ptr<parallel::ParallelModel> parallel_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<double> losses_;
   double step_seconds_ = 0, step_communication_ = 0;  // this run's training steps
   std::optional<double> last_validation_;

@@ -1,0 +1,189 @@
+// weft-train's checkpoints as a user meets them: resumed under a different model, damaged,
+// written into a folder that cannot take them, saved in the background, and failing on a
+// full disk. Resharding across layouts: data_parallel_run_test and parallel tests.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/temp_dir.h"
+#include "weft/checkpoint/file_io.h"
+#include "weft/train/checkpointing.h"
+#include "weft/train/trainer.h"
+
+namespace weft::train {
+namespace {
+
+using checkpoint::CheckpointError;
+using checkpoint::IncompatibleCheckpoint;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const std::string kData = WEFT_SOURCE_DIR "/data/tinyshakespeare.txt";
+
+class CheckpointTest : public testing::Test {
+ protected:
+  ~CheckpointTest() override { checkpoint::set_file_system_hook(nullptr); }
+
+  // A small model, a checkpoint every 2 steps.
+  Config config(std::int64_t steps,
+                std::vector<std::pair<std::string, std::string>> overrides = {}) {
+    std::vector<std::pair<std::string, std::string>> all = {
+        {"model.dim", "32"},
+        {"model.n_layers", "2"},
+        {"model.n_heads", "2"},
+        {"model.max_seq_len", "32"},
+        {"training.seq_len", "32"},
+        {"training.batch_size", "4"},
+        {"training.steps", std::to_string(steps)},
+        {"training.dataset_path", kData},
+        {"metrics.log_freq", "1"},
+        {"metrics.peak_gflops", "100"},
+        {"validation.enable", "false"},
+        {"checkpoint.enable", "true"},
+        {"checkpoint.interval", "2"},
+        {"checkpoint.folder", folder()}};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    return load_config("", all);
+  }
+  std::string folder() const { return (tmp_.path() / "ckpt").string(); }
+  std::string step_dir(int step) const {
+    return (tmp_.path() / "ckpt" / step_directory_name(step)).string();
+  }
+  std::vector<double> train(const Config& c) {
+    Trainer t(c, log_);
+    t.run();
+    return t.losses();
+  }
+  // The message of the CheckpointError that resuming with `c` throws.
+  template <class E = CheckpointError>
+  std::string resume_error(Config c) {
+    c.checkpoint.resume = true;
+    try {
+      Trainer t(c, log_);
+      t.run();
+    } catch (const E& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  static void flip_last_byte(const std::string& file) {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(io.get());
+    io.seekp(-1, std::ios::end);
+    io.put(static_cast<char>(c ^ 1));
+  }
+
+  test::TempDir tmp_{"weft-ckpt"};
+  std::ostringstream log_;
+};
+
+TEST_F(CheckpointTest, AnotherModelIsRefusedAndNothingIsDeleted) {
+  train(config(4, {{"checkpoint.keep_latest", "1"}}));
+  ASSERT_EQ(complete_checkpoints(folder()).size(), 1u);
+  EXPECT_THAT(resume_error<IncompatibleCheckpoint>(config(8, {{"model.n_layers", "1"}})),
+              HasSubstr("the checkpoint has model.layers.1."));
+  EXPECT_THAT(resume_error<IncompatibleCheckpoint>(config(8, {{"model.tie_embeddings", "true"}})),
+              HasSubstr("the checkpoint has model.output.weight, which the model lacks"));
+  EXPECT_THAT(resume_error<IncompatibleCheckpoint>(config(8, {{"model.dim", "64"}})),
+              HasSubstr("is [256, 32] in the checkpoint and [256, 64] in the model"));
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(4)});
+}
+
+TEST_F(CheckpointTest, DamagedCheckpointFallsBackToTheOneBefore) {
+  const std::vector<double> whole = train(config(6, {{"checkpoint.enable", "false"}}));
+  Trainer(config(6), log_).run_until(4);  // the same schedule, interrupted
+  flip_last_byte(step_dir(4) + "/rank-00000.safetensors");
+  Config c = config(6);
+  c.checkpoint.resume = true;
+  Trainer resumed(c, log_);
+  resumed.run();
+  EXPECT_THAT(log_.str(), HasSubstr("rank-00000.safetensors is damaged"));
+  EXPECT_THAT(log_.str(), HasSubstr("falling back to the one before it"));
+  EXPECT_THAT(log_.str(), HasSubstr("resumed from " + step_dir(2) + " at step 2"));
+  ASSERT_EQ(resumed.losses().size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses()[i], whole[i + 2]) << i;
+}
+
+TEST_F(CheckpointTest, NoUsableCheckpointIsAnError) {
+  train(config(4));
+  flip_last_byte(step_dir(2) + "/rank-00000.safetensors");
+  fs::rename(step_dir(4), step_dir(9));  // its manifest says step 4
+  const std::string error = resume_error(config(8));
+  EXPECT_THAT(error, HasSubstr("none of the 2 checkpoints"));
+  EXPECT_THAT(error, HasSubstr("says step 4 in a directory of step 9"));
+  EXPECT_THAT(error, HasSubstr("move them away"));
+}
+
+TEST_F(CheckpointTest, FolderProblemsAreFoundBeforeTraining) {
+  std::ofstream(folder()) << "a file where the folder should be";
+  EXPECT_THROW(Trainer(config(2), log_), CheckpointError);
+  EXPECT_THAT(log_.str(), testing::Not(HasSubstr("step: 1")));
+  fs::remove(folder());
+  Trainer first(config(2), log_);
+  try {
+    Trainer second(config(2), log_);
+    FAIL() << "two runs share a checkpoint folder";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is in use by another run (pid "));
+  }
+}
+
+TEST_F(CheckpointTest, LeftoversAreRemovedAndAMissingFolderIsSaid) {
+  Config c = config(2, {{"checkpoint.enable", "false"}, {"checkpoint.resume", "true"}});
+  Trainer(c, log_).run();
+  EXPECT_THAT(log_.str(), HasSubstr("(the folder does not exist); starting from step 1"));
+  fs::create_directories(step_dir(7));                               // a removal's remains
+  fs::create_directories(folder() + "/.step-00000008.saving/rank");  // a crashed save's
+  Trainer(config(2), log_).run();
+  EXPECT_FALSE(fs::exists(step_dir(7)));
+  EXPECT_FALSE(fs::exists(folder() + "/.step-00000008.saving"));
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)});
+}
+
+// The background save writes what the synchronous one writes (the same chunks, bit for bit)
+// and training does not change.
+TEST_F(CheckpointTest, AsyncSaveEqualsSyncSave) {
+  const std::vector<double> sync = train(config(6));
+  const checkpoint::Manifest a = read_manifest(step_dir(6));
+  fs::remove_all(folder());
+  const std::vector<double> async = train(config(6, {{"checkpoint.async_mode", "async"}}));
+  EXPECT_EQ(async, sync);
+  const checkpoint::Manifest b = read_manifest(step_dir(6));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, t] : a.tensors) {
+    ASSERT_EQ(t.chunks.size(), 1u);
+    EXPECT_EQ(t.chunks[0].checksum, b.tensors.at(name).chunks.at(0).checksum) << name;
+  }
+  EXPECT_THAT(log_.str(), HasSubstr("writing in the background"));
+}
+
+// A full disk while saving step 4: the error names the file and the cause, and step 2 stays
+// the newest complete checkpoint, in both modes.
+TEST_F(CheckpointTest, FullDiskLeavesThePreviousCheckpoint) {
+  for (const char* mode : {"disabled", "async"}) {
+    fs::remove_all(folder());
+    checkpoint::set_file_system_hook([](const char* call, const std::string& path) {
+      if (std::string(call) == "write" && path.find("00000004") != std::string::npos)
+        throw SystemError("write " + path, ENOSPC);
+    });
+    try {
+      train(config(8, {{"checkpoint.async_mode", mode}}));
+      ADD_FAILURE() << mode << ": no error";
+    } catch (const CheckpointError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(".step-00000004.saving/rank-00000.safetensors")) << mode;
+      EXPECT_THAT(e.what(), HasSubstr("No space left on device")) << mode;
+      EXPECT_THAT(e.what(), HasSubstr("the previous checkpoints are intact")) << mode;
+    }
+    checkpoint::set_file_system_hook(nullptr);
+    EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)}) << mode;
+    EXPECT_NO_THROW(read_manifest(step_dir(2)));
+  }
+}
+
+}  // namespace
+}  // namespace weft::train
