@@ -80,12 +80,19 @@ int main(int argc, char** argv) {
     std::shared_ptr<weft::dist::ProcessGroup> world;
     const char* world_size = std::getenv("WORLD_SIZE");
     if (world_size != nullptr && std::atoi(world_size) > 1)
-      world = weft::dist::init_process_group();
+      world = weft::dist::init_process_group(
+          {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
     weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1, world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());
     return 2;
+  } catch (const weft::TimeoutError& e) {
+    std::fprintf(stderr,
+                 "weft-train: %s\n(weft-train: comm.init_timeout_seconds bounds joining the job, "
+                 "comm.train_timeout_seconds every collective after it)\n",
+                 e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());
     return 1;

@@ -141,31 +141,28 @@ void expect_pieces_make_the_state(const std::vector<RankPieces>& ranks, const nn
         std::pair{"optim.exp_avg_sq.", &moments.exp_avg_sq}}) {
     for (const auto& [name, t] : *dict) whole[prefix + name] = t.contiguous();
   }
-  std::map<std::string, std::vector<int>> covered;
-  for (const auto& [name, t] : whole) covered[name].assign(static_cast<std::size_t>(t.numel()), 0);
+  std::map<std::string, Tensor> covered;  // 1 where some piece holds the element
+  for (const auto& [name, t] : whole) covered[name] = Tensor::zeros(t.shape());
   for (const auto& [layout, values] : ranks) {
     ASSERT_EQ(layout.size(), values.size()) << what;
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const StatePiece& p = layout[i];
       ASSERT_TRUE(whole.count(p.name)) << what << ": a piece of " << p.name;
-      const Tensor& t = whole.at(p.name);
-      ASSERT_EQ(p.shape, t.shape()) << what << ": " << p.name;
+      ASSERT_EQ(p.shape, whole.at(p.name).shape()) << what << ": " << p.name;
       ASSERT_EQ(values[i].shape(), p.sizes) << what << ": " << p.name;
-      const auto piece = values[i].to_vector<float>();
-      const float* all = t.data<float>();
-      for (std::size_t k = 0; k < piece.size(); ++k) {
-        std::int64_t at = 0, rest = static_cast<std::int64_t>(k);  // k's place in the whole
-        for (std::size_t d = p.sizes.size(); d-- > 0;) {
-          at += (p.offsets[d] + rest % p.sizes[d]) * t.strides()[d];
-          rest /= p.sizes[d];
-        }
-        ASSERT_EQ(piece[k], all[at]) << what << ": " << p.name << " element " << at;
-        ++covered[p.name][static_cast<std::size_t>(at)];
+      Tensor there = whole.at(p.name), mark = covered.at(p.name);
+      for (std::size_t d = 0; d < p.sizes.size(); ++d) {
+        there = there.narrow(static_cast<int>(d), p.offsets[d], p.sizes[d]);
+        mark = mark.narrow(static_cast<int>(d), p.offsets[d], p.sizes[d]);
       }
+      EXPECT_TRUE(values[i].to_vector<float>() == there.to_vector<float>())
+          << what << ": " << p.name << " piece at " << testing::PrintToString(p.offsets);
+      mark.fill(1);
     }
   }
-  for (const auto& [name, counts] : covered) {
-    EXPECT_EQ(std::count(counts.begin(), counts.end(), 0), 0) << what << ": " << name;
+  for (const auto& [name, mark] : covered) {
+    const auto marks = mark.to_vector<float>();
+    EXPECT_EQ(std::count(marks.begin(), marks.end(), 0.0f), 0) << what << ": " << name;
   }
 }
 
@@ -236,14 +233,17 @@ RunResult parallel_run(const Layout& layout) {
     const double validation = parallel->sum_over_data(
         parallel->evaluate(tokens.data(), targets.data(), local, kSeq) / ranks);
     auto state = parallel->full_state();
-    pieces[static_cast<std::size_t>(pg.rank())] = {parallel->state_layout(),
-                                                   parallel->state_values()};
+    // The pieces are single-threaded copies: nothing for ThreadSanitizer to see.
+    if (!test::kUnderSanitizer) {
+      pieces[static_cast<std::size_t>(pg.rank())] = {parallel->state_layout(),
+                                                     parallel->state_values()};
+    }
     if (pg.rank() != 0) return;
     run.validation = validation;
     run.params = state.first;
     moments = state.second;
   });
-  expect_pieces_make_the_state(pieces, run.params, moments, "pieces");
+  if (!test::kUnderSanitizer) expect_pieces_make_the_state(pieces, run.params, moments, "pieces");
   return run;
 }
 
@@ -371,11 +371,11 @@ TEST_F(DataParallelTest, TensorParallelEqualsOneProcess) {
 TEST_F(DataParallelTest, ContextParallelEqualsOneProcess) {
   expect_parity({.shard = 2, .cp = 2}, "FSDP 2 x CP 2 full_shard (shards over 4)");
   expect_parity({.cp = 2, .tp = 2}, "CP 2 x TP 2 (sequence and loss parallel)");
-  expect_parity({.cp = 2, .micro = 2, .activation_checkpointing = true},
-                "CP 2, 2 micro-batches, checkpointing");
   expect_parity({.shard = 2, .cp = 2, .cp_exchange = nn::KeyValueExchange::kAllGather},
                 "FSDP 2 x CP 2 full_shard, keys and values all-gathered");
   if (!kEveryCase) return;
+  expect_parity({.cp = 2, .micro = 2, .activation_checkpointing = true},
+                "CP 2, 2 micro-batches, checkpointing");
   expect_parity({.cp = 2}, "CP 2");
   expect_parity({.cp = 4}, "CP 4");
   expect_parity({.replicate = 2, .cp = 2}, "DDP 2 x CP 2");
@@ -388,6 +388,7 @@ TEST_F(DataParallelTest, TwoDimensionalMeshesEqualOneProcess) {
   expect_parity({.shard = 2, .tp = 2, .mode = ShardingMode::kZero1, .micro = 2},
                 "FSDP 2 x TP 2 zero1, 2 micro-batches");
   expect_parity({.replicate = 2, .tp = 2}, "DDP 2 x TP 2");
+  if (!kEveryCase) return;  // under ThreadSanitizer: the same threads as the layouts above
   expect_parity({.replicate = 2, .shard = 2, .tp = 2}, "HSDP 2x2 x TP 2 (8 ranks)");
 }
 
@@ -460,9 +461,6 @@ TEST_F(PipelineParallelTest, UnevenStagesCheckpointingAndCsvSchedules) {
 // Each stage's DDP reduces only after the stage's last micro-batch; with two stages per rank
 // (interleaved) each reduces after its own.
 TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
-  Layout tp = layout(2, "1F1B");
-  tp.tp = 2;
-  expect_parity(tp, "1F1B pp 2 x TP 2 (sequence and loss parallel)");
   Layout cp = layout(2, "1F1B");
   cp.cp = 2;
   expect_parity(cp, "1F1B pp 2 x CP 2");
@@ -473,7 +471,10 @@ TEST_F(PipelineParallelTest, ComposesWithTensorAndDataParallelism) {
   ddp.replicate = 2;
   ddp.pipeline.microbatches = 2;  // of each data-parallel rank's 6 sequences
   expect_parity(ddp, "Interleaved1F1B pp 2 x DDP 2");
-  if (!kEveryCase) return;
+  if (!kEveryCase) return;  // under ThreadSanitizer, zero bubble x TP covers TP's threads
+  Layout tp = layout(2, "1F1B");
+  tp.tp = 2;
+  expect_parity(tp, "1F1B pp 2 x TP 2 (sequence and loss parallel)");
   Layout ddp_small_buckets = layout(2, "1F1B");
   ddp_small_buckets.replicate = 2;
   ddp_small_buckets.pipeline.microbatches = 2;

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "tests/support/temp_dir.h"
+#include "weft/checkpoint/checksum.h"
 #include "weft/checkpoint/file_io.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/trainer.h"
@@ -183,6 +186,49 @@ TEST_F(CheckpointTest, FullDiskLeavesThePreviousCheckpoint) {
     EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)}) << mode;
     EXPECT_NO_THROW(read_manifest(step_dir(2)));
   }
+}
+
+// Writes NaN into the first element of `tensor` in the checkpoint in `dir` and makes its
+// checksum agree: a run that saved NaN weights, which no checksum can catch.
+void plant_nan(const std::string& dir, const std::string& tensor) {
+  checkpoint::Manifest m = read_manifest(dir);
+  checkpoint::ChunkEntry& c = m.tensors.at(tensor).chunks.at(0);
+  const std::string file = dir + "/" + m.files.at(static_cast<std::size_t>(c.file)).name;
+  std::string bytes(c.end - c.begin, '\0');
+  {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(c.begin));
+    io.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(bytes.data(), &nan, sizeof(nan));
+    io.seekp(static_cast<std::streamoff>(c.begin));
+    io.write(bytes.data(), sizeof(nan));
+  }
+  c.checksum = checkpoint::checksum(bytes.data(), bytes.size());
+  fs::remove(dir + "/manifest.json");
+  checkpoint::write_text_file(dir + "/manifest.json", checkpoint::to_json(m));
+}
+
+// NaN weights make a NaN loss at the first step: training stops naming it, before the
+// optimizer step, and saves and prunes nothing; with on_nonfinite = "skip" it goes on.
+TEST_F(CheckpointTest, NonFiniteLossStopsBeforeAnythingIsSaved) {
+  train(config(2, {{"checkpoint.keep_latest", "1"}}));
+  plant_nan(step_dir(2), "model.norm.weight");
+  try {
+    Config c = config(6, {{"checkpoint.keep_latest", "1"}, {"checkpoint.resume", "true"}});
+    Trainer(c, log_).run();
+    ADD_FAILURE() << "trained on NaN weights";
+  } catch (const NonFiniteError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("step 3: loss nan"));
+    EXPECT_THAT(e.what(), HasSubstr("saved nothing"));
+  }
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)});
+  Config skip = config(4, {{"checkpoint.enable", "false"},
+                           {"checkpoint.resume", "true"},
+                           {"training.on_nonfinite", "skip"}});
+  Trainer(skip, log_).run();
+  EXPECT_THAT(log_.str(), HasSubstr("step 4: loss nan, gradient norm nan: not finite; the "
+                                    "optimizer step is skipped"));
 }
 
 }  // namespace

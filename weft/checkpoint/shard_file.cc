@@ -85,10 +85,11 @@ WrittenFile write_shard_file(const std::string& path, const std::vector<PieceDat
   return file;
 }
 
-void execute_reads(const std::string& dir, const Manifest& manifest,
-                   const std::vector<Target>& targets, const std::vector<Read>& reads,
-                   std::vector<Tensor>& into) {
+std::uint64_t execute_reads(const std::string& dir, const Manifest& manifest,
+                            const std::vector<Target>& targets, const std::vector<Read>& reads,
+                            std::vector<Tensor>& into) {
   std::map<int, OpenFile> files;
+  std::uint64_t bytes = 0;
   for (const Read& r : reads) {
     const std::string& name = targets[r.target].tensor;
     const TensorEntry& tensor = manifest.tensors.at(name);
@@ -99,6 +100,7 @@ void execute_reads(const std::string& dir, const Manifest& manifest,
                .first;
     }
     Tensor& target = into[r.target];
+    bytes += chunk.end - chunk.begin;
     if (chunk.box == targets[r.target].box) {  // the same layout: straight into place
       it->second.read_chunk(chunk, name, target);
       continue;
@@ -107,6 +109,24 @@ void execute_reads(const std::string& dir, const Manifest& manifest,
     it->second.read_chunk(chunk, name, whole);
     part(target, targets[r.target].box, r.region).copy_from(part(whole, chunk.box, r.region));
   }
+  return bytes;
+}
+
+std::uint64_t verify_checkpoint(const std::string& dir, const Manifest& manifest) {
+  std::uint64_t bytes = 0;
+  for (std::size_t f = 0; f < manifest.files.size(); ++f) {
+    const OpenFile file(dir, manifest.files[f]);
+    bytes += manifest.files[f].header_bytes;
+    for (const auto& [name, tensor] : manifest.tensors) {
+      for (const ChunkEntry& c : tensor.chunks) {
+        if (c.file != static_cast<int>(f)) continue;
+        Tensor data = Tensor::zeros(c.box.sizes, tensor.dtype);
+        file.read_chunk(c, name, data);
+        bytes += c.end - c.begin;
+      }
+    }
+  }
+  return bytes;
 }
 
 }  // namespace weft::checkpoint

@@ -34,9 +34,15 @@ WrittenFile write_shard_file(const std::string& path, const std::vector<PieceDat
 // Fills `into[t]` (contiguous, shape targets[t].box.sizes) by `reads` (plan_reads) from the
 // files of the checkpoint in `dir`: each file's size and header checked against the manifest,
 // each chunk read once and its checksum verified before any of it is used. CheckpointError
-// naming the file and what is wrong (missing, cut short, checksum mismatch).
-void execute_reads(const std::string& dir, const Manifest& manifest,
-                   const std::vector<Target>& targets, const std::vector<Read>& reads,
-                   std::vector<Tensor>& into);
+// naming the file and what is wrong (missing, cut short, checksum mismatch). Returns the
+// bytes read.
+std::uint64_t execute_reads(const std::string& dir, const Manifest& manifest,
+                            const std::vector<Target>& targets, const std::vector<Read>& reads,
+                            std::vector<Tensor>& into);
+
+// Reads every file and chunk of the checkpoint in `dir` and checks each against the manifest
+// (sizes, header checksums, chunk checksums): what `weft-ckpt verify` runs. CheckpointError
+// at the first damage. Returns the bytes verified.
+std::uint64_t verify_checkpoint(const std::string& dir, const Manifest& manifest);
 
 }  // namespace weft::checkpoint

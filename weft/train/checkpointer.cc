@@ -123,7 +123,7 @@ std::string Checkpointer::try_load(const std::string& dir, std::vector<Tensor>& 
   try {
     manifest = read_manifest(dir);
     check_compatible(manifest, model_.model().whole_parameters(), true, dir);
-    values = read_pieces(dir, manifest, layout_);
+    values = read_pieces(dir, manifest, layout_, &bytes_read_);
     return "";
   } catch (const checkpoint::IncompatibleCheckpoint& e) {
     return std::string("I") + e.what();
@@ -149,14 +149,19 @@ std::optional<TrainState> Checkpointer::resume() {
   }
   std::string failures;
   for (auto dir = dirs.rbegin(); dir != dirs.rend(); ++dir) {
+    const auto start = Clock::now();
+    bytes_read_ = 0;
     std::vector<Tensor> values;
     checkpoint::Manifest m;
     const std::vector<std::string> errors = gather_strings(world_.get(), try_load(*dir, values, m));
     const std::string error = first_error(errors);
     if (error.empty()) {
       model_.load_state_values(values, m.optimizer_steps);
+      char read[96];
+      std::snprintf(read, sizeof(read), "; rank 0 read %.1f MiB in %.2f s",
+                    static_cast<double>(bytes_read_) / (1 << 20), seconds_since(start));
       log_("resumed from " + *dir + " at step " + std::to_string(m.step) + " (written by " +
-           std::to_string(m.world_size) + " rank" + (m.world_size == 1 ? "" : "s") + ")");
+           std::to_string(m.world_size) + " rank" + (m.world_size == 1 ? "" : "s") + read + ")");
       if (m.seed != config_.training.seed) {
         log_("note: the checkpoint was trained with training.seed " + std::to_string(m.seed) +
              "; this run continues with " + std::to_string(config_.training.seed) +
@@ -289,6 +294,11 @@ std::string Checkpointer::commit(const Job& job, const std::vector<std::string>&
         std::sort(t.chunks.begin(), t.chunks.end(),
                   [](const auto& a, const auto& b) { return a.box.offsets < b.box.offsets; });
       }
+      written_ = {0, 0};
+      for (const checkpoint::FileEntry& f : m.files) {
+        written_.first += f.bytes;
+        written_.second = std::max(written_.second, f.bytes);
+      }
       commit_checkpoint(job.tmp, job.dir, m);
       prune_checkpoints(config_.checkpoint.folder, config_.checkpoint.keep_latest);
       return "";
@@ -318,8 +328,10 @@ void Checkpointer::finish() {
 
 void Checkpointer::report(const std::string& outcome, const std::string& dir) {
   if (!outcome.empty()) throw checkpoint::CheckpointError(outcome);
-  char took[64];
-  std::snprintf(took, sizeof(took), " (%.2f s)", seconds_since(in_flight_start_));
+  char took[128];
+  std::snprintf(took, sizeof(took), " (%.2f s; %.1f MiB, at most %.1f MiB by one rank)",
+                seconds_since(in_flight_start_), static_cast<double>(written_.first) / (1 << 20),
+                static_cast<double>(written_.second) / (1 << 20));
   log_("saved checkpoint " + dir + took);
 }
 

@@ -91,6 +91,9 @@ class Checkpointer {
   std::string in_flight_dir_;
   std::chrono::steady_clock::time_point in_flight_start_;
   double stall_seconds_ = 0, last_stall_seconds_ = 0;
+  std::uint64_t bytes_read_ = 0;  // by the last load tried
+  // Rank 0: the last save's bytes over all files, and its largest file's.
+  std::pair<std::uint64_t, std::uint64_t> written_{0, 0};
 };
 
 }  // namespace weft::train

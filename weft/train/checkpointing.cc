@@ -134,12 +134,14 @@ void check_compatible(const checkpoint::Manifest& manifest,
 }
 
 std::vector<Tensor> read_pieces(const std::string& dir, const checkpoint::Manifest& manifest,
-                                const std::vector<parallel::StatePiece>& layout) {
+                                const std::vector<parallel::StatePiece>& layout,
+                                std::uint64_t* bytes_read) {
   const std::vector<checkpoint::Target> targets = targets_of(layout);
   const std::vector<checkpoint::Read> reads = checkpoint::plan_reads(manifest, targets);
   std::vector<Tensor> values;
   for (const parallel::StatePiece& p : layout) values.push_back(Tensor::zeros(p.sizes));
-  checkpoint::execute_reads(dir, manifest, targets, reads, values);
+  const std::uint64_t bytes = checkpoint::execute_reads(dir, manifest, targets, reads, values);
+  if (bytes_read != nullptr) *bytes_read += bytes;
   return values;
 }
 
@@ -167,6 +169,30 @@ checkpoint::Manifest load_model(const std::string& dir_or_folder, nn::Llama& mod
     state.emplace_back(model.whole_parameters()[i].first, values[i]);
   model.parameters().load_state_dict(state);
   return manifest;
+}
+
+std::string save_whole_checkpoint(const std::string& folder, checkpoint::Manifest manifest,
+                                  const std::vector<checkpoint::PieceData>& tensors) {
+  const std::string dir = (fs::path(folder) / step_directory_name(manifest.step)).string();
+  const std::string tmp = hidden_sibling(dir, ".saving");
+  checkpoint::remove_tree(tmp);
+  checkpoint::make_directories(tmp);
+  const std::string name = "rank-00000.safetensors";
+  const checkpoint::WrittenFile f =
+      checkpoint::write_shard_file((fs::path(tmp) / name).string(), tensors,
+                                   {{"format", "weft-distributed-checkpoint shard"},
+                                    {"step", std::to_string(manifest.step)},
+                                    {"rank", "0"}});
+  manifest.files = {{name, 0, f.bytes, f.header_bytes, f.header_checksum}};
+  manifest.tensors.clear();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    checkpoint::TensorEntry& t = manifest.tensors[tensors[i].tensor];
+    t.dtype = tensors[i].data.dtype();
+    t.shape = tensors[i].box.sizes;
+    t.chunks = {f.chunks[i]};
+  }
+  commit_checkpoint(tmp, dir, manifest);
+  return dir;
 }
 
 void commit_checkpoint(const std::string& tmp, const std::string& final_dir,

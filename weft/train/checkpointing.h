@@ -14,6 +14,7 @@
 
 #include "weft/base/unique_fd.h"
 #include "weft/checkpoint/manifest.h"
+#include "weft/checkpoint/shard_file.h"
 #include "weft/nn/llama.h"
 #include "weft/parallel/parallelize.h"
 
@@ -38,9 +39,10 @@ void check_compatible(const checkpoint::Manifest& manifest,
                       const std::string& dir);
 
 // The pieces `layout` describes, read from the checkpoint in `dir` and verified (a new tensor
-// each, in the layout's order).
+// each, in the layout's order); adds the bytes read to `*bytes_read` (unless null).
 std::vector<Tensor> read_pieces(const std::string& dir, const checkpoint::Manifest& manifest,
-                                const std::vector<parallel::StatePiece>& layout);
+                                const std::vector<parallel::StatePiece>& layout,
+                                std::uint64_t* bytes_read = nullptr);
 
 // A whole model's parameters from a checkpoint directory or a folder (its newest complete
 // checkpoint), for generation: the model must be one process's (no parallelism). Returns the
@@ -49,6 +51,12 @@ checkpoint::Manifest load_model(const std::string& dir_or_folder, nn::Llama& mod
 // The checkpoint directory `given` names: itself, or the newest complete one under it.
 // InvalidArgument when there is none.
 std::string checkpoint_directory(const std::string& given);
+
+// Writes a checkpoint of one process's whole tensors (`manifest` gives everything but the
+// files and tensors) as <folder>/step-<manifest.step>: what `weft-ckpt convert` makes of a
+// single-file checkpoint. Returns the directory.
+std::string save_whole_checkpoint(const std::string& folder, checkpoint::Manifest manifest,
+                                  const std::vector<checkpoint::PieceData>& tensors);
 
 // Writes `manifest` into `tmp` (which holds the files it lists), syncs it, and renames it to
 // `final_dir`, replacing a checkpoint of the same step; a crash at any instant leaves either

@@ -70,6 +70,10 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(training, threads,
                  "cores this process computes with (weft's threads; OpenBLAS runs on one)", 1,
                  1024),
+      WEFT_FIELD(training, on_nonfinite,
+                 "a step whose loss or gradient norm is NaN or infinite: stop (an error naming "
+                 "the step, before the optimizer step; nothing saved) or skip (no optimizer step)",
+                 -INFINITY, INFINITY, {"stop", "skip"}),
       WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
                  10.0),
       WEFT_FIELD(optimizer, weight_decay,
@@ -160,6 +164,13 @@ const std::vector<Field>& fields() {
                  "how context parallelism moves keys and values: alltoall, around the ring one "
                  "block per step, overlapped with attention; allgather, all at once before it",
                  -INFINITY, INFINITY, {"alltoall", "allgather"}),
+      WEFT_FIELD(comm, init_timeout_seconds,
+                 "seconds a rank waits for the others to join the job (weftrun's rendezvous)", 1.0,
+                 86400.0),
+      WEFT_FIELD(comm, train_timeout_seconds,
+                 "seconds any collective waits for the other ranks once the job has started; a "
+                 "rank that waits longer fails naming the rank it waited for",
+                 1.0, 86400.0),
   };
   return all;
 }
@@ -204,9 +215,10 @@ const Field& find_field(const std::string& section, const std::string& key,
     if (key == f.key) return f;
   }
   if (!known_section) {
-    throw ConfigError(where + "unknown section [" + section +
-                      "]; sections are model, training, "
-                      "optimizer, lr_scheduler, checkpoint, metrics, validation, parallelism");
+    throw ConfigError(
+        where + "unknown section [" + section +
+        "]; sections are model, training, "
+        "optimizer, lr_scheduler, checkpoint, metrics, validation, parallelism, comm");
   }
   throw ConfigError(where + "unknown key " + section + "." + key + "; [" + section +
                     "] has: " + keys_of(section));

@@ -1,6 +1,7 @@
 // weft-train's configuration: TOML sections as TorchTitan's ([model], [training],
-// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation], [parallelism]), every key
-// with a type, a default and the values it allows. Any key can be overridden on the command line as
+// [optimizer], [lr_scheduler], [checkpoint], [metrics], [validation], [parallelism], [comm]), every
+// key with a type, a default and the values it allows. Any key can be overridden on the command
+// line as
 // `--section.key value`. An unknown key, a value of the wrong type or out of range is a
 // ConfigError naming the key and what is allowed; nothing has been written then.
 #pragma once
@@ -31,6 +32,9 @@ struct TrainingConfig {
   double validation_fraction = 0.1;  // the end of the text, held out
   bool activation_checkpointing = false;
   std::int64_t threads = 1;  // cores this process computes with (OpenBLAS and weft's own)
+  // A step whose loss or gradient norm is not finite: "stop" (an error naming the step,
+  // before the optimizer step; nothing saved) or "skip" (no optimizer step; training goes on).
+  std::string on_nonfinite = "stop";
 };
 
 struct CheckpointConfig {
@@ -77,6 +81,12 @@ struct ParallelismConfig {
   std::string context_parallel_rotate_method = "alltoall";  // alltoall: the ring; allgather
 };
 
+// TorchTitan's [comm]: how long a rank waits for the others.
+struct CommConfig {
+  double init_timeout_seconds = 300;   // joining the job (weftrun's rendezvous)
+  double train_timeout_seconds = 100;  // every collective after it
+};
+
 struct Config {
   nn::LlamaConfig model;
   TrainingConfig training;
@@ -86,6 +96,7 @@ struct Config {
   MetricsConfig metrics;
   ValidationConfig validation;
   ParallelismConfig parallelism;
+  CommConfig comm;
 };
 
 // Reads `path` (if not empty), then applies `overrides` ("section.key", "value" pairs, in

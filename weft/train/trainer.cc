@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -87,6 +88,8 @@ Trainer::~Trainer() = default;
 void Trainer::setup_parallelism() {
   const auto& p = config_.parallelism;
   world_size_ = world_ ? world_->size() : 1;
+  // Every group the mesh and the checkpointer make inherits the world's timeout.
+  if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
   parallel::ParallelOptions options;
   options.dims.pp = static_cast<int>(p.pipeline_parallel_degree);
   options.dims.dp_shard = static_cast<int>(p.data_parallel_shard_degree);
@@ -209,6 +212,21 @@ void Trainer::log_step(double loss, double grad_norm, double lr, double seconds)
   metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, memory[0]});
 }
 
+void Trainer::skip_or_stop(double loss, double grad_norm) const {
+  char what[160];
+  std::snprintf(what, sizeof(what), "step %lld: loss %g, gradient norm %g",
+                static_cast<long long>(state_.step + 1), loss, grad_norm);
+  if (config_.training.on_nonfinite == "skip") {
+    metrics_->log_line(std::string(what) + ": not finite; the optimizer step is skipped");
+    return;
+  }
+  throw NonFiniteError(std::string(what) +
+                       ": not finite, so training stopped before the optimizer step and saved "
+                       "nothing (the newest checkpoint is the last good state). Resume from it "
+                       "with a lower optimizer.lr or training.max_norm, or set "
+                       "training.on_nonfinite = \"skip\"");
+}
+
 void Trainer::run() { run_until(config_.training.steps); }
 
 void Trainer::run_until(std::int64_t stop) {
@@ -222,7 +240,14 @@ void Trainer::run_until(std::int64_t stop) {
     const double max_norm = config_.training.max_norm;
     const double lr = config_.lr_scheduler.at(state_.step);
     const double grad_norm = parallel_->clip_grad_norm(max_norm);
-    parallel_->step(lr);
+    // The loss and the norm are the same on every rank (summed over the world), so every
+    // rank decides alike.
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (finite) {
+      parallel_->step(lr);
+    } else {
+      skip_or_stop(loss, grad_norm);
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     step_seconds_ += seconds;
     step_communication_ += parallel_->communication_seconds() - communication;

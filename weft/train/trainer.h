@@ -23,6 +23,12 @@
 
 namespace weft::train {
 
+// A step's loss or gradient norm was NaN or infinite (training.on_nonfinite = "stop").
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 class Trainer {
  public:
   // `out` gets the step lines (and the progress bar when `terminal`), on rank 0 only.
@@ -49,6 +55,8 @@ class Trainer {
   void setup_parallelism();
   void resume();
   void save();
+  // A step with a non-finite loss or gradient norm: logs and returns (skip) or throws.
+  void skip_or_stop(double loss, double grad_norm) const;
   void log_parallelism(bool at_end);  // the strategies and what each rank holds
   void log_step(double loss, double grad_norm, double lr, double seconds);
   bool root() const { return !world_ || world_->rank() == 0; }

@@ -1,0 +1,138 @@
+// weft-ckpt as a user runs it on a checkpoint weft-train wrote: inspect, verify (and what it
+// says of a damaged file), consolidate into Hugging Face style files, and convert a
+// single-file checkpoint of the earlier format into one a run resumes from exactly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "weft/checkpoint/safetensors.h"
+#include "weft/train/checkpointing.h"
+#include "weft/train/trainer.h"
+
+namespace weft::train {
+namespace {
+
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class WeftCkptTest : public testing::Test {
+ protected:
+  WeftCkptTest() {
+    Trainer(config(4), log_).run_until(2);  // a checkpoint of step 2, then interrupted
+  }
+  Config config(std::int64_t steps, std::vector<std::pair<std::string, std::string>> more = {}) {
+    std::vector<std::pair<std::string, std::string>> all = {
+        {"model.dim", "32"},
+        {"model.n_layers", "2"},
+        {"model.n_heads", "2"},
+        {"model.max_seq_len", "32"},
+        {"training.seq_len", "32"},
+        {"training.batch_size", "4"},
+        {"training.steps", std::to_string(steps)},
+        {"training.dataset_path", WEFT_SOURCE_DIR "/data/tinyshakespeare.txt"},
+        {"metrics.peak_gflops", "100"},
+        {"validation.enable", "false"},
+        {"checkpoint.enable", "true"},
+        {"checkpoint.interval", "2"},
+        {"checkpoint.folder", tmp_.file("ckpt")}};
+    all.insert(all.end(), more.begin(), more.end());
+    return load_config("", all);
+  }
+  test::Finished ckpt(const std::string& args) {
+    std::vector<std::string> argv{WEFT_CKPT_TOOL};
+    for (const std::string& w : test::words_of(args)) argv.push_back(w);
+    return test::run(argv, {}, Seconds(30));
+  }
+  std::string step2() const { return tmp_.file("ckpt/step-00000002"); }
+
+  test::TempDir tmp_{"weft-ckpt-tool"};
+  std::ostringstream log_;
+};
+
+TEST_F(WeftCkptTest, InspectsAndVerifies) {
+  const test::Finished inspect = ckpt("inspect --tensors " + tmp_.file("ckpt"));
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, HasSubstr("step 2, optimizer steps 2, samples drawn 8"));
+  EXPECT_THAT(inspect.out, HasSubstr("written by 1 rank"));
+  EXPECT_THAT(inspect.out, HasSubstr("model.tok_embeddings.weight F32 [256, 32], 1 chunk"));
+  const test::Finished ok = ckpt("verify " + step2());
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("ok: "));
+  {
+    std::fstream io(step2() + "/rank-00000.safetensors",
+                    std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-3, std::ios::end);
+    io.put('\x7f');
+  }
+  const test::Finished bad = ckpt("verify " + step2());
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("rank-00000.safetensors is damaged"));
+}
+
+TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
+  ASSERT_EQ(ckpt("consolidate " + step2() + " " + tmp_.file("hf")).code, 0);
+  const checkpoint::SafetensorsFile one =
+      checkpoint::load_safetensors(tmp_.file("hf/model.safetensors"));
+  nn::Llama model(config(4).model);
+  load_model(step2(), model);
+  ASSERT_EQ(one.tensors.size(), model.parameters().all().size());
+  for (const auto& [name, value] : model.parameters().state_dict())
+    EXPECT_EQ(one.at(name).to_vector<float>(), value.to_vector<float>()) << name;
+
+  const test::Finished sharded =
+      ckpt("consolidate --max-shard-mb 0.05 " + step2() + " " + tmp_.file("shards"));
+  ASSERT_EQ(sharded.code, 0) << sharded.err;
+  std::ifstream in(tmp_.file("shards/model.safetensors.index.json"));
+  const auto index = nlohmann::json::parse(in);
+  EXPECT_EQ(index["weight_map"].size(), model.parameters().all().size());
+  EXPECT_EQ(index["metadata"]["total_size"].get<std::int64_t>(), 4 * model.parameters().numel());
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    const auto f = checkpoint::load_safetensors(tmp_.file("shards/" + file.get<std::string>()));
+    EXPECT_EQ(f.at(name).to_vector<float>(), model.parameters().at(name).value.to_vector<float>());
+  }
+}
+
+// The earlier format: step-<N>/checkpoint.safetensors with every tensor whole.
+TEST_F(WeftCkptTest, ConvertsTheSingleFileFormat) {
+  const checkpoint::Manifest m = read_manifest(step2());
+  std::vector<parallel::StatePiece> layout;
+  for (const auto& [name, t] : m.tensors)
+    layout.push_back({name, t.shape, std::vector<std::int64_t>(t.shape.size()), t.shape});
+  const std::vector<Tensor> values = read_pieces(step2(), m, layout);
+  std::vector<checkpoint::NamedTensor> named;
+  for (std::size_t i = 0; i < layout.size(); ++i) named.push_back({layout[i].name, values[i]});
+  fs::create_directories(tmp_.file("old"));
+  const std::string old = tmp_.file("old/checkpoint.safetensors");
+  checkpoint::save_safetensors(old, named,
+                               {{"format", "weft-train-checkpoint/1"},
+                                {"step", "2"},
+                                {"loader_batches", "2"},
+                                {"optimizer_steps", "2"},
+                                {"config", m.config}});
+  const test::Finished ask = ckpt("convert " + old + " " + tmp_.file("converted"));
+  EXPECT_EQ(ask.code, 2);
+  EXPECT_THAT(ask.err, HasSubstr("give --data-parallel"));
+  ASSERT_EQ(ckpt("convert --data-parallel 1 " + old + " " + tmp_.file("converted")).code, 0);
+  ASSERT_EQ(ckpt("verify " + tmp_.file("converted")).code, 0);
+  // Resumed from either, the run continues the same, bit for bit.
+  std::vector<std::vector<double>> losses;
+  for (const std::string& folder : {tmp_.file("ckpt"), tmp_.file("converted")}) {
+    Trainer t(config(4, {{"checkpoint.resume", "true"},
+                         {"checkpoint.enable", "false"},
+                         {"checkpoint.folder", folder}}),
+              log_);
+    t.run();
+    losses.push_back(t.losses());
+  }
+  ASSERT_EQ(losses[0].size(), 2u);
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
+}  // namespace
+}  // namespace weft::train

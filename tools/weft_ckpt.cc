@@ -1,0 +1,241 @@
+// weft-ckpt: looks into, checks and converts weft-train's distributed checkpoints
+// (docs/CHECKPOINTS.md).
+//
+//   weft-ckpt inspect checkpoints/debug              the newest checkpoint: step, mesh, tensors
+//   weft-ckpt verify checkpoints/debug/step-00000100 every file and checksum
+//   weft-ckpt consolidate checkpoints/debug out/     one Hugging Face style safetensors file
+//             [--max-shard-mb 500] [--optimizer]     or model-0000k-of-0000n + index.json
+//   weft-ckpt convert old/checkpoint.safetensors checkpoints/debug [--data-parallel N]
+//
+// A checkpoint is a step directory or a folder (its newest complete checkpoint). Exit codes:
+// 0 done; 2 a bad command line; 1 the checkpoint is damaged or cannot be used (the message
+// says what).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "weft/checkpoint/file_io.h"
+#include "weft/checkpoint/safetensors.h"
+#include "weft/train/checkpointing.h"
+#include "weft/train/config.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ckpt = weft::checkpoint;
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+std::uint64_t bytes_of(const ckpt::TensorEntry& t) {
+  return static_cast<std::uint64_t>(weft::shape_numel(t.shape)) * weft::dtype_size(t.dtype);
+}
+
+void inspect(const std::string& given, bool list) {
+  const std::string dir = weft::train::checkpoint_directory(given);
+  const ckpt::Manifest m = weft::train::read_manifest(dir);
+  std::printf("checkpoint %s (format version %d)\n", dir.c_str(), m.version);
+  std::printf("step %lld, optimizer steps %lld, samples drawn %lld, seed %lld, lr %g\n",
+              static_cast<long long>(m.step), static_cast<long long>(m.optimizer_steps),
+              static_cast<long long>(m.samples_drawn), static_cast<long long>(m.seed), m.lr);
+  std::string mesh;
+  for (const auto& [name, size] : m.mesh)
+    mesh += (mesh.empty() ? "" : " x ") + name + " " + std::to_string(size);
+  std::printf("written by %d rank%s%s%s\n", m.world_size, m.world_size == 1 ? "" : "s",
+              mesh.empty() ? "" : ", mesh ", mesh.c_str());
+  std::uint64_t model = 0, optimizer = 0, files = 0;
+  for (const auto& [name, t] : m.tensors)
+    (name.rfind("model.", 0) == 0 ? model : optimizer) += bytes_of(t);
+  for (const ckpt::FileEntry& f : m.files) files += f.bytes;
+  std::printf("%zu tensors: model %.1f MiB, optimizer %.1f MiB; %zu file%s, %.1f MiB\n",
+              m.tensors.size(), mib(model), mib(optimizer), m.files.size(),
+              m.files.size() == 1 ? "" : "s", mib(files));
+  for (const ckpt::FileEntry& f : m.files)
+    std::printf("  %s (rank %d): %.1f MiB\n", f.name.c_str(), f.rank, mib(f.bytes));
+  if (!list) return;
+  for (const auto& [name, t] : m.tensors) {
+    std::printf("  %s %s %s, %zu chunk%s\n", name.c_str(), ckpt::dtype_code(t.dtype),
+                weft::shape_string(t.shape).c_str(), t.chunks.size(),
+                t.chunks.size() == 1 ? "" : "s");
+  }
+}
+
+void verify(const std::string& given) {
+  const std::string dir = weft::train::checkpoint_directory(given);
+  const ckpt::Manifest m = weft::train::read_manifest(dir);
+  std::size_t chunks = 0;
+  for (const auto& [name, t] : m.tensors) chunks += t.chunks.size();
+  const std::uint64_t bytes = ckpt::verify_checkpoint(dir, m);
+  std::printf("ok: %s: %zu files, %zu chunks of %zu tensors, %.1f MiB verified\n", dir.c_str(),
+              m.files.size(), chunks, m.tensors.size(), mib(bytes));
+}
+
+// Hugging Face's layout: model.safetensors, or model-0000k-of-0000n.safetensors and
+// model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map": {name: file}}).
+void consolidate(const std::string& given, const std::string& out, double max_shard_mb,
+                 bool with_optimizer) {
+  const std::string dir = weft::train::checkpoint_directory(given);
+  const ckpt::Manifest m = weft::train::read_manifest(dir);
+  // The tensors, grouped into files of at most max_shard_mb (a larger tensor alone).
+  std::vector<std::vector<std::string>> groups(1);
+  std::uint64_t in_group = 0, total = 0;
+  const auto limit = static_cast<std::uint64_t>(max_shard_mb * (1 << 20));
+  for (const auto& [name, t] : m.tensors) {
+    if (!with_optimizer && name.rfind("model.", 0) != 0) continue;
+    if (in_group > 0 && in_group + bytes_of(t) > limit) {
+      groups.emplace_back();
+      in_group = 0;
+    }
+    groups.back().push_back(name);
+    in_group += bytes_of(t);
+    total += bytes_of(t);
+  }
+  ckpt::make_directories(out);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    char name[64];
+    if (groups.size() == 1) {
+      std::snprintf(name, sizeof(name), "model.safetensors");
+    } else {
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+    }
+    std::vector<weft::parallel::StatePiece> layout;
+    for (const std::string& tensor : groups[g]) {
+      const weft::Shape& shape = m.tensors.at(tensor).shape;
+      layout.push_back({tensor, shape, std::vector<std::int64_t>(shape.size()), shape});
+    }
+    const std::vector<weft::Tensor> values = weft::train::read_pieces(dir, m, layout);
+    std::vector<ckpt::NamedTensor> named;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      // PyTorch's state_dict names for the model; the moments keep their prefix.
+      const std::string& tensor = layout[i].name;
+      const std::string key = tensor.rfind("model.", 0) == 0 ? tensor.substr(6) : tensor;
+      named.push_back({key, values[i]});
+      weight_map[key] = name;
+    }
+    ckpt::save_safetensors((fs::path(out) / name).string(), named,
+                           {{"format", "pt"}, {"step", std::to_string(m.step)}});
+    std::printf("wrote %s (%zu tensors)\n", (fs::path(out) / name).c_str(), named.size());
+  }
+  if (groups.size() > 1) {
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
+                                          {"weight_map", weight_map}};
+    const std::string path = (fs::path(out) / "model.safetensors.index.json").string();
+    fs::remove(path);
+    ckpt::write_text_file(path, index.dump(2) + "\n");
+    std::printf("wrote %s\n", path.c_str());
+  }
+}
+
+std::int64_t metadata_int(const ckpt::SafetensorsFile& file, const std::string& key,
+                          const std::string& path) {
+  const auto it = file.metadata.find(key);
+  try {
+    if (it != file.metadata.end()) return std::stoll(it->second);
+  } catch (const std::exception&) {
+  }
+  throw ckpt::CheckpointError(path + ": metadata '" + key + "' is missing or not a number");
+}
+
+// The single-file format weft-train wrote before distributed checkpoints
+// (step-<N>/checkpoint.safetensors, metadata format "weft-train-checkpoint/1").
+void convert(const std::string& old, const std::string& folder, int data_parallel) {
+  const ckpt::SafetensorsFile file = ckpt::load_safetensors(old);
+  const auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != "weft-train-checkpoint/1")
+    throw ckpt::CheckpointError(old +
+                                " is not a single-file weft-train checkpoint (format "
+                                "weft-train-checkpoint/1)");
+  ckpt::Manifest m;
+  m.step = metadata_int(file, "step", old);
+  m.optimizer_steps = metadata_int(file, "optimizer_steps", old);
+  m.config = file.metadata.count("config") ? file.metadata.at("config") : "";
+  const weft::train::Config config =
+      weft::train::parse_config(m.config, "the configuration in " + old);
+  m.seed = config.training.seed;
+  m.lr = config.lr_scheduler.at(m.step > 0 ? m.step - 1 : 0);
+  // The old loader counted its batches; the cursor counts the sequences of every rank.
+  const auto& p = config.parallelism;
+  if (data_parallel <= 0) {
+    if (p.data_parallel_replicate_degree < 1) {
+      throw weft::InvalidArgument(
+          old +
+          " was trained with data_parallel_replicate_degree = -1 (the world size divided by "
+          "the other degrees), which the file does not record: give --data-parallel, the "
+          "run's data-parallel degree");
+    }
+    data_parallel =
+        static_cast<int>(p.data_parallel_replicate_degree * p.data_parallel_shard_degree);
+  }
+  m.samples_drawn =
+      metadata_int(file, "loader_batches", old) * config.training.batch_size * data_parallel;
+  std::vector<ckpt::PieceData> tensors;
+  for (const ckpt::NamedTensor& t : file.tensors) {
+    tensors.push_back(
+        {t.name, {std::vector<std::int64_t>(t.tensor.shape().size()), t.tensor.shape()}, t.tensor});
+  }
+  std::printf("wrote %s\n", weft::train::save_whole_checkpoint(folder, m, tensors).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "weft-ckpt: inspects, verifies, consolidates and converts weft-train's distributed "
+      "checkpoints (docs/CHECKPOINTS.md)",
+      "weft-ckpt");
+  app.option_defaults()->always_capture_default();
+  app.require_subcommand(1);
+  std::string checkpoint, out, old;
+  bool list = false, with_optimizer = false;
+  double max_shard_mb = 5000;
+  int data_parallel = 0;
+  auto* inspect_cmd = app.add_subcommand("inspect", "step, mesh, files and sizes of a checkpoint");
+  inspect_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
+      ->required();
+  inspect_cmd->add_flag("--tensors", list, "list every tensor with its shape and chunks");
+  auto* verify_cmd = app.add_subcommand("verify", "reads every file and checks every checksum");
+  verify_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
+      ->required();
+  auto* consolidate_cmd = app.add_subcommand(
+      "consolidate",
+      "the whole model as Hugging Face style safetensors (one file, or shards with "
+      "model.safetensors.index.json)");
+  consolidate_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
+      ->required();
+  consolidate_cmd->add_option("out", out, "the folder to write into")->required();
+  consolidate_cmd->add_option("--max-shard-mb", max_shard_mb, "largest file, in MiB")
+      ->check(CLI::Range(0.001, 1e9));
+  consolidate_cmd->add_flag("--optimizer", with_optimizer, "AdamW's moments too");
+  auto* convert_cmd = app.add_subcommand(
+      "convert", "a single-file checkpoint (weft-train before distributed checkpoints) into one");
+  convert_cmd->add_option("file", old, "its checkpoint.safetensors")->required();
+  convert_cmd->add_option("folder", out, "the checkpoint folder to write step-<N>/ into")
+      ->required();
+  convert_cmd
+      ->add_option("--data-parallel", data_parallel,
+                   "the run's data-parallel degree, when its configuration leaves it to the "
+                   "world size; 0: from the configuration")
+      ->check(CLI::Range(0, 1 << 20));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*inspect_cmd) inspect(checkpoint, list);
+    if (*verify_cmd) verify(checkpoint);
+    if (*consolidate_cmd) consolidate(checkpoint, out, max_shard_mb, with_optimizer);
+    if (*convert_cmd) convert(old, out, data_parallel);
+  } catch (const weft::InvalidArgument& e) {
+    std::fprintf(stderr, "weft-ckpt: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft-ckpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
