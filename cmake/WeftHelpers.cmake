@@ -49,6 +49,7 @@ function(weft_cc_test name)
   add_executable(${name} ${ARG_SRCS})
   target_compile_options(${name} PRIVATE ${WEFT_WARNINGS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_precompile_headers(${name} REUSE_FROM weft_test_pch)  # tests/CMakeLists.txt
   set(env "")
   if(WEFT_SANITIZE MATCHES "thread")
     set(env "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1")

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,14 @@ int main(int argc, char** argv) {
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "weft-train: out of memory: this rank could not allocate what the model, its "
+                 "optimizer state and activations need. Lower training.batch_size or "
+                 "training.seq_len, set training.activation_checkpointing = true, or spread the "
+                 "state over more ranks (parallelism.data_parallel_shard_degree, "
+                 "tensor_parallel_degree, pipeline_parallel_degree)\n");
+    return 1;
   } catch (const weft::TimeoutError& e) {
     std::fprintf(stderr,
                  "weft-train: %s\n(weft-train: comm.init_timeout_seconds bounds joining the job, "

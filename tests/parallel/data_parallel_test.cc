@@ -30,12 +30,12 @@ namespace {
 
 using testing::HasSubstr;
 
-constexpr int kSteps = 20;
 constexpr std::int64_t kGlobalBatch = 12, kSeq = 16;  // divides by 2, 3 and 4
 
 #ifdef WEFT_DEBUG_MODEL
 // The debug model of configs/debug.toml (dim 256, 4 layers, 4 heads, vocabulary 256): the
-// same checks at the size the issue names, in the slow set (about a minute).
+// same checks at the size the issue names, over 10 steps, in the slow set (about a minute).
+constexpr int kSteps = 10;
 constexpr std::int64_t kVocab = 256;
 nn::LlamaConfig config() {
   return {.dim = 256,
@@ -46,6 +46,7 @@ nn::LlamaConfig config() {
           .max_seq_len = kSeq};
 }
 #else
+constexpr int kSteps = 20;
 constexpr std::int64_t kVocab = 64;
 nn::LlamaConfig config() {
   return {.dim = 32,

@@ -165,26 +165,36 @@ TEST_F(CheckpointTest, AsyncSaveEqualsSyncSave) {
   EXPECT_THAT(log_.str(), HasSubstr("writing in the background"));
 }
 
-// A full disk while saving step 4: the error names the file and the cause, and step 2 stays
-// the newest complete checkpoint, in both modes.
-TEST_F(CheckpointTest, FullDiskLeavesThePreviousCheckpoint) {
-  for (const char* mode : {"disabled", "async"}) {
-    fs::remove_all(folder());
-    checkpoint::set_file_system_hook([](const char* call, const std::string& path) {
-      if (std::string(call) == "write" && path.find("00000004") != std::string::npos)
-        throw SystemError("write " + path, ENOSPC);
-    });
-    try {
-      train(config(8, {{"checkpoint.async_mode", mode}}));
-      ADD_FAILURE() << mode << ": no error";
-    } catch (const CheckpointError& e) {
-      EXPECT_THAT(e.what(), HasSubstr(".step-00000004.saving/rank-00000.safetensors")) << mode;
-      EXPECT_THAT(e.what(), HasSubstr("No space left on device")) << mode;
-      EXPECT_THAT(e.what(), HasSubstr("the previous checkpoints are intact")) << mode;
+// A full disk, a read-only file system or a failed fsync while saving step 4: the error names
+// the file and the cause, and step 2 stays the newest complete checkpoint, in both modes.
+TEST_F(CheckpointTest, FailedSaveLeavesThePreviousCheckpoint) {
+  struct Failure {
+    const char* call;
+    int error;
+    const char* says;
+  };
+  for (const Failure& f : {Failure{"write", ENOSPC, "No space left on device"},
+                           Failure{"create", EROFS, "Read-only file system"},
+                           Failure{"fsync", EIO, "Input/output error"}}) {
+    for (const char* mode : {"disabled", "async"}) {
+      const std::string what = std::string(f.call) + " " + mode;
+      fs::remove_all(folder());
+      checkpoint::set_file_system_hook([f](const char* call, const std::string& path) {
+        if (std::string(call) == f.call && path.find("00000004") != std::string::npos)
+          throw SystemError(std::string(call) + " " + path, f.error);
+      });
+      try {
+        train(config(8, {{"checkpoint.async_mode", mode}}));
+        ADD_FAILURE() << what << ": no error";
+      } catch (const CheckpointError& e) {
+        EXPECT_THAT(e.what(), HasSubstr(".step-00000004.saving/rank-00000.safetensors")) << what;
+        EXPECT_THAT(e.what(), HasSubstr(f.says)) << what;
+        EXPECT_THAT(e.what(), HasSubstr("the previous checkpoints are intact")) << what;
+      }
+      checkpoint::set_file_system_hook(nullptr);
+      EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)}) << what;
+      EXPECT_NO_THROW(read_manifest(step_dir(2))) << what;
     }
-    checkpoint::set_file_system_hook(nullptr);
-    EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)}) << mode;
-    EXPECT_NO_THROW(read_manifest(step_dir(2)));
   }
 }
 

@@ -42,6 +42,16 @@ std::int64_t Attention::qkv_width() const {
   return (config_.n_heads + 2 * config_.n_kv_heads) * hd_;
 }
 
+kernels::AttentionShape Attention::attention_shape(std::int64_t batch, std::int64_t seq) const {
+  return {.batch = batch,
+          .seq = seq,
+          .heads = config_.n_heads,
+          .kv_heads = config_.n_kv_heads,
+          .head_dim = hd_,
+          .q_stride = qkv_width(),
+          .kv_stride = qkv_width()};
+}
+
 RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
   if (seq % 2 != 0) {
     const std::string rows = std::to_string(seq);
@@ -56,13 +66,7 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
 void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{.batch = batch,
-                                      .seq = seq,
-                                      .heads = config_.n_heads,
-                                      .kv_heads = config_.n_kv_heads,
-                                      .head_dim = hd,
-                                      .q_stride = width,
-                                      .kv_stride = width};
+  const kernels::AttentionShape shape = attention_shape(batch, seq);
   float* q = ensure(qkv_, {rows, width});
   float* k = q + config_.n_heads * hd;
   float* v = k + config_.n_kv_heads * hd;
@@ -92,13 +96,7 @@ void Attention::backward(const float* dout, const float* x, float* dx, std::int6
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape{.batch = batch,
-                                      .seq = seq,
-                                      .heads = config_.n_heads,
-                                      .kv_heads = config_.n_kv_heads,
-                                      .head_dim = hd,
-                                      .q_stride = width,
-                                      .kv_stride = width};
+  const kernels::AttentionShape shape = attention_shape(batch, seq);
   float* datt = ensure(datt_, {rows, config_.n_heads * hd});
   float* dq = ensure(dqkv_, {rows, width});
   float* dk = dq + config_.n_heads * hd;

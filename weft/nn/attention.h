@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/kernels/attention.h"
 #include "weft/nn/context_parallel.h"
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
@@ -60,6 +61,8 @@ class Attention {
 
  private:
   std::int64_t qkv_width() const;  // (heads + 2 kv_heads) * head_dim, this rank's
+  // The kernels' view of this rank's heads in the fused q|k|v rows of `batch` sequences.
+  kernels::AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;
   bool ring() const { return cp_ != nullptr && cp_->enabled(); }
   RingShape ring_shape(std::int64_t batch, std::int64_t seq) const;
 

@@ -1,9 +1,9 @@
 #include "weft/parallel/context_parallel.h"
 
-#include <chrono>
 #include <string>
 
 #include "weft/base/error.h"
+#include "weft/parallel/timed.h"
 
 namespace weft::parallel {
 
@@ -23,13 +23,12 @@ class ProcessGroupContextParallel::Started : public nn::ContextParallelGroup::Pe
     }
   }
   void wait() override {
-    const auto start = std::chrono::steady_clock::now();
-    recv_->wait();
-    send_->wait();
+    add_seconds(owner_.seconds_, [&] {
+      recv_->wait();
+      send_->wait();
+    });
     recv_.reset();
     send_.reset();
-    owner_.seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
  private:
@@ -50,20 +49,20 @@ std::unique_ptr<nn::ContextParallelGroup::Pending> ProcessGroupContextParallel::
 }
 
 void ProcessGroupContextParallel::all_gather(const float* in, float* out, std::int64_t n) {
-  const auto start = std::chrono::steady_clock::now();
-  group_.all_gather(
-      dist::Buffer(out, static_cast<std::size_t>(n * size()), DType::kFloat32),
-      dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n), DType::kFloat32));
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  add_seconds(seconds_, [&] {
+    group_.all_gather(
+        dist::Buffer(out, static_cast<std::size_t>(n * size()), DType::kFloat32),
+        dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n), DType::kFloat32));
+  });
 }
 
 void ProcessGroupContextParallel::reduce_scatter(const float* in, float* out, std::int64_t n) {
-  const auto start = std::chrono::steady_clock::now();
-  group_.reduce_scatter(
-      dist::Buffer(out, static_cast<std::size_t>(n), DType::kFloat32),
-      dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n * size()), DType::kFloat32),
-      dist::ReduceOp::kSum);
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  add_seconds(seconds_, [&] {
+    group_.reduce_scatter(
+        dist::Buffer(out, static_cast<std::size_t>(n), DType::kFloat32),
+        dist::Buffer(const_cast<float*>(in), static_cast<std::size_t>(n * size()), DType::kFloat32),
+        dist::ReduceOp::kSum);
+  });
 }
 
 std::vector<std::int32_t> context_parallel_rows(const std::int32_t* rows, std::int64_t batch,

@@ -1,7 +1,6 @@
 #include "weft/parallel/parallelize.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -12,12 +11,12 @@
 #include "weft/parallel/ddp.h"
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/tensor_parallel.h"
+#include "weft/parallel/timed.h"
 
 namespace weft::parallel {
 namespace {
 
 using Counted = std::function<bool(const nn::Parameter&)>;
-using Clock = std::chrono::steady_clock;
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -363,9 +362,7 @@ class Parallelized : public ParallelModel {
   }
   void prepare_sync() override { dp_->prepare_sync(); }
   void finish_sync() override {
-    const auto start = Clock::now();
-    dp_->finish_sync();
-    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    add_seconds(seconds_, [&] { dp_->finish_sync(); });
   }
 
   // Each element of the whole model's gradient is counted once: a tensor-parallel slice by
@@ -575,9 +572,9 @@ class Parallelized : public ParallelModel {
 
   // Every rank's idle share, gathered over the world (a collective: every rank calls it),
   // measured as simulate() defines it (1 - busy / makespan, the makespan of each step from the
-  // first rank's start to the last rank's end), beside the schedule simulated with each
-  // pipeline rank's mean measured F, B, I and W times (averaged over the ranks that share its
-  // stages).
+  // first start to the last end among the ranks of the rank's own pipeline: those whose
+  // coordinates differ in pp only), beside the schedule simulated with each pipeline rank's
+  // mean measured F, B, I and W times (averaged over the ranks that share its stages).
   std::string describe_idle() const {
     const ActionCosts c = pipeline_->measured_costs();
     std::vector<double> mine{static_cast<double>(pp_->rank()), c.forward, c.backward_input,
@@ -589,23 +586,23 @@ class Parallelized : public ParallelModel {
     const auto world = static_cast<std::size_t>(mesh_->world().size());
     std::vector<double> all(n * world);
     mesh_->world().all_gather(all, mine);
-    double makespan = 0;  // summed over the steps
-    for (std::size_t step = 0; step < steps; ++step) {
-      double first = all[kHead + 3 * step], last = all[kHead + 3 * step + 1];
-      for (std::size_t r = 1; r < world; ++r) {
-        first = std::min(first, all[r * n + kHead + 3 * step]);
-        last = std::max(last, all[r * n + kHead + 3 * step + 1]);
-      }
-      makespan += last - first;
-    }
     const Simulation simulated = simulate(pipeline_->schedule(), stage_costs(all, n));
     std::string text =
-        "pipeline idle per rank (1 - its compute time / the steps' makespan over every rank), "
+        "pipeline idle per rank (1 - its compute time / the steps' makespan over its pipeline), "
         "and simulated with each stage's measured forward and backward times";
     for (std::size_t r = 0; r < world; ++r) {
       const double* v = &all[r * n];
-      double busy = 0;
-      for (std::size_t step = 0; step < steps; ++step) busy += v[kHead + 3 * step + 2];
+      double busy = 0, makespan = 0;  // summed over the steps
+      for (std::size_t step = 0; step < steps; ++step) {
+        busy += v[kHead + 3 * step + 2];
+        double first = v[kHead + 3 * step], last = v[kHead + 3 * step + 1];
+        for (std::size_t peer = 0; peer < world; ++peer) {
+          if (!same_pipeline(r, peer)) continue;
+          first = std::min(first, all[peer * n + kHead + 3 * step]);
+          last = std::max(last, all[peer * n + kHead + 3 * step + 1]);
+        }
+        makespan += last - first;
+      }
       char line[128];
       std::snprintf(line, sizeof(line),
                     "\n  rank %zu (pp rank %d): idle %.1f%% (computed %.2f of %.2f s), simulated "
@@ -615,6 +612,14 @@ class Parallelized : public ParallelModel {
       text += line;
     }
     return text;
+  }
+
+  // Whether world ranks a and b are stages of one pipeline (coordinates equal but for pp).
+  bool same_pipeline(std::size_t a, std::size_t b) const {
+    std::vector<int> ca = mesh_->coordinates_of(static_cast<int>(a));
+    std::vector<int> cb = mesh_->coordinates_of(static_cast<int>(b));
+    ca[0] = cb[0] = 0;  // pp comes first in the mesh
+    return ca == cb;
   }
 
   // Per pipeline rank, the mean of the measured costs of the world ranks at that pp
@@ -643,10 +648,8 @@ class Parallelized : public ParallelModel {
 
   double sum_over_world(double value) {
     if (mesh_ == nullptr) return value;
-    const auto start = Clock::now();
     std::vector<double> v{value};
-    mesh_->world().all_reduce(v);
-    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    add_seconds(seconds_, [&] { mesh_->world().all_reduce(v); });
     return v[0];
   }
 

@@ -1,9 +1,9 @@
 #include "weft/parallel/tensor_parallel.h"
 
-#include <chrono>
 #include <memory>
 
 #include "weft/base/error.h"
+#include "weft/parallel/timed.h"
 
 namespace weft::parallel {
 namespace {
@@ -14,27 +14,20 @@ dist::Buffer floats(const float* data, std::int64_t n) {
 
 }  // namespace
 
-template <class F>
-void ProcessGroupTensorParallel::timed(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 void ProcessGroupTensorParallel::all_reduce_sum(float* data, std::int64_t n) {
-  timed([&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kSum); });
+  add_seconds(seconds_, [&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kSum); });
 }
 
 void ProcessGroupTensorParallel::all_reduce_max(float* data, std::int64_t n) {
-  timed([&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kMax); });
+  add_seconds(seconds_, [&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kMax); });
 }
 
 void ProcessGroupTensorParallel::all_gather(const float* in, float* out, std::int64_t n) {
-  timed([&] { group_.all_gather(floats(out, n * group_.size()), floats(in, n)); });
+  add_seconds(seconds_, [&] { group_.all_gather(floats(out, n * group_.size()), floats(in, n)); });
 }
 
 void ProcessGroupTensorParallel::reduce_scatter(const float* in, float* out, std::int64_t n) {
-  timed([&] {
+  add_seconds(seconds_, [&] {
     group_.reduce_scatter(floats(out, n), floats(in, n * group_.size()), dist::ReduceOp::kSum);
   });
 }
@@ -52,7 +45,7 @@ class ProcessGroupTensorParallel::Started : public nn::TensorParallelGroup::Pend
     }
   }
   void wait() override {
-    owner_.timed([&] { work_->wait(); });
+    add_seconds(owner_.seconds_, [&] { work_->wait(); });
     work_.reset();
   }
 

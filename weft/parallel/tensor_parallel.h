@@ -29,8 +29,6 @@ class ProcessGroupTensorParallel : public nn::TensorParallelGroup {
 
  private:
   class Started;
-  template <class F>
-  void timed(F&& f);
 
   dist::ProcessGroup& group_;
   double seconds_ = 0;
