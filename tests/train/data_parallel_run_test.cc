@@ -1,4 +1,4 @@
-// weft-train under weftrun on the shm backend, the debug model (configs/debug.toml) for 20
+// weft-train under weftrun on the shm backend, the debug model (configs/debug.toml) for 12
 // steps at a global batch of 8 sequences: one process against DDP, every FSDP mode (2 ranks,
 // full_shard also 4) and HSDP, gradient accumulation, tensor parallelism (2 and 4 ranks, with
 // and without sequence parallelism and loss parallel), FSDP or DDP x TP, pipeline parallelism
@@ -24,7 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kTolerance = 1e-6;
-// One weft-train run: 20 steps of the debug model take seconds; a run past this is hung.
+// Every run trains kSteps steps, with a checkpoint (and a validation) every kHalf; resumed
+// runs start at step kHalf.
+constexpr std::size_t kSteps = 12, kHalf = 6;
+const std::string kLast = "step-00000012", kMiddle = "step-00000006";
+// One weft-train run: 12 steps of the debug model take seconds; a run past this is hung.
 constexpr weft::Seconds kRunLimit{240};
 
 class DataParallelRunTest : public testing::Test {
@@ -38,10 +42,10 @@ class DataParallelRunTest : public testing::Test {
                    : "") +
         WEFT_TRAIN_TOOL " --config " WEFT_SOURCE_DIR "/configs/debug.toml" +
         " --training.dataset_path " WEFT_SOURCE_DIR "/data/tinyshakespeare.txt" +
-        " --training.steps 20 --training.seq_len 64 --metrics.log_freq 1" +
-        " --metrics.peak_gflops 100 --validation.freq 10 --validation.steps 2" +
-        " --checkpoint.folder " + (dir_ / name).string() + " --metrics.jsonl_path " + jsonl + " " +
-        args;
+        " --training.steps " + std::to_string(kSteps) + " --training.seq_len 64" +
+        " --metrics.log_freq 1 --metrics.peak_gflops 100 --validation.freq " +
+        std::to_string(kHalf) + " --validation.steps 2" + " --checkpoint.folder " +
+        (dir_ / name).string() + " --metrics.jsonl_path " + jsonl + " " + args;
     const weft::test::Finished f = weft::test::run(weft::test::words_of(command), {}, kRunLimit);
     EXPECT_EQ(f.code, 0) << command << "\n" << f.out << f.err;
     std::ofstream(dir_ / (name + ".log"), std::ios::app) << f.out;
@@ -97,27 +101,29 @@ class DataParallelRunTest : public testing::Test {
     EXPECT_GE(g.out.size(), 40u) << g.out;
   }
 
-  // Drops run `name`'s last checkpoint (step 20), copies its folder to `copies` (for other
-  // layouts to resume), resumes it with `args` from step 10, and expects steps 11..20 bit for
+  // Drops run `name`'s last checkpoint, copies its folder to `copies` (for other layouts to
+  // resume), resumes it with `args` from step kHalf, and expects the steps after it bit for
   // bit as `whole` (the uninterrupted run's losses).
   void expect_resumes_bitwise(const std::string& name, int ranks, const std::string& args,
                               const std::vector<double>& whole,
                               const std::vector<std::string>& copies) {
-    fs::remove_all(dir_ / name / "step-00000020");
+    fs::remove_all(dir_ / name / kLast);
     for (const std::string& copy : copies)
       fs::copy(dir_ / name, dir_ / copy, fs::copy_options::recursive);
     const auto resumed = read(train(name, ranks, args + "--checkpoint.resume true"), "loss");
-    ASSERT_EQ(resumed.size(), 30u);  // the resumed run appended steps 11..20
-    for (std::size_t i = 10; i < 20; ++i)
-      EXPECT_EQ(resumed[i + 10], whole[i]) << name << " step " << i + 1;
+    ASSERT_EQ(resumed.size(), kSteps + kHalf);  // the resumed run appended its steps
+    for (std::size_t i = kHalf; i < kSteps; ++i)
+      EXPECT_EQ(resumed[i + kHalf], whole[i]) << name << " step " << i + 1;
   }
 
-  // A run resumed at step 10 against the uninterrupted run's steps 11..20, to rounding.
+  // A run resumed at step kHalf against the uninterrupted run's later steps, to rounding.
   static void expect_continues(const std::vector<double>& resumed,
                                const std::vector<double>& whole) {
-    ASSERT_EQ(resumed.size(), 10u);
-    for (std::size_t i = 0; i < resumed.size(); ++i)
-      EXPECT_NEAR(resumed[i], whole[10 + i], kTolerance * whole[10 + i]) << "step " << i + 11;
+    ASSERT_EQ(resumed.size(), kSteps - kHalf);
+    for (std::size_t i = 0; i < resumed.size(); ++i) {
+      EXPECT_NEAR(resumed[i], whole[kHalf + i], kTolerance * whole[kHalf + i])
+          << "step " << kHalf + i + 1;
+    }
   }
 
   const weft::test::TempDir tmp_{"weft-dp-run"};
@@ -165,7 +171,7 @@ TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
        " --parallelism.data_parallel_shard_degree 2",
        true},
   });
-  expect_generates(dir_ / "cp-2xfsdp-2" / "step-00000020");
+  expect_generates(dir_ / "cp-2xfsdp-2" / kLast);
 }
 
 // HSDP also writes its (final) checkpoint: the replicas share the writing of the shards.
@@ -180,20 +186,20 @@ TEST_F(DataParallelRunTest, TwoDimensionalLayoutsMatchOneProcess) {
        " --parallelism.tensor_parallel_degree 2"},
       {"ddp-2xtp-2", 4, "--training.batch_size 4 --parallelism.tensor_parallel_degree 2"},
   });
-  EXPECT_TRUE(fs::exists(dir_ / "hsdp-2x2" / "step-00000020" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "hsdp-2x2" / kLast / "manifest.json"));
 }
 
-// FSDP checkpoints (each rank its shards) reshard on load: a full_shard run resumed at step 10
-// equals its uninterrupted run exactly, and a DDP run and a tensor-parallel run resume the
-// same checkpoint to within rounding.
+// FSDP checkpoints (each rank its shards, saved in the background) reshard on load: a
+// full_shard run resumed at step 6 equals its uninterrupted run exactly, and a DDP run and a
+// tensor-parallel run resume the same checkpoint to within rounding.
 TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
   const std::string fsdp =
       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 "
-      "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+      "--checkpoint.interval 6 --checkpoint.keep_latest 0 --checkpoint.async_mode async ";
   const std::string whole = train("whole", 2, fsdp);
   const auto a = read(whole, "loss");
-  ASSERT_EQ(a.size(), 20u);
-  ASSERT_TRUE(fs::exists(dir_ / "whole" / "step-00000010" / "manifest.json"));
+  ASSERT_EQ(a.size(), kSteps);
+  ASSERT_TRUE(fs::exists(dir_ / "whole" / kMiddle / "manifest.json"));
   expect_resumes_bitwise("whole", 2, fsdp, a, {"ddp", "tp"});
   const std::string ddp = train("ddp", 2, "--training.batch_size 4 --checkpoint.resume true");
   const auto c = read(ddp, "loss");
@@ -211,10 +217,10 @@ TEST_F(DataParallelRunTest, ShardedRunsResumeExactly) {
 TEST_F(DataParallelRunTest, TensorParallelCheckpointsLoadAnywhere) {
   const std::string tp =
       "--training.batch_size 8 --parallelism.tensor_parallel_degree 2 "
-      "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+      "--checkpoint.interval 6 --checkpoint.keep_latest 0 ";
   const auto a = read(train("tp", 2, tp), "loss");
-  ASSERT_EQ(a.size(), 20u);
-  const fs::path last = dir_ / "tp" / "step-00000020";
+  ASSERT_EQ(a.size(), kSteps);
+  const fs::path last = dir_ / "tp" / kLast;
   ASSERT_TRUE(fs::exists(last / "manifest.json"));
   expect_generates(last);
   expect_resumes_bitwise("tp", 2, tp, a, {"fsdp"});
@@ -257,12 +263,12 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
                      "--checkpoint.enable false " + pp +
                          "--parallelism.pipeline_parallel_schedule ZBVZeroBubble"),
                one, kTolerance, "pp-2 ZBVZeroBubble");
-  const std::string checkpointed = pp + "--checkpoint.interval 10 --checkpoint.keep_latest 0 ";
+  const std::string checkpointed = pp + "--checkpoint.interval 6 --checkpoint.keep_latest 0 ";
   const std::string whole = train("pp", 2, checkpointed);
   expect_close(whole, one, kTolerance, "pp-2 1F1B");
   const auto a = read(whole, "loss");
-  ASSERT_EQ(a.size(), 20u);
-  const fs::path last = dir_ / "pp" / "step-00000020";
+  ASSERT_EQ(a.size(), kSteps);
+  const fs::path last = dir_ / "pp" / kLast;
   ASSERT_TRUE(fs::exists(last / "manifest.json"));
   expect_generates(last);
   expect_resumes_bitwise("pp", 2, checkpointed, a, {"single"});

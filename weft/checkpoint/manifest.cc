@@ -8,8 +8,9 @@
 namespace weft::checkpoint {
 namespace {
 
-using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;  // written in the order docs/CHECKPOINTS.md lists
+// One JSON type for reading and writing (each instantiation is seconds of compile time);
+// ordered, so a manifest lists its fields in the order docs/CHECKPOINTS.md does.
+using json = nlohmann::ordered_json;
 
 constexpr char kFormat[] = "weft-distributed-checkpoint";
 
@@ -146,7 +147,7 @@ std::string box_string(const Box& box) {
 }
 
 std::string to_json(const Manifest& m) {
-  ordered_json files = ordered_json::array();
+  json files = json::array();
   for (const FileEntry& f : m.files) {
     files.push_back({{"name", f.name},
                      {"rank", f.rank},
@@ -154,11 +155,11 @@ std::string to_json(const Manifest& m) {
                      {"header_bytes", f.header_bytes},
                      {"header_checksum", checksum_text(f.header_checksum)}});
   }
-  ordered_json tensors = ordered_json::object();
+  json tensors = json::object();
   for (const auto& [name, t] : m.tensors) {
-    ordered_json chunks = ordered_json::array();
+    json chunks = json::array();
     for (const ChunkEntry& c : t.chunks) {
-      ordered_json chunk = {{"offsets", c.box.offsets}, {"sizes", c.box.sizes}};
+      json chunk = {{"offsets", c.box.offsets}, {"sizes", c.box.sizes}};
       chunk["file"] = c.file;
       chunk["data_offsets"] = {c.begin, c.end};
       chunk["checksum"] = checksum_text(c.checksum);
@@ -166,9 +167,9 @@ std::string to_json(const Manifest& m) {
     }
     tensors[name] = {{"dtype", dtype_code(t.dtype)}, {"shape", t.shape}, {"chunks", chunks}};
   }
-  ordered_json mesh = ordered_json::array();
+  json mesh = json::array();
   for (const auto& [name, size] : m.mesh) mesh.push_back({name, size});
-  const ordered_json j = {{"format", kFormat},
+  const json j = {{"format", kFormat},
                           {"version", m.version},
                           {"step", m.step},
                           {"optimizer_steps", m.optimizer_steps},
