@@ -170,17 +170,17 @@ std::string to_json(const Manifest& m) {
   json mesh = json::array();
   for (const auto& [name, size] : m.mesh) mesh.push_back({name, size});
   const json j = {{"format", kFormat},
-                          {"version", m.version},
-                          {"step", m.step},
-                          {"optimizer_steps", m.optimizer_steps},
-                          {"samples_drawn", m.samples_drawn},
-                          {"seed", m.seed},
-                          {"lr", m.lr},
-                          {"world_size", m.world_size},
-                          {"mesh", mesh},
-                          {"files", files},
-                          {"tensors", tensors},
-                          {"config", m.config}};
+                  {"version", m.version},
+                  {"step", m.step},
+                  {"optimizer_steps", m.optimizer_steps},
+                  {"samples_drawn", m.samples_drawn},
+                  {"seed", m.seed},
+                  {"lr", m.lr},
+                  {"world_size", m.world_size},
+                  {"mesh", mesh},
+                  {"files", files},
+                  {"tensors", tensors},
+                  {"config", m.config}};
   return j.dump(1) + "\n";
 }
 
