@@ -13,6 +13,7 @@
 # 5c993f4 with cmake --preset release && cmake --build build/release --target weft-train.
 #
 #   bench/train/checkpoint.sh                 (REPEAT=3 by default)
+#   CONFIG=configs/llama_1024.toml bench/train/checkpoint.sh   (the wider model)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
@@ -22,6 +23,8 @@ trap 'rm -rf "$out"' EXIT
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "cpu: $model, $(nproc) cores; disk: $(df -h "$out" | awk 'NR == 2 {print $1}')"
 repeat=${REPEAT:-3}
+config=${CONFIG:-configs/llama_512.toml}
+echo "model: $config"
 
 # seconds TRAIN LAYOUT ARGS...: the wall seconds of one run (its log in $out/log).
 seconds() {
@@ -38,7 +41,7 @@ seconds() {
   [ "$layout" = ddp ] && set -- --training.batch_size 4 "$@"
   local start end
   start=$(date +%s.%N)
-  "${launch[@]}" "$train" --config configs/llama_512.toml --validation.enable false \
+  "${launch[@]}" "$train" --config "$config" --validation.enable false \
     --metrics.peak_gflops 100 --metrics.log_freq 1 --training.threads 1 "$@" > "$out/log" 2>&1
   end=$(date +%s.%N)
   python3 -c "print(f'{$end - $start:.3f}')"
@@ -59,7 +62,7 @@ save() {
   done
   local sizes
   sizes=$(find "$out/ck/step-00000002" -name '*.safetensors' -printf '%s\n')
-  echo "$(median "${diffs[@]}") $(echo "$sizes" | sort -n | tail -1) $(echo "$sizes" | paste -sd+ | bc)"
+  echo "$(median "${diffs[@]}") $(echo "$sizes" | sort -n | tail -1) $(echo "$sizes" | awk '{s += $1} END {print s}')"
 }
 
 # load TRAIN FROM TO: seconds a resume adds, layout TO reading a checkpoint of layout FROM.

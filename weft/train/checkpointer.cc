@@ -53,14 +53,6 @@ std::string file_name(int rank) {
   return name;
 }
 
-// The first rank's error among `results` ("" where a rank succeeded), as "rank r: error".
-std::string first_error(const std::vector<std::string>& results) {
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    if (!results[r].empty()) return "rank " + std::to_string(r) + ": " + results[r];
-  }
-  return "";
-}
-
 }  // namespace
 
 struct Checkpointer::Job {
@@ -154,8 +146,10 @@ std::optional<TrainState> Checkpointer::resume() {
     std::vector<Tensor> values;
     checkpoint::Manifest m;
     const std::vector<std::string> errors = gather_strings(world_.get(), try_load(*dir, values, m));
-    const std::string error = first_error(errors);
-    if (error.empty()) {
+    // The rank that failed first, if any.
+    const auto bad =
+        std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
+    if (bad == errors.end()) {
       model_.load_state_values(values, m.optimizer_steps);
       char read[96];
       std::snprintf(read, sizeof(read), "; rank 0 read %.1f MiB in %.2f s",
@@ -169,9 +163,7 @@ std::optional<TrainState> Checkpointer::resume() {
       }
       return TrainState{m.step, m.samples_drawn, m.lr};
     }
-    // The rank that failed first; its message without the kind (I: incompatible, C: damaged).
-    const auto bad =
-        std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
+    // Its message without the kind (I: incompatible, C: damaged).
     const std::string message =
         "rank " + std::to_string(bad - errors.begin()) + ": " + bad->substr(1);
     if ((*bad)[0] == 'I') throw checkpoint::IncompatibleCheckpoint(message);
