@@ -133,7 +133,7 @@ RunResult single_process(const nn::LlamaConfig& model_config = config(), int mic
   return run;
 }
 
-// Every rank's pieces of the training state (ParallelModel::state_layout, state_values).
+// Every rank's pieces of the training state (ParallelModel::state_layout, copy_state).
 using RankPieces = std::pair<std::vector<StatePiece>, std::vector<Tensor>>;
 
 // The pieces the ranks hold put together are the whole state full_state() gathers: every
@@ -247,8 +247,9 @@ RunResult parallel_run(const Layout& layout) {
         parallel->evaluate(tokens.data(), targets.data(), local, kSeq) / ranks);
     auto state = parallel->full_state();
     if (kCheckPieces) {
-      pieces[static_cast<std::size_t>(pg.rank())] = {parallel->state_layout(),
-                                                     parallel->state_values()};
+      auto& [held, values] = pieces[static_cast<std::size_t>(pg.rank())];
+      held = parallel->state_layout();
+      parallel->copy_state(values);
     }
     if (pg.rank() != 0) return;
     run.validation = validation;

@@ -436,16 +436,17 @@ class Parallelized : public ParallelModel {
     }
     return layout;
   }
-  std::vector<Tensor> state_values() override {
-    std::vector<Tensor> values;
-    const std::vector<StatePiece> layout = state_layout();
+  void copy_state(std::vector<Tensor>& into) override {
     const std::vector<DataParallel::Held> held = dp_->held();
-    for (std::size_t i = 0; i < held.size(); ++i) {
-      Tensor t = Tensor::zeros(layout[i].sizes);
-      std::copy_n(held[i].data, t.numel(), t.data<float>());
-      values.push_back(std::move(t));
+    if (into.empty()) {
+      for (const StatePiece& piece : state_layout()) into.push_back(Tensor::zeros(piece.sizes));
     }
-    return values;
+    if (into.size() != held.size()) {
+      throw InvalidArgument("copy_state: " + std::to_string(into.size()) + " tensors for " +
+                            std::to_string(held.size()) + " pieces");
+    }
+    for (std::size_t i = 0; i < held.size(); ++i)
+      std::copy_n(held[i].data, into[i].numel(), into[i].data<float>());
   }
   void load_state_values(const std::vector<Tensor>& values, std::int64_t optimizer_steps) override {
     const std::vector<StatePiece> layout = state_layout();

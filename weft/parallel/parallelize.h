@@ -128,8 +128,10 @@ class ParallelModel {
   // list on every call. For distributed checkpoints, which save and load them without
   // gathering.
   virtual std::vector<StatePiece> state_layout() = 0;
-  // Copies of those pieces, contiguous, in state_layout's order.
-  virtual std::vector<Tensor> state_values() = 0;
+  // Copies those pieces, in state_layout's order, into `into`: contiguous tensors allocated on
+  // the first call (when `into` is empty) and reused by later ones, so that a staging buffer
+  // kept between checkpoints costs one copy of the state and no new memory.
+  virtual void copy_state(std::vector<Tensor>& into) = 0;
   // Overwrites the pieces (tensors of state_layout's sizes, in its order) and sets the
   // optimizer's step count. Not collective; every rank loads its own pieces before the next
   // forward. InvalidArgument (nothing changed) when a tensor's shape differs.

@@ -81,6 +81,9 @@ Checkpointer::Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGr
     }
   }
   writes_ = checkpoint::plan_writes(held, sizeof(float))[static_cast<std::size_t>(rank_)];
+  // The staging buffer, allocated now rather than by the first save's step (page faults over
+  // the whole state cost that step about ten times the copy's time).
+  model_.copy_state(staging_);
   std::string problem;
   if (rank_ == 0) {
     try {
@@ -189,10 +192,11 @@ void Checkpointer::save(const TrainState& state) {
   tmp_name += step_directory_name(state.step);
   tmp_name += ".saving";
   job->tmp = (folder / tmp_name).string();
-  std::vector<Tensor> values = model_.state_values();  // the staging copy
-  for (std::size_t i = 0; i < values.size(); ++i) {
+  // The staging copy: the buffers of the previous save (finished above) are reused.
+  model_.copy_state(staging_);
+  for (std::size_t i = 0; i < staging_.size(); ++i) {
     if (writes_[i])
-      job->pieces.push_back({layout_[i].name, {layout_[i].offsets, layout_[i].sizes}, values[i]});
+      job->pieces.push_back({layout_[i].name, {layout_[i].offsets, layout_[i].sizes}, staging_[i]});
   }
   in_flight_dir_ = job->dir;
   in_flight_start_ = start;

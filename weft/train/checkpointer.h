@@ -85,9 +85,10 @@ class Checkpointer {
   int rank_ = 0, size_ = 1;
   std::vector<parallel::StatePiece> layout_;  // this rank's pieces
   std::vector<bool> writes_;                  // which of them this rank writes
-  std::map<std::string, Shape> shapes_;       // every tensor's whole shape
-  std::unique_ptr<FolderLock> lock_;          // rank 0, with checkpoint.enable
-  std::future<std::string> in_flight_;        // the background save's outcome
+  std::vector<Tensor> staging_;          // their copies for the save in flight, kept for the next
+  std::map<std::string, Shape> shapes_;  // every tensor's whole shape
+  std::unique_ptr<FolderLock> lock_;     // rank 0, with checkpoint.enable
+  std::future<std::string> in_flight_;   // the background save's outcome
   std::string in_flight_dir_;
   std::chrono::steady_clock::time_point in_flight_start_;
   double stall_seconds_ = 0, last_stall_seconds_ = 0;
