@@ -16,19 +16,6 @@ constexpr std::size_t kPrefixLength = sizeof(kPrefix) - 1;
 
 std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
 
-struct Checksummer::State {
-  XXH3_state_t xxh;
-};
-
-Checksummer::Checksummer() : state_(std::make_unique<State>()) { XXH3_64bits_reset(&state_->xxh); }
-Checksummer::~Checksummer() = default;
-
-void Checksummer::update(const void* data, std::size_t bytes) {
-  XXH3_64bits_update(&state_->xxh, data, bytes);
-}
-
-std::uint64_t Checksummer::digest() const { return XXH3_64bits_digest(&state_->xxh); }
-
 std::string checksum_text(std::uint64_t value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%s%016llx", kPrefix, static_cast<unsigned long long>(value));

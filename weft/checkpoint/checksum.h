@@ -7,28 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 namespace weft::checkpoint {
 
 std::uint64_t checksum(const void* data, std::size_t bytes);
-
-// The checksum of bytes that arrive in pieces: the same value as checksum() of their
-// concatenation.
-class Checksummer {
- public:
-  Checksummer();
-  ~Checksummer();
-  Checksummer(const Checksummer&) = delete;
-  Checksummer& operator=(const Checksummer&) = delete;
-  void update(const void* data, std::size_t bytes);
-  std::uint64_t digest() const;
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
 
 std::string checksum_text(std::uint64_t value);  // "xxh3-64:00ff..."
 // The value of checksum_text's form; CheckpointError naming `where` otherwise.

@@ -24,30 +24,6 @@ std::int64_t bytes_of_floats(std::int64_t n) {
   return n * static_cast<std::int64_t>(sizeof(float));
 }
 
-// Pairs every tensor of `into` with the tensor of that name in `from`, checking that each is
-// there with its shape (InvalidArgument otherwise): the copies to make, once every part of a
-// state has been checked.
-using Copies = std::vector<std::pair<const Tensor*, Tensor*>>;
-Copies match_by_name(const nn::StateDict& from, nn::StateDict& into, const char* what) {
-  if (from.size() != into.size()) {
-    throw InvalidArgument(std::string("load: ") + std::to_string(from.size()) + " " + what +
-                          " tensors for " + std::to_string(into.size()) + " parameters");
-  }
-  Copies pairs;
-  for (auto& [name, target] : into) {
-    const auto it = std::find_if(from.begin(), from.end(),
-                                 [&](const auto& entry) { return entry.first == name; });
-    if (it == from.end()) throw InvalidArgument(std::string("load: no ") + what + " for " + name);
-    if (it->second.shape() != target.shape()) {
-      throw InvalidArgument(std::string("load: ") + what + " " + name + " is " +
-                            shape_string(it->second.shape()) + ", the model's is " +
-                            shape_string(target.shape()));
-    }
-    pairs.emplace_back(&it->second, &target);
-  }
-  return pairs;
-}
-
 // The data-parallel wrapper inside a ParallelModel: what differs between one process (or
 // tensor parallelism alone), DDP and FSDP.
 class DataParallel {
@@ -69,7 +45,6 @@ class DataParallel {
   // filled where the data coordinates are 0. Collective over the ranks whose replica
   // coordinate is 0.
   virtual std::pair<nn::StateDict, nn::AdamWState> state() = 0;
-  virtual void load(const nn::StateDict& params, const nn::AdamWState& optimizer) = 0;
   // The training state this rank holds, one entry per parameter and kind (value, exp_avg,
   // exp_avg_sq): rows [first_row, first_row + rows) of the parameter (this rank's
   // tensor-parallel slice of it), contiguous at `data`.
@@ -127,16 +102,6 @@ class Replicated : public DataParallel {
   std::pair<nn::StateDict, nn::AdamWState> state() override {
     return {model_.parameters().state_dict(), adamw_.state()};
   }
-  void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
-    nn::AdamWState mine = adamw_.state();  // views: copying into them restores the moments
-    const Copies exp_avg = match_by_name(optimizer.exp_avg, mine.exp_avg, "exp_avg");
-    const Copies exp_avg_sq = match_by_name(optimizer.exp_avg_sq, mine.exp_avg_sq, "exp_avg_sq");
-    model_.parameters().load_state_dict(params);  // checks everything before it copies
-    for (const Copies& copies : {exp_avg, exp_avg_sq}) {
-      for (auto [src, dst] : copies) dst->copy_from(*src);
-    }
-    adamw_.set_steps(optimizer.steps);
-  }
   std::vector<Held> held() override {
     const nn::AdamWState moments = adamw_.state();
     std::vector<Held> all;
@@ -190,9 +155,6 @@ class Sharded : public DataParallel {
   void reduce_held() override { fsdp_.reduce_held(); }
   void step(double lr) override { fsdp_.step(lr); }
   std::pair<nn::StateDict, nn::AdamWState> state() override { return fsdp_.full_state(); }
-  void load(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
-    fsdp_.load_full_state(params, optimizer);
-  }
   std::vector<Held> held() override {
     std::vector<Held> all;
     for (const auto& r : fsdp_.shard_rows()) {
@@ -407,17 +369,6 @@ class Parallelized : public ParallelModel {
         gather_state_dicts(*dict, *pp_);
     }
     return state;
-  }
-
-  void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) override {
-    if (tp_ == nullptr) {
-      dp_->load(params, optimizer);
-      return;
-    }
-    const nn::ParameterList& like = model_.parameters();
-    dp_->load(take_slices(params, like),
-              {take_slices(optimizer.exp_avg, like), take_slices(optimizer.exp_avg_sq, like),
-               optimizer.steps});
   }
 
   // A held run's box in the whole tensor: the tensor-parallel slice, then its rows.

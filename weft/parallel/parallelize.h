@@ -117,12 +117,10 @@ class ParallelModel {
   // returned (a loss): taken once per data-parallel rank, from the last pipeline stage's
   // first tensor-parallel rank. Collective.
   virtual double sum_over_data(double value) = 0;
-  // The whole training state, in the model's parameter order (for checkpoints): on world
-  // rank 0 full tensors, elsewhere empty. Collective.
+  // The whole training state, in the model's parameter order, gathered: on world rank 0 full
+  // tensors, elsewhere empty. Collective. (What one process would hold, to compare layouts
+  // with; checkpoints save and load each rank's pieces instead.)
   virtual std::pair<nn::StateDict, nn::AdamWState> full_state() = 0;
-  // Takes this rank's part of a whole state; every rank passes the same (not collective).
-  // InvalidArgument when a tensor is missing or of another shape; nothing changes then.
-  virtual void load_full_state(const nn::StateDict& params, const nn::AdamWState& optimizer) = 0;
   // The pieces of the training state this rank holds, whatever the layout (tensor-parallel
   // slices, FSDP's rows of them, a pipeline stage's parameters, replicas' copies): the same
   // list on every call. For distributed checkpoints, which save and load them without

@@ -206,7 +206,6 @@ void Checkpointer::save(const TrainState& state) {
     report(write(*job), job->dir);
   }
   last_stall_seconds_ = seconds_since(start);
-  stall_seconds_ += last_stall_seconds_;
 }
 
 std::string Checkpointer::write(const Job& job) {

@@ -64,9 +64,8 @@ class Checkpointer {
   void poll();
   // Waits for the save in flight; its error is thrown on every rank. Collective.
   void finish();
-  // Wall seconds the training loop spent in save() (staging, and waiting for an earlier
-  // save), and in the last one.
-  double stall_seconds() const { return stall_seconds_; }
+  // Wall seconds the training loop spent in the last save() (staging, and waiting for an
+  // earlier save).
   double last_stall_seconds() const { return last_stall_seconds_; }
 
  private:
@@ -91,7 +90,7 @@ class Checkpointer {
   std::future<std::string> in_flight_;   // the background save's outcome
   std::string in_flight_dir_;
   std::chrono::steady_clock::time_point in_flight_start_;
-  double stall_seconds_ = 0, last_stall_seconds_ = 0;
+  double last_stall_seconds_ = 0;
   std::uint64_t bytes_read_ = 0;  // by the last load tried
   // Rank 0: the last save's bytes over all files, and its largest file's.
   std::pair<std::uint64_t, std::uint64_t> written_{0, 0};
