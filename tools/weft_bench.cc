@@ -39,7 +39,7 @@ std::size_t parse_size(const std::string& text) {
 
 void print_header(const BenchOptions& o, const ProcessGroup& pg) {
   std::printf("# weft-bench %s  backend %s  ranks %d  dtype %s  redop %s  warmup %d  iters %d\n",
-              o.op.c_str(), pg.backend_name().c_str(), pg.size(),
+              o.op.c_str(), std::string(pg.backend_name()).c_str(), pg.size(),
               std::string(weft::dtype_name(o.dtype)).c_str(),
               std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
   std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",

@@ -71,11 +71,11 @@ INSTANTIATE_TEST_SUITE_P(Backends, ValuesTest,
 TEST(ShmSubgroupTest, SubgroupsRunOnEnginesOfTheirOwn) {
   expect_all_exited_zero(weft::test::run_forked_ranks(4, [&](int rank) {
     auto pg = init_process_group({.backend = "shm", .timeout = Seconds(60)});
-    EXPECT_TRUE(pg->has_direct_engine());
+    EXPECT_EQ(pg->engine_name(), "shm");
     auto rows = pg->split(rank / 2);  // {0, 1} {2, 3}
     auto cols = pg->split(rank % 2);  // {0, 2} {1, 3}
-    EXPECT_TRUE(rows->has_direct_engine());
-    EXPECT_TRUE(cols->has_direct_engine());
+    EXPECT_EQ(rows->engine_name(), "shm");
+    EXPECT_EQ(cols->engine_name(), "shm");
     test::all_checks<float>(*rows);
     test::all_checks<std::int64_t>(*cols);
     test::large_checks<float>(*cols);
@@ -89,8 +89,8 @@ TEST(ShmSubgroupTest, SubgroupsRunOnEnginesOfTheirOwn) {
     EXPECT_EQ(row.back(), static_cast<float>(rank % 2 + rank % 2 + 2));
     std::vector<std::shared_ptr<ProcessGroup>> more;
     for (int i = 0; i < 6; ++i) more.push_back(pg->split(0));
-    EXPECT_TRUE(more[3]->has_direct_engine());   // regions 3..6 of each rank
-    EXPECT_FALSE(more[4]->has_direct_engine());  // the pool of 6 is spent
+    EXPECT_EQ(more[3]->engine_name(), "shm");      // regions 3..6 of each rank
+    EXPECT_EQ(more[4]->engine_name(), "generic");  // the pool of 6 is spent
     test::all_checks<float>(*more[4]);
     return testing::Test::HasFailure() ? 1 : 0;
   }));

@@ -316,8 +316,8 @@ void on_thread_transports(int n,
   for (auto& th : threads) th.join();
 }
 
-// Every algorithm's all-reduce against gather-reduce-broadcast, on random integers (exact,
-// so the comparison is bitwise) and sizes around the ring threshold.
+// Both all-reduce algorithms against gather-reduce-broadcast, on random integers (exact, so
+// the comparison is bitwise), at sizes on both sides of the generic engine's threshold.
 TEST(AlgorithmsTest, AllReduceMatchesReference) {
   for (int n : {2, 3, 5, 7}) {
     on_thread_transports(n, [n](Transport& t, const std::vector<int>& members, int r) {
@@ -325,12 +325,16 @@ TEST(AlgorithmsTest, AllReduceMatchesReference) {
       for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
         std::vector<std::int32_t> a(count);
         for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
-        std::vector<std::int32_t> b = a;
+        std::vector<std::int32_t> ring = a, tree = a;
         const Deadline d = Deadline::after(Seconds(30));
-        algorithms::all_reduce(Comm{t, members, r, Tag{1} << 32, d}, Buffer(a), ReduceOp::kSum);
-        algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(b),
+        algorithms::all_reduce_ring(Comm{t, members, r, Tag{1} << 32, d}, Buffer(ring),
+                                    ReduceOp::kSum);
+        algorithms::all_reduce_reduce_broadcast(Comm{t, members, r, Tag{3} << 32, d}, Buffer(tree),
+                                                ReduceOp::kSum);
+        algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(a),
                                          ReduceOp::kSum);
-        EXPECT_EQ(a, b) << "n " << n << " count " << count;
+        EXPECT_EQ(ring, a) << "ring, n " << n << " count " << count;
+        EXPECT_EQ(tree, a) << "reduce + broadcast, n " << n << " count " << count;
       }
     });
   }

@@ -160,13 +160,11 @@ BackendFactory find_backend(const std::string& backend) {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transport,
-                                               std::string backend_name,
+std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
                                                const BackendContext& context) {
   std::vector<int> members(static_cast<std::size_t>(context.world_size));
   std::iota(members.begin(), members.end(), 0);
-  return std::make_shared<ProcessGroup>(std::move(transport), std::move(members),
-                                        std::move(backend_name),
+  return std::make_shared<ProcessGroup>(std::move(backend), std::move(members),
                                         GroupOptions{context.timeout, "world"});
 }
 

@@ -48,10 +48,9 @@ struct BackendContext {
 
 using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)>;
 
-// For backends: the world group (every rank of `transport`, in rank order) over a transport
-// the backend has connected.
-std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Transport> transport,
-                                               std::string backend_name,
+// For backends: the world group (every rank of the backend's transport, in rank order), once
+// the backend has connected its transport.
+std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
                                                const BackendContext& context);
 
 // Makes `name` available to init_process_group. The built-in backends (shm, tcp) are

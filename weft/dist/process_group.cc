@@ -14,7 +14,7 @@
 namespace weft::dist {
 
 struct ProcessGroup::OpCall {
-  Comm comm;
+  OpContext op;
   std::uint64_t seq;
 };
 
@@ -72,12 +72,14 @@ void narrow(const std::vector<float>& wide, const Buffer& b) {
   if (b.dtype == DType::kBFloat16) narrow_typed<BFloat16>(wide.data(), b.data, b.count);
 }
 
-// Runs a reducing algorithm `run(in, out, op)`: 16-bit floats on float32 copies (so partial
-// sums stay float32), kAvg as kSum followed by a division where the result lands.
+// Runs a reducing engine call `run(in, out, op)`: 16-bit floats on float32 copies unless the
+// engine reduces them itself (so partial sums stay float32), kAvg as kSum followed by a
+// division where the result lands.
 template <class Run>
-void reducing(Buffer out, Buffer in, ReduceOp op, std::size_t n, bool result_here, Run run) {
+void reducing(const CollectiveEngine& engine, Buffer out, Buffer in, ReduceOp op, std::size_t n,
+              bool result_here, Run run) {
   const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  if (!is_half(in.dtype)) {
+  if (!is_half(in.dtype) || engine.reduces_16bit_floats()) {
     run(out, in, base);
     if (op == ReduceOp::kAvg && result_here) finish_average(out.data, out.count, out.dtype, n);
     return;
@@ -96,32 +98,52 @@ std::size_t sum(const std::vector<std::size_t>& v) {
   return std::accumulate(v.begin(), v.end(), std::size_t{0});
 }
 
-[[noreturn]] void invalid(const std::string& op, const std::string& what) {
-  throw InvalidArgument("dist::" + op + ": " + what);
+[[noreturn]] void invalid(std::string_view op, const std::string& what) {
+  throw InvalidArgument("dist::" + std::string(op) + ": " + what);
 }
+
+[[noreturn]] void invalid(Op op, const std::string& what) { invalid(op_name(op), what); }
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int> members,
-                           std::string backend_name, GroupOptions options)
-    : transport_(std::move(transport)),
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
+                           GroupOptions options)
+    : ProcessGroup(std::move(backend), std::move(members), std::move(options), 0) {}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
+                           GroupOptions options, std::uint32_t id)
+    : backend_(std::move(backend)),
       members_(std::move(members)),
       rank_(-1),
-      backend_(std::move(backend_name)),
       options_(std::move(options)),
+      id_(id),
       queue_(std::make_unique<internal::OpQueue>()) {
   Promise<void> done;
   done.set_value();
   completed_ = std::make_shared<Work>(done.get_future());
-  const auto it = std::find(members_.begin(), members_.end(), transport_->rank());
+  const int global = transport().rank();
+  const auto it = std::find(members_.begin(), members_.end(), global);
   if (it == members_.end()) {
-    throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(transport_->rank()) +
+    throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(global) +
                           " is not among the group's members");
   }
   rank_ = static_cast<int>(it - members_.begin());
-  std::vector<int> all_ranks(static_cast<std::size_t>(transport_->size()));
-  std::iota(all_ranks.begin(), all_ranks.end(), 0);
-  if (members_ == all_ranks) direct_ = transport_->take_direct_collectives();
+  engine_ = backend_->make_engine(members_, [this](std::int64_t mine) { return agree(mine); });
+}
+
+// An all-gather of one integer on the generic engine, for the backend while it builds this
+// group's engine: the group's first collective sequence number.
+std::vector<std::int64_t> ProcessGroup::agree(std::int64_t mine) {
+  GenericEngine bootstrap(backend_->transport(), members_);
+  std::vector<std::int64_t> all(members_.size());
+  const OpContext op{collective_tag(id_, next_seq_++), Deadline::after(options_.timeout)};
+  try {
+    bootstrap.all_gather(Buffer(all), Buffer(&mine, 1, DType::kInt64), op);
+  } catch (const std::exception& e) {
+    fail("creating " + describe() + " failed: " + e.what());
+    throw;
+  }
+  return all;
 }
 
 ProcessGroup::Blocking::Blocking(const ProcessGroup* group) : previous_(t_blocking_group) {
@@ -141,7 +163,7 @@ ProcessGroup::~ProcessGroup() {
   }
   // The peers of an operation that will never complete here must not wait for it.
   if (unfinished) {
-    transport_->abort("rank " + std::to_string(transport_->rank()) + " destroyed " + describe() +
+    transport().abort("rank " + std::to_string(transport().rank()) + " destroyed " + describe() +
                       " with operations unfinished");
   }
   queue_.reset();
@@ -158,17 +180,17 @@ void ProcessGroup::set_timeout(Seconds timeout) {
 }
 
 std::string ProcessGroup::describe() const {
-  return "group '" + options_.name + "' (backend " + backend_ + ", rank " + std::to_string(rank_) +
-         " of " + std::to_string(size()) + ")";
+  return "group '" + options_.name + "' (backend " + std::string(backend_->name()) + ", rank " +
+         std::to_string(rank_) + " of " + std::to_string(size()) + ")";
 }
 
 template <class Body>
-std::shared_ptr<Work> ProcessGroup::issue(const char* op, OpOptions options,
+std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
                                           std::optional<internal::CallSignature> signature,
                                           Body body) {
   std::unique_lock lock(mu_);
   if (!broken_.empty()) {
-    throw GroupBroken("dist::" + std::string(op) + " on " + describe() +
+    throw GroupBroken("dist::" + std::string(op_name(op)) + " on " + describe() +
                       ": the group is unusable after an earlier failure (" + broken_ +
                       "); create a new process group");
   }
@@ -250,7 +272,7 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   if (queued) {  // an inline call checked just before, under the same lock as its issue
     std::lock_guard run_lock(mu_);
     if (!broken_.empty()) {
-      return std::make_exception_ptr(GroupBroken("dist::" + std::string(run.op) + " on " +
+      return std::make_exception_ptr(GroupBroken("dist::" + std::string(op_name(run.op)) + " on " +
                                                  describe() +
                                                  ": not run, the group broke "
                                                  "earlier (" +
@@ -258,21 +280,21 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
     }
   }
   const bool collective = run.signature.has_value();
-  const OpCall call{Comm{*transport_, members_, rank_, collective_tag(id_, run.seq),
-                         Deadline::after_first_use(run.timeout)},
+  const OpCall call{OpContext{collective_tag(id_, run.seq), Deadline::after_first_use(run.timeout)},
                     run.seq};
   try {
-    if (collective) transport_->note_arrival(call.comm.tag, size());
+    if (collective) engine_->note_arrival(call.op.tag);
     if (collective && internal::call_checks_enabled()) {
-      internal::check_call(call.comm, *run.signature, run.seq, options_.name);
+      const Comm comm{transport(), members_, rank_, call.op.tag, call.op.deadline};
+      internal::check_call(comm, *run.signature, run.seq, options_.name);
     }
     body(call);
     return nullptr;
   } catch (const PeerTimeout& e) {
     std::ostringstream msg;
-    msg << "dist::" << run.op << " #" << run.seq << " on " << describe() << " timed out after "
-        << run.timeout.count()
-        << " s: " << (collective ? missing_ranks(call.comm.tag, e.peer()) : waited_for(e.peer()))
+    msg << "dist::" << op_name(run.op) << " #" << run.seq << " on " << describe()
+        << " timed out after " << run.timeout.count()
+        << " s: " << (collective ? missing_ranks(call.op.tag, e.peer()) : waited_for(e.peer()))
         << ". Check that every rank makes the same calls in the same order, or raise the "
            "timeout (GroupOptions::timeout, OpOptions::timeout)";
     fail(msg.str());
@@ -284,14 +306,14 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
     if (broken_.empty()) broken_ = e.what();
     return std::current_exception();
   } catch (const std::exception& e) {
-    fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
-         " failed: " + e.what());
+    fail("dist::" + std::string(op_name(run.op)) + " #" + std::to_string(run.seq) + " on " +
+         describe() + " failed: " + e.what());
     return std::current_exception();
   } catch (const abi::__forced_unwind&) {
     throw;         // thread cancellation must unwind on
   } catch (...) {  // whatever it was, the operation must complete (with it) so nothing waits
-    fail("dist::" + std::string(run.op) + " #" + std::to_string(run.seq) + " on " + describe() +
-         " failed with an exception that is not a std::exception");
+    fail("dist::" + std::string(op_name(run.op)) + " #" + std::to_string(run.seq) + " on " +
+         describe() + " failed with an exception that is not a std::exception");
     return std::current_exception();
   }
 }
@@ -307,12 +329,12 @@ std::string ProcessGroup::waited_for(int global_peer) const {
 }
 
 std::string ProcessGroup::missing_ranks(Tag op_tag, int global_peer) const {
-  const auto missing = transport_->not_arrived(op_tag, members_);
+  const auto missing = engine_->not_arrived(op_tag);
   if (!missing || missing->empty()) {
     return "waiting for rank " + group_rank_of(global_peer) + ", whose own peers may be late";
   }
   std::string list;
-  for (int g : *missing) list += (list.empty() ? "" : ", ") + group_rank_of(g);
+  for (int r : *missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
   return (missing->size() == 1 ? "rank " : "ranks ") + list + " had not arrived";
 }
 
@@ -322,17 +344,17 @@ void ProcessGroup::fail(const std::string& reason) {
     if (broken_.empty()) broken_ = reason;
   }
   // Tell every other rank now rather than let each wait for its own timeout.
-  transport_->abort("rank " + std::to_string(transport_->rank()) + " failed: " + reason);
+  transport().abort("rank " + std::to_string(transport().rank()) + " failed: " + reason);
 }
 
-void ProcessGroup::check_root(const char* op, int root) const {
+void ProcessGroup::check_root(Op op, int root) const {
   if (root < 0 || root >= size()) {
     invalid(op, "root " + std::to_string(root) + " is not a rank of the group (0 to " +
                     std::to_string(size() - 1) + ")");
   }
 }
 
-void ProcessGroup::check_reduce(const char* op, const Buffer& buf, ReduceOp kind) const {
+void ProcessGroup::check_reduce(Op op, const Buffer& buf, ReduceOp kind) const {
   if (is_bitwise(kind) && is_floating(buf.dtype)) {
     invalid(op, "reduce op " + std::string(reduce_op_name(kind)) +
                     " is bitwise and needs an "
@@ -341,32 +363,32 @@ void ProcessGroup::check_reduce(const char* op, const Buffer& buf, ReduceOp kind
   }
 }
 
-void ProcessGroup::check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const {
+void ProcessGroup::check_same_dtype(Op op, const Buffer& a, const Buffer& b) const {
   if (a.dtype != b.dtype) {
     invalid(op, "output dtype " + std::string(dtype_name(a.dtype)) + " differs from input dtype " +
                     std::string(dtype_name(b.dtype)));
   }
 }
 
-void ProcessGroup::check_fits(const char* op, std::initializer_list<Buffer> buffers) const {
-  const std::size_t limit = transport_->max_message_bytes();
+void ProcessGroup::check_fits(Op op, std::initializer_list<Buffer> buffers) const {
+  const std::size_t limit = backend_->max_message_bytes();
   for (const Buffer& b : buffers) {
     // 16-bit floats travel widened to float32 in the reducing operations.
     const std::size_t bytes = b.size_bytes() * (is_half(b.dtype) ? 2 : 1);
     if (bytes > limit) {
       invalid(op, "a buffer of " + std::to_string(b.size_bytes()) + " bytes exceeds the " +
-                      backend_ + " backend's message limit of " + std::to_string(limit) +
-                      " bytes; split it into several operations");
+                      std::string(backend_->name()) + " backend's message limit of " +
+                      std::to_string(limit) + " bytes; split it into several operations");
     }
   }
 }
 
-void ProcessGroup::check_tag(const char* op, int tag) const {
+void ProcessGroup::check_tag(Op op, int tag) const {
   if (tag < 0) invalid(op, "tag " + std::to_string(tag) + " is negative (0 <= tag < 2^31)");
 }
 
 namespace {
-void check_count(const char* op, const char* what, std::size_t expected, std::size_t actual) {
+void check_count(Op op, const char* what, std::size_t expected, std::size_t actual) {
   if (expected != actual) {
     invalid(op, std::string(what) + " has " + std::to_string(actual) + " elements, expected " +
                     std::to_string(expected));
@@ -375,123 +397,110 @@ void check_count(const char* op, const char* what, std::size_t expected, std::si
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroup::broadcast_async(Buffer buf, int src, OpOptions o) {
-  check_fits("broadcast", {buf});
-  check_root("broadcast", src);
-  return issue("broadcast", o, Sig{"broadcast", buf.dtype, buf.count, src, {}},
-               [buf, src, d = direct_.get()](const OpCall& c) {
-                 if (d != nullptr) return d->broadcast(buf, src, c.comm.deadline);
-                 algorithms::broadcast(c.comm, buf, src);
-               });
+  check_fits(Op::broadcast, {buf});
+  check_root(Op::broadcast, src);
+  return issue(Op::broadcast, o, Sig{Op::broadcast, buf.dtype, buf.count, src, {}},
+               [buf, src, e = engine_.get()](const OpCall& c) { e->broadcast(buf, src, c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(Buffer buf, ReduceOp op, OpOptions o) {
-  check_fits("all_reduce", {buf});
-  check_reduce("all_reduce", buf, op);
+  check_fits(Op::all_reduce, {buf});
+  check_reduce(Op::all_reduce, buf, op);
   const auto n = static_cast<std::size_t>(size());
-  return issue("all_reduce", o, Sig{"all_reduce", buf.dtype, buf.count, -1, op},
-               [buf, op, n, d = direct_.get()](const OpCall& c) {
-                 reducing(buf, buf, op, n, true, [&](Buffer out, Buffer, ReduceOp r) {
-                   if (d != nullptr) return d->all_reduce(out, r, c.comm.deadline);
-                   algorithms::all_reduce(c.comm, out, r);
-                 });
+  return issue(Op::all_reduce, o, Sig{Op::all_reduce, buf.dtype, buf.count, -1, op},
+               [buf, op, n, e = engine_.get()](const OpCall& c) {
+                 reducing(*e, buf, buf, op, n, true,
+                          [&](Buffer out, Buffer, ReduceOp r) { e->all_reduce(out, r, c.op); });
                });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_async(Buffer buf, int dst, ReduceOp op, OpOptions o) {
-  check_fits("reduce", {buf});
-  check_root("reduce", dst);
-  check_reduce("reduce", buf, op);
+  check_fits(Op::reduce, {buf});
+  check_root(Op::reduce, dst);
+  check_reduce(Op::reduce, buf, op);
   const auto n = static_cast<std::size_t>(size());
   const bool root = dst == rank_;
-  return issue("reduce", o, Sig{"reduce", buf.dtype, buf.count, dst, op},
-               [buf, dst, op, n, root, d = direct_.get()](const OpCall& c) {
-                 reducing(buf, buf, op, n, root, [&](Buffer out, Buffer, ReduceOp r) {
-                   if (d != nullptr) return d->reduce(out, dst, r, c.comm.deadline);
-                   algorithms::reduce(c.comm, out, dst, r);
-                 });
+  return issue(Op::reduce, o, Sig{Op::reduce, buf.dtype, buf.count, dst, op},
+               [buf, dst, op, n, root, e = engine_.get()](const OpCall& c) {
+                 reducing(*e, buf, buf, op, n, root,
+                          [&](Buffer out, Buffer, ReduceOp r) { e->reduce(out, dst, r, c.op); });
                });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOptions o) {
-  check_fits("all_gather", {in});
-  check_same_dtype("all_gather", out, in);
-  check_count("all_gather", "out", in.count * static_cast<std::size_t>(size()), out.count);
-  std::vector<std::size_t> counts(static_cast<std::size_t>(size()), in.count);
-  return issue("all_gather", o, Sig{"all_gather", in.dtype, in.count, -1, {}},
-               [out, in, counts, d = direct_.get()](const OpCall& c) {
-                 if (d != nullptr) return d->all_gather(out, in, c.comm.deadline);
-                 algorithms::all_gather_v(c.comm, out, in, counts);
-               });
+  check_fits(Op::all_gather, {in});
+  check_same_dtype(Op::all_gather, out, in);
+  check_count(Op::all_gather, "out", in.count * static_cast<std::size_t>(size()), out.count);
+  return issue(Op::all_gather, o, Sig{Op::all_gather, in.dtype, in.count, -1, {}},
+               [out, in, e = engine_.get()](const OpCall& c) { e->all_gather(out, in, c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
                                                        const std::vector<std::size_t>& counts,
                                                        OpOptions o) {
-  check_fits("all_gather_v", {in});
-  check_same_dtype("all_gather_v", out, in);
-  check_count("all_gather_v", "counts", static_cast<std::size_t>(size()), counts.size());
-  check_count("all_gather_v", "in", counts[static_cast<std::size_t>(rank_)], in.count);
-  check_count("all_gather_v", "out", sum(counts), out.count);
-  return issue(
-      "all_gather_v", o, Sig{"all_gather_v", in.dtype, out.count, -1, {}},
-      [out, in, counts](const OpCall& c) { algorithms::all_gather_v(c.comm, out, in, counts); });
+  check_fits(Op::all_gather_v, {in});
+  check_same_dtype(Op::all_gather_v, out, in);
+  check_count(Op::all_gather_v, "counts", static_cast<std::size_t>(size()), counts.size());
+  check_count(Op::all_gather_v, "in", counts[static_cast<std::size_t>(rank_)], in.count);
+  check_count(Op::all_gather_v, "out", sum(counts), out.count);
+  return issue(Op::all_gather_v, o, Sig{Op::all_gather_v, in.dtype, out.count, -1, {}},
+               [out, in, counts, e = engine_.get()](const OpCall& c) {
+                 e->all_gather_v(out, in, counts, c.op);
+               });
 }
 
 std::shared_ptr<Work> ProcessGroup::gather_async(Buffer out, Buffer in, int dst, OpOptions o) {
-  check_fits("gather", {in});
-  check_root("gather", dst);
+  check_fits(Op::gather, {in});
+  check_root(Op::gather, dst);
   if (dst == rank_) {
-    check_same_dtype("gather", out, in);
-    check_count("gather", "out (on the root)", in.count * static_cast<std::size_t>(size()),
+    check_same_dtype(Op::gather, out, in);
+    check_count(Op::gather, "out (on the root)", in.count * static_cast<std::size_t>(size()),
                 out.count);
   }
-  return issue("gather", o, Sig{"gather", in.dtype, in.count, dst, {}},
-               [out, in, dst](const OpCall& c) { algorithms::gather(c.comm, out, in, dst); });
+  return issue(
+      Op::gather, o, Sig{Op::gather, in.dtype, in.count, dst, {}},
+      [out, in, dst, e = engine_.get()](const OpCall& c) { e->gather(out, in, dst, c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter_async(Buffer out, Buffer in, int src, OpOptions o) {
-  check_fits("scatter", {out});
-  check_root("scatter", src);
+  check_fits(Op::scatter, {out});
+  check_root(Op::scatter, src);
   if (src == rank_) {
-    check_same_dtype("scatter", out, in);
-    check_count("scatter", "in (on the root)", out.count * static_cast<std::size_t>(size()),
+    check_same_dtype(Op::scatter, out, in);
+    check_count(Op::scatter, "in (on the root)", out.count * static_cast<std::size_t>(size()),
                 in.count);
   }
-  return issue("scatter", o, Sig{"scatter", out.dtype, out.count, src, {}},
-               [out, in, src](const OpCall& c) { algorithms::scatter(c.comm, out, in, src); });
+  return issue(
+      Op::scatter, o, Sig{Op::scatter, out.dtype, out.count, src, {}},
+      [out, in, src, e = engine_.get()](const OpCall& c) { e->scatter(out, in, src, c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(Buffer out, Buffer in, ReduceOp op,
                                                          OpOptions o) {
-  check_fits("reduce_scatter", {in});
-  check_same_dtype("reduce_scatter", out, in);
-  check_reduce("reduce_scatter", in, op);
-  check_count("reduce_scatter", "in", out.count * static_cast<std::size_t>(size()), in.count);
+  check_fits(Op::reduce_scatter, {in});
+  check_same_dtype(Op::reduce_scatter, out, in);
+  check_reduce(Op::reduce_scatter, in, op);
+  check_count(Op::reduce_scatter, "in", out.count * static_cast<std::size_t>(size()), in.count);
   const auto n = static_cast<std::size_t>(size());
-  return issue("reduce_scatter", o, Sig{"reduce_scatter", out.dtype, out.count, -1, op},
-               [out, in, op, n, d = direct_.get()](const OpCall& c) {
-                 reducing(out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
-                   if (d != nullptr) return d->reduce_scatter(wo, wi, r, c.comm.deadline);
-                   algorithms::reduce_scatter(c.comm, wo, wi, r);
+  return issue(Op::reduce_scatter, o, Sig{Op::reduce_scatter, out.dtype, out.count, -1, op},
+               [out, in, op, n, e = engine_.get()](const OpCall& c) {
+                 reducing(*e, out, in, op, n, true, [&](Buffer wo, Buffer wi, ReduceOp r) {
+                   e->reduce_scatter(wo, wi, r, c.op);
                  });
                });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_async(Buffer out, Buffer in, OpOptions o) {
-  check_fits("all_to_all", {in});
-  check_same_dtype("all_to_all", out, in);
-  check_count("all_to_all", "out", in.count, out.count);
+  check_fits(Op::all_to_all, {in});
+  check_same_dtype(Op::all_to_all, out, in);
+  check_count(Op::all_to_all, "out", in.count, out.count);
   const auto n = static_cast<std::size_t>(size());
   if (in.count % n != 0) {
-    invalid("all_to_all", "in has " + std::to_string(in.count) +
-                              " elements, not divisible by the group size " + std::to_string(n));
+    invalid(Op::all_to_all, "in has " + std::to_string(in.count) +
+                                " elements, not divisible by the group size " + std::to_string(n));
   }
-  std::vector<std::size_t> counts(n, in.count / n);
-  return issue("all_to_all", o, Sig{"all_to_all", in.dtype, in.count, -1, {}},
-               [out, in, counts, d = direct_.get()](const OpCall& c) {
-                 if (d != nullptr) return d->all_to_all(out, in, c.comm.deadline);
-                 algorithms::all_to_all_v(c.comm, out, counts, in, counts);
-               });
+  return issue(Op::all_to_all, o, Sig{Op::all_to_all, in.dtype, in.count, -1, {}},
+               [out, in, e = engine_.get()](const OpCall& c) { e->all_to_all(out, in, c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
@@ -499,55 +508,52 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(Buffer out,
                                                        Buffer in,
                                                        const std::vector<std::size_t>& in_counts,
                                                        OpOptions o) {
-  check_fits("all_to_all_v", {in});
-  check_same_dtype("all_to_all_v", out, in);
-  check_count("all_to_all_v", "out_counts", static_cast<std::size_t>(size()), out_counts.size());
-  check_count("all_to_all_v", "in_counts", static_cast<std::size_t>(size()), in_counts.size());
-  check_count("all_to_all_v", "out", sum(out_counts), out.count);
-  check_count("all_to_all_v", "in", sum(in_counts), in.count);
-  return issue("all_to_all_v", o, Sig{"all_to_all_v", in.dtype, Sig::kAnyCount, -1, {}},
-               [out, out_counts, in, in_counts](const OpCall& c) {
-                 algorithms::all_to_all_v(c.comm, out, out_counts, in, in_counts);
+  check_fits(Op::all_to_all_v, {in});
+  check_same_dtype(Op::all_to_all_v, out, in);
+  check_count(Op::all_to_all_v, "out_counts", static_cast<std::size_t>(size()), out_counts.size());
+  check_count(Op::all_to_all_v, "in_counts", static_cast<std::size_t>(size()), in_counts.size());
+  check_count(Op::all_to_all_v, "out", sum(out_counts), out.count);
+  check_count(Op::all_to_all_v, "in", sum(in_counts), in.count);
+  return issue(Op::all_to_all_v, o, Sig{Op::all_to_all_v, in.dtype, Sig::kAnyCount, -1, {}},
+               [out, out_counts, in, in_counts, e = engine_.get()](const OpCall& c) {
+                 e->all_to_all_v(out, out_counts, in, in_counts, c.op);
                });
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier_async(OpOptions o) {
-  return issue("barrier", o, Sig{"barrier", DType::kUInt8, 0, -1, {}},
-               [d = direct_.get()](const OpCall& c) {
-                 if (d != nullptr) return d->barrier(c.comm.deadline);
-                 algorithms::barrier(c.comm);
-               });
+  return issue(Op::barrier, o, Sig{Op::barrier, DType::kUInt8, 0, -1, {}},
+               [e = engine_.get()](const OpCall& c) { e->barrier(c.op); });
 }
 
 std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpOptions o) {
-  check_fits("send", {buf});
-  check_root("send", dst);
-  check_tag("send", tag);
+  check_fits(Op::send, {buf});
+  check_root(Op::send, dst);
+  check_tag(Op::send, tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(dst)];
-  return issue("send", o, std::nullopt, [this, buf, global, t](const OpCall& c) {
-    transport_->send(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+  return issue(Op::send, o, std::nullopt, [this, buf, global, t](const OpCall& c) {
+    transport().send(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
   });
 }
 
 std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpOptions o) {
-  check_fits("recv", {buf});
-  check_root("recv", src);
-  check_tag("recv", tag);
+  check_fits(Op::recv, {buf});
+  check_root(Op::recv, src);
+  check_tag(Op::recv, tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(src)];
-  return issue("recv", o, std::nullopt, [this, buf, global, t](const OpCall& c) {
-    transport_->recv(global, t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+  return issue(Op::recv, o, std::nullopt, [this, buf, global, t](const OpCall& c) {
+    transport().recv(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
   });
 }
 
 std::shared_ptr<Work> ProcessGroup::recv_any_async(Buffer buf, int tag, OpOptions o) {
-  check_fits("recv_any", {buf});
-  check_tag("recv_any", tag);
+  check_fits(Op::recv_any, {buf});
+  check_tag(Op::recv_any, tag);
   const Tag t = p2p_tag(id_, tag);
   auto source = std::make_shared<int>(-1);
-  auto work = issue("recv_any", o, std::nullopt, [this, buf, t, source](const OpCall& c) {
-    const int global = transport_->recv_any(t, {buf.bytes(), buf.size_bytes()}, c.comm.deadline);
+  auto work = issue(Op::recv_any, o, std::nullopt, [this, buf, t, source](const OpCall& c) {
+    const int global = transport().recv_any(t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
     const auto it = std::find(members_.begin(), members_.end(), global);
     *source = static_cast<int>(it - members_.begin());
   });
@@ -562,19 +568,25 @@ int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
   return work->source_rank();
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(std::vector<int> group_ranks,
-                                                          std::string name) {
+// Collective over the new group (its engine may need the members to agree on something).
+std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(const std::vector<int>& group_ranks,
+                                                          std::string name, std::uint32_t index) {
   std::vector<int> globals;
   for (int r : group_ranks) globals.push_back(members_[static_cast<std::size_t>(r)]);
-  auto sub = std::make_shared<ProcessGroup>(transport_, std::move(globals), backend_,
-                                            GroupOptions{timeout(), std::move(name)});
-  return sub;
+  // The creation index alone tells groups apart: the groups made by one call (a split) have
+  // disjoint members.
+  const std::uint32_t id = mix((std::uint64_t{id_} << 32) | index);
+  return std::shared_ptr<ProcessGroup>(
+      new ProcessGroup(backend_, std::move(globals), GroupOptions{timeout(), std::move(name)}, id));
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
   std::set<int> seen;
   for (int r : ranks) {
-    check_root("new_group", r);
+    if (r < 0 || r >= size()) {
+      invalid("new_group", "rank " + std::to_string(r) + " is not a rank of the group (0 to " +
+                               std::to_string(size() - 1) + ")");
+    }
     if (!seen.insert(r).second)
       invalid("new_group", "rank " + std::to_string(r) + " is listed twice");
   }
@@ -584,10 +596,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
     index = subgroups_++;
   }
   if (!seen.contains(rank_)) return nullptr;
-  auto sub = make_subgroup(ranks, options_.name + "/" + std::to_string(index));
-  sub->id_ = mix((std::uint64_t{id_} << 32) | index);
-  sub->attach_direct_engine();
-  return sub;
+  return make_subgroup(ranks, options_.name + "/" + std::to_string(index), index);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
@@ -608,23 +617,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
     return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
   });
-  auto sub = make_subgroup(
-      ranks, options_.name + "/" + std::to_string(index) + ":" + std::to_string(color));
-  // The creation index alone tells groups apart: groups of one split have disjoint members.
-  sub->id_ = mix((std::uint64_t{id_} << 32) | index);
-  sub->attach_direct_engine();
-  return sub;
-}
-
-// Each member offers one of its own regions; the members may have joined different numbers
-// of groups before, so they tell each other which (over the general algorithms).
-void ProcessGroup::attach_direct_engine() {
-  if (direct_ || size() == 1 || !transport_->has_direct_regions()) return;
-  std::vector<std::int64_t> mine{transport_->reserve_direct_region()};
-  std::vector<std::int64_t> all(static_cast<std::size_t>(size()));
-  all_gather(all, mine);
-  if (std::any_of(all.begin(), all.end(), [](std::int64_t r) { return r < 0; })) return;
-  direct_ = transport_->direct_collectives_for(members_, std::vector<int>(all.begin(), all.end()));
+  return make_subgroup(
+      ranks, options_.name + "/" + std::to_string(index) + ":" + std::to_string(color), index);
 }
 
 }  // namespace weft::dist

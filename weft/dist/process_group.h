@@ -37,15 +37,17 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/base/deadline.h"
 #include "weft/base/function_ref.h"
+#include "weft/dist/backend.h"
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
 #include "weft/dist/internal/call_check.h"
+#include "weft/dist/op.h"
 #include "weft/dist/reduce_op.h"
-#include "weft/dist/transport/transport.h"
 #include "weft/dist/work.h"
 #include "weft/exec/promise.h"
 
@@ -69,9 +71,10 @@ struct OpOptions {
 class ProcessGroup {
  public:
   // Made by backends (run_threads, init_process_group): a group of `members` (global ranks of
-  // `transport`, in group-rank order), which must include transport->rank().
-  ProcessGroup(std::shared_ptr<Transport> transport, std::vector<int> members,
-               std::string backend_name, GroupOptions options = {});
+  // the backend's transport, in group-rank order), which must include this process's rank.
+  // Collective over the members: the backend builds the group's engine.
+  ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
+               GroupOptions options = {});
   // Waits for queued operations to finish (each is bounded by its deadline).
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -79,7 +82,11 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(members_.size()); }
-  const std::string& backend_name() const { return backend_; }
+  std::string_view backend_name() const { return backend_->name(); }
+  // The engine this group's collectives run on: "generic" (weft/dist/algorithms over the
+  // transport), "shm" (the shared-memory step engine: the world group, and the first few
+  // subgroups each rank joins; see docs/COLLECTIVES.md), ... Results are the same on each.
+  std::string_view engine_name() const { return engine_->name(); }
   const std::string& name() const { return options_.name; }
   Seconds timeout() const;
   void set_timeout(Seconds timeout);
@@ -185,10 +192,6 @@ class ProcessGroup {
   // Splits this group by `color` (ranks with equal colors form one group, ordered by `key`,
   // then by rank). Collective over this group. A negative color joins no group (nullptr).
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
-  // Whether this group's collectives run on the transport's direct engine (shm: the world
-  // group, and the first few subgroups each rank joins; see docs/COLLECTIVES.md) rather
-  // than on the general algorithms over send/recv. Results are the same either way.
-  bool has_direct_engine() const { return direct_ != nullptr; }
 
  private:
   // Marks this thread as making a blocking call on `group` for the call's duration, so that
@@ -209,8 +212,13 @@ class ProcessGroup {
   }
 
   struct OpCall;
+  ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,
+               std::uint32_t id);
+  std::vector<std::int64_t> agree(std::int64_t mine);
+  Transport& transport() const { return *backend_->transport(); }
+
   struct OpRun {
-    const char* op;
+    Op op;
     std::uint64_t seq;
     Seconds timeout;
     std::optional<internal::CallSignature> signature;  // set for collectives
@@ -222,31 +230,28 @@ class ProcessGroup {
   // blocking call on an idle group; collectives carry the signature debug mode compares
   // across ranks. Defined in process_group.cc, where every operation calls it.
   template <class Body>
-  std::shared_ptr<Work> issue(const char* op, OpOptions options,
+  std::shared_ptr<Work> issue(Op op, OpOptions options,
                               std::optional<internal::CallSignature> signature, Body body);
-  void check_root(const char* op, int root) const;
-  void check_reduce(const char* op, const Buffer& buf, ReduceOp op_kind) const;
-  void check_same_dtype(const char* op, const Buffer& a, const Buffer& b) const;
-  void check_tag(const char* op, int tag) const;
-  void check_fits(const char* op, std::initializer_list<Buffer> buffers) const;
+  void check_root(Op op, int root) const;
+  void check_reduce(Op op, const Buffer& buf, ReduceOp op_kind) const;
+  void check_same_dtype(Op op, const Buffer& a, const Buffer& b) const;
+  void check_tag(Op op, int tag) const;
+  void check_fits(Op op, std::initializer_list<Buffer> buffers) const;
   // Marks the group broken and aborts the transport, so that peers fail at once too.
   void fail(const std::string& reason);
-  std::shared_ptr<ProcessGroup> make_subgroup(std::vector<int> group_ranks, std::string name);
-  // Collective over this (new) group: gives it a direct engine when every member has a
-  // region left for one.
-  void attach_direct_engine();
+  std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& group_ranks, std::string name,
+                                              std::uint32_t index);
   std::string describe() const;
   std::string group_rank_of(int global) const;
   std::string waited_for(int global_peer) const;
   std::string missing_ranks(Tag op_tag, int global_peer) const;
 
-  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<Backend> backend_;
   std::vector<int> members_;
   int rank_;
-  std::string backend_;
   GroupOptions options_;
 
-  std::uint32_t id_ = 0;  // distinguishes this group's messages from other groups'
+  std::uint32_t id_;  // distinguishes this group's messages from other groups'
 
   mutable std::mutex mu_;        // guards the fields below, and makes issue order queue order
   std::uint64_t next_seq_ = 0;   // collective sequence number
@@ -259,8 +264,8 @@ class ProcessGroup {
   // What a blocking collective that succeeded on its caller's thread returns: completed,
   // never written to, so one serves every such call (no allocation per operation).
   std::shared_ptr<Work> completed_;
-  // The transport's own collectives for the group of all its ranks (shm), else nullptr.
-  std::unique_ptr<DirectCollectives> direct_;
+  // Runs every collective of this group; made by the backend.
+  std::unique_ptr<CollectiveEngine> engine_;
 };
 
 }  // namespace weft::dist

@@ -1,11 +1,13 @@
 #include "weft/dist/run_threads.h"
 
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
 
+#include "weft/dist/backend.h"
 #include "weft/dist/transport/thread/thread_transport.h"
 
 namespace weft::dist {
@@ -25,7 +27,10 @@ void run_threads(int world_size, const std::function<void(ProcessGroup&)>& fn,
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        ProcessGroup pg(std::make_shared<ThreadTransport>(hub, r), members, "thread", options);
+        ProcessGroup pg(
+            std::make_shared<GenericBackend>("thread", std::make_shared<ThreadTransport>(hub, r),
+                                             std::numeric_limits<std::size_t>::max(), hub),
+            members, options);
         fn(pg);
       } catch (const std::exception& e) {
         {

@@ -8,11 +8,6 @@
 namespace weft::dist::algorithms {
 namespace {
 
-// Below this many bytes all-reduce uses reduce + broadcast (2 log n messages of m bytes);
-// above, the ring (2 (n - 1) messages of m / n bytes), whose bandwidth term does not grow
-// with n. docs/COLLECTIVES.md has the costs.
-constexpr std::size_t kRingAllReduceBytes = 64 * 1024;
-
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 std::size_t elem(const Buffer& b) { return dtype_size(b.dtype); }
@@ -110,16 +105,15 @@ void reduce(const Comm& c, Buffer buf, int root, ReduceOp op) {
   if (!acc.empty()) std::memcpy(buf.data, acc.data(), acc.size());
 }
 
-void all_reduce(const Comm& c, Buffer buf, ReduceOp op) {
+void all_reduce_reduce_broadcast(const Comm& c, Buffer buf, ReduceOp op) {
+  // The reduced values travel from the root unchanged, so every rank ends bitwise equal.
+  reduce(c, buf, 0, op);
+  const Comm second{c.transport, c.members, c.rank, c.tag + 1, c.deadline};
+  broadcast(second, buf, 0);
+}
+
+void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op) {
   const int n = c.size();
-  if (n == 1) return;
-  if (buf.size_bytes() < kRingAllReduceBytes || buf.count < static_cast<std::size_t>(n)) {
-    // The reduced values travel from the root unchanged, so every rank ends bitwise equal.
-    reduce(c, buf, 0, op);
-    const Comm second{c.transport, c.members, c.rank, c.tag + 1, c.deadline};
-    broadcast(second, buf, 0);
-    return;
-  }
   const auto offsets = split_offsets(buf.count, n);
   ring_reduce_scatter(c, buf.bytes(), buf.dtype, offsets, op, /*shift=*/0, /*step_base=*/0);
   // Rank r now owns block r + 1: all-gather starting from there.

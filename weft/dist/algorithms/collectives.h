@@ -1,7 +1,8 @@
-// The collective algorithms, written once against Transport (through Comm) and used by
-// every backend. Buffers are already validated by ProcessGroup; 16-bit floats arrive
-// widened to float32 for the reducing ones. Costs (alpha: latency per message, beta: time
-// per byte, n ranks, m bytes) are in docs/COLLECTIVES.md.
+// The collective algorithms, written once against Transport (through Comm) and run by the
+// generic engine (weft/dist/engine/generic_engine.h), which also picks between them. Buffers are
+// already validated by ProcessGroup; 16-bit floats arrive widened to float32 for the reducing ones.
+// Costs (alpha: latency per message, beta: time per byte, n ranks, m bytes) are in
+// docs/COLLECTIVES.md.
 #pragma once
 
 #include <cstddef>
@@ -17,8 +18,11 @@ namespace weft::dist::algorithms {
 void broadcast(const Comm& c, Buffer buf, int root);
 // Binomial tree towards `root`; only the root's `buf` receives the result.
 void reduce(const Comm& c, Buffer buf, int root, ReduceOp op);
-// Reduce + broadcast for small buffers, ring reduce-scatter + all-gather for large ones.
-void all_reduce(const Comm& c, Buffer buf, ReduceOp op);
+// Reduce to rank 0, then broadcast: 2 ceil(log2 n) rounds of the whole buffer.
+void all_reduce_reduce_broadcast(const Comm& c, Buffer buf, ReduceOp op);
+// Ring reduce-scatter + ring all-gather: 2 (n - 1) rounds of count / n elements; needs
+// count >= n to be worth it (every block non-empty).
+void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op);
 // Ring reduce-scatter: `in` holds n blocks of out.count elements; rank r gets block r.
 void reduce_scatter(const Comm& c, Buffer out, Buffer in, ReduceOp op);
 // Ring all-gather of blocks of (possibly different) sizes: block r is `in`, at offset

@@ -17,7 +17,7 @@ struct Comm {
   const std::vector<int>& members;  // global rank of each group rank
   int rank;                         // this rank, in the group
   Tag tag;                          // the operation's tag; steps are added to it
-  Deadline deadline;
+  const Deadline& deadline;         // the operation's; started by its first wait
 
   int size() const { return static_cast<int>(members.size()); }
   void send(int peer, int step, const void* data, std::size_t bytes) const {

@@ -1,5 +1,6 @@
 #include "weft/dist/backends/tcp_backend.h"
 
+#include "weft/dist/backend.h"
 #include "weft/dist/transport/tcp/tcp_transport.h"
 
 namespace weft::dist::internal {
@@ -10,8 +11,11 @@ std::shared_ptr<ProcessGroup> make_tcp_backend(const BackendContext& context) {
   options.token = context.token;
   options.connect_timeout = context.timeout;
   return make_world_group(
-      std::make_shared<TcpTransport>(context.rank, context.world_size, context.store, options),
-      "tcp", context);
+      std::make_shared<GenericBackend>(
+          "tcp",
+          std::make_shared<TcpTransport>(context.rank, context.world_size, context.store, options),
+          TcpTransport::kMaxMessage),
+      context);
 }
 
 }  // namespace weft::dist::internal

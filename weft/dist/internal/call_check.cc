@@ -1,7 +1,6 @@
 #include "weft/dist/internal/call_check.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -15,18 +14,17 @@ constexpr int kCheckStepBase = 2048;
 
 // The fixed-size form of a signature on the wire.
 struct WireSignature {
-  char op[24];
+  std::int32_t op;
   std::int32_t dtype;
   std::int32_t root;
   std::int32_t reduce;  // -1: none
-  std::int32_t pad;
   std::uint64_t count;
   std::uint64_t seq;
 };
 
 WireSignature to_wire(const CallSignature& s, std::uint64_t seq) {
   WireSignature w{};
-  std::strncpy(w.op, s.op.c_str(), sizeof(w.op) - 1);
+  w.op = static_cast<std::int32_t>(s.op);
   w.dtype = static_cast<std::int32_t>(s.dtype);
   w.root = s.root;
   w.reduce = s.reduce ? static_cast<std::int32_t>(*s.reduce) : -1;
@@ -37,7 +35,7 @@ WireSignature to_wire(const CallSignature& s, std::uint64_t seq) {
 
 std::string describe(const WireSignature& w) {
   CallSignature s;
-  s.op = std::string(w.op, strnlen(w.op, sizeof(w.op)));
+  s.op = static_cast<Op>(w.op);
   s.dtype = static_cast<DType>(w.dtype);
   s.count = w.count;
   s.root = w.root;
@@ -46,14 +44,14 @@ std::string describe(const WireSignature& w) {
 }
 
 bool same(const WireSignature& a, const WireSignature& b) {
-  return std::strncmp(a.op, b.op, sizeof(a.op)) == 0 && a.dtype == b.dtype && a.root == b.root &&
-         a.reduce == b.reduce && a.count == b.count && a.seq == b.seq;
+  return a.op == b.op && a.dtype == b.dtype && a.root == b.root && a.reduce == b.reduce &&
+         a.count == b.count && a.seq == b.seq;
 }
 
 }  // namespace
 
 std::string CallSignature::describe() const {
-  std::string out = op + "(";
+  std::string out = std::string(op_name(op)) + "(";
   if (count != kAnyCount) out += "count=" + std::to_string(count) + ", ";
   out += "dtype=" + std::string(dtype_name(dtype));
   if (root >= 0) out += ", root=" + std::to_string(root);

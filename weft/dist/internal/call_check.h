@@ -11,6 +11,7 @@
 
 #include "weft/dist/algorithms/comm.h"
 #include "weft/dist/buffer.h"
+#include "weft/dist/op.h"
 #include "weft/dist/reduce_op.h"
 
 namespace weft::dist::internal {
@@ -19,7 +20,7 @@ namespace weft::dist::internal {
 struct CallSignature {
   static constexpr std::size_t kAnyCount = static_cast<std::size_t>(-1);  // varies by rank
 
-  std::string op;
+  Op op = Op::barrier;
   DType dtype = DType::kFloat32;
   std::size_t count = 0;
   int root = -1;                   // -1: the op has no root

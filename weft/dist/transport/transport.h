@@ -1,8 +1,8 @@
-// Transport: the small point-to-point interface every collective algorithm is written
-// against (weft/dist/algorithms). A backend provides one Transport per rank, each in a folder
-// of its own: transport/thread (ranks as threads), transport/shm (processes on one host, with
-// a shared-memory step engine for the collectives: DirectCollectives below) and
-// transport/tcp (across hosts).
+// Transport: the small point-to-point interface that send/recv of a process group and the
+// generic collective engine (weft/dist/engine) are written against. A backend provides one
+// Transport per rank, each in a folder of its own: transport/thread (ranks as threads),
+// transport/shm (processes on one host, with the shared-memory step engine its groups run
+// their collectives on) and transport/tcp (across hosts).
 //
 // Messages are matched by (source rank, tag) in the order they were sent. Sends are eager:
 // send() returns without waiting for the receiver to post a receive, so two ranks that send
@@ -11,15 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <optional>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "weft/base/deadline.h"
 #include "weft/dist/errors.h"
-#include "weft/dist/transport/direct_collectives.h"
 
 namespace weft::dist {
 
@@ -52,34 +48,6 @@ class Transport {
 
   // As recv, from whichever peer sends first under `tag`; returns that peer.
   virtual int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
-
-  // The arrival board, for naming the ranks a timed-out collective waited for: a rank notes
-  // that it entered the collective tagged `op` (of a group of `group_size` ranks), and on a
-  // timeout asks which of `ranks` (global) have not. Transports that cannot tell return
-  // std::nullopt (the default); the timeout then names the rank it was waiting on.
-  virtual void note_arrival(Tag /*op*/, int /*group_size*/) {}
-  virtual std::optional<std::vector<int>> not_arrived(Tag /*op*/,
-                                                      const std::vector<int>& /*ranks*/) {
-    return std::nullopt;
-  }
-
-  // Collectives over all of this transport's ranks that bypass send/recv, for the group of
-  // all ranks in rank order; handed out once (later calls get nullptr). nullptr by default.
-  virtual std::unique_ptr<DirectCollectives> take_direct_collectives() { return nullptr; }
-  // The same for other groups, from a small pool of engine regions per rank: each member
-  // reserves one of its own (reserve_direct_region: an index, or -1 when none is left), the
-  // members exchange their indices, and if all have one, direct_collectives_for builds the
-  // engine over them. Transports without an engine keep the defaults.
-  virtual bool has_direct_regions() const { return false; }
-  virtual int reserve_direct_region() { return -1; }
-  // members: the group's ranks (global, in group order); regions[i]: members[i]'s index.
-  virtual std::unique_ptr<DirectCollectives> direct_collectives_for(
-      const std::vector<int>& /*members*/, const std::vector<int>& /*regions*/) {
-    return nullptr;
-  }
-
-  // The largest message send() takes; ProcessGroup rejects larger buffers up front.
-  virtual std::size_t max_message_bytes() const { return static_cast<std::size_t>(-1); }
 
   // Makes every pending and later call on every rank of this transport fail with
   // PeerError(reason): a rank that failed tells the others instead of leaving them waiting.

@@ -99,14 +99,8 @@ constexpr std::size_t kBulkAt = 64;
 constexpr std::size_t kSlotStride = kBulkAt + Collectives::kSlotBytes;
 static_assert(kSlotHeader + kVectorCopyMin <= kSlotStride);
 
-const char* op_name(std::uint8_t op) {
-  static const char* const names[] = {"barrier",    "broadcast",      "reduce",    "all_reduce",
-                                      "all_gather", "reduce_scatter", "all_to_all"};
-  return op < 7 ? names[op] : "?";
-}
-
 std::string describe(const Collectives::Call& c) {
-  return std::string(op_name(c.op)) + " of " + std::to_string(c.count) + " " +
+  return std::string(op_name(static_cast<Op>(c.op))) + " of " + std::to_string(c.count) + " " +
          std::string(dtype_name(static_cast<DType>(c.dtype))) + " elements" +
          (c.root >= 0 ? " from root " + std::to_string(c.root) : "");
 }
@@ -126,7 +120,8 @@ void Collectives::wake_all(const std::vector<std::byte*>& regions) {
 }
 
 Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks,
-                         JobFacts job, std::function<void(int)> check_peer, std::vector<int> pids)
+                         JobFacts job, std::function<void(int)> check_peer, std::vector<int> pids,
+                         std::unique_ptr<CollectiveEngine> rings)
     : regions_(std::move(regions)),
       rank_(rank),
       job_ranks_(std::move(job_ranks)),
@@ -136,7 +131,8 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
       // With more ranks than cores, a reader waits for the rank it reads from to be scheduled
       // and the owner waits for every reader: the slots' pipelining measured faster.
       single_copy_(job.single_copy && !job.oversubscribed),
-      pids_(std::move(pids)) {
+      pids_(std::move(pids)),
+      rings_(std::move(rings)) {
   cpu_set_t cpus;
   if (size() == job.size && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
     start_on_own_cpu(cpus);
@@ -316,8 +312,9 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
 // waiting rank then needs one rank to have run, not all, and rank 0 leaves first, so an
 // operation it starts right after (a broadcast from it, say) is under way before the
 // others return. Measured in docs/COLLECTIVES.md.
-void Collectives::barrier(const Deadline& deadline) {
-  start(Op::kBarrier, 0, DType::kUInt8, -1);
+void Collectives::barrier(const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::barrier, 0, DType::kUInt8, -1);
   begin_step(deadline);
   publish();
   if (!oversubscribed_ || rank_ == 0) wait_all(step_, deadline, /*check=*/true);
@@ -332,10 +329,11 @@ void Collectives::barrier(const Deadline& deadline) {
 // The root copies chunk k into its slot while the others copy chunk k - 1 out of it, so a
 // message is cut into at least kBroadcastPieces chunks (of at least kMinBroadcastChunk) for
 // the two copies to overlap.
-void Collectives::broadcast(Buffer buf, int root, const Deadline& deadline) {
-  start(Op::kBroadcast, buf.count, buf.dtype, root);
+void Collectives::broadcast(Buffer buf, int root, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::broadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
-  if (single_copy_ && total >= kSingleCopyBroadcastMin && total <= kSingleCopyBroadcastMax) {
+  if (choose(Op::broadcast, total) == Algorithm::kSingleCopy) {
     broadcast_single_copy(buf, root, deadline);
     return;
   }
@@ -353,8 +351,9 @@ void Collectives::broadcast(Buffer buf, int root, const Deadline& deadline) {
   }
 }
 
-void Collectives::reduce(Buffer buf, int root, ReduceOp op, const Deadline& deadline) {
-  start(Op::kReduce, buf.count, buf.dtype, root);
+void Collectives::reduce(Buffer buf, int root, ReduceOp op, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::reduce, buf.count, buf.dtype, root);
   const std::size_t esz = dtype_size(buf.dtype);
   const std::size_t chunk = kSlotBytes / esz;
   for (std::size_t first = 0; first < buf.count; first += chunk) {
@@ -372,16 +371,40 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, const Deadline& dead
   }
 }
 
-void Collectives::all_reduce(Buffer buf, ReduceOp op, const Deadline& deadline) {
-  start(Op::kAllReduce, buf.count, buf.dtype, -1);
+void Collectives::all_reduce(Buffer buf, ReduceOp op, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::all_reduce, buf.count, buf.dtype, -1);
   if (size() == 1 || buf.count == 0) return;
-  if (buf.size_bytes() <= kOneStepAllReduceMax) {
-    all_reduce_one_step(buf, op, deadline);
-  } else if (single_copy_ && buf.size_bytes() >= kSingleCopyAllReduceMin &&
-             buf.size_bytes() <= kSingleCopyAllReduceMax) {
-    all_reduce_single_copy(buf, op, deadline);
-  } else {
-    all_reduce_sliced(buf, op, deadline);
+  switch (choose(Op::all_reduce, buf.size_bytes())) {
+    case Algorithm::kOneStep:
+      return all_reduce_one_step(buf, op, deadline);
+    case Algorithm::kSingleCopy:
+      return all_reduce_single_copy(buf, op, deadline);
+    default:
+      return all_reduce_sliced(buf, op, deadline);
+  }
+}
+
+// The table. Every rank picks the same entry: the inputs are the call's and the facts the
+// ranks agreed on at start-up. Broadcast and all-reduce copy straight between buffers where
+// that measured faster (single copy, with a core per rank); all-reduces small enough to fit
+// one slot run in one step; everything else goes through the slots in chunks.
+Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
+  const auto within = [bytes](std::size_t lo, std::size_t hi) {
+    return bytes >= lo && bytes <= hi;
+  };
+  switch (op) {
+    case Op::broadcast:
+      return single_copy_ && within(kSingleCopyBroadcastMin, kSingleCopyBroadcastMax)
+                 ? Algorithm::kSingleCopy
+                 : Algorithm::kSlots;
+    case Op::all_reduce:
+      if (bytes <= kOneStepAllReduceMax) return Algorithm::kOneStep;
+      return single_copy_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
+                 ? Algorithm::kSingleCopy
+                 : Algorithm::kSliced;
+    default:
+      return Algorithm::kSlots;
   }
 }
 
@@ -552,8 +575,9 @@ void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline
   wait_until_all_done(deadline);
 }
 
-void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadline& deadline) {
-  start(Op::kReduceScatter, out.count, out.dtype, -1);
+void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::reduce_scatter, out.count, out.dtype, -1);
   const std::size_t esz = dtype_size(out.dtype);
   const std::size_t chunk = block_chunk(esz);
   const std::size_t block = out.count;
@@ -580,8 +604,9 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadl
   }
 }
 
-void Collectives::all_gather(Buffer out, Buffer in, const Deadline& deadline) {
-  start(Op::kAllGather, in.count, in.dtype, -1);
+void Collectives::all_gather(Buffer out, Buffer in, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::all_gather, in.count, in.dtype, -1);
   const std::size_t block = in.size_bytes();
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
@@ -596,8 +621,9 @@ void Collectives::all_gather(Buffer out, Buffer in, const Deadline& deadline) {
   }
 }
 
-void Collectives::all_to_all(Buffer out, Buffer in, const Deadline& deadline) {
-  start(Op::kAllToAll, in.count, in.dtype, -1);
+void Collectives::all_to_all(Buffer out, Buffer in, const OpContext& context) {
+  const Deadline& deadline = context.deadline;
+  start(Op::all_to_all, in.count, in.dtype, -1);
   const auto n = static_cast<std::size_t>(size());
   const std::size_t esz = dtype_size(in.dtype);
   const std::size_t block = in.count / n;

@@ -1,4 +1,4 @@
-// The shm transport's collective engine (DirectCollectives): every rank owns a region of
+// The shm backend's collective engine: every rank owns a region of
 // its shared-memory segment holding one step line and kSlots slots. A collective
 // is a sequence of steps; in step s each rank
 //   1. waits until every rank has published step s - kSlots + 2 (a step reads the slots of
@@ -12,7 +12,8 @@
 // mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
 // the processes may read each other's memory. Reductions run in rank order (identical
 // results everywhere). Waiting spins, then yields, then sleeps on a futex (docs/COLLECTIVES.md
-// has the layout, the algorithm table and the measurements behind the constants).
+// has the layout, the algorithm table and the measurements behind the constants). Gather,
+// scatter and the _v forms run on the generic engine over the transport's rings.
 #pragma once
 
 #include <sched.h>
@@ -21,14 +22,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "weft/base/function_ref.h"
-#include "weft/dist/transport/direct_collectives.h"
+#include "weft/dist/engine/collective_engine.h"
+#include "weft/dist/op.h"
 
 namespace weft::dist::shm {
 
-class Collectives final : public DirectCollectives {
+class Collectives final : public CollectiveEngine {
  public:
   static constexpr std::size_t kSlots = 8;
   static constexpr std::size_t kSlotBytes = (std::size_t{512} << 10) / kSlots;
@@ -53,17 +56,33 @@ class Collectives final : public DirectCollectives {
   // (unbound afterwards). With more ranks than cores, waits do not spin, barriers are released
   // by rank 0 and nothing is single-copy; otherwise, with single copy, mid-sized all-reduces
   // and broadcasts copy straight between the ranks' buffers (one copy instead of two through
-  // the slots).
+  // the slots). `rings`: the same group's generic engine, for the operations not done here.
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
-              std::function<void(int)> check_peer, std::vector<int> pids);
+              std::function<void(int)> check_peer, std::vector<int> pids,
+              std::unique_ptr<CollectiveEngine> rings);
 
-  void all_reduce(Buffer buf, ReduceOp op, const Deadline& deadline) override;
-  void broadcast(Buffer buf, int root, const Deadline& deadline) override;
-  void reduce(Buffer buf, int root, ReduceOp op, const Deadline& deadline) override;
-  void all_gather(Buffer out, Buffer in, const Deadline& deadline) override;
-  void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const Deadline& deadline) override;
-  void all_to_all(Buffer out, Buffer in, const Deadline& deadline) override;
-  void barrier(const Deadline& deadline) override;
+  std::string_view name() const override { return "shm"; }
+  void all_reduce(Buffer buf, ReduceOp op, const OpContext& context) override;
+  void broadcast(Buffer buf, int root, const OpContext& context) override;
+  void reduce(Buffer buf, int root, ReduceOp op, const OpContext& context) override;
+  void all_gather(Buffer out, Buffer in, const OpContext& context) override;
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpContext& context) override;
+  void all_to_all(Buffer out, Buffer in, const OpContext& context) override;
+  void barrier(const OpContext& context) override;
+  void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
+                    const OpContext& context) override {
+    rings_->all_gather_v(out, in, counts, context);
+  }
+  void gather(Buffer out, Buffer in, int root, const OpContext& context) override {
+    rings_->gather(out, in, root, context);
+  }
+  void scatter(Buffer out, Buffer in, int root, const OpContext& context) override {
+    rings_->scatter(out, in, root, context);
+  }
+  void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                    const std::vector<std::size_t>& in_counts, const OpContext& context) override {
+    rings_->all_to_all_v(out, out_counts, in, in_counts, context);
+  }
 
   // What a step belongs to, in each slot's header (the cache line that also holds the step
   // number and a small message, so checking it costs no extra transfer): readers compare the
@@ -79,15 +98,9 @@ class Collectives final : public DirectCollectives {
  private:
   struct Line;
   struct SlotHeader;
-  enum class Op : std::uint8_t {
-    kBarrier,
-    kBroadcast,
-    kReduce,
-    kAllReduce,
-    kAllGather,
-    kReduceScatter,
-    kAllToAll
-  };
+  // The algorithm table's entries (choose(), in shm_collectives.cc).
+  enum class Algorithm { kOneStep, kSliced, kSlots, kSingleCopy };
+  Algorithm choose(Op op, std::size_t bytes) const;
   void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
   void start_on_own_cpu(const cpu_set_t& allowed);
   SlotHeader& header(int rank, std::uint32_t step) const;
@@ -144,6 +157,7 @@ class Collectives final : public DirectCollectives {
   std::vector<int> pids_;             // by group rank
   std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
   Call call_;                         // the operation running now
+  std::unique_ptr<CollectiveEngine> rings_;
 };
 
 }  // namespace weft::dist::shm

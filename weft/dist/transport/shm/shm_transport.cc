@@ -132,11 +132,6 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
     send_mu_.push_back(std::make_unique<std::mutex>());
     inbound_.push_back(std::make_unique<Inbound>());
   }
-  std::vector<int> everyone(n);
-  std::iota(everyone.begin(), everyone.end(), 0);
-  collectives_ = std::make_unique<shm::Collectives>(
-      collective_regions(), rank_, everyone, job_, [this](int peer) { check_peer(peer); },
-      pids_of(everyone));
   drainer_ = std::thread([this] { drain_loop(); });
 }
 
@@ -173,30 +168,37 @@ std::vector<std::byte*> ShmTransport::collective_regions() const {
   return regions;
 }
 
-std::unique_ptr<DirectCollectives> ShmTransport::take_direct_collectives() {
-  return std::move(collectives_);
+std::unique_ptr<shm::Collectives> ShmTransport::world_collectives(
+    std::unique_ptr<CollectiveEngine> rings) {
+  std::vector<int> everyone(static_cast<std::size_t>(world_size_));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  return std::make_unique<shm::Collectives>(
+      collective_regions(), rank_, everyone, job_, [this](int peer) { check_peer(peer); },
+      pids_of(everyone), std::move(rings));
 }
 
 // A region is used by one group for good: a step count restarting at zero in a region that
 // peers remember at a later step would look like progress. kGroupRegions bounds the
 // subgroups with an engine; later ones use the general algorithms.
-int ShmTransport::reserve_direct_region() {
+int ShmTransport::reserve_region() {
   const int index = next_group_region_.fetch_add(1);
   return index <= kGroupRegions ? index : -1;
 }
 
-std::unique_ptr<DirectCollectives> ShmTransport::direct_collectives_for(
-    const std::vector<int>& members, const std::vector<int>& regions) {
+std::unique_ptr<shm::Collectives> ShmTransport::collectives_for(
+    const std::vector<int>& members, const std::vector<std::int64_t>& regions,
+    std::unique_ptr<CollectiveEngine> rings) {
   std::vector<std::byte*> group_regions;
   int me = -1;
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (regions[i] < 1 || regions[i] > kGroupRegions) return nullptr;
-    group_regions.push_back(collective_region(members[i], regions[i]));
+    group_regions.push_back(collective_region(members[i], static_cast<int>(regions[i])));
     if (members[i] == rank_) me = static_cast<int>(i);
   }
   if (me < 0) return nullptr;
   return std::make_unique<shm::Collectives>(
-      group_regions, me, members, job_, [this](int peer) { check_peer(peer); }, pids_of(members));
+      group_regions, me, members, job_, [this](int peer) { check_peer(peer); }, pids_of(members),
+      std::move(rings));
 }
 
 // Reads each peer's magic number out of the peer's own address space: process_vm_readv works

@@ -7,9 +7,9 @@
 //
 // The rings carry point-to-point messages, and the collectives of a subgroup when the pool of
 // regions is used up. The group of all ranks, and every subgroup whose members each reserve
-// one of the pooled regions (reserve_direct_region), run their collectives on the engine in
-// shm_collectives.h instead, over a region of the same segments (take_direct_collectives,
-// direct_collectives_for). Layout: docs/COLLECTIVES.md.
+// one of the pooled regions (reserve_region), run their collectives on the engine in
+// shm_collectives.h instead, over a region of the same segments (world_collectives,
+// collectives_for; the shm backend asks for them). Layout: docs/COLLECTIVES.md.
 #pragma once
 
 #include <atomic>
@@ -51,14 +51,19 @@ class ShmTransport final : public Transport {
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
-  // The engine over every rank's collective region; the first caller gets it.
-  std::unique_ptr<DirectCollectives> take_direct_collectives() override;
-  // Engines for subgroups: each rank's segment holds kGroupRegions more regions.
+  // The step engine of the group of every rank, over each rank's first region; made once (the
+  // world group's), and it starts this rank on a CPU of its own. `rings`: that group's
+  // generic engine, for what the step engine leaves to it.
+  std::unique_ptr<shm::Collectives> world_collectives(std::unique_ptr<CollectiveEngine> rings);
+  // Engines for subgroups: each rank's segment holds kGroupRegions more regions. Each member
+  // reserves one of its own (an index, or -1 when none is left), the members exchange their
+  // indices, and if all have one collectives_for builds the engine over them (else nullptr).
   static constexpr int kGroupRegions = 6;
-  bool has_direct_regions() const override { return true; }
-  int reserve_direct_region() override;
-  std::unique_ptr<DirectCollectives> direct_collectives_for(
-      const std::vector<int>& members, const std::vector<int>& regions) override;
+  int reserve_region();
+  // members: the group's ranks (global, in group order); regions[i]: members[i]'s index.
+  std::unique_ptr<shm::Collectives> collectives_for(const std::vector<int>& members,
+                                                    const std::vector<std::int64_t>& regions,
+                                                    std::unique_ptr<CollectiveEngine> rings);
 
  private:
   struct Inbound;  // the drain thread's state for one ring
@@ -97,7 +102,6 @@ class ShmTransport final : public Transport {
   Mailbox mailbox_;
   std::atomic<bool> closing_{false};
   std::atomic<bool> aborted_{false};
-  std::unique_ptr<DirectCollectives> collectives_;
   shm::Collectives::JobFacts job_;  // agreed by every rank at start-up
   std::thread drainer_;
 };

@@ -14,7 +14,6 @@ constexpr std::uint32_t kFrameMagic = 0x54544657;  // "WFTT"
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kMaxToken = 256;
 // Messages are single frames; a larger one would have to be split by the algorithms.
-constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // 4 GiB
 
 enum FrameKind : std::uint32_t { kData = 0, kAbort = 1 };
 
@@ -212,8 +211,6 @@ void TcpTransport::poison(Peer& p) {
   p.poisoned.store(true);
   p.socket.shutdown();  // the peer's reader sees the close instead of a torn frame
 }
-
-std::size_t TcpTransport::max_message_bytes() const { return kMaxMessage; }
 
 void TcpTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
   if (bytes.size() > kMaxMessage) {

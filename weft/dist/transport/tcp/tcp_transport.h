@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +33,9 @@ struct TcpTransportOptions {
 
 class TcpTransport final : public Transport {
  public:
+  // The largest message one frame carries (its length field is checked against it).
+  static constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // 4 GiB
+
   // Connects this rank with every other; blocks until the mesh is complete or
   // connect_timeout passes (weft::TimeoutError naming the higher ranks not connected, or
   // the lower rank it could not reach).
@@ -48,7 +52,6 @@ class TcpTransport final : public Transport {
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
-  std::size_t max_message_bytes() const override;
 
  private:
   struct Peer {

@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "weft/dist/engine/generic_engine.h"
 #include "weft/dist/transport/mailbox.h"
 #include "weft/dist/transport/transport.h"
 
 namespace weft::dist {
 
-class ThreadHub {
+class ThreadHub final : public ArrivalBoard {
  public:
   explicit ThreadHub(int world_size);
   int size() const { return static_cast<int>(boxes_.size()); }
@@ -22,8 +23,8 @@ class ThreadHub {
 
   // Every rank's receives fail with PeerError(reason) from now on.
   void abort(const std::string& reason);
-  void note_arrival(Tag op, int rank, int group_size);
-  std::vector<int> not_arrived(Tag op, const std::vector<int>& ranks);
+  void note_arrival(Tag op, int rank, int group_size) override;
+  std::vector<int> not_arrived(Tag op, const std::vector<int>& ranks) override;
 
  private:
   std::vector<std::unique_ptr<Mailbox>> boxes_;
@@ -47,10 +48,6 @@ class ThreadTransport final : public Transport {
     return hub_->mailbox(rank_).recv_any(tag, out, deadline);
   }
   void abort(const std::string& reason) override { hub_->abort(reason); }
-  void note_arrival(Tag op, int group_size) override { hub_->note_arrival(op, rank_, group_size); }
-  std::optional<std::vector<int>> not_arrived(Tag op, const std::vector<int>& ranks) override {
-    return hub_->not_arrived(op, ranks);
-  }
 
  private:
   std::shared_ptr<ThreadHub> hub_;

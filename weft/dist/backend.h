@@ -1,0 +1,69 @@
+// Backend: what one process of a job holds for a communication backend, shared by every
+// process group it creates: the Transport (point-to-point messages) and the knowledge of
+// how to run a group's collectives, handed to each new group as its CollectiveEngine.
+// Backends are made by the factories registered with init_process_group (weft/dist/init.h);
+// this header is for writing one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/base/function_ref.h"
+#include "weft/dist/engine/collective_engine.h"
+#include "weft/dist/engine/generic_engine.h"
+#include "weft/dist/transport/transport.h"
+
+namespace weft::dist {
+
+// An all-gather of one integer per rank over a group being created, for engines whose ranks
+// must agree on something (which shared region to use) before they can run.
+using AgreeFn = FunctionRef<std::vector<std::int64_t>(std::int64_t mine)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;  // "shm", "tcp", "thread", ...
+  virtual const std::shared_ptr<Transport>& transport() const = 0;
+  // The engine of a new group of `members` (global ranks, in group order; this rank is one).
+  // Called on every member, in the same order of group creations everywhere, so it may
+  // call `agree` (collective over the members) to settle what the engine needs.
+  virtual std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+                                                        AgreeFn agree) = 0;
+  // The largest buffer one operation may carry, in bytes (ProcessGroup rejects larger ones
+  // before anything is sent).
+  virtual std::size_t max_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
+};
+
+// A backend whose groups all run the generic engine over its transport: thread and tcp.
+class GenericBackend final : public Backend {
+ public:
+  GenericBackend(std::string name, std::shared_ptr<Transport> transport,
+                 std::size_t max_message_bytes = std::numeric_limits<std::size_t>::max(),
+                 std::shared_ptr<ArrivalBoard> board = nullptr)
+      : name_(std::move(name)),
+        transport_(std::move(transport)),
+        max_message_bytes_(max_message_bytes),
+        board_(std::move(board)) {}
+
+  std::string_view name() const override { return name_; }
+  const std::shared_ptr<Transport>& transport() const override { return transport_; }
+  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+                                                AgreeFn /*agree*/) override {
+    return std::make_unique<GenericEngine>(transport_, members, board_);
+  }
+  std::size_t max_message_bytes() const override { return max_message_bytes_; }
+
+ private:
+  std::string name_;
+  std::shared_ptr<Transport> transport_;
+  std::size_t max_message_bytes_;
+  std::shared_ptr<ArrivalBoard> board_;
+};
+
+}  // namespace weft::dist
