@@ -28,16 +28,19 @@ std::string init_error(InitOptions options) {
 class InitErrorTest : public testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND"}) {
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND",
+                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                          "SLURM_PROCID", "SLURM_NTASKS"}) {
       ::unsetenv(v);
     }
   }
 };
 
 TEST_F(InitErrorTest, MissingVariablesSayWhatToSet) {
-  EXPECT_THAT(init_error({}), HasSubstr("RANK is not set; run under weftrun, or set RANK"));
+  EXPECT_THAT(init_error({}),
+              HasSubstr("RANK is not set; run under weftrun, mpirun or srun, or set RANK"));
   ::setenv("RANK", "0", 1);
-  EXPECT_THAT(init_error({}), HasSubstr("WORLD_SIZE is not set"));
+  EXPECT_THAT(init_error({}), HasSubstr("WORLD_SIZE is not set but RANK is"));
   ::setenv("WORLD_SIZE", "2", 1);
   EXPECT_THAT(init_error({}), HasSubstr("MASTER_ADDR is not set"));
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -54,7 +57,7 @@ TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
   EXPECT_THAT(init_error({.rank = 3, .world_size = 2}),
               HasSubstr("rank 3 is not in [0, world size 2)"));
   ::setenv("RANK", "two", 1);
-  EXPECT_THAT(init_error({.world_size = 2}), HasSubstr("RANK='two' is not an integer"));
+  EXPECT_THAT(init_error({.world_size = 2}), HasSubstr("RANK='two' is not a non-negative integer"));
 }
 
 TEST(InitTest, FileInitMethod) {
@@ -87,6 +90,33 @@ TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStoreDefaultsToShm) {
     return v[0] == 10 ? 0 : 1;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+// Started by mpirun, an MPI launcher speaking PMI, or srun instead of weftrun: each
+// launcher's own variables place the rank, and the store is found on this host.
+TEST(InitTest, ClusterLaunchersVariablesFormTheJob) {
+  const std::vector<std::vector<std::string>> launchers = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"}};
+  for (const auto& names : launchers) {
+    const int port = net::Listener::bind("127.0.0.1", 0).port();
+    const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+      for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                            "WEFT_STORE_HOSTED", "WEFT_JOB_TOKEN", "WEFT_BACKEND"}) {
+        ::unsetenv(v);
+      }
+      ::setenv(names[0].c_str(), std::to_string(rank).c_str(), 1);
+      ::setenv(names[1].c_str(), "2", 1);
+      ::setenv(names[2].c_str(), "2", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      auto pg = init_process_group({.timeout = Seconds(60)});
+      std::vector<int> v{rank + 1};
+      pg->all_reduce(v);
+      return pg->rank() == rank && pg->size() == 2 && v[0] == 3 ? 0 : 1;
+    });
+    for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << names[0] << " " << e.code;
+  }
 }
 
 TEST(InitTest, OversizedBufferIsRejectedBeforeAnythingIsSent) {

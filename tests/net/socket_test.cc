@@ -201,5 +201,14 @@ TEST(SocketTest, MovedFromSocketIsInvalid) {
   EXPECT_THROW(a.send_all(bytes_of("x"), Deadline::after(1s)), InvalidArgument);
 }
 
+// The source address the routing table picks: loopback towards loopback, and an error that
+// names a host that does not resolve.
+TEST(SocketTest, LocalAddressTowardsAHost) {
+  EXPECT_EQ(local_address_towards("127.0.0.1"), "127.0.0.1");
+  const std::string local = local_address_towards("localhost");
+  EXPECT_TRUE(local.rfind("127.", 0) == 0 || local == "::1") << local;
+  EXPECT_THROW(local_address_towards("no-such-host.invalid"), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace weft::net

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -9,6 +10,8 @@
 #include <numeric>
 
 #include "weft/dist/backends/registry.h"
+#include "weft/dist/launch_env.h"
+#include "weft/net/socket.h"
 #include "weft/store/file_store.h"
 #include "weft/store/prefix_store.h"
 #include "weft/store/tcp_store.h"
@@ -56,13 +59,6 @@ int parse_int(const std::string& name, const std::string& value) {
   throw InvalidArgument("dist::init_process_group: " + name + "='" + value + "' is not an integer");
 }
 
-int from_env_or(int given, const char* name, const std::string& hint) {
-  if (given >= 0) return given;
-  const auto v = env(name);
-  if (!v) missing(name, hint);
-  return parse_int(name, *v);
-}
-
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -72,15 +68,22 @@ struct Endpoint {
   int port;
 };
 
-// "tcp://host:port" or, for env://, MASTER_ADDR and MASTER_PORT.
+// "tcp://host:port" or, for env://, MASTER_ADDR and MASTER_PORT (or what the launcher's
+// variables say instead: weft/dist/launch_env.h).
 Endpoint store_endpoint(const std::string& method) {
-  const std::string hint = "run under weftrun, or set MASTER_ADDR and MASTER_PORT";
   if (method == "env://") {
-    const auto addr = env("MASTER_ADDR");
+    const auto launched = launch_environment();
+    const std::string hint =
+        launched && launched->launcher != "torchrun"
+            ? "the job spans hosts and " + launched->launcher +
+                  " does not say where rank 0 runs; export MASTER_ADDR (mpirun -x MASTER_ADDR)"
+            : "run under weftrun, mpirun or srun, or set MASTER_ADDR and MASTER_PORT";
+    auto addr = env("MASTER_ADDR");
+    if (!addr && launched) addr = launched->master_addr;
     if (!addr) missing("MASTER_ADDR", hint);
-    const auto port = env("MASTER_PORT");
-    if (!port) missing("MASTER_PORT", hint);
-    return {*addr, parse_int("MASTER_PORT", *port)};
+    if (const auto port = env("MASTER_PORT")) return {*addr, parse_int("MASTER_PORT", *port)};
+    if (!launched || !launched->master_port) missing("MASTER_PORT", hint);
+    return {*addr, *launched->master_port};
   }
   const std::string rest = method.substr(6);  // after "tcp://"
   const auto colon = rest.rfind(':');
@@ -115,13 +118,20 @@ std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
   return std::make_shared<store::TCPStore>(o);
 }
 
+// The address peers reach this rank at: WEFT_HOST, else loopback for a job on one host, else
+// this host's address on the route to the master (logged, since a host with several
+// networks may pick one the other hosts cannot reach).
 std::string this_host(const std::string& method) {
   if (const auto host = env("WEFT_HOST")) return *host;
   if (method.rfind("file://", 0) == 0) return "127.0.0.1";
   const Endpoint at = store_endpoint(method);
   if (is_loopback(at.host)) return "127.0.0.1";
-  throw InvalidArgument("dist::init_process_group: the job spans hosts (MASTER_ADDR=" + at.host +
-                        "); set WEFT_HOST to the address other hosts reach this one at");
+  const std::string mine = net::local_address_towards(at.host);
+  std::fprintf(stderr,
+               "weft: listening on %s, this host's address on the route to the master %s "
+               "(set WEFT_HOST to choose another)\n",
+               mine.c_str(), at.host.c_str());
+  return mine;
 }
 
 // Names this machine (and this boot of it): ranks with equal ids share /dev/shm.
@@ -191,10 +201,12 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
         "one process; call weft::dist::run_threads(n, fn) instead");
   }
   if (!backend.empty()) find_backend(backend);  // an unknown name fails before rendezvous
-  const std::string hint = "run under weftrun, or set RANK and WORLD_SIZE";
+  const auto launched = launch_environment();
+  const std::string hint = "run under weftrun, mpirun or srun, or set RANK and WORLD_SIZE";
+  if ((options.rank < 0 || options.world_size < 0) && !launched) missing("RANK", hint);
   BackendContext context;
-  context.rank = from_env_or(options.rank, "RANK", hint);
-  context.world_size = from_env_or(options.world_size, "WORLD_SIZE", hint);
+  context.rank = options.rank >= 0 ? options.rank : launched->rank;
+  context.world_size = options.world_size >= 0 ? options.world_size : launched->world_size;
   if (context.world_size < 1 || context.rank < 0 || context.rank >= context.world_size) {
     throw InvalidArgument("dist::init_process_group: rank " + std::to_string(context.rank) +
                           " is not in [0, world size " + std::to_string(context.world_size) + ")");

@@ -29,11 +29,12 @@ struct InitOptions {
 };
 
 // Rendezvous through the init method's store, then builds the world group on the chosen
-// backend. Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-// (torchrun's names) plus WEFT_BACKEND, WEFT_JOB_TOKEN, WEFT_HOST, WEFT_RESTART_COUNT and
-// WEFT_STORE_HOSTED (set by weftrun). A missing variable, a bad value or an unknown backend
-// throws dist::InvalidArgument with one line saying what to set. Blocks until every rank has
-// joined or the timeout passes (weft::TimeoutError).
+// backend. Reads the rank, world size and master from the launcher's variables (torchrun's
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as weftrun sets them, or mpirun's, PMI's or
+// srun's: weft/dist/launch_env.h) plus WEFT_BACKEND, WEFT_JOB_TOKEN, WEFT_HOST,
+// WEFT_RESTART_COUNT and WEFT_STORE_HOSTED (set by weftrun). A missing variable, a bad value or an
+// unknown backend throws dist::InvalidArgument with one line saying what to set. Blocks until every
+// rank has joined or the timeout passes (weft::TimeoutError).
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 
 // What a backend gets to build the world group from.

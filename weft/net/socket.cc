@@ -334,4 +334,25 @@ Socket Listener::accept(Deadline deadline) {
   }
 }
 
+std::string local_address_towards(const std::string& host) {
+  std::string error;
+  const AddrInfoPtr list = resolve(host, 9, 0, error);  // any port: nothing is sent
+  if (!list) throw InvalidArgument("cannot find a route to '" + host + "': " + error);
+  // connect() on a datagram socket only asks the routing table which source address to use.
+  UniqueFd fd(::socket(list->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) throw SystemError("socket() to find the route to " + host, errno);
+  sockaddr_storage self{};
+  socklen_t len = sizeof(self);
+  if (::connect(fd.get(), list->ai_addr, list->ai_addrlen) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&self), &len) != 0) {
+    throw SystemError("finding the route to " + host, errno);
+  }
+  char text[INET6_ADDRSTRLEN] = "";
+  const void* at = self.ss_family == AF_INET6
+                       ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(self).sin6_addr)
+                       : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(self).sin_addr);
+  ::inet_ntop(self.ss_family, at, text, sizeof(text));
+  return text;
+}
+
 }  // namespace weft::net

@@ -91,4 +91,10 @@ class Listener {
   int port_ = 0;
 };
 
+// The address of this host's interface on the route to `host` (the source address the
+// routing table picks), as text: what other hosts that reach `host` can reach this one at.
+// Sends nothing. Throws InvalidArgument when `host` does not resolve, SystemError when no
+// route leads there.
+std::string local_address_towards(const std::string& host);
+
 }  // namespace weft::net
