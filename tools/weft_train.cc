@@ -17,6 +17,7 @@
 
 #include "weft/base/simd.h"
 #include "weft/dist/init.h"
+#include "weft/dist/launch_env.h"
 #include "weft/train/trainer.h"
 
 namespace {
@@ -77,10 +78,11 @@ int main(int argc, char** argv) {
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
-    // Under weftrun with several ranks: the job's world group (shm on one host).
+    // Started by weftrun, mpirun or srun with several ranks: the job's world group (shm on
+    // one host unless WEFT_BACKEND names another).
     std::shared_ptr<weft::dist::ProcessGroup> world;
-    const char* world_size = std::getenv("WORLD_SIZE");
-    if (world_size != nullptr && std::atoi(world_size) > 1)
+    const auto launched = weft::dist::launch_environment();
+    if (launched && launched->world_size > 1)
       world = weft::dist::init_process_group(
           {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
     weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1, world);

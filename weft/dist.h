@@ -5,6 +5,7 @@
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
 #include "weft/dist/init.h"
+#include "weft/dist/launch_env.h"
 #include "weft/dist/process_group.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/run_threads.h"

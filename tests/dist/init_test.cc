@@ -49,7 +49,7 @@ TEST_F(InitErrorTest, MissingVariablesSayWhatToSet) {
 
 TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
   EXPECT_THAT(init_error({.backend = "nccl", .rank = 0, .world_size = 1}),
-              HasSubstr("unknown backend 'nccl'; registered backends: shm, tcp"));
+              HasSubstr("unknown backend 'nccl'; registered backends: "));
   EXPECT_THAT(init_error({.backend = "thread", .rank = 0, .world_size = 1}),
               HasSubstr("run_threads"));
   EXPECT_THAT(init_error({.init_method = "udp://x", .rank = 0, .world_size = 1}),

@@ -35,11 +35,15 @@ class DataParallelRunTest : public testing::Test {
  protected:
   // Runs weft-train on `ranks` processes (1: without weftrun) with `args`; returns the JSON
   // lines' path. What it prints is appended to <name>.log.
-  std::string train(const std::string& name, int ranks, const std::string& args) {
+  // `launcher`: the command that starts the ranks (weftrun's by default).
+  std::string train(const std::string& name, int ranks, const std::string& args,
+                    std::string launcher = "") {
     const std::string jsonl = (dir_ / (name + ".jsonl")).string();
+    if (launcher.empty() && ranks > 1) {
+      launcher = std::string(WEFT_RUN_TOOL) + " --nproc-per-node " + std::to_string(ranks);
+    }
     const std::string command =
-        (ranks > 1 ? std::string(WEFT_RUN_TOOL) + " --nproc-per-node " + std::to_string(ranks) + " "
-                   : "") +
+        (launcher.empty() ? "" : launcher + " ") +
         WEFT_TRAIN_TOOL " --config " WEFT_SOURCE_DIR "/configs/debug.toml" +
         " --training.dataset_path " WEFT_SOURCE_DIR "/data/tinyshakespeare.txt" +
         " --training.steps " + std::to_string(kSteps) + " --training.seq_len 64" +
@@ -145,6 +149,24 @@ TEST_F(DataParallelRunTest, DataParallelLayoutsMatchOneProcess) {
        "zero2"},
       {"full_shard-4", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4"},
   });
+}
+
+// The same job started by mpirun on the mpi backend: DDP and FSDP against one process.
+TEST_F(DataParallelRunTest, MpiRunsMatchOneProcess) {
+#ifndef WEFT_MPIRUN
+  GTEST_SKIP() << "built without the mpi backend (WEFT_WITH_MPI)";
+#else
+  const std::string none = "--checkpoint.enable false ";
+  const std::string one = train("one", 1, none + "--training.batch_size 8");
+  const std::string mpirun =
+      WEFT_MPIRUN " --oversubscribe --allow-run-as-root -np 2 -x WEFT_BACKEND=mpi";
+  expect_close(train("mpi-ddp-2", 2, none + "--training.batch_size 4", mpirun), one, kTolerance,
+               "mpi ddp-2");
+  expect_close(
+      train("mpi-fsdp-2", 2,
+            none + "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2", mpirun),
+      one, kTolerance, "mpi fsdp-2");
+#endif
 }
 
 TEST_F(DataParallelRunTest, TensorParallelLayoutsMatchOneProcess) {

@@ -25,7 +25,7 @@ constexpr const char* kMultiHostBackend = "tcp";
 
 struct Registry {
   std::mutex mu;
-  std::map<std::string, BackendFactory> factories;
+  std::map<std::string, internal::RegisteredBackend> factories;
 };
 
 // The registry, with the built-in backends added on first use.
@@ -155,7 +155,7 @@ bool all_on_this_host(store::Store& store, int rank, int world_size, Seconds tim
   return true;
 }
 
-BackendFactory find_backend(const std::string& backend) {
+internal::RegisteredBackend find_backend(const std::string& backend) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   const auto it = r.factories.find(backend);
@@ -178,10 +178,10 @@ std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
                                         GroupOptions{context.timeout, "world"});
 }
 
-void register_backend(const std::string& name, BackendFactory factory) {
+void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
-  r.factories[name] = std::move(factory);
+  r.factories[name] = {std::move(factory), traits};
 }
 
 std::vector<std::string> registered_backends() {
@@ -200,13 +200,20 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
         "dist::init_process_group: the thread backend runs ranks as threads of "
         "one process; call weft::dist::run_threads(n, fn) instead");
   }
-  if (!backend.empty()) find_backend(backend);  // an unknown name fails before rendezvous
   const auto launched = launch_environment();
-  const std::string hint = "run under weftrun, mpirun or srun, or set RANK and WORLD_SIZE";
-  if ((options.rank < 0 || options.world_size < 0) && !launched) missing("RANK", hint);
   BackendContext context;
-  context.rank = options.rank >= 0 ? options.rank : launched->rank;
-  context.world_size = options.world_size >= 0 ? options.world_size : launched->world_size;
+  context.rank = options.rank >= 0 ? options.rank : launched ? launched->rank : -1;
+  context.world_size = options.world_size >= 0 ? options.world_size
+                       : launched              ? launched->world_size
+                                               : -1;
+  context.timeout = options.timeout.value_or(kDefaultTimeout);
+  if (!backend.empty()) {  // an unknown name fails before rendezvous
+    const auto named = find_backend(backend);
+    if (!named.traits.uses_store) return named.factory(context);
+  }
+  if (context.rank < 0 || context.world_size < 0) {
+    missing("RANK", "run under weftrun, mpirun or srun, or set RANK and WORLD_SIZE");
+  }
   if (context.world_size < 1 || context.rank < 0 || context.rank >= context.world_size) {
     throw InvalidArgument("dist::init_process_group: rank " + std::to_string(context.rank) +
                           " is not in [0, world size " + std::to_string(context.world_size) + ")");
@@ -216,7 +223,6 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
                           "'; use env://, tcp://host:port or file:///path");
   }
-  context.timeout = options.timeout.value_or(kDefaultTimeout);
   context.token = env("WEFT_JOB_TOKEN").value_or("");
   context.host = this_host(method);
   // Closed by default: a job reachable from other hosts must be joined with its token.
@@ -234,7 +240,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                   ? kOneHostBackend
                   : kMultiHostBackend;
   }
-  return find_backend(backend)(context);
+  return find_backend(backend).factory(context);
 }
 
 }  // namespace weft::dist

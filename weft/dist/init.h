@@ -39,9 +39,10 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 
 // What a backend gets to build the world group from.
 struct BackendContext {
-  int rank = 0;
-  int world_size = 1;
-  std::shared_ptr<store::Store> store;  // the job's store, private to this attempt
+  int rank = 0;        // -1 for a backend that places ranks itself, when nothing said where
+  int world_size = 1;  // likewise
+  std::shared_ptr<store::Store> store;  // the job's store, private to this attempt (null for
+                                        // a backend that rendezvouses by itself)
   std::string token;                    // the job token (may be empty when run by hand)
   std::string host;                     // the address peers reach this rank at
   Seconds timeout{300};
@@ -54,9 +55,16 @@ using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const Backend
 std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
                                                const BackendContext& context);
 
-// Makes `name` available to init_process_group. The built-in backends (shm, tcp) are
-// registered in weft/dist/backends/registry.cc. Thread-safe.
-void register_backend(const std::string& name, BackendFactory factory);
+struct BackendTraits {
+  // False for a backend whose processes find each other by themselves (mpi: MPI's launcher
+  // places them): init_process_group then opens no store and lets the backend set the rank
+  // and world size the caller or the environment left open.
+  bool uses_store = true;
+};
+
+// Makes `name` available to init_process_group. The built-in backends (shm, tcp, and mpi when
+// built with it) are registered in weft/dist/backends/registry.cc. Thread-safe.
+void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 std::vector<std::string> registered_backends();
 
 }  // namespace weft::dist

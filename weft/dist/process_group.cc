@@ -330,6 +330,10 @@ std::string ProcessGroup::waited_for(int global_peer) const {
 
 std::string ProcessGroup::missing_ranks(Tag op_tag, int global_peer) const {
   const auto missing = engine_->not_arrived(op_tag);
+  if ((!missing || missing->empty()) && global_peer < 0) {
+    return "the " + std::string(engine_->name()) +
+           " engine could not say which rank had not arrived";
+  }
   if (!missing || missing->empty()) {
     return "waiting for rank " + group_rank_of(global_peer) + ", whose own peers may be late";
   }

@@ -109,6 +109,14 @@ void divide(T* acc, std::size_t count, std::size_t n) {
   for (std::size_t i = 0; i < count; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
 }
 
+// 16-bit floats divide in float32 and round once (for engines that reduce them natively).
+template <class H>
+void divide_16bit(H* acc, std::size_t count, std::size_t n) {
+  for (std::size_t i = 0; i < count; ++i) {
+    acc[i] = H(static_cast<float>(acc[i]) / static_cast<float>(n));
+  }
+}
+
 }  // namespace
 
 HWY_EXPORT(ReducePair);
@@ -163,10 +171,10 @@ void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n) {
     case DType::kInt64:
       return divide(static_cast<std::int64_t*>(acc), count, n);
     case DType::kFloat16:
+      return divide_16bit(static_cast<Half*>(acc), count, n);
     case DType::kBFloat16:
-      break;
+      return divide_16bit(static_cast<BFloat16*>(acc), count, n);
   }
-  WEFT_CHECK(false && "16-bit floats are widened to float32 before reducing");
 }
 
 }  // namespace weft::dist

@@ -31,7 +31,7 @@ void reduce_into(void* acc, const void* in, std::size_t count, DType dtype, Redu
 void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DType dtype,
                  ReduceOp op);
 
-// acc[i] /= n, for kAvg after the sum.
+// acc[i] /= n, for kAvg after the sum (16-bit floats in float32, rounded once).
 void finish_average(void* acc, std::size_t count, DType dtype, std::size_t n);
 
 }  // namespace weft::dist

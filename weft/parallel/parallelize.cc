@@ -640,7 +640,7 @@ void ParallelDims::validate(int world) const {
       " x data_parallel_shard_degree " + std::to_string(dp_shard) + " x context_parallel_degree " +
       std::to_string(cp) + " x tensor_parallel_degree " + std::to_string(tp) + " = " +
       std::to_string(product()) + " must equal the world size " + std::to_string(world) +
-      " (weftrun --nproc-per-node), each degree at least 1");
+      " (weftrun --nproc-per-node, mpirun -np), each degree at least 1");
 }
 
 std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, DeviceMesh* mesh,

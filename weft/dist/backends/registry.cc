@@ -4,13 +4,19 @@
 
 #include "weft/dist/backends/shm_backend.h"
 #include "weft/dist/backends/tcp_backend.h"
+#ifdef WEFT_HAVE_MPI
+#include "weft/dist/backends/mpi_backend.h"
+#endif
 
 namespace weft::dist::internal {
 
-void register_builtin_backends(std::map<std::string, BackendFactory>& factories) {
+void register_builtin_backends(std::map<std::string, RegisteredBackend>& backends) {
   // emplace: a backend the user registered under the same name first is kept.
-  factories.emplace("tcp", make_tcp_backend);
-  factories.emplace("shm", make_shm_backend);
+  backends.emplace("tcp", RegisteredBackend{make_tcp_backend, {}});
+  backends.emplace("shm", RegisteredBackend{make_shm_backend, {}});
+#ifdef WEFT_HAVE_MPI
+  backends.emplace("mpi", RegisteredBackend{make_mpi_backend, {.uses_store = false}});
+#endif
 }
 
 }  // namespace weft::dist::internal

@@ -9,6 +9,11 @@
 
 namespace weft::dist::internal {
 
-void register_builtin_backends(std::map<std::string, BackendFactory>& factories);
+struct RegisteredBackend {
+  BackendFactory factory;
+  BackendTraits traits;
+};
+
+void register_builtin_backends(std::map<std::string, RegisteredBackend>& backends);
 
 }  // namespace weft::dist::internal

@@ -78,6 +78,26 @@ int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
   return from;
 }
 
+bool Mailbox::try_recv(int from, Tag tag, std::span<std::byte> out) {
+  std::lock_guard lock(mu_);
+  const auto it = messages_.find({from, tag});
+  if (it == messages_.end() || it->second.empty()) {
+    throw_if_failed(from);
+    return false;
+  }
+  take(it->second, from, out);
+  if (it->second.empty()) messages_.erase(it);
+  return true;
+}
+
+std::optional<int> Mailbox::try_recv_any(Tag tag, std::span<std::byte> out) {
+  try {
+    return recv_any(tag, out, Deadline::after(Seconds(0)));
+  } catch (const PeerTimeout&) {
+    return std::nullopt;
+  }
+}
+
 void Mailbox::fail_peer(int from, const std::string& reason) {
   {
     std::lock_guard lock(mu_);

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -22,6 +23,10 @@ class Mailbox {
   // As Transport::recv / recv_any (PeerTimeout, PeerError).
   void recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline);
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline);
+  // Without waiting: true (or the sender) when a message was there and is now in `out`;
+  // PeerError as recv when none is and none will come.
+  bool try_recv(int from, Tag tag, std::span<std::byte> out);
+  std::optional<int> try_recv_any(Tag tag, std::span<std::byte> out);
   // Later receives from `from` that find no message fail with PeerError(reason); messages
   // it sent before failing can still be received.
   void fail_peer(int from, const std::string& reason);

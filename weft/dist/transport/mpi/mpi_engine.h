@@ -1,0 +1,57 @@
+// The mpi backend's collective engine: each collective is the matching MPI call on the
+// group's own communicator, started non-blocking (MPI_Ibcast, MPI_Iallreduce, ...) and waited
+// for by polling with the operation's deadline, so that a hung peer becomes a TimeoutError
+// and a failed one's abort note a PeerError instead of a wait forever. float16 and bfloat16
+// travel as 2-byte MPI types and are reduced by user-defined MPI ops (in float32, rounded at
+// each step of MPI's algorithm). MPI's counts are ints: a buffer of more than 2^31 - 1
+// elements is rejected with InvalidArgument.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "weft/dist/engine/collective_engine.h"
+#include "weft/dist/transport/mpi/mpi_transport.h"
+
+namespace weft::dist {
+
+class MpiEngine final : public CollectiveEngine {
+ public:
+  // Takes ownership of `comm` (the group's communicator, ranks in group order).
+  MpiEngine(MPI_Comm comm, std::shared_ptr<MpiTransport> transport);
+  ~MpiEngine() override;
+  MpiEngine(const MpiEngine&) = delete;
+  MpiEngine& operator=(const MpiEngine&) = delete;
+
+  // The 2-byte types and reduce ops for float16 and bfloat16; once per process, after
+  // MPI_Init.
+  static void create_16bit_types();
+
+  std::string_view name() const override { return "mpi"; }
+  bool reduces_16bit_floats() const override { return true; }
+  void broadcast(Buffer buf, int root, const OpContext& op) override;
+  void all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) override;
+  void reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) override;
+  void all_gather(Buffer out, Buffer in, const OpContext& op) override;
+  void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
+                    const OpContext& op) override;
+  void gather(Buffer out, Buffer in, int root, const OpContext& op) override;
+  void scatter(Buffer out, Buffer in, int root, const OpContext& op) override;
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp reduce, const OpContext& op) override;
+  void all_to_all(Buffer out, Buffer in, const OpContext& op) override;
+  void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                    const std::vector<std::size_t>& in_counts, const OpContext& op) override;
+  void barrier(const OpContext& op) override;
+
+ private:
+  void wait(MPI_Request& request, const OpContext& op, const char* what);
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::shared_ptr<MpiTransport> transport_;
+  bool failed_ = false;  // a request was left pending: the communicator cannot be freed
+};
+
+}  // namespace weft::dist
