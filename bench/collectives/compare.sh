@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs, in one go on this machine, the same sweep (all_reduce and broadcast of float32 with
 # sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and thread backends, Open MPI
-# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, with 2 and
-# 4 ranks, and prints one table per op and rank count with the ratios to Open MPI.
+# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, and weft's
+# mpi backend against the same raw Open MPI calls (all_reduce, broadcast, all_gather,
+# reduce_scatter), with 2 and 4 ranks, and prints one table per op and rank count with the
+# ratios to Open MPI.
 #
 #   bench/collectives/compare.sh            (after make test or make run built the tree)
 #
@@ -42,7 +44,12 @@ for n in 2 4; do
   done
   if [ "$have_mpi" = 1 ]; then
     mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
-      "$out/mpi_bench" all_reduce broadcast barrier > "$out/mpi.$n"
+      "$out/mpi_bench" all_reduce broadcast all_gather reduce_scatter barrier > "$out/mpi.$n"
+    for op in all_reduce broadcast all_gather reduce_scatter; do
+      mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
+        "$build/tools/weft-bench" "$op" --backend mpi -b 4 -e 64M -f 4 | weft_lines "$op" \
+        > "$out/weftmpi.$op.$n"
+    done
   fi
   if [ "$have_gloo" = 1 ]; then
     /usr/bin/python3 bench/collectives/gloo_bench.py "$n" all_reduce broadcast barrier \

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints compare.sh's results as one table per (op, ranks): time and busbw of each
-implementation at each size, and weft shm's ratio to Open MPI (time: <1 is faster)."""
+implementation at each size, and weft shm's and weft mpi's ratios to Open MPI (time: <1 is
+faster)."""
 import collections
 import os
 import sys
@@ -21,23 +22,29 @@ def read(path, op=None):
 def main(out):
     for n in (2, 4):
         impls = collections.OrderedDict()
-        for op in ("all_reduce", "broadcast", "barrier"):
-            for name in ("shm", "thread"):
+        ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+        for op in ops:
+            for name in ("shm", "thread", "weftmpi"):
                 impls.setdefault(name, {}).update(read(f"{out}/{name}.{op}.{n}"))
         impls["ompi"] = read(f"{out}/mpi.{n}")
         impls["gloo"] = read(f"{out}/gloo.{n}")
-        for op in ("all_reduce", "broadcast", "barrier"):
+        for op in ops:
             sizes = sorted({s for rows in impls.values() for (o, s) in rows if o == op})
+            if not sizes:
+                continue
             print(f"\n{op}, {n} ranks: time (us) / busbw (GB/s)")
-            header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls) + f"{'shm/ompi':>10}"
-            print(header)
+            header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls)
+            print(header + f"{'shm/ompi':>10}{'wmpi/ompi':>10}")
             for size in sizes:
                 line = f"{size:>10}"
                 for rows in impls.values():
                     t = rows.get((op, size))
                     line += f"{t[0]:>11.2f} /{t[1]:>6.2f}" if t else f"{'-':>20}"
-                shm, ompi = impls["shm"].get((op, size)), impls["ompi"].get((op, size))
-                line += f"{shm[0] / ompi[0]:>10.1f}" if shm and ompi and ompi[0] > 0 else f"{'-':>10}"
+                ompi = impls["ompi"].get((op, size))
+                for name in ("shm", "weftmpi"):
+                    mine = impls[name].get((op, size))
+                    ok = mine and ompi and ompi[0] > 0
+                    line += f"{mine[0] / ompi[0]:>10.2f}" if ok else f"{'-':>10}"
                 print(line)
 
 

@@ -1,7 +1,8 @@
-// The Open MPI side of bench/collectives/compare.sh: MPI_Allreduce (float sum), MPI_Bcast and
-// MPI_Barrier swept over sizes like weft-bench, printing "op size time_us busbw" lines (median
-// of the timed iterations on the slowest rank; nccl-tests' busbw). Built by compare.sh with
-// mpicxx; not part of weft's build.
+// The Open MPI side of bench/collectives/compare.sh: MPI_Allreduce (float sum), MPI_Bcast,
+// MPI_Allgather, MPI_Reduce_scatter_block and MPI_Barrier swept over sizes like weft-bench,
+// printing "op size time_us busbw" lines (median of the timed iterations on the slowest rank;
+// nccl-tests' sizes and busbw: the whole output of all_gather, the whole input of
+// reduce_scatter). Built by compare.sh with mpicxx; not part of weft's build.
 //
 //   mpi_bench [-n ITERS] [-e MAX_BYTES] OP...     (defaults: 20 iterations, 64 MiB)
 #include <mpi.h>
@@ -25,8 +26,13 @@ double median_slowest(std::vector<double>& times) {
 
 void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::size_t max_bytes) {
   for (std::size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
-    const std::size_t count = op == "barrier" ? 0 : bytes / sizeof(float);
+    std::size_t count = op == "barrier" ? 0 : bytes / sizeof(float);
+    const bool blocks = op == "all_gather" || op == "reduce_scatter";
+    if (blocks) count -= count % static_cast<std::size_t>(n);  // n equal blocks
+    if (blocks && count == 0) continue;
+    const int block = static_cast<int>(count / static_cast<std::size_t>(n));
     std::vector<float> buf(std::max<std::size_t>(count, 1), 1.0f);
+    std::vector<float> part(std::max(block, 1), 1.0f);
     std::vector<double> times;
     for (int it = 0; it < warmup + iters; ++it) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -36,6 +42,11 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
                       MPI_COMM_WORLD);
       } else if (op == "broadcast") {
         MPI_Bcast(buf.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      } else if (op == "all_gather") {
+        MPI_Allgather(part.data(), block, MPI_FLOAT, buf.data(), block, MPI_FLOAT, MPI_COMM_WORLD);
+      } else if (op == "reduce_scatter") {
+        MPI_Reduce_scatter_block(buf.data(), part.data(), block, MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD);
       } else {
         MPI_Barrier(MPI_COMM_WORLD);
       }
@@ -43,7 +54,9 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
     }
     const double us = median_slowest(times);
     const double algbw = us > 0 ? static_cast<double>(count * sizeof(float)) / (us * 1e3) : 0;
-    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : 1.0;
+    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n
+                          : blocks              ? 1.0 * (n - 1) / n
+                                                : 1.0;
     if (rank == 0)
       std::printf("%s %zu %.3f %.3f\n", op.c_str(), count * sizeof(float), us, algbw * factor);
     if (op == "barrier") break;

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Several hosts, for real: NODES network namespaces (each a "host" with its own address,
+# 10.77.0.<i+1>, on a bridge in a switch namespace of its own, so no traffic leaves them),
+# one weftrun per namespace (--nnodes NODES --node-rank i, the master in the first), and
+#   collectives   every collective checked by dist_worker on the tcp backend, PER_NODE ranks
+#                 per host;
+#   killed        a rank of the last host killed during a stream of all-reduces: every
+#                 surviving rank must fail with an error naming the dead rank, soon.
+# The namespaces are removed however the script ends. Needs root (ip netns); exits 77, which
+# ctest counts as skipped, without it.
+#
+#   run.sh WEFTRUN PROGRAM NODES PER_NODE MODE
+set -uo pipefail
+weftrun=$1 program=$2 nodes=$3 per_node=$4 mode=$5
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+  echo "netns test: needs root and iproute2 (ip netns); skipped"
+  exit 77
+fi
+tag="w$$"  # names unique to this run: tests may run concurrently
+switch="${tag}sw"
+out=$(mktemp -d)
+cleanup() {
+  for ((i = 0; i < nodes; i++)); do ip netns del "${tag}n$i" 2>/dev/null; done
+  ip netns del "$switch" 2>/dev/null
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+ip netns add "$switch"
+ip -n "$switch" link add br0 type bridge
+ip -n "$switch" link set br0 up
+for ((i = 0; i < nodes; i++)); do
+  ns="${tag}n$i"
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip link add "${tag}a$i" netns "$ns" type veth peer name "${tag}b$i" netns "$switch"
+  ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "${tag}a$i"
+  ip -n "$ns" link set "${tag}a$i" up
+  ip -n "$switch" link set "${tag}b$i" master br0
+  ip -n "$switch" link set "${tag}b$i" up
+done
+
+# One weftrun per host. WEFT_HOST: the address other hosts reach this one at.
+start_node() {  # i, program args...
+  local i=$1
+  shift
+  ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token WEFT_HOST="10.77.0.$((i + 1))" \
+    timeout 120 "$weftrun" --nnodes "$nodes" --node-rank "$i" --nproc-per-node "$per_node" \
+    --master-addr 10.77.0.1 --master-port 29517 --backend tcp "$@" \
+    > "$out/node$i.log" 2>&1 &
+  pids[$i]=$!
+}
+
+case "$mode" in
+  collectives)
+    for ((i = 0; i < nodes; i++)); do start_node "$i" "$program"; done
+    failed=0
+    for ((i = 0; i < nodes; i++)); do
+      if ! wait "${pids[$i]}"; then
+        echo "node $i failed:"
+        cat "$out/node$i.log"
+        failed=1
+      fi
+    done
+    [ "$failed" = 0 ] && echo "netns: every collective right on $nodes hosts x $per_node ranks"
+    exit "$failed"
+    ;;
+  killed)
+    for ((i = 0; i < nodes; i++)); do
+      start_node "$i" "$program" all_reduce -b 4K -e 4K -n 1000000 -w 1
+    done
+    sleep 3  # the job is formed and streaming
+    last=$((nodes - 1))
+    dead_rank=$((last * per_node))
+    victim=$(ip netns pids "${tag}n$last" | while read -r p; do
+      if tr '\0' ' ' < "/proc/$p/cmdline" | grep -q "^$program"; then echo "$p"; fi
+    done | head -1)
+    [ -n "$victim" ] || { echo "no rank to kill on the last host"; cat "$out"/*.log; exit 1; }
+    killed_at=$(date +%s)
+    kill -9 "$victim"
+    failed=0
+    for ((i = 0; i < last; i++)); do
+      wait "${pids[$i]}"
+      took=$(($(date +%s) - killed_at))
+      if ! grep -q "rank $dead_rank" "$out/node$i.log" || [ "$took" -gt 30 ]; then
+        echo "node $i: no error naming rank $dead_rank within 30 s (took $took s):"
+        cat "$out/node$i.log"
+        failed=1
+      fi
+    done
+    wait "${pids[$last]}"
+    [ "$failed" = 0 ] && echo "netns: every survivor named rank $dead_rank"
+    grep -h "rank $dead_rank" "$out"/node0.log | head -2
+    exit "$failed"
+    ;;
+esac
+echo "unknown mode $mode"
+exit 2
