@@ -54,9 +54,7 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
     }
     const double us = median_slowest(times);
     const double algbw = us > 0 ? static_cast<double>(count * sizeof(float)) / (us * 1e3) : 0;
-    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n
-                          : blocks              ? 1.0 * (n - 1) / n
-                                                : 1.0;
+    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : blocks ? 1.0 * (n - 1) / n : 1.0;
     if (rank == 0)
       std::printf("%s %zu %.3f %.3f\n", op.c_str(), count * sizeof(float), us, algbw * factor);
     if (op == "barrier") break;

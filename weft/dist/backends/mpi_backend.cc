@@ -7,6 +7,7 @@
 #include "weft/dist/backend.h"
 #include "weft/dist/transport/mpi/mpi_engine.h"
 #include "weft/dist/transport/mpi/mpi_transport.h"
+#include "weft/dist/transport/mpi/mpi_watchdog.h"
 
 namespace weft::dist::internal {
 namespace {
@@ -18,6 +19,7 @@ class MpiBackend final : public Backend {
   explicit MpiBackend(bool finalize)
       : mpi_(std::make_shared<MpiTransport>(MPI_COMM_WORLD)),
         transport_(mpi_),
+        watchdog_(std::make_shared<MpiWatchdog>()),
         finalize_(finalize) {}
 
   // MPI can start once per process: a backend that started it ends it, unless the job
@@ -26,6 +28,7 @@ class MpiBackend final : public Backend {
     const bool healthy = !mpi_->aborted();
     transport_.reset();
     mpi_.reset();
+    watchdog_.reset();
     if (finalize_ && healthy) MPI_Finalize();
   }
 
@@ -50,7 +53,7 @@ class MpiBackend final : public Backend {
       MPI_Group_free(&group);
       MPI_Group_free(&world_group);
     }
-    return std::make_unique<MpiEngine>(comm, mpi_);
+    return std::make_unique<MpiEngine>(comm, watchdog_);
   }
 
  private:
@@ -62,6 +65,7 @@ class MpiBackend final : public Backend {
 
   std::shared_ptr<MpiTransport> mpi_;
   std::shared_ptr<Transport> transport_;
+  std::shared_ptr<MpiWatchdog> watchdog_;  // shared with every engine
   bool finalize_;
   bool world_made_ = false;  // group creation is collective and ordered: no lock needed
 };

@@ -134,51 +134,36 @@ void MpiEngine::create_16bit_types() {
   MPI_Op_create(&half_op<ReduceOp::kMax>, 1, &g_half_ops[3]);
 }
 
-MpiEngine::MpiEngine(MPI_Comm comm, std::shared_ptr<MpiTransport> transport)
-    : comm_(comm), transport_(std::move(transport)) {
+MpiEngine::MpiEngine(MPI_Comm comm, std::shared_ptr<MpiWatchdog> watchdog)
+    : comm_(comm), watchdog_(std::move(watchdog)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
 
-MpiEngine::~MpiEngine() {
-  if (!failed_ && !transport_->aborted()) MPI_Comm_free(&comm_);
-}
-
-void MpiEngine::wait(MPI_Request& request, const OpContext& op, const char* what) {
-  try {
-    wait_for_request(request, *transport_, op.deadline, what);
-  } catch (...) {
-    failed_ = true;  // the request stays pending: the communicator must not be freed
-    throw;
-  }
-}
+MpiEngine::~MpiEngine() { MPI_Comm_free(&comm_); }
 
 void MpiEngine::broadcast(Buffer buf, int root, const OpContext& op) {
-  MPI_Request request;
-  check(MPI_Ibcast(buf.data, int_count(buf.count, "broadcast"), mpi_type(buf.dtype), root, comm_,
-                   &request),
-        "MPI_Ibcast");
-  wait(request, op, "MPI_Ibcast");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Bcast");
+  check(MPI_Bcast(buf.data, int_count(buf.count, "broadcast"), mpi_type(buf.dtype), root, comm_),
+        "MPI_Bcast");
 }
 
 void MpiEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
-  MPI_Request request;
-  check(MPI_Iallreduce(MPI_IN_PLACE, buf.data, int_count(buf.count, "all_reduce"),
-                       mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), comm_, &request),
-        "MPI_Iallreduce");
-  wait(request, op, "MPI_Iallreduce");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allreduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, buf.data, int_count(buf.count, "all_reduce"),
+                      mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), comm_),
+        "MPI_Allreduce");
 }
 
 void MpiEngine::reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) {
-  MPI_Request request;
   const int count = int_count(buf.count, "reduce");
   // Only the root's buffer is written: the others' are send buffers, read only.
   const void* send = rank_ == root ? MPI_IN_PLACE : buf.data;
   void* receive = rank_ == root ? buf.data : nullptr;
-  check(MPI_Ireduce(send, receive, count, mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), root,
-                    comm_, &request),
-        "MPI_Ireduce");
-  wait(request, op, "MPI_Ireduce");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Reduce");
+  check(
+      MPI_Reduce(send, receive, count, mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), root, comm_),
+      "MPI_Reduce");
 }
 
 void MpiEngine::all_gather(Buffer out, Buffer in, const OpContext& op) {
@@ -188,11 +173,9 @@ void MpiEngine::all_gather(Buffer out, Buffer in, const OpContext& op) {
   // `in` may already be this rank's block of `out`: MPI calls that in place.
   const bool in_place =
       in.bytes() == out.bytes() + static_cast<std::size_t>(rank_) * in.size_bytes();
-  MPI_Request request;
-  check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, count, type, out.data, count, type, comm_,
-                       &request),
-        "MPI_Iallgather");
-  wait(request, op, "MPI_Iallgather");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allgather");
+  check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, count, type, out.data, count, type, comm_),
+        "MPI_Allgather");
 }
 
 void MpiEngine::all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
@@ -204,11 +187,10 @@ void MpiEngine::all_gather_v(Buffer out, Buffer in, const std::vector<std::size_
                                             dtype_size(in.dtype);
   // `in` may already be this rank's block of `out`: MPI calls that in place.
   const void* send = in.bytes() == mine ? MPI_IN_PLACE : in.data;
-  MPI_Request request;
-  check(MPI_Iallgatherv(send, int_count(in.count, "all_gather"), type, out.data,
-                        layout.counts.data(), layout.displacements.data(), type, comm_, &request),
-        "MPI_Iallgatherv");
-  wait(request, op, "MPI_Iallgatherv");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allgatherv");
+  check(MPI_Allgatherv(send, int_count(in.count, "all_gather"), type, out.data,
+                       layout.counts.data(), layout.displacements.data(), type, comm_),
+        "MPI_Allgatherv");
 }
 
 void MpiEngine::gather(Buffer out, Buffer in, int root, const OpContext& op) {
@@ -216,11 +198,9 @@ void MpiEngine::gather(Buffer out, Buffer in, int root, const OpContext& op) {
   const MPI_Datatype type = mpi_type(in.dtype);
   std::vector<std::byte> copy;
   const void* send = rank_ == root ? apart_from(in, out, copy) : in.data;
-  MPI_Request request;
-  check(MPI_Igather(send, count, type, rank_ == root ? out.data : nullptr, count, type, root, comm_,
-                    &request),
-        "MPI_Igather");
-  wait(request, op, "MPI_Igather");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Gather");
+  check(MPI_Gather(send, count, type, rank_ == root ? out.data : nullptr, count, type, root, comm_),
+        "MPI_Gather");
 }
 
 void MpiEngine::scatter(Buffer out, Buffer in, int root, const OpContext& op) {
@@ -228,20 +208,17 @@ void MpiEngine::scatter(Buffer out, Buffer in, int root, const OpContext& op) {
   const MPI_Datatype type = mpi_type(out.dtype);
   std::vector<std::byte> copy;
   const void* send = rank_ == root ? apart_from(in, out, copy) : nullptr;
-  MPI_Request request;
-  check(MPI_Iscatter(send, count, type, out.data, count, type, root, comm_, &request),
-        "MPI_Iscatter");
-  wait(request, op, "MPI_Iscatter");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Scatter");
+  check(MPI_Scatter(send, count, type, out.data, count, type, root, comm_), "MPI_Scatter");
 }
 
 void MpiEngine::reduce_scatter(Buffer out, Buffer in, ReduceOp reduce, const OpContext& op) {
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
-  MPI_Request request;
-  check(MPI_Ireduce_scatter_block(send, out.data, int_count(out.count, "reduce_scatter"),
-                                  mpi_type(out.dtype), mpi_op(reduce, out.dtype), comm_, &request),
-        "MPI_Ireduce_scatter_block");
-  wait(request, op, "MPI_Ireduce_scatter_block");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Reduce_scatter_block");
+  check(MPI_Reduce_scatter_block(send, out.data, int_count(out.count, "reduce_scatter"),
+                                 mpi_type(out.dtype), mpi_op(reduce, out.dtype), comm_),
+        "MPI_Reduce_scatter_block");
 }
 
 void MpiEngine::all_to_all(Buffer out, Buffer in, const OpContext& op) {
@@ -250,9 +227,8 @@ void MpiEngine::all_to_all(Buffer out, Buffer in, const OpContext& op) {
   const MPI_Datatype type = mpi_type(in.dtype);
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
-  MPI_Request request;
-  check(MPI_Ialltoall(send, block, type, out.data, block, type, comm_, &request), "MPI_Ialltoall");
-  wait(request, op, "MPI_Ialltoall");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Alltoall");
+  check(MPI_Alltoall(send, block, type, out.data, block, type, comm_), "MPI_Alltoall");
 }
 
 void MpiEngine::all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
@@ -262,18 +238,15 @@ void MpiEngine::all_to_all_v(Buffer out, const std::vector<std::size_t>& out_cou
   const MPI_Datatype type = mpi_type(in.dtype);
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
-  MPI_Request request;
-  check(
-      MPI_Ialltoallv(send, sent.counts.data(), sent.displacements.data(), type, out.data,
-                     received.counts.data(), received.displacements.data(), type, comm_, &request),
-      "MPI_Ialltoallv");
-  wait(request, op, "MPI_Ialltoallv");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Alltoallv");
+  check(MPI_Alltoallv(send, sent.counts.data(), sent.displacements.data(), type, out.data,
+                      received.counts.data(), received.displacements.data(), type, comm_),
+        "MPI_Alltoallv");
 }
 
 void MpiEngine::barrier(const OpContext& op) {
-  MPI_Request request;
-  check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
-  wait(request, op, "MPI_Ibarrier");
+  const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Barrier");
+  check(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 }  // namespace weft::dist

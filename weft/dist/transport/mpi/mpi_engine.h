@@ -1,7 +1,9 @@
-// The mpi backend's collective engine: each collective is the matching MPI call on the
-// group's own communicator, started non-blocking (MPI_Ibcast, MPI_Iallreduce, ...) and waited
-// for by polling with the operation's deadline, so that a hung peer becomes a TimeoutError
-// and a failed one's abort note a PeerError instead of a wait forever. float16 and bfloat16
+// The mpi backend's collective engine: each collective is the matching blocking MPI call on
+// the group's own communicator (MPI_Bcast, MPI_Allreduce, ...), run on the caller's thread or,
+// for the _async forms, on the group's queue thread, where MPI progresses it inside the call.
+// The blocking calls are Open MPI's tuned ones: its non-blocking MPI_I* collectives (libnbc)
+// measured 2-4x slower here (docs/COLLECTIVES.md). MPI cannot time out a collective, so an
+// MpiWatchdog ends the job when one outlives its operation's deadline. float16 and bfloat16
 // travel as 2-byte MPI types and are reduced by user-defined MPI ops (in float32, rounded at
 // each step of MPI's algorithm). MPI's counts are ints: a buffer of more than 2^31 - 1
 // elements is rejected with InvalidArgument.
@@ -12,14 +14,14 @@
 #include <memory>
 
 #include "weft/dist/engine/collective_engine.h"
-#include "weft/dist/transport/mpi/mpi_transport.h"
+#include "weft/dist/transport/mpi/mpi_watchdog.h"
 
 namespace weft::dist {
 
 class MpiEngine final : public CollectiveEngine {
  public:
   // Takes ownership of `comm` (the group's communicator, ranks in group order).
-  MpiEngine(MPI_Comm comm, std::shared_ptr<MpiTransport> transport);
+  MpiEngine(MPI_Comm comm, std::shared_ptr<MpiWatchdog> watchdog);
   ~MpiEngine() override;
   MpiEngine(const MpiEngine&) = delete;
   MpiEngine& operator=(const MpiEngine&) = delete;
@@ -45,13 +47,10 @@ class MpiEngine final : public CollectiveEngine {
   void barrier(const OpContext& op) override;
 
  private:
-  void wait(MPI_Request& request, const OpContext& op, const char* what);
-
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::shared_ptr<MpiTransport> transport_;
-  bool failed_ = false;  // a request was left pending: the communicator cannot be freed
+  std::shared_ptr<MpiWatchdog> watchdog_;
 };
 
 }  // namespace weft::dist

@@ -159,19 +159,4 @@ void MpiTransport::abort(const std::string& reason) {
   }
 }
 
-void wait_for_request(MPI_Request& request, MpiTransport& transport, const Deadline& deadline,
-                      const char* what) {
-  Backoff backoff;
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
-    transport.progress();
-    if (deadline.expired()) {
-      throw PeerTimeout(-1, std::string("mpi: ") + what + " did not complete in time");
-    }
-    backoff.pause();
-  }
-}
-
 }  // namespace weft::dist

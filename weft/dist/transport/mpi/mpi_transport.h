@@ -6,9 +6,10 @@
 // at once (eager, as the Transport contract asks); nothing spins in the background: a rank
 // makes progress while it waits for a message or a collective, polling with a backoff.
 //
-// A rank that fails tells the others with an abort note, which every waiting peer notices
-// within its next poll (PeerError with the reason). MPI itself cannot time out or cancel a
-// blocked peer: under mpirun a rank that exits makes mpirun end the job.
+// A rank that fails tells the others with an abort note, which every peer waiting for a
+// message notices within its next poll (PeerError with the reason). Peers inside a blocking
+// MPI collective cannot: under mpirun the failed rank's exit ends the job, and otherwise the
+// collective's watchdog does (mpi_watchdog.h).
 #pragma once
 
 #include <mpi.h>
@@ -37,9 +38,6 @@ class MpiTransport final : public Transport {
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
 
-  // Moves every message that has arrived into the mailbox and reaps finished sends; throws
-  // PeerError once this rank or a peer has aborted. Engines call it while they wait.
-  void progress();
   bool aborted() const { return aborted_.load(); }
 
  private:
@@ -47,6 +45,9 @@ class MpiTransport final : public Transport {
     std::vector<std::byte> frame;
     MPI_Request request = MPI_REQUEST_NULL;
   };
+  // Moves every message that has arrived into the mailbox and reaps finished sends; throws
+  // PeerError once this rank or a peer has aborted.
+  void progress();
   void pump();  // under pump_mu_
   void reap_sends();
 
@@ -59,10 +60,5 @@ class MpiTransport final : public Transport {
   std::list<PendingSend> sends_;
   std::atomic<bool> aborted_{false};
 };
-
-// Waits for `request` until `deadline`, polling `transport` for aborts and messages with a
-// backoff (spin, then yield, then short sleeps). PeerTimeout(-1) when the deadline passes.
-void wait_for_request(MPI_Request& request, MpiTransport& transport, const Deadline& deadline,
-                      const char* what);
 
 }  // namespace weft::dist
