@@ -1,15 +1,15 @@
 # The two commands a new user needs (see README.md):
 #   make run    install missing Debian packages, build in Release, run the executors demo,
 #               train the debug Llama on Tiny Shakespeare (2 ranks) and print a sample
-#   make test   install missing Debian packages, build in Release, run every test, and the
-#               concurrency tests again under ThreadSanitizer
+#   make test   install missing Debian packages, build in Release, run every test, the
+#               concurrency tests again under ThreadSanitizer, and each fuzz target for 30 s
 # Both are idempotent and print little when there is nothing to do.
 
 PRESET ?= release
 BUILD  := build/$(PRESET)
 CTEST_JOBS ?= 2
 
-.PHONY: run test race test-fast test-tsan test-asan build deps bench format clean
+.PHONY: run test race fuzz test-fast test-tsan test-asan build deps bench format clean
 
 # The executors demo, then the debug Llama trained on Tiny Shakespeare for a few minutes by 2
 # data-parallel ranks (weftrun, shm) and a sample from its last checkpoint.
@@ -20,6 +20,7 @@ run: build
 	  --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 
 test: build race
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30
 	@ctest --test-dir $(BUILD) -j$(CTEST_JOBS) --output-on-failure --no-tests=error
 
 # The concurrency tests (label "race") again under ThreadSanitizer: part of make test, so
@@ -31,6 +32,17 @@ race: deps build/tsan/build.ninja
 
 build/tsan/build.ninja:
 	@$(call configure,tsan)
+
+# The libFuzzer targets (tests/fuzz), built with clang and sanitizers, each run on its seed
+# corpus for FUZZ_SECONDS; a crash, leak or hang fails with the input kept in build/fuzz.
+FUZZ_TARGETS := store_request_fuzz
+FUZZ_SECONDS ?= 120
+fuzz: deps build/fuzz/build.ninja
+	@cmake --build build/fuzz --target $(FUZZ_TARGETS) -- --quiet
+	@scripts/run-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+build/fuzz/build.ninja:
+	@$(call configure,fuzz)
 
 # The quick set while developing: everything but the tests labelled slow.
 test-fast: build
