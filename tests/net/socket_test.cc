@@ -210,5 +210,15 @@ TEST(SocketTest, LocalAddressTowardsAHost) {
   EXPECT_THROW(local_address_towards("no-such-host.invalid"), InvalidArgument);
 }
 
+TEST(SocketTest, InterfaceAddress) {
+  EXPECT_EQ(interface_address("lo"), "127.0.0.1");
+  try {
+    interface_address("no-such-if0");
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("interfaces with one: lo"));
+  }
+}
+
 }  // namespace
 }  // namespace weft::net

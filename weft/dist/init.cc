@@ -118,11 +118,18 @@ std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
   return std::make_shared<store::TCPStore>(o);
 }
 
-// The address peers reach this rank at: WEFT_HOST, else loopback for a job on one host, else
-// this host's address on the route to the master (logged, since a host with several
-// networks may pick one the other hosts cannot reach).
+// The address peers reach this rank at: WEFT_HOST, else the address of the interface
+// WEFT_SOCKET_IFNAME names, else loopback for a job on one host, else this host's address on
+// the route to the master (logged, since a host with several networks may pick one the other
+// hosts cannot reach).
 std::string this_host(const std::string& method) {
   if (const auto host = env("WEFT_HOST")) return *host;
+  if (const auto interface = env("WEFT_SOCKET_IFNAME")) {
+    const std::string mine = net::interface_address(*interface);
+    std::fprintf(stderr, "weft: listening on %s (WEFT_SOCKET_IFNAME=%s)\n", mine.c_str(),
+                 interface->c_str());
+    return mine;
+  }
   if (method.rfind("file://", 0) == 0) return "127.0.0.1";
   const Endpoint at = store_endpoint(method);
   if (is_loopback(at.host)) return "127.0.0.1";

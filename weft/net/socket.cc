@@ -1,6 +1,7 @@
 #include "weft/net/socket.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -353,6 +354,36 @@ std::string local_address_towards(const std::string& host) {
                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(self).sin_addr);
   ::inet_ntop(self.ss_family, at, text, sizeof(text));
   return text;
+}
+
+std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) throw SystemError("getifaddrs", errno);
+  const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> owned(list, &::freeifaddrs);
+  std::string v4, v6, names;
+  for (const ifaddrs* at = list; at != nullptr; at = at->ifa_next) {
+    if (at->ifa_addr == nullptr) continue;
+    const int family = at->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    if (names.find(std::string(" ") + at->ifa_name + ",") == std::string::npos) {
+      names += std::string(" ") + at->ifa_name + ",";
+    }
+    if (name != at->ifa_name) continue;
+    char text[INET6_ADDRSTRLEN] = "";
+    const void* address =
+        family == AF_INET ? static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in*>(at->ifa_addr)->sin_addr)
+                          : static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in6*>(at->ifa_addr)->sin6_addr);
+    ::inet_ntop(family, address, text, sizeof(text));
+    std::string& slot = family == AF_INET ? v4 : v6;
+    if (slot.empty()) slot = text;
+  }
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  if (!names.empty()) names.pop_back();  // the last comma
+  throw InvalidArgument("network interface '" + name + "' has no IP address here; interfaces" +
+                        " with one:" + names);
 }
 
 }  // namespace weft::net

@@ -97,4 +97,8 @@ class Listener {
 // route leads there.
 std::string local_address_towards(const std::string& host);
 
+// The address of network interface `name` ("eth1"), as text: its IPv4 address, else its
+// first IPv6 one. Throws InvalidArgument naming the interfaces there are when it has none.
+std::string interface_address(const std::string& name);
+
 }  // namespace weft::net

@@ -40,11 +40,16 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$switch" link set "${tag}b$i" up
 done
 
-# One weftrun per host. WEFT_HOST: the address other hosts reach this one at.
+# One weftrun per host. Each way of finding the address other hosts reach this one at: the
+# first host names it (WEFT_HOST), the second its interface (WEFT_SOCKET_IFNAME), the others
+# neither (the route to the master).
 start_node() {  # i, program args...
   local i=$1
   shift
-  ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token WEFT_HOST="10.77.0.$((i + 1))" \
+  local where=()
+  [ "$i" = 0 ] && where=(WEFT_HOST="10.77.0.1")
+  [ "$i" = 1 ] && where=(WEFT_SOCKET_IFNAME="${tag}a1")
+  ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token "${where[@]}" \
     timeout 120 "$weftrun" --nnodes "$nodes" --node-rank "$i" --nproc-per-node "$per_node" \
     --master-addr 10.77.0.1 --master-port 29517 --backend tcp "$@" \
     > "$out/node$i.log" 2>&1 &
