@@ -1,15 +1,18 @@
 // MpiWatchdog: ends the job when a blocking MPI call outlives its operation's deadline. MPI
 // cannot time out or cancel a collective, and a rank must not wait forever for a peer that
-// never calls it (or died without the launcher noticing), so one thread per process sleeps
-// until the earliest deadline of the calls in progress and, if that call has not returned by
-// then, prints what it was and calls MPI_Abort, which ends every rank of the job (as mpirun
-// does when any rank fails).
+// never calls it (or died without the launcher noticing), so one thread per process looks at
+// the deadlines of the calls in progress every half second and, when one has passed, prints
+// which call it was and calls MPI_Abort, which ends every rank of the job (as mpirun does
+// when any rank fails).
+//
+// Registering a call is a few atomic stores into a free slot of a fixed table: no lock, no
+// allocation and no system call per collective.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
-#include <map>
 #include <mutex>
-#include <string>
 #include <thread>
 
 #include "weft/base/deadline.h"
@@ -18,14 +21,23 @@ namespace weft::dist {
 
 class MpiWatchdog {
  public:
+  // Calls in progress at once in one process (groups x threads); a call beyond that waits
+  // for a free slot.
+  static constexpr std::size_t kSlots = 256;
+
   MpiWatchdog();
   ~MpiWatchdog();
   MpiWatchdog(const MpiWatchdog&) = delete;
   MpiWatchdog& operator=(const MpiWatchdog&) = delete;
 
-  struct Call {
-    const char* what;
-    Seconds timeout;
+  // One call in progress: its deadline (steady-clock ticks; kFree when the slot is unused),
+  // what it is, and its timeout for the message.
+  struct Slot {
+    static constexpr Clock::rep kFree = -1;
+    std::atomic<Clock::rep> deadline{kFree};
+    std::atomic<const char*> what{nullptr};
+    std::atomic<double> timeout_seconds{0};
+    std::atomic<bool> taken{false};
   };
 
   // Watches one call for as long as it lives; a deadline that never passes costs nothing.
@@ -37,18 +49,17 @@ class MpiWatchdog {
     Guard& operator=(const Guard&) = delete;
 
    private:
-    MpiWatchdog* dog_ = nullptr;
-    std::multimap<Clock::time_point, Call>::iterator at_;
+    Slot* slot_ = nullptr;
   };
 
  private:
   void run();
 
-  std::mutex mu_;
+  std::array<Slot, kSlots> slots_;
+  std::mutex mu_;  // for stop_ and the wait between looks only
   std::condition_variable wake_;
-  std::multimap<Clock::time_point, Call> calls_;  // by deadline; guarded by mu_
-  bool stop_ = false;                             // guarded by mu_
-  std::thread thread_;                            // last: starts after the fields it reads
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the fields it reads
 };
 
 }  // namespace weft::dist
