@@ -29,6 +29,7 @@ MpiTransport::MpiTransport(MPI_Comm world) {
 }
 
 MpiTransport::~MpiTransport() {
+  reap_sends();  // nobody else uses the transport any more
   // Sends still pending would keep the communicator busy; after an abort nobody will take
   // them, so they are left to the process's end.
   if (!aborted_.load() && sends_.empty()) MPI_Comm_free(&comm_);
