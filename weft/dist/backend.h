@@ -30,10 +30,11 @@ class Backend {
 
   virtual std::string_view name() const = 0;  // "shm", "tcp", "thread", ...
   virtual const std::shared_ptr<Transport>& transport() const = 0;
-  // The engine of a new group of `members` (global ranks, in group order; this rank is one).
-  // Called on every member, in the same order of group creations everywhere, so it may
-  // call `agree` (collective over the members) to settle what the engine needs.
-  virtual std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+  // The engine of a new group of `members` (global ranks, in group order; this rank is one);
+  // `world`: the job's world group, made once, before any other. Called on every member, in
+  // the same order of group creations everywhere, so it may call `agree` (collective over
+  // the members) to settle what the engine needs.
+  virtual std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
                                                         AgreeFn agree) = 0;
   // The largest buffer one operation may carry, in bytes (ProcessGroup rejects larger ones
   // before anything is sent).
@@ -53,7 +54,7 @@ class GenericBackend final : public Backend {
 
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
-  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool /*world*/,
                                                 AgreeFn /*agree*/) override {
     return std::make_unique<GenericEngine>(transport_, members, board_);
   }

@@ -44,15 +44,19 @@ struct Names {
   const char* local_rank;  // may be absent from the environment
   const char* local_size;
   const char* job_id;  // for the port
+  // Whether the launcher says where the master is (MASTER_ADDR, MASTER_PORT, as torch
+  // requires of torchrun's names), or weft derives it when they are not exported.
+  bool sets_master;
 };
 
 constexpr Names kLaunchers[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+     true},
     {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE"},
-    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVS_NAME"},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE", false},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVS_NAME", false},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-     "SLURM_JOB_ID"},
+     "SLURM_JOB_ID", false},
 };
 
 // The launcher's count of this host's processes; for Slurm, whose SLURM_NTASKS_PER_NODE is
@@ -125,7 +129,7 @@ std::optional<LaunchEnvironment> read_launch_environment(EnvLookup lookup) {
       }
       out.master_port = *port;
     }
-    if (std::string_view(names.launcher) == "torchrun") return out;
+    if (names.sets_master) return out;
     const auto nodes = env.text("SLURM_JOB_NODELIST");
     if (!out.master_addr && nodes && env.number("SLURM_JOB_NUM_NODES").value_or(2) > 1) {
       out.master_addr = first_slurm_host(*nodes);

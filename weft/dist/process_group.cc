@@ -108,10 +108,11 @@ std::size_t sum(const std::vector<std::size_t>& v) {
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
                            GroupOptions options)
-    : ProcessGroup(std::move(backend), std::move(members), std::move(options), 0) {}
+    : ProcessGroup(std::move(backend), std::move(members), std::move(options), 0,
+                   /*world=*/true) {}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
-                           GroupOptions options, std::uint32_t id)
+                           GroupOptions options, std::uint32_t id, bool world)
     : backend_(std::move(backend)),
       members_(std::move(members)),
       rank_(-1),
@@ -128,7 +129,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
                           " is not among the group's members");
   }
   rank_ = static_cast<int>(it - members_.begin());
-  engine_ = backend_->make_engine(members_, [this](std::int64_t mine) { return agree(mine); });
+  engine_ =
+      backend_->make_engine(members_, world, [this](std::int64_t mine) { return agree(mine); });
 }
 
 // An all-gather of one integer on the generic engine, for the backend while it builds this
@@ -581,7 +583,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(const std::vector<int>
   // disjoint members.
   const std::uint32_t id = mix((std::uint64_t{id_} << 32) | index);
   return std::shared_ptr<ProcessGroup>(
-      new ProcessGroup(backend_, std::move(globals), GroupOptions{timeout(), std::move(name)}, id));
+      new ProcessGroup(backend_, std::move(globals), GroupOptions{timeout(), std::move(name)}, id,
+                       /*world=*/false));
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {

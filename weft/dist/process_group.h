@@ -212,8 +212,9 @@ class ProcessGroup {
   }
 
   struct OpCall;
+  // world: made by the public constructor (the job's world group); else a subgroup.
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,
-               std::uint32_t id);
+               std::uint32_t id, bool world);
   std::vector<std::int64_t> agree(std::int64_t mine);
   Transport& transport() const { return *backend_->transport(); }
 

@@ -2,9 +2,8 @@
 
 #include <mpi.h>
 
-#include <numeric>
-
 #include "weft/dist/backend.h"
+#include "weft/dist/transport/mpi/mpi_check.h"
 #include "weft/dist/transport/mpi/mpi_engine.h"
 #include "weft/dist/transport/mpi/mpi_transport.h"
 #include "weft/dist/transport/mpi/mpi_watchdog.h"
@@ -16,11 +15,13 @@ constexpr int kCreateGroupTag = 7;
 
 class MpiBackend final : public Backend {
  public:
-  explicit MpiBackend(bool finalize)
+  // timeout: how long creating a group's communicator may take (the job's init timeout).
+  MpiBackend(bool finalize, Seconds timeout)
       : mpi_(std::make_shared<MpiTransport>(MPI_COMM_WORLD)),
         transport_(mpi_),
         watchdog_(std::make_shared<MpiWatchdog>()),
-        finalize_(finalize) {}
+        finalize_(finalize),
+        timeout_(timeout) {}
 
   // MPI can start once per process: a backend that started it ends it, unless the job
   // aborted (peers that will never finalize would keep MPI_Finalize waiting).
@@ -35,39 +36,40 @@ class MpiBackend final : public Backend {
   std::string_view name() const override { return "mpi"; }
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
 
-  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
                                                 AgreeFn agree) override {
     MPI_Comm comm = MPI_COMM_NULL;
-    if (!world_made_ && is_world(members)) {
-      world_made_ = true;
-      MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    // Collective MPI calls without a timeout of their own: the watchdog bounds them.
+    const Deadline deadline = Deadline::after(timeout_);
+    if (world) {
+      const MpiWatchdog::Guard guard(*watchdog_, deadline, "MPI_Comm_dup");
+      check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
     } else {
-      // MPI_Comm_create_group has no timeout: first make sure every member is here (the
-      // agreement waits with the group's deadline).
+      // First make sure every member is here (the agreement fails with the group's timeout,
+      // as a TimeoutError instead of the watchdog's end of the job).
       agree(0);
       MPI_Group world_group = MPI_GROUP_NULL;
       MPI_Group group = MPI_GROUP_NULL;
       MPI_Comm_group(MPI_COMM_WORLD, &world_group);
       MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &group);
-      MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateGroupTag, &comm);
+      int created;
+      {
+        const MpiWatchdog::Guard guard(*watchdog_, deadline, "MPI_Comm_create_group");
+        created = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateGroupTag, &comm);
+      }
       MPI_Group_free(&group);
       MPI_Group_free(&world_group);
+      check_mpi(created, "MPI_Comm_create_group");
     }
     return std::make_unique<MpiEngine>(comm, watchdog_);
   }
 
  private:
-  bool is_world(const std::vector<int>& members) const {
-    std::vector<int> everyone(static_cast<std::size_t>(mpi_->size()));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    return members == everyone;
-  }
-
   std::shared_ptr<MpiTransport> mpi_;
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<MpiWatchdog> watchdog_;  // shared with every engine
   bool finalize_;
-  bool world_made_ = false;  // group creation is collective and ordered: no lock needed
+  Seconds timeout_;
 };
 
 // Starts MPI with every thread allowed to call it (ProcessGroup runs operations on its
@@ -113,7 +115,7 @@ std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context) {
                           "; let the backend take both from MPI (mpirun -np N, or srun)");
   }
   MpiEngine::create_16bit_types();
-  return make_world_group(std::make_shared<MpiBackend>(started_here), placed);
+  return make_world_group(std::make_shared<MpiBackend>(started_here, context.timeout), placed);
 }
 
 }  // namespace weft::dist::internal

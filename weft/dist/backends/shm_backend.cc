@@ -1,7 +1,5 @@
 #include "weft/dist/backends/shm_backend.h"
 
-#include <numeric>
-
 #include "weft/dist/backend.h"
 #include "weft/dist/transport/shm/shm_transport.h"
 
@@ -18,14 +16,11 @@ class ShmBackend final : public Backend {
   std::string_view name() const override { return "shm"; }
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
 
-  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members,
+  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
                                                 AgreeFn agree) override {
     auto rings = std::make_unique<GenericEngine>(transport_, members);
     if (members.size() == 1) return rings;
-    if (!world_made_ && is_world(members)) {
-      world_made_ = true;
-      return shm_->world_collectives(std::move(rings));
-    }
+    if (world) return shm_->world_collectives(std::move(rings));
     // Members may have joined different numbers of groups before: they say which region each
     // offers, and the step engine runs only if every one has one.
     const auto regions = agree(shm_->reserve_region());
@@ -35,15 +30,8 @@ class ShmBackend final : public Backend {
   }
 
  private:
-  bool is_world(const std::vector<int>& members) const {
-    std::vector<int> everyone(static_cast<std::size_t>(transport_->size()));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    return members == everyone;
-  }
-
   std::shared_ptr<ShmTransport> shm_;
   std::shared_ptr<Transport> transport_;
-  bool world_made_ = false;  // group creation is collective and ordered: no lock needed
 };
 
 }  // namespace

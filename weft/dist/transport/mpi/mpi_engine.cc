@@ -1,9 +1,9 @@
 #include "weft/dist/transport/mpi/mpi_engine.h"
 
-#include <cstring>
 #include <limits>
-#include <numeric>
 #include <vector>
+
+#include "weft/dist/transport/mpi/mpi_check.h"
 
 namespace weft::dist {
 namespace {
@@ -32,14 +32,6 @@ template <ReduceOp kOp>
 void half_op(void* in, void* inout, int* length, MPI_Datatype* type) {
   if (*type == g_bfloat16) return combine<BFloat16>(in, inout, *length, kOp);
   combine<Half>(in, inout, *length, kOp);
-}
-
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = "";
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw PeerError(std::string("mpi: ") + what + " failed: " + text);
 }
 
 int int_count(std::size_t count, const char* what) {
@@ -124,10 +116,10 @@ const void* apart_from(const Buffer& in, const Buffer& out, std::vector<std::byt
 
 void MpiEngine::create_16bit_types() {
   if (g_half != MPI_DATATYPE_NULL) return;
-  check(MPI_Type_contiguous(2, MPI_BYTE, &g_half), "MPI_Type_contiguous");
-  check(MPI_Type_commit(&g_half), "MPI_Type_commit");
-  check(MPI_Type_contiguous(2, MPI_BYTE, &g_bfloat16), "MPI_Type_contiguous");
-  check(MPI_Type_commit(&g_bfloat16), "MPI_Type_commit");
+  check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &g_half), "MPI_Type_contiguous");
+  check_mpi(MPI_Type_commit(&g_half), "MPI_Type_commit");
+  check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &g_bfloat16), "MPI_Type_contiguous");
+  check_mpi(MPI_Type_commit(&g_bfloat16), "MPI_Type_commit");
   MPI_Op_create(&half_op<ReduceOp::kSum>, 1, &g_half_ops[0]);
   MPI_Op_create(&half_op<ReduceOp::kProduct>, 1, &g_half_ops[1]);
   MPI_Op_create(&half_op<ReduceOp::kMin>, 1, &g_half_ops[2]);
@@ -144,15 +136,16 @@ MpiEngine::~MpiEngine() { MPI_Comm_free(&comm_); }
 
 void MpiEngine::broadcast(Buffer buf, int root, const OpContext& op) {
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Bcast");
-  check(MPI_Bcast(buf.data, int_count(buf.count, "broadcast"), mpi_type(buf.dtype), root, comm_),
-        "MPI_Bcast");
+  check_mpi(
+      MPI_Bcast(buf.data, int_count(buf.count, "broadcast"), mpi_type(buf.dtype), root, comm_),
+      "MPI_Bcast");
 }
 
 void MpiEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allreduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, buf.data, int_count(buf.count, "all_reduce"),
-                      mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), comm_),
-        "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data, int_count(buf.count, "all_reduce"),
+                          mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), comm_),
+            "MPI_Allreduce");
 }
 
 void MpiEngine::reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) {
@@ -161,7 +154,7 @@ void MpiEngine::reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& o
   const void* send = rank_ == root ? MPI_IN_PLACE : buf.data;
   void* receive = rank_ == root ? buf.data : nullptr;
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Reduce");
-  check(
+  check_mpi(
       MPI_Reduce(send, receive, count, mpi_type(buf.dtype), mpi_op(reduce, buf.dtype), root, comm_),
       "MPI_Reduce");
 }
@@ -174,8 +167,9 @@ void MpiEngine::all_gather(Buffer out, Buffer in, const OpContext& op) {
   const bool in_place =
       in.bytes() == out.bytes() + static_cast<std::size_t>(rank_) * in.size_bytes();
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allgather");
-  check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, count, type, out.data, count, type, comm_),
-        "MPI_Allgather");
+  check_mpi(
+      MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, count, type, out.data, count, type, comm_),
+      "MPI_Allgather");
 }
 
 void MpiEngine::all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
@@ -188,9 +182,9 @@ void MpiEngine::all_gather_v(Buffer out, Buffer in, const std::vector<std::size_
   // `in` may already be this rank's block of `out`: MPI calls that in place.
   const void* send = in.bytes() == mine ? MPI_IN_PLACE : in.data;
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Allgatherv");
-  check(MPI_Allgatherv(send, int_count(in.count, "all_gather"), type, out.data,
-                       layout.counts.data(), layout.displacements.data(), type, comm_),
-        "MPI_Allgatherv");
+  check_mpi(MPI_Allgatherv(send, int_count(in.count, "all_gather"), type, out.data,
+                           layout.counts.data(), layout.displacements.data(), type, comm_),
+            "MPI_Allgatherv");
 }
 
 void MpiEngine::gather(Buffer out, Buffer in, int root, const OpContext& op) {
@@ -199,8 +193,9 @@ void MpiEngine::gather(Buffer out, Buffer in, int root, const OpContext& op) {
   std::vector<std::byte> copy;
   const void* send = rank_ == root ? apart_from(in, out, copy) : in.data;
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Gather");
-  check(MPI_Gather(send, count, type, rank_ == root ? out.data : nullptr, count, type, root, comm_),
-        "MPI_Gather");
+  check_mpi(
+      MPI_Gather(send, count, type, rank_ == root ? out.data : nullptr, count, type, root, comm_),
+      "MPI_Gather");
 }
 
 void MpiEngine::scatter(Buffer out, Buffer in, int root, const OpContext& op) {
@@ -209,16 +204,16 @@ void MpiEngine::scatter(Buffer out, Buffer in, int root, const OpContext& op) {
   std::vector<std::byte> copy;
   const void* send = rank_ == root ? apart_from(in, out, copy) : nullptr;
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Scatter");
-  check(MPI_Scatter(send, count, type, out.data, count, type, root, comm_), "MPI_Scatter");
+  check_mpi(MPI_Scatter(send, count, type, out.data, count, type, root, comm_), "MPI_Scatter");
 }
 
 void MpiEngine::reduce_scatter(Buffer out, Buffer in, ReduceOp reduce, const OpContext& op) {
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Reduce_scatter_block");
-  check(MPI_Reduce_scatter_block(send, out.data, int_count(out.count, "reduce_scatter"),
-                                 mpi_type(out.dtype), mpi_op(reduce, out.dtype), comm_),
-        "MPI_Reduce_scatter_block");
+  check_mpi(MPI_Reduce_scatter_block(send, out.data, int_count(out.count, "reduce_scatter"),
+                                     mpi_type(out.dtype), mpi_op(reduce, out.dtype), comm_),
+            "MPI_Reduce_scatter_block");
 }
 
 void MpiEngine::all_to_all(Buffer out, Buffer in, const OpContext& op) {
@@ -228,7 +223,7 @@ void MpiEngine::all_to_all(Buffer out, Buffer in, const OpContext& op) {
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Alltoall");
-  check(MPI_Alltoall(send, block, type, out.data, block, type, comm_), "MPI_Alltoall");
+  check_mpi(MPI_Alltoall(send, block, type, out.data, block, type, comm_), "MPI_Alltoall");
 }
 
 void MpiEngine::all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
@@ -239,14 +234,14 @@ void MpiEngine::all_to_all_v(Buffer out, const std::vector<std::size_t>& out_cou
   std::vector<std::byte> copy;
   const void* send = apart_from(in, out, copy);
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Alltoallv");
-  check(MPI_Alltoallv(send, sent.counts.data(), sent.displacements.data(), type, out.data,
-                      received.counts.data(), received.displacements.data(), type, comm_),
-        "MPI_Alltoallv");
+  check_mpi(MPI_Alltoallv(send, sent.counts.data(), sent.displacements.data(), type, out.data,
+                          received.counts.data(), received.displacements.data(), type, comm_),
+            "MPI_Alltoallv");
 }
 
 void MpiEngine::barrier(const OpContext& op) {
   const MpiWatchdog::Guard guard(*watchdog_, op.deadline, "MPI_Barrier");
-  check(MPI_Barrier(comm_), "MPI_Barrier");
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 }  // namespace weft::dist

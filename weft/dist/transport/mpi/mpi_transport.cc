@@ -5,6 +5,8 @@
 #include <limits>
 #include <thread>
 
+#include "weft/dist/transport/mpi/mpi_check.h"
+
 namespace weft::dist {
 namespace {
 
@@ -12,18 +14,10 @@ constexpr int kDataTag = 1;
 constexpr int kAbortTag = 2;
 constexpr int kMaxInt = std::numeric_limits<int>::max();
 
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = "";
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw PeerError(std::string("mpi: ") + what + " failed: " + text);
-}
-
 }  // namespace
 
 MpiTransport::MpiTransport(MPI_Comm world) {
-  check(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -48,9 +42,9 @@ void MpiTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Dea
   std::lock_guard lock(send_mu_);
   sends_.push_back(std::move(pending));
   PendingSend& queued = sends_.back();
-  check(MPI_Isend(queued.frame.data(), static_cast<int>(queued.frame.size()), MPI_BYTE, peer,
-                  kDataTag, comm_, &queued.request),
-        "MPI_Isend");
+  check_mpi(MPI_Isend(queued.frame.data(), static_cast<int>(queued.frame.size()), MPI_BYTE, peer,
+                      kDataTag, comm_, &queued.request),
+            "MPI_Isend");
   reap_sends();
 }
 
@@ -67,13 +61,13 @@ void MpiTransport::pump() {
     int arrived = 0;
     MPI_Message message;
     MPI_Status status;
-    check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, &message, &status),
-          "MPI_Improbe");
+    check_mpi(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, &message, &status),
+              "MPI_Improbe");
     if (!arrived) return;
     int length = 0;
     MPI_Get_count(&status, MPI_BYTE, &length);
     std::vector<std::byte> frame(static_cast<std::size_t>(length));
-    check(MPI_Mrecv(frame.data(), length, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    check_mpi(MPI_Mrecv(frame.data(), length, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
     const int from = status.MPI_SOURCE;
     if (status.MPI_TAG == kAbortTag) {
       mailbox_.abort(std::string(reinterpret_cast<const char*>(frame.data()), frame.size()));
