@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
   BenchOptions o;
   std::string min = "8", max = "64M", dtype = "float32", redop = "sum", backend;
   int threads = 0;
+  double timeout = 0;
   // --help shows each option's default from the variable it sets, never a copy of the value.
   app.option_defaults()->always_capture_default();
   app.add_option("op", o.op, "The operation to time")
@@ -103,6 +105,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "Run N ranks as threads (the thread backend); 0: join a weftrun job instead")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--timeout", timeout,
+                 "Seconds each collective may wait for its peers; 0: the library's default")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -119,7 +124,9 @@ int main(int argc, char** argv) {
         if (pg.rank() == 0) wrong = w;
       });
     } else {
-      auto pg = weft::dist::init_process_group({.backend = backend});
+      std::optional<weft::Seconds> op_timeout;
+      if (timeout > 0) op_timeout = weft::Seconds(timeout);
+      auto pg = weft::dist::init_process_group({.backend = backend, .timeout = op_timeout});
       wrong = run(*pg, o);
     }
     return wrong == 0 ? 0 : 1;

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs, in one go on this machine, the same sweep (all_reduce and broadcast of float32 with
 # sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and thread backends, Open MPI
-# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, and weft's
-# mpi backend against the same raw Open MPI calls (all_reduce, broadcast, all_gather,
+# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, weft's mpi
+# backend against the same raw Open MPI calls, and weft's tcp backend against Gloo's C++
+# library over its tcp transport, both on loopback (all_reduce, broadcast, all_gather,
 # reduce_scatter), with 2 and 4 ranks, and prints one table per op and rank count with the
-# ratios to Open MPI.
+# ratios to Open MPI and to Gloo.
 #
 #   bench/collectives/compare.sh            (after make test or make run built the tree)
 #
-# Peers come from Debian: openmpi-bin + libopenmpi-dev (mpicxx, mpirun), python3-torch (gloo).
-# A missing peer is reported and left out of the table.
+# Peers come from Debian: openmpi-bin + libopenmpi-dev (mpicxx, mpirun), python3-torch (gloo),
+# libgloo-dev (Gloo's C++ library). A missing peer is reported and left out of the table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
@@ -22,6 +23,13 @@ if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
   mpicxx -O3 -std=c++17 bench/collectives/mpi_bench.cc -o "$out/mpi_bench" && have_mpi=1
 else
   echo "compare: Open MPI not installed (apt-get install openmpi-bin libopenmpi-dev): left out" >&2
+fi
+have_gloo_cpp=0
+if [ -f /usr/include/gloo/allreduce.h ]; then
+  g++ -O3 -std=c++17 bench/collectives/gloo_cpp_bench.cc -o "$out/gloo_cpp_bench" -lgloo \
+    -lpthread && have_gloo_cpp=1
+else
+  echo "compare: Gloo's C++ library not installed (apt-get install libgloo-dev): left out" >&2
 fi
 have_gloo=0
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
@@ -51,9 +59,18 @@ for n in 2 4; do
         > "$out/weftmpi.$op.$n"
     done
   fi
+  for op in all_reduce broadcast all_gather reduce_scatter; do
+    "$build/tools/weftrun" --nproc-per-node "$n" --backend tcp "$build/tools/weft-bench" "$op" \
+      -b 4 -e 64M -f 4 | weft_lines "$op" > "$out/tcp.$op.$n"
+  done
+  if [ "$have_gloo_cpp" = 1 ]; then
+    store=$(mktemp -d -p "$out")
+    "$build/tools/weftrun" --nproc-per-node "$n" "$out/gloo_cpp_bench" "$store" all_reduce \
+      broadcast all_gather reduce_scatter barrier | sed -e 's/^\[[0-9]*\] //' > "$out/gloocpp.$n"
+  fi
   if [ "$have_gloo" = 1 ]; then
-    /usr/bin/python3 bench/collectives/gloo_bench.py "$n" all_reduce broadcast barrier \
-      2>/dev/null > "$out/gloo.$n"
+    /usr/bin/python3 bench/collectives/gloo_bench.py "$n" all_reduce broadcast all_gather \
+      barrier 2>/dev/null > "$out/gloo.$n"
   fi
 done
 python3 bench/collectives/compare_table.py "$out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints compare.sh's results as one table per (op, ranks): time and busbw of each
-implementation at each size, and weft shm's and weft mpi's ratios to Open MPI (time: <1 is
-faster)."""
+implementation at each size, weft shm's and weft mpi's ratios to Open MPI, and weft tcp's to
+Gloo's C++ library and to torch's gloo (time: <1 is faster)."""
 import collections
 import os
 import sys
@@ -24,27 +24,29 @@ def main(out):
         impls = collections.OrderedDict()
         ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
         for op in ops:
-            for name in ("shm", "thread", "weftmpi"):
+            for name in ("shm", "thread", "weftmpi", "tcp"):
                 impls.setdefault(name, {}).update(read(f"{out}/{name}.{op}.{n}"))
         impls["ompi"] = read(f"{out}/mpi.{n}")
         impls["gloo"] = read(f"{out}/gloo.{n}")
+        impls["gloocpp"] = read(f"{out}/gloocpp.{n}")
         for op in ops:
             sizes = sorted({s for rows in impls.values() for (o, s) in rows if o == op})
             if not sizes:
                 continue
             print(f"\n{op}, {n} ranks: time (us) / busbw (GB/s)")
             header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls)
-            print(header + f"{'shm/ompi':>10}{'wmpi/ompi':>10}")
+            print(header + f"{'shm/ompi':>10}{'wmpi/ompi':>10}{'tcp/glc':>10}{'tcp/gloo':>10}")
             for size in sizes:
                 line = f"{size:>10}"
                 for rows in impls.values():
                     t = rows.get((op, size))
                     line += f"{t[0]:>11.2f} /{t[1]:>6.2f}" if t else f"{'-':>20}"
-                ompi = impls["ompi"].get((op, size))
-                for name in ("shm", "weftmpi"):
+                pairs = (("shm", "ompi"), ("weftmpi", "ompi"), ("tcp", "gloocpp"), ("tcp", "gloo"))
+                for name, peer in pairs:
                     mine = impls[name].get((op, size))
-                    ok = mine and ompi and ompi[0] > 0
-                    line += f"{mine[0] / ompi[0]:>10.2f}" if ok else f"{'-':>10}"
+                    theirs = impls[peer].get((op, size))
+                    ok = mine and theirs and theirs[0] > 0
+                    line += f"{mine[0] / theirs[0]:>10.2f}" if ok else f"{'-':>10}"
                 print(line)
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The torch.distributed gloo side of bench/collectives/compare.sh: all_reduce (float sum),
-broadcast and barrier swept like weft-bench, printing "op size time_us busbw" lines (median of
+broadcast, all_gather (nccl-tests' size: the whole output) and barrier swept like weft-bench, printing "op size time_us busbw" lines (median of
 the timed iterations on the slowest rank; nccl-tests' busbw).
 
-    python3 bench/collectives/gloo_bench.py NRANKS all_reduce broadcast barrier
+    python3 bench/collectives/gloo_bench.py NRANKS all_reduce broadcast all_gather barrier
 """
 import os
 import statistics
@@ -21,7 +21,13 @@ def worker(rank, n, ops, port):
         size = 4
         while size <= 64 << 20:
             count = 0 if op == "barrier" else size // 4
+            if op == "all_gather":
+                count -= count % n
+                if count == 0:
+                    size *= 4
+                    continue
             t = torch.ones(max(count, 1), dtype=torch.float32)
+            parts = [torch.ones(count // n) for _ in range(n)] if op == "all_gather" else None
             times = []
             for it in range(25):
                 dist.barrier()
@@ -30,6 +36,8 @@ def worker(rank, n, ops, port):
                     dist.all_reduce(t)
                 elif op == "broadcast":
                     dist.broadcast(t, 0)
+                elif op == "all_gather":
+                    dist.all_gather(parts, parts[rank])
                 else:
                     dist.barrier()
                 if it >= 5:
@@ -38,7 +46,7 @@ def worker(rank, n, ops, port):
             dist.all_reduce(us, op=dist.ReduceOp.MAX)
             us = us.item()
             algbw = count * 4 / (us * 1e3) if us > 0 else 0
-            factor = 2 * (n - 1) / n if op == "all_reduce" else 1
+            factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(op, 1)
             if rank == 0:
                 print(f"{op} {count * 4} {us:.3f} {algbw * factor:.3f}", flush=True)
             if op == "barrier":

@@ -2,11 +2,14 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -221,6 +224,32 @@ std::size_t Socket::send_some(std::span<const std::byte> bytes) {
     }
     throw SystemError("send to " + peer_name(), errno);
   }
+}
+
+std::size_t Socket::send_some(std::span<const std::byte> first, std::span<const std::byte> second) {
+  if (!fd_) throw InvalidArgument("Socket::send on a closed socket");
+  iovec parts[2] = {{const_cast<std::byte*>(first.data()), first.size()},
+                    {const_cast<std::byte*>(second.data()), second.size()}};
+  msghdr message{};
+  message.msg_iov = parts;
+  message.msg_iovlen = second.empty() ? 1 : 2;
+  while (true) {
+    const ssize_t n = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    if (is_closed_error(errno)) {
+      throw ConnectionClosed("the connection to " + peer_name() + " was closed by the peer (" +
+                             std::strerror(errno) + ") while sending");
+    }
+    throw SystemError("send to " + peer_name(), errno);
+  }
+}
+
+std::size_t Socket::unsent_bytes() const {
+  int queued = 0;
+  if (::ioctl(fd_.get(), SIOCOUTQ, &queued) != 0) throw SystemError("ioctl(SIOCOUTQ)", errno);
+  return static_cast<std::size_t>(queued);
 }
 
 std::size_t Socket::recv_some(std::span<std::byte> out) {

@@ -49,7 +49,13 @@ class Socket {
   // returns how many bytes were read (0: nothing available yet). Both throw ConnectionClosed
   // when the peer closed or reset the connection, and weft::SystemError on other failures.
   std::size_t send_some(std::span<const std::byte> bytes);
+  // As send_some(bytes), for `first` followed by `second` in one system call (a frame's
+  // header and its payload).
+  std::size_t send_some(std::span<const std::byte> first, std::span<const std::byte> second);
   std::size_t recv_some(std::span<std::byte> out);
+
+  // Bytes handed to the kernel and not yet acknowledged by the peer (SIOCOUTQ).
+  std::size_t unsent_bytes() const;
 
   bool valid() const { return static_cast<bool>(fd_); }
   int fd() const { return fd_.get(); }

@@ -5,7 +5,11 @@
 #   collectives   every collective checked by dist_worker on the tcp backend, PER_NODE ranks
 #                 per host;
 #   killed        a rank of the last host killed during a stream of all-reduces: every
-#                 surviving rank must fail with an error naming the dead rank, soon.
+#                 surviving rank must fail with an error naming the dead rank, soon;
+#   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
+#                 operation timeout: no FIN or RST ever comes, yet every rank on the other
+#                 hosts must fail with an error naming a rank of that host within the
+#                 timeout plus 2 s (plus a second for weftrun to stop).
 # The namespaces are removed however the script ends. Needs root (ip netns); exits 77, which
 # ctest counts as skipped, without it.
 #
@@ -96,6 +100,33 @@ case "$mode" in
     wait "${pids[$last]}"
     [ "$failed" = 0 ] && echo "netns: every survivor named rank $dead_rank"
     grep -h "rank $dead_rank" "$out"/node0.log | head -2
+    exit "$failed"
+    ;;
+  linkdown)
+    for ((i = 0; i < nodes; i++)); do
+      start_node "$i" "$program" all_reduce -b 4K -e 4K -n 1000000 -w 1 --timeout 4
+    done
+    sleep 3  # the job is formed and streaming
+    last=$((nodes - 1))
+    down_at=$(date +%s%3N)  # milliseconds
+    ip -n "${tag}n$last" link set "${tag}a$last" down
+    lost="rank ($((last * per_node))"
+    for ((r = 1; r < per_node; r++)); do lost+="|$((last * per_node + r))"; done
+    lost+=")[^0-9]"
+    failed=0
+    for ((i = 0; i < last; i++)); do
+      wait "${pids[$i]}"
+      took=$(($(date +%s%3N) - down_at))
+      if ! grep -Eq "$lost" "$out/node$i.log" || [ "$took" -gt 7000 ]; then
+        echo "node $i: no error naming a rank of host $last within 4 + 2 + 1 s (took $took ms):"
+        cat "$out/node$i.log"
+        failed=1
+      fi
+    done
+    kill "${pids[$last]}" 2>/dev/null
+    wait "${pids[$last]}"
+    [ "$failed" = 0 ] && echo "netns: every rank of the other hosts named the lost host's ranks"
+    grep -Eh "$lost" "$out"/node0.log | head -2
     exit "$failed"
     ;;
 esac

@@ -1,283 +1,194 @@
+// The tcp transport's life (the mesh, the background thread) and its receive calls. Sending
+// is in tcp_send.cc, running the connections in tcp_progress.cc.
 #include "weft/dist/transport/tcp/tcp_transport.h"
+
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <new>
+
+#include "weft/dist/transport/tcp/tcp_handshake.h"
+#include "weft/dist/transport/tcp/tcp_peer.h"
 
 namespace weft::dist {
 namespace {
 
-// Hello, sent by the connecting (higher) rank: [magic][version][rank][token length][token].
-constexpr std::uint32_t kHelloMagic = 0x48544657;  // "WFTH"
-constexpr std::uint32_t kAckMagic = 0x41544657;    // "WFTA"
-constexpr std::uint32_t kFrameMagic = 0x54544657;  // "WFTT"
-constexpr std::uint32_t kVersion = 1;
-constexpr std::uint32_t kMaxToken = 256;
-// Messages are single frames; a larger one would have to be split by the algorithms.
+// A peer that has sent nothing for this long, while its transport sends a heartbeat on
+// every connection idle for kHeartbeat (tcp_send.cc), is gone, not slow.
+constexpr auto kSilence = std::chrono::seconds(2);
+// A receive whose deadline passed while its peer is alive waits this much longer for that
+// peer's own failure: when the peer was itself waiting on a lost host, its abort names the
+// lost rank, which says more than "rank 0 did not send in time".
+constexpr Seconds kCauseGrace{1};
 
-enum FrameKind : std::uint32_t { kData = 0, kAbort = 1 };
-
-struct Hello {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::int32_t rank;
-  std::uint32_t token_length;
-};
-
-struct Ack {
-  std::uint32_t magic;
-  std::int32_t rank;
-};
-
-struct FrameHeader {
-  std::uint32_t magic;
-  std::uint32_t kind;
-  Tag tag;
-  std::uint64_t length;
-};
-
-template <class T>
-std::span<const std::byte> bytes_of(const T& value) {
-  return {reinterpret_cast<const std::byte*>(&value), sizeof(T)};
-}
-
-template <class T>
-std::span<std::byte> bytes_of(T& value) {
-  return {reinterpret_cast<std::byte*>(&value), sizeof(T)};
-}
-
-std::string closed_message(int peer, const std::string& detail) {
-  return "rank " + std::to_string(peer) +
-         " closed its connection (it exited, crashed or was "
-         "killed: " +
-         detail + ")";
-}
-
-std::string addr_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
-
-// Compares every byte whatever the first difference, so timing does not leak the token.
-bool same_token(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return diff == 0;
+std::string seconds_text(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", std::chrono::duration<double>(d).count());
+  return text;
 }
 
 }  // namespace
 
 TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Store> store,
                            TcpTransportOptions options)
-    : rank_(rank), world_size_(world_size), options_(std::move(options)), store_(std::move(store)) {
-  if (options_.token.size() > kMaxToken) {
-    throw InvalidArgument("tcp transport: the job token is longer than 256 bytes");
-  }
+    : rank_(rank) {
   peers_.resize(static_cast<std::size_t>(world_size));
-  connect_mesh(Deadline::after(options_.connect_timeout));
-  for (int p = 0; p < world_size_; ++p) {
-    if (p != rank_)
-      peers_[static_cast<std::size_t>(p)]->reader = std::thread([this, p] { read_loop(p); });
+  std::vector<net::Socket> sockets = tcp::connect_mesh(rank, world_size, *store, options,
+                                                       Deadline::after(options.connect_timeout));
+  for (int p = 0; p < world_size; ++p) {
+    if (p != rank)
+      peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>(std::move(sockets[p]));
   }
+  start();
+}
+
+TcpTransport::TcpTransport(int rank, std::vector<net::Socket> peers) : rank_(rank) {
+  peers_.resize(peers.size());
+  for (std::size_t p = 0; p < peers.size(); ++p) {
+    if (static_cast<int>(p) != rank) peers_[p] = std::make_unique<Peer>(std::move(peers[p]));
+  }
+  start();
+}
+
+void TcpTransport::start() {
+  wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) throw SystemError("tcp transport: eventfd", errno);
+  background_ = std::thread([this] { background_loop(); });
 }
 
 TcpTransport::~TcpTransport() {
-  closing_.store(true);
-  for (auto& peer : peers_) {
-    if (peer) peer->socket.shutdown();
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
   }
-  for (auto& peer : peers_) {
-    if (peer && peer->reader.joinable()) peer->reader.join();
-  }
+  idle_.notify_all();
+  wake_poller();
+  background_.join();
 }
 
-void TcpTransport::connect_mesh(Deadline deadline) {
-  net::Listener listener = net::Listener::bind(options_.listen_host, 0);
-  const std::string host =
-      options_.advertise_host.empty() ? options_.listen_host : options_.advertise_host;
-  store_->set(addr_key(rank_), host + ":" + std::to_string(listener.port()));
-  // Lower ranks never wait on higher ones before accepting, so the order cannot deadlock.
-  connect_lower(deadline);
-  accept_higher(listener, deadline);
-}
-
-void TcpTransport::connect_lower(Deadline deadline) {
-  for (int p = 0; p < rank_; ++p) {
-    const std::string addr = store_->get(addr_key(p));
-    const auto colon = addr.rfind(':');
-    if (colon == std::string::npos) {
-      throw PeerError("tcp transport: rank " + std::to_string(p) + " published a bad address '" +
-                      addr + "'");
-    }
-    auto peer = std::make_unique<Peer>();
-    peer->socket =
-        net::Socket::connect(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), deadline);
-    const Hello hello{kHelloMagic, kVersion, rank_,
-                      static_cast<std::uint32_t>(options_.token.size())};
-    peer->socket.send_all(bytes_of(hello), deadline);
-    peer->socket.send_all(std::as_bytes(std::span(options_.token)), deadline);
-    Ack ack{};
-    try {
-      peer->socket.recv_all(bytes_of(ack), deadline);
-    } catch (const net::ConnectionClosed&) {
-      throw PeerError("tcp transport: rank " + std::to_string(p) + " at " + addr +
-                      " refused this rank's connection: a wrong job token (WEFT_JOB_TOKEN), or "
-                      "a process of another job on that address");
-    }
-    if (ack.magic != kAckMagic || ack.rank != p) {
-      throw PeerError("tcp transport: " + addr + " is not rank " + std::to_string(p) +
-                      " of this job");
-    }
-    peers_[static_cast<std::size_t>(p)] = std::move(peer);
+TcpTransport::Posted* TcpTransport::match_posted(int from, Tag tag) {
+  const auto queued = incoming_.find({from, tag});
+  if (queued != incoming_.end() && !queued->second.empty()) return nullptr;  // order first
+  for (Posted* posted : posted_) {
+    if (posted->from == from && posted->tag == tag) return posted;
   }
+  return nullptr;
 }
 
-void TcpTransport::accept_higher(net::Listener& listener, Deadline deadline) {
-  int missing = world_size_ - 1 - rank_;
-  while (missing > 0) {
-    try {
-      if (accept_one(listener, deadline)) --missing;
-    } catch (const weft::TimeoutError&) {
-      std::string ranks;
-      for (int p = rank_ + 1; p < world_size_; ++p) {
-        if (!peers_[static_cast<std::size_t>(p)]) ranks += " " + std::to_string(p);
+// Messages that come before their receive land in reused buffers: a fresh one per message
+// is faulted in page by page, which costs more than receiving it.
+std::vector<std::byte> TcpTransport::spare_buffer() {
+  if (spare_.empty()) return {};
+  std::vector<std::byte> buffer = std::move(spare_.back());
+  spare_.pop_back();
+  buffer.clear();  // keeps its capacity
+  return buffer;
+}
+
+void TcpTransport::take(std::deque<Incoming>& queue, int from, std::span<std::byte> out) {
+  Incoming& message = queue.front();
+  if (message.size != out.size()) {
+    throw PeerError("rank " + std::to_string(from) + " sent " + std::to_string(message.size) +
+                    " bytes where " + std::to_string(out.size()) +
+                    " were expected: the ranks called different operations or sizes (run "
+                    "with WEFT_DIST_DEBUG=detail to see each rank's call)");
+  }
+  if (!out.empty()) std::memcpy(out.data(), message.data.data(), out.size());
+  constexpr std::size_t kSpares = 4;
+  if (spare_.size() < kSpares && message.data.capacity() > 0) {
+    spare_.push_back(std::move(message.data));
+  }
+  queue.pop_front();
+}
+
+// A receive that returns (or throws) no longer owns a place in posted_ or a landing: later
+// bytes of a message that was landing in it are dropped.
+void TcpTransport::detach(Posted& posted) {
+  std::erase(posted_, &posted);
+  if (!posted.matched || posted.done || posted.from == rank_) return;
+  auto& landings = peers_[static_cast<std::size_t>(posted.from)]->landings;
+  const auto it = landings.find(posted.tag);
+  if (it != landings.end() && it->second.posted == &posted) it->second.posted = nullptr;
+}
+
+bool TcpTransport::silent(int peer) const {
+  return peer >= 0 && peer != rank_ &&
+         Clock::now() - peers_[static_cast<std::size_t>(peer)]->last_heard >= kSilence;
+}
+
+void TcpTransport::throw_timeout(int peer, const char* what) {
+  if (silent(peer)) {
+    const Clock::duration quiet = Clock::now() - peers_[static_cast<std::size_t>(peer)]->last_heard;
+    throw PeerError("rank " + std::to_string(peer) + " has sent nothing for " +
+                    seconds_text(quiet) +
+                    " s, not even the heartbeats every rank sends twice a second: its host is "
+                    "down or stopped, or the network between us is (a link, a firewall)");
+  }
+  throw PeerTimeout(peer, "rank " + std::to_string(peer) + " " + what);
+}
+
+void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  const Key key{from, tag};
+  for (;;) {
+    if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+    const auto it = incoming_.find(key);
+    if (it != incoming_.end() && !it->second.empty()) {
+      if (it->second.front().complete) {
+        take(it->second, from, out);
+        if (it->second.empty()) incoming_.erase(it);
+        return;
       }
-      throw weft::TimeoutError("tcp transport: rank " + std::to_string(rank_) +
-                               " was not reached in time by ranks" + ranks +
-                               "; check that they started, and the job token (WEFT_JOB_TOKEN)");
+      // An earlier message under this key is still arriving; it comes first.
+      const auto arrived = [&] {
+        const auto i = incoming_.find(key);
+        return i == incoming_.end() || i->second.empty() || i->second.front().complete ||
+               !abort_reason_.empty();
+      };
+      if (!drive(lock, deadline, arrived)) throw_timeout(from, "did not send in time");
+      continue;
     }
+    if (from != rank_ && !peers_[static_cast<std::size_t>(from)]->live) {
+      throw PeerError(peers_[static_cast<std::size_t>(from)]->failure);
+    }
+    Posted posted{from, tag, out};
+    posted_.push_back(&posted);
+    struct Detach {
+      TcpTransport* t;
+      Posted* p;
+      ~Detach() { t->detach(*p); }
+    } detach_on_exit{this, &posted};
+    const auto settled = [&] { return posted.done || !posted.error.empty(); };
+    if (!drive(lock, deadline, settled) && !silent(from)) {
+      drive(lock, Deadline::after(kCauseGrace), settled);
+    }
+    if (posted.done) return;
+    if (!posted.error.empty()) throw PeerError(posted.error);
+    throw_timeout(from, "did not send in time");
   }
-}
-
-// Takes one connection and checks its hello; false (and the connection dropped) when it is
-// not a peer of this job. Each hello gets a few seconds at most, so a silent stray connection
-// cannot hold up the mesh.
-bool TcpTransport::accept_one(net::Listener& listener, Deadline deadline) {
-  net::Socket socket = listener.accept(deadline);
-  const Deadline hello_deadline =
-      std::min(deadline, Deadline::after(Seconds(5)),
-               [](const Deadline& a, const Deadline& b) { return a.when() < b.when(); });
-  Hello hello{};
-  try {
-    socket.recv_all(bytes_of(hello), hello_deadline);
-    const bool ok = hello.magic == kHelloMagic && hello.version == kVersion && hello.rank > rank_ &&
-                    hello.rank < world_size_ && hello.token_length <= kMaxToken &&
-                    !peers_[static_cast<std::size_t>(hello.rank)];
-    if (!ok) return false;
-    std::string token(hello.token_length, '\0');
-    socket.recv_all(std::as_writable_bytes(std::span(token)), hello_deadline);
-    if (!same_token(token, options_.token)) return false;  // wrong job: refused by closing
-    socket.send_all(bytes_of(Ack{kAckMagic, rank_}), hello_deadline);
-  } catch (const net::ConnectionClosed&) {
-    return false;  // a stray connection that went away
-  } catch (const weft::TimeoutError&) {
-    if (deadline.expired()) throw;
-    return false;  // a silent stray connection
-  }
-  auto peer = std::make_unique<Peer>();
-  peer->socket = std::move(socket);
-  peers_[static_cast<std::size_t>(hello.rank)] = std::move(peer);
-  return true;
-}
-
-void TcpTransport::send_frame(int peer, std::uint32_t kind, Tag tag,
-                              std::span<const std::byte> bytes, Deadline deadline) {
-  Peer& p = *peers_[static_cast<std::size_t>(peer)];
-  if (p.poisoned.load()) {
-    throw PeerError("rank " + std::to_string(peer) +
-                    ": an earlier send to it failed part-way; "
-                    "the connection is closed");
-  }
-  const FrameHeader header{kFrameMagic, kind, tag, bytes.size()};
-  std::unique_lock lock(p.send_mu, std::defer_lock);
-  if (deadline.is_never()) {
-    lock.lock();
-  } else if (!lock.try_lock_until(deadline.when())) {
-    throw PeerTimeout(peer, "rank " + std::to_string(peer) + " did not take a message in time");
-  }
-  try {
-    p.socket.send_all(bytes_of(header), deadline);
-    p.socket.send_all(bytes, deadline);
-  } catch (const net::ConnectionClosed& e) {
-    poison(p);
-    throw PeerError(closed_message(peer, e.what()));
-  } catch (const weft::TimeoutError&) {
-    poison(p);  // part of the frame may have gone out
-    throw PeerTimeout(peer, "rank " + std::to_string(peer) + " did not take a message in time");
-  }
-}
-
-void TcpTransport::poison(Peer& p) {
-  p.poisoned.store(true);
-  p.socket.shutdown();  // the peer's reader sees the close instead of a torn frame
-}
-
-void TcpTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
-  if (bytes.size() > kMaxMessage) {
-    throw InvalidArgument("tcp transport: a message of " + std::to_string(bytes.size()) +
-                          " bytes exceeds the 4 GiB limit of one frame");
-  }
-  if (peer == rank_) {
-    mailbox_.deliver(rank_, tag, {bytes.begin(), bytes.end()});
-    return;
-  }
-  send_frame(peer, kData, tag, bytes, deadline);
-}
-
-void TcpTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) {
-  mailbox_.recv(peer, tag, out, deadline);
 }
 
 int TcpTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
-  return mailbox_.recv_any(tag, out, deadline);
-}
-
-void TcpTransport::abort(const std::string& reason) {
-  mailbox_.abort(reason);
-  // Best effort, within a second: tell every peer why, so that they fail with the cause
-  // rather than a closed socket. A peer that cannot take it in time gets its connection
-  // closed (send_frame poisons it), which its reader reports.
-  const Deadline soon = Deadline::after(Seconds(1));
-  for (int p = 0; p < world_size_; ++p) {
-    if (p == rank_ || peers_[static_cast<std::size_t>(p)]->poisoned.load()) continue;
-    try {
-      send_frame(p, kAbort, 0, std::as_bytes(std::span(reason)), soon);
-    } catch (const weft::Error&) {
-      poison(*peers_[static_cast<std::size_t>(p)]);
+  std::unique_lock lock(mu_);
+  // Looks from the rank after the last one served, wrapping around, so that a busy low rank
+  // cannot starve the others.
+  const auto find_complete = [&]() -> std::map<Key, std::deque<Incoming>>::iterator {
+    for (int i = 0; i < size(); ++i) {
+      const int from = (next_any_ + i) % size();
+      const auto it = incoming_.find({from, tag});
+      if (it != incoming_.end() && !it->second.empty() && it->second.front().complete) return it;
     }
-  }
-}
-
-// The reader blocks without a deadline on purpose: it waits for whatever the peer sends
-// next, for as long as the job lives, and the destructor ends it by shutting the socket down.
-void TcpTransport::read_loop(int peer) {
-  Peer& p = *peers_[static_cast<std::size_t>(peer)];
-  try {
-    for (;;) {
-      FrameHeader header{};
-      p.socket.recv_all(bytes_of(header), Deadline::never());
-      if (header.magic != kFrameMagic || header.length > kMaxMessage ||
-          (header.kind != kData && header.kind != kAbort)) {
-        mailbox_.fail_peer(peer, "rank " + std::to_string(peer) +
-                                     " sent a malformed frame; the connection is closed");
-        p.socket.shutdown();
-        return;
-      }
-      std::vector<std::byte> payload(header.length);
-      p.socket.recv_all(payload, Deadline::never());
-      if (header.kind == kAbort) {
-        mailbox_.abort(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
-      } else {
-        mailbox_.deliver(peer, header.tag, std::move(payload));
-      }
-    }
-  } catch (const std::bad_alloc&) {
-    mailbox_.fail_peer(peer, "rank " + std::to_string(peer) +
-                                 " sent a message too large for this process's memory");
-    poison(p);
-  } catch (const std::exception& e) {
-    if (!closing_.load()) mailbox_.fail_peer(peer, closed_message(peer, e.what()));
-  }
+    return incoming_.end();
+  };
+  const auto ready = [&] { return find_complete() != incoming_.end() || !abort_reason_.empty(); };
+  if (!drive(lock, deadline, ready)) throw PeerTimeout(-1, "no message from any rank in time");
+  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+  const auto it = find_complete();
+  const int from = it->first.first;
+  take(it->second, from, out);
+  if (it->second.empty()) incoming_.erase(it);
+  next_any_ = (from + 1) % size();
+  return from;
 }
 
 }  // namespace weft::dist

@@ -1,0 +1,221 @@
+// The tcp transport on its own: the mesh and its token proof, messages cut in segments,
+// receives posted before and after their message, malformed frames, and the difference
+// between a peer that is slow (heartbeats keep coming: PeerTimeout) and one that is gone
+// (nothing for 2 s: PeerError).
+#include "weft/dist/transport/tcp/tcp_transport.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include "weft/dist/transport/tcp/tcp_frame.h"
+#include "weft/store/tcp_store.h"
+
+namespace weft::dist {
+namespace {
+
+using testing::HasSubstr;
+
+std::shared_ptr<store::Store> new_store() {
+  return std::make_shared<store::TCPStore>(
+      store::TCPStoreOptions{.port = 0, .is_server = true, .timeout = Seconds(10)});
+}
+
+// Builds a mesh of `n` transports in threads, with each rank's token.
+std::vector<std::unique_ptr<TcpTransport>> mesh(int n, const std::vector<std::string>& tokens,
+                                                Seconds timeout = Seconds(10)) {
+  auto store = new_store();
+  std::vector<std::future<std::unique_ptr<TcpTransport>>> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.push_back(std::async(std::launch::async, [=] {
+      return std::make_unique<TcpTransport>(
+          r, n, store, TcpTransportOptions{.token = tokens[r], .connect_timeout = timeout});
+    }));
+  }
+  std::vector<std::unique_ptr<TcpTransport>> out;
+  for (auto& r : ranks) out.push_back(r.get());
+  return out;
+}
+
+// Two transports joined by a socket pair (no handshake), or one and the raw other end.
+struct Pair {
+  std::unique_ptr<TcpTransport> a;
+  net::Socket raw;
+};
+
+Pair transport_and_raw_socket() {
+  int fds[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  std::vector<net::Socket> peers(2);
+  peers[1] = net::Socket(fds[0]);
+  return {std::make_unique<TcpTransport>(0, std::move(peers)), net::Socket(fds[1])};
+}
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
+  return v;
+}
+
+Deadline soon() { return Deadline::after(Seconds(10)); }
+
+TEST(TcpTransportTest, MeshCarriesMessagesLargerThanASegmentBothWays) {
+  auto t = mesh(2, {"tok", "tok"});
+  const std::size_t n = 3 * tcp::kMaxSegment + 17;
+  const auto sent0 = pattern(n, 0);
+  const auto sent1 = pattern(n, 1);
+  std::vector<std::byte> got0(n), got1(n);
+  // Both send first: sends are eager, so neither waits for the other's receive.
+  auto other = std::async(std::launch::async, [&] {
+    t[1]->send(0, 7, sent1, soon());
+    t[1]->recv(0, 7, got1, soon());
+  });
+  t[0]->send(1, 7, sent0, soon());
+  t[0]->recv(1, 7, got0, soon());
+  other.get();
+  EXPECT_EQ(got0, sent1);
+  EXPECT_EQ(got1, sent0);
+}
+
+TEST(TcpTransportTest, ThreadsSendingToOnePeerTakeTurnsBySegment) {
+  auto t = mesh(2, {"", ""});
+  const auto big = pattern(4 * tcp::kMaxSegment, 3);
+  auto sender = std::async(std::launch::async, [&] { t[0]->send(1, 1, big, soon()); });
+  for (int i = 0; i < 20; ++i) {
+    const auto small = pattern(8, i);
+    t[0]->send(1, 100 + i, small, soon());
+  }
+  sender.get();
+  // Received in the other order than sent: the tags keep them apart.
+  for (int i = 19; i >= 0; --i) {
+    std::vector<std::byte> got(8);
+    t[1]->recv(0, 100 + i, got, soon());
+    EXPECT_EQ(got, pattern(8, i));
+  }
+  std::vector<std::byte> got(big.size());
+  t[1]->recv(0, 1, got, soon());
+  EXPECT_EQ(got, big);
+}
+
+TEST(TcpTransportTest, MessagesUnderOneTagArriveInOrderAndRecvAnyFindsThem) {
+  auto t = mesh(3, {"", "", ""});
+  for (int i = 0; i < 3; ++i) t[1]->send(0, 5, pattern(100, i), soon());
+  t[2]->send(0, 9, pattern(10, 9), soon());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::byte> got(100);
+    t[0]->recv(1, 5, got, soon());
+    EXPECT_EQ(got, pattern(100, i));
+  }
+  std::vector<std::byte> got(10);
+  EXPECT_EQ(t[0]->recv_any(9, got, soon()), 2);
+  EXPECT_EQ(got, pattern(10, 9));
+}
+
+TEST(TcpTransportTest, AWrongTokenIsRefusedWithoutSendingIt) {
+  auto store = new_store();
+  auto rank0 = std::async(std::launch::async, [&] {
+    return std::make_unique<TcpTransport>(
+        0, 2, store, TcpTransportOptions{.token = "right", .connect_timeout = Seconds(3)});
+  });
+  try {
+    TcpTransport rank1(1, 2, store, {.token = "wrong", .connect_timeout = Seconds(3)});
+    FAIL() << "a rank with the wrong token joined";
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("token"));
+  }
+  EXPECT_THROW(rank0.get(), weft::TimeoutError);  // rank 0 never got a peer it could trust
+}
+
+TEST(TcpTransportTest, SizeMismatchIsAPeerErrorNamingBothSizes) {
+  auto t = mesh(2, {"", ""});
+  t[0]->send(1, 3, pattern(12, 0), soon());
+  std::vector<std::byte> got(8);
+  try {
+    t[1]->recv(0, 3, got, soon());
+    FAIL();
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sent 12 bytes where 8 were expected"));
+  }
+}
+
+TEST(TcpTransportTest, AMalformedFrameClosesThatConnectionWithAClearError) {
+  Pair p = transport_and_raw_socket();
+  tcp::FrameHeader bad{.kind = 0, .tag = 1, .total = 8, .offset = 0, .length = 1 << 30};
+  p.raw.send_all({reinterpret_cast<const std::byte*>(&bad), sizeof bad}, soon());
+  std::vector<std::byte> got(8);
+  try {
+    p.a->recv(1, 1, got, soon());
+    FAIL();
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("malformed frame"));
+  }
+}
+
+TEST(TcpTransportTest, AKilledPeerFailsAPostedReceiveAtOnce) {
+  auto t = mesh(2, {"", ""});
+  auto waiting = std::async(std::launch::async, [&] {
+    std::vector<std::byte> got(8);
+    t[0]->recv(1, 1, got, Deadline::after(Seconds(30)));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = Clock::now();
+  t[1].reset();  // closes its connections, as a killed process's kernel does
+  try {
+    waiting.get();
+    FAIL();
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 closed its connection"));
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(TcpTransportTest, ASilentPeerIsGoneButASlowOneOnlyTimesOut) {
+  // The raw socket never sends, not even heartbeats: after 2 s of that, the peer is gone.
+  Pair silent = transport_and_raw_socket();
+  std::vector<std::byte> got(8);
+  try {
+    silent.a->recv(1, 1, got, Deadline::after(Seconds(2.5)));
+    FAIL();
+  } catch (const PeerTimeout&) {
+    FAIL() << "a silent peer should be a PeerError";
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has sent nothing for"));
+  }
+  // A live transport that does not send still heartbeats: a plain timeout.
+  auto t = mesh(2, {"", ""});
+  EXPECT_THROW(t[0]->recv(1, 1, got, Deadline::after(Seconds(2.5))), PeerTimeout);
+}
+
+TEST(TcpTransportTest, AbortReachesThePeersWithItsReason) {
+  auto t = mesh(3, {"", "", ""});
+  t[2]->abort("rank 2 ran out of memory");
+  for (int r : {0, 1}) {
+    std::vector<std::byte> got(8);
+    try {
+      t[r]->recv(2, 1, got, soon());
+      FAIL();
+    } catch (const PeerError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("rank 2 ran out of memory"));
+    }
+  }
+}
+
+TEST(TcpTransportTest, ListensOnIPv6Loopback) {
+  auto store = new_store();
+  const TcpTransportOptions v6{.listen_host = "::1", .connect_timeout = Seconds(10)};
+  auto rank0 = std::async(std::launch::async,
+                          [&] { return std::make_unique<TcpTransport>(0, 2, store, v6); });
+  TcpTransport rank1(1, 2, store, v6);
+  auto rank0_transport = rank0.get();
+  rank1.send(0, 1, pattern(64, 5), soon());
+  std::vector<std::byte> got(64);
+  rank0_transport->recv(1, 1, got, soon());
+  EXPECT_EQ(got, pattern(64, 5));
+}
+
+}  // namespace
+}  // namespace weft::dist
