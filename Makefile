@@ -25,7 +25,7 @@ test: build race
 
 # The concurrency tests (label "race") again under ThreadSanitizer: part of make test, so
 # that CI catches data races, not only wrong results.
-RACE_TARGETS := future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test tcp_transport_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test tensor_parallel_test context_parallel_test
+RACE_TARGETS := future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test tcp_transport_test hierarchical_engine_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test tensor_parallel_test context_parallel_test
 race: deps build/tsan/build.ninja
 	@cmake --build build/tsan --target $(RACE_TARGETS) -- --quiet
 	@ctest --test-dir build/tsan -L race -j$(CTEST_JOBS) --output-on-failure --no-tests=error

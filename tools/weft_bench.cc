@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
                  "float32, float64, float16, bfloat16, int8, uint8, int32 or int64");
   app.add_option("-o,--op", redop, "Reduction: sum, prod, min, max, avg, band, bor or bxor");
   app.add_option("--backend", backend,
-                 "Backend under weftrun; empty: $WEFT_BACKEND, else shm on one host, tcp across");
+                 "Backend under weftrun; empty: $WEFT_BACKEND, else shm on one host, auto across");
   app.add_option("--threads", threads,
                  "Run N ranks as threads (the thread backend); 0: join a weftrun job instead")
       ->check(CLI::Range(1, 1024));

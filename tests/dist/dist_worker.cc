@@ -37,6 +37,10 @@ TEST(DistWorker, AllCollectivesOnEveryEngine) {
   if (pg->backend_name() == "shm" && pg->size() > 1) {
     EXPECT_EQ(checked, (std::set<std::string>{"shm", "generic"}));
   }
+  // Across hosts of two or more ranks each, the world group runs in two levels.
+  if (const char* expect = std::getenv("WEFT_EXPECT_WORLD_ENGINE")) {
+    EXPECT_EQ(pg->engine_name(), expect);
+  }
 }
 
 }  // namespace

@@ -174,6 +174,7 @@ TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {
                                    {"-o,--op", "TEXT=sum"},
                                    {"--backend", "TEXT"},
                                    {"--threads", "]=0"},
+                                   {"--timeout", "]=0"},
                                    {"-c,--check", ""}});
 }
 

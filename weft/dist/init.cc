@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "weft/dist/backends/registry.h"
+#include "weft/dist/internal/machine_id.h"
 #include "weft/dist/launch_env.h"
 #include "weft/net/socket.h"
 #include "weft/store/file_store.h"
@@ -19,9 +20,10 @@
 namespace weft::dist {
 namespace {
 
-// With no backend named: shm when every rank runs on this host, else tcp.
+// With no backend named: shm when every rank runs on this host, else auto (shm within each
+// host, tcp across).
 constexpr const char* kOneHostBackend = "shm";
-constexpr const char* kMultiHostBackend = "tcp";
+constexpr const char* kMultiHostBackend = "auto";
 
 struct Registry {
   std::mutex mu;
@@ -141,18 +143,9 @@ std::string this_host(const std::string& method) {
   return mine;
 }
 
-// Names this machine (and this boot of it): ranks with equal ids share /dev/shm.
-std::string machine_id() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return std::string(name) + "/" + boot;
-}
-
 // Every rank publishes its machine id and reads all others': one host or several.
 bool all_on_this_host(store::Store& store, int rank, int world_size, Seconds timeout) {
-  const std::string mine = machine_id();
+  const std::string mine = internal::machine_id();
   store.set("host/" + std::to_string(rank), mine);
   for (int r = 0; r < world_size; ++r) {
     const std::string key = "host/" + std::to_string(r);

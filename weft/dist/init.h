@@ -21,7 +21,8 @@ namespace weft::dist {
 
 struct InitOptions {
   std::string backend;             // empty: $WEFT_BACKEND, else "shm" when every rank runs on
-                                   // this host and "tcp" when the job spans hosts
+                                   // this host and "auto" (shm within each host, tcp across,
+                                   // collectives in two levels) when the job spans hosts
   std::string init_method;         // empty: "env://"; also "tcp://host:port" and "file:///path"
   int rank = -1;                   // -1: $RANK
   int world_size = -1;             // -1: $WORLD_SIZE
@@ -62,8 +63,8 @@ struct BackendTraits {
   bool uses_store = true;
 };
 
-// Makes `name` available to init_process_group. The built-in backends (shm, tcp, and mpi when
-// built with it) are registered in weft/dist/backends/registry.cc. Thread-safe.
+// Makes `name` available to init_process_group. The built-in backends (shm, tcp, auto, and
+// mpi when built with it) are registered in weft/dist/backends/registry.cc. Thread-safe.
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 std::vector<std::string> registered_backends();
 

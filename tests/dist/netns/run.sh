@@ -13,9 +13,12 @@
 # The namespaces are removed however the script ends. Needs root (ip netns); exits 77, which
 # ctest counts as skipped, without it.
 #
-#   run.sh WEFTRUN PROGRAM NODES PER_NODE MODE
+#   run.sh WEFTRUN PROGRAM NODES PER_NODE MODE [BACKEND]     (BACKEND: tcp unless given)
 set -uo pipefail
-weftrun=$1 program=$2 nodes=$3 per_node=$4 mode=$5
+weftrun=$1 program=$2 nodes=$3 per_node=$4 mode=$5 backend=${6:-tcp}
+extra_env=()
+# The auto backend must run the world group in two levels when hosts have several ranks.
+[ "$backend" = auto ] && [ "$per_node" -gt 1 ] && extra_env=(WEFT_EXPECT_WORLD_ENGINE=hierarchical)
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
   echo "netns test: needs root and iproute2 (ip netns); skipped"
   exit 77
@@ -53,9 +56,9 @@ start_node() {  # i, program args...
   local where=()
   [ "$i" = 0 ] && where=(WEFT_HOST="10.77.0.1")
   [ "$i" = 1 ] && where=(WEFT_SOCKET_IFNAME="${tag}a1")
-  ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token "${where[@]}" \
+  ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token "${where[@]}" "${extra_env[@]}" \
     timeout 120 "$weftrun" --nnodes "$nodes" --node-rank "$i" --nproc-per-node "$per_node" \
-    --master-addr 10.77.0.1 --master-port 29517 --backend tcp "$@" \
+    --master-addr 10.77.0.1 --master-port 29517 --backend "$backend" "$@" \
     > "$out/node$i.log" 2>&1 &
   pids[$i]=$!
 }

@@ -2,6 +2,7 @@
 // are added here under their #ifdef, so no other file needs one.
 #include "weft/dist/backends/registry.h"
 
+#include "weft/dist/backends/auto_backend.h"
 #include "weft/dist/backends/shm_backend.h"
 #include "weft/dist/backends/tcp_backend.h"
 #ifdef WEFT_HAVE_MPI
@@ -14,6 +15,7 @@ void register_builtin_backends(std::map<std::string, RegisteredBackend>& backend
   // emplace: a backend the user registered under the same name first is kept.
   backends.emplace("tcp", RegisteredBackend{make_tcp_backend, {}});
   backends.emplace("shm", RegisteredBackend{make_shm_backend, {}});
+  backends.emplace("auto", RegisteredBackend{make_auto_backend, {}});
 #ifdef WEFT_HAVE_MPI
   backends.emplace("mpi", RegisteredBackend{make_mpi_backend, {.uses_store = false}});
 #endif

@@ -1,0 +1,14 @@
+// The auto backend, the default for a job across hosts: shm between the ranks of a host, tcp
+// between hosts, and the world group's collectives in two levels
+// (weft/dist/engine/hierarchical_engine.h). Jobs whose hosts hold different numbers of
+// ranks, or whose ranks are not numbered host by host, and subgroups, run flat over tcp.
+// Not public.
+#pragma once
+
+#include "weft/dist/init.h"
+
+namespace weft::dist::internal {
+
+std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context);
+
+}  // namespace weft::dist::internal

@@ -1,0 +1,78 @@
+#include "weft/dist/engine/hierarchical_engine.h"
+
+#include <cstring>
+#include <vector>
+
+namespace weft::dist {
+namespace {
+
+// Below this a two-level all-reduce sends three rounds of tiny shards: reducing to one
+// rank per host and back costs fewer messages.
+constexpr std::size_t kShardedAllReduceBytes = 64 << 10;
+
+// Working memory reused by the calling thread's next collectives (see the algorithms'
+// scratch for why); grows to the largest need, never shrinks.
+std::byte* scratch(int slot, std::size_t bytes) {
+  thread_local std::vector<std::byte> buffers[2];
+  std::vector<std::byte>& buffer = buffers[slot];
+  if (buffer.size() < bytes) buffer = std::vector<std::byte>(bytes);
+  return buffer.data();
+}
+
+// The operation's phases get tags of their own within its tag space (below 2^11; each
+// sub-engine adds its steps, under 512 for groups under 256 ranks), so that two phases
+// between the same two ranks cannot take each other's messages.
+OpContext phase(const OpContext& op, int k) {
+  return OpContext{op.tag + static_cast<Tag>(k) * 512, op.deadline};
+}
+
+}  // namespace
+
+HierarchicalEngine::HierarchicalEngine(HostLayout layout, std::unique_ptr<CollectiveEngine> local,
+                                       std::unique_ptr<CollectiveEngine> cross,
+                                       std::unique_ptr<CollectiveEngine> flat)
+    : layout_(layout), local_(std::move(local)), cross_(std::move(cross)), flat_(std::move(flat)) {}
+
+void HierarchicalEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
+  const auto per_host = static_cast<std::size_t>(layout_.per_host);
+  if (buf.size_bytes() < kShardedAllReduceBytes || buf.count % per_host != 0) {
+    local_->reduce(buf, 0, reduce, phase(op, 0));
+    if (layout_.local == 0) cross_->all_reduce(buf, reduce, phase(op, 1));
+    local_->broadcast(buf, 0, phase(op, 2));
+    return;
+  }
+  const Buffer shard(scratch(0, buf.size_bytes() / per_host), buf.count / per_host, buf.dtype);
+  local_->reduce_scatter(shard, buf, reduce, phase(op, 0));
+  cross_->all_reduce(shard, reduce, phase(op, 1));
+  local_->all_gather(buf, shard, phase(op, 2));
+}
+
+void HierarchicalEngine::broadcast(Buffer buf, int root, const OpContext& op) {
+  const int root_host = root / layout_.per_host;
+  const int root_local = root % layout_.per_host;
+  if (layout_.local == root_local) cross_->broadcast(buf, root_host, phase(op, 0));
+  local_->broadcast(buf, root_local, phase(op, 1));
+}
+
+// Rank (h, i)'s block goes to the ranks (*, i) across hosts, then every host gathers what
+// its ranks got: local index major, which the last step puts in rank order.
+void HierarchicalEngine::all_gather(Buffer out, Buffer in, const OpContext& op) {
+  const auto hosts = static_cast<std::size_t>(layout_.hosts);
+  const auto per_host = static_cast<std::size_t>(layout_.per_host);
+  const std::size_t block = in.size_bytes();
+  // `in` may alias this rank's block of `out`, which the copies below overwrite last.
+  std::byte* across = scratch(0, hosts * block);
+  std::byte* gathered = scratch(1, hosts * per_host * block);
+  cross_->all_gather(Buffer(across, hosts * in.count, in.dtype), in, phase(op, 0));
+  local_->all_gather(Buffer(gathered, hosts * per_host * in.count, in.dtype),
+                     Buffer(across, hosts * in.count, in.dtype), phase(op, 1));
+  if (block == 0) return;
+  for (std::size_t i = 0; i < per_host; ++i) {
+    for (std::size_t h = 0; h < hosts; ++h) {
+      std::memcpy(out.bytes() + (h * per_host + i) * block, gathered + (i * hosts + h) * block,
+                  block);
+    }
+  }
+}
+
+}  // namespace weft::dist

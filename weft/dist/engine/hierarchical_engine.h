@@ -1,0 +1,76 @@
+// The hierarchical engine: collectives in two levels for a job of several hosts with the
+// same number of ranks each, numbered host by host (rank = host * per_host + local), as
+// weftrun and the cluster launchers number them. Within a host it runs the host's own
+// engine (shared memory); across hosts, the engine of the ranks with this rank's local
+// index, one per host (tcp or mpi); so each byte crosses the network once, and the hosts'
+// links carry per_host streams at a time.
+//
+//   all_reduce  reduce-scatter within the host, all-reduce of this rank's shard across
+//               hosts, all-gather within the host (small or indivisible buffers: reduce to
+//               local rank 0, all-reduce across the hosts' rank 0s, broadcast within)
+//   broadcast   across hosts among the ranks with the root's local index, then within each
+//   all_gather  this rank's block across hosts, then the hosts' blocks within the host
+//
+// Every other collective runs on the flat engine over all ranks. Costs: docs/COLLECTIVES.md.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "weft/dist/engine/collective_engine.h"
+
+namespace weft::dist {
+
+struct HostLayout {
+  int hosts = 1;     // how many
+  int per_host = 1;  // ranks on each
+  int host = 0;      // this rank's
+  int local = 0;     // this rank's index on its host
+};
+
+class HierarchicalEngine final : public CollectiveEngine {
+ public:
+  // local: the ranks of this host (group ranks = local indices); cross: the ranks with this
+  // rank's local index, one per host (group ranks = host indices); flat: every rank.
+  HierarchicalEngine(HostLayout layout, std::unique_ptr<CollectiveEngine> local,
+                     std::unique_ptr<CollectiveEngine> cross,
+                     std::unique_ptr<CollectiveEngine> flat);
+
+  std::string_view name() const override { return "hierarchical"; }
+  void broadcast(Buffer buf, int root, const OpContext& op) override;
+  void all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) override;
+  void all_gather(Buffer out, Buffer in, const OpContext& op) override;
+
+  void reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) override {
+    flat_->reduce(buf, root, reduce, op);
+  }
+  void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
+                    const OpContext& op) override {
+    flat_->all_gather_v(out, in, counts, op);
+  }
+  void gather(Buffer out, Buffer in, int root, const OpContext& op) override {
+    flat_->gather(out, in, root, op);
+  }
+  void scatter(Buffer out, Buffer in, int root, const OpContext& op) override {
+    flat_->scatter(out, in, root, op);
+  }
+  void reduce_scatter(Buffer out, Buffer in, ReduceOp reduce, const OpContext& op) override {
+    flat_->reduce_scatter(out, in, reduce, op);
+  }
+  void all_to_all(Buffer out, Buffer in, const OpContext& op) override {
+    flat_->all_to_all(out, in, op);
+  }
+  void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
+                    const std::vector<std::size_t>& in_counts, const OpContext& op) override {
+    flat_->all_to_all_v(out, out_counts, in, in_counts, op);
+  }
+  void barrier(const OpContext& op) override { flat_->barrier(op); }
+
+ private:
+  HostLayout layout_;
+  std::unique_ptr<CollectiveEngine> local_;
+  std::unique_ptr<CollectiveEngine> cross_;
+  std::unique_ptr<CollectiveEngine> flat_;
+};
+
+}  // namespace weft::dist
