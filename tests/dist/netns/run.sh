@@ -6,6 +6,9 @@
 #                 per host;
 #   killed        a rank of the last host killed during a stream of all-reduces: every
 #                 surviving rank must fail with an error naming the dead rank, soon;
+#   bench         weft-bench all_reduce, 4 B to 64 MiB, on the job (PROGRAM is weft-bench;
+#                 bench/collectives/netns_compare.sh runs it for auto and tcp); prints rank 0's
+#                 table;
 #   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
 #                 operation timeout: no FIN or RST ever comes, yet every rank on the other
 #                 hosts must fail with an error naming a rank of that host within the
@@ -103,6 +106,15 @@ case "$mode" in
     wait "${pids[$last]}"
     [ "$failed" = 0 ] && echo "netns: every survivor named rank $dead_rank"
     grep -h "rank $dead_rank" "$out"/node0.log | head -2
+    exit "$failed"
+    ;;
+  bench)
+    for ((i = 0; i < nodes; i++)); do
+      start_node "$i" "$program" "${BENCH_OP:-all_reduce}" -b 4 -e 64M -f 4
+    done
+    failed=0
+    for ((i = 0; i < nodes; i++)); do wait "${pids[$i]}" || failed=1; done
+    cat "$out/node0.log"
     exit "$failed"
     ;;
   linkdown)

@@ -58,8 +58,8 @@ void ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
     const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
     const std::size_t send_count = offsets[send_block + 1] - offsets[send_block];
     const std::size_t recv_count = offsets[recv_block + 1] - offsets[recv_block];
-    c.send(next, step_base + s, acc + offsets[send_block] * es, send_count * es);
-    c.recv(prev, step_base + s, incoming, recv_count * es);
+    c.send_recv(next, acc + offsets[send_block] * es, send_count * es, prev, incoming,
+                recv_count * es, step_base + s);
     reduce_into(acc + offsets[recv_block] * es, incoming, recv_count, dtype, op);
   }
 }
@@ -74,10 +74,10 @@ void ring_all_gather(const Comm& c, std::byte* out, std::size_t es,
   for (int s = 0; s < n - 1; ++s) {
     const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
     const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
-    c.send(next, step_base + s, out + offsets[send_block] * es,
-           (offsets[send_block + 1] - offsets[send_block]) * es);
-    c.recv(prev, step_base + s, out + offsets[recv_block] * es,
-           (offsets[recv_block + 1] - offsets[recv_block]) * es);
+    c.send_recv(next, out + offsets[send_block] * es,
+                (offsets[send_block + 1] - offsets[send_block]) * es, prev,
+                out + offsets[recv_block] * es,
+                (offsets[recv_block + 1] - offsets[recv_block]) * es, step_base + s);
   }
 }
 
@@ -202,8 +202,8 @@ void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out
   for (int s = 1; s < n; ++s) {
     const auto to = static_cast<std::size_t>(mod(c.rank + s, n));
     const auto from = static_cast<std::size_t>(mod(c.rank - s, n));
-    c.send(static_cast<int>(to), 0, src + in_off[to] * es, in_counts[to] * es);
-    c.recv(static_cast<int>(from), 0, out.bytes() + out_off[from] * es, out_counts[from] * es);
+    c.send_recv(static_cast<int>(to), src + in_off[to] * es, in_counts[to] * es,
+                static_cast<int>(from), out.bytes() + out_off[from] * es, out_counts[from] * es, 0);
   }
 }
 

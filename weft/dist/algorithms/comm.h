@@ -28,6 +28,14 @@ struct Comm {
     transport.recv(members[static_cast<std::size_t>(peer)], tag + static_cast<Tag>(step),
                    {static_cast<std::byte*>(data), bytes}, deadline);
   }
+  // Sends to `to` and receives from `from`, both under `step`: one ring or exchange round.
+  void send_recv(int to, const void* out, std::size_t out_bytes, int from, void* in,
+                 std::size_t in_bytes, int step) const {
+    transport.send_recv(members[static_cast<std::size_t>(to)], tag + static_cast<Tag>(step),
+                        {static_cast<const std::byte*>(out), out_bytes},
+                        members[static_cast<std::size_t>(from)], tag + static_cast<Tag>(step),
+                        {static_cast<std::byte*>(in), in_bytes}, deadline);
+  }
 };
 
 }  // namespace weft::dist

@@ -49,6 +49,15 @@ class Transport {
   // As recv, from whichever peer sends first under `tag`; returns that peer.
   virtual int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
 
+  // send(to, send_tag, bytes) and recv(from, recv_tag, out) as one round. This one sends and
+  // then receives; a transport that can post the receive first (so that the message lands
+  // in `out` rather than in a buffer of its own and is copied) overrides it.
+  virtual void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from,
+                         Tag recv_tag, std::span<std::byte> out, Deadline deadline) {
+    send(to, send_tag, bytes, deadline);
+    recv(from, recv_tag, out, deadline);
+  }
+
   // Makes every pending and later call on every rank of this transport fail with
   // PeerError(reason): a rank that failed tells the others instead of leaving them waiting.
   virtual void abort(const std::string& reason) = 0;

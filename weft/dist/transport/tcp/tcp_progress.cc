@@ -89,7 +89,7 @@ void TcpTransport::poll_once(std::unique_lock<std::mutex>& lock, const Deadline&
   for (int peer = 0; ready > 0 && peer < size(); ++peer) {
     if (peer == rank_ || i + 1 >= pollfds_.size()) continue;
     Peer& p = *peers_[static_cast<std::size_t>(peer)];
-    if (pollfds_[i].fd != p.socket.fd()) continue;  // failed since the set was made
+    if (pollfds_[i].fd != p.socket.fd()) continue;  // not in the set: it had failed
     const short revents = pollfds_[i++].revents;
     if (revents & POLLOUT) ++p.writable_seen;
     if (revents & (POLLIN | POLLHUP | POLLERR)) read_available(peer);

@@ -128,15 +128,45 @@ void TcpTransport::throw_timeout(int peer, const char* what) {
 }
 
 void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline) {
+  receive(from, tag, out, deadline, nullptr);
+}
+
+// The receive is posted before the send starts, so that the peer's message, which in a ring
+// round arrives while this rank is still sending, lands in `out` instead of being copied.
+void TcpTransport::send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from,
+                             Tag recv_tag, std::span<std::byte> out, Deadline deadline) {
+  const std::function<void()> send_first = [&] { send(to, send_tag, bytes, deadline); };
+  receive(from, recv_tag, out, deadline, &send_first);
+}
+
+// `send_first`, when given, runs (without mu_) once the receive is posted, or before the
+// receive takes a message that came earlier.
+void TcpTransport::receive(int from, Tag tag, std::span<std::byte> out, const Deadline& deadline,
+                           const std::function<void()>* send_first) {
   std::unique_lock lock(mu_);
+  const auto run_send = [&] {
+    if (send_first == nullptr) return;
+    lock.unlock();
+    try {
+      (*send_first)();
+    } catch (...) {
+      lock.lock();
+      throw;
+    }
+    lock.lock();
+    send_first = nullptr;
+  };
   const Key key{from, tag};
   for (;;) {
     if (!abort_reason_.empty()) throw PeerError(abort_reason_);
     const auto it = incoming_.find(key);
     if (it != incoming_.end() && !it->second.empty()) {
-      if (it->second.front().complete) {
-        take(it->second, from, out);
-        if (it->second.empty()) incoming_.erase(it);
+      run_send();
+      if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+      const auto queued = incoming_.find(key);
+      if (queued->second.front().complete) {
+        take(queued->second, from, out);
+        if (queued->second.empty()) incoming_.erase(queued);
         return;
       }
       // An earlier message under this key is still arriving; it comes first.
@@ -149,6 +179,7 @@ void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, Deadline de
       continue;
     }
     if (from != rank_ && !peers_[static_cast<std::size_t>(from)]->live) {
+      run_send();
       throw PeerError(peers_[static_cast<std::size_t>(from)]->failure);
     }
     Posted posted{from, tag, out};
@@ -158,6 +189,7 @@ void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, Deadline de
       Posted* p;
       ~Detach() { t->detach(*p); }
     } detach_on_exit{this, &posted};
+    run_send();
     const auto settled = [&] { return posted.done || !posted.error.empty(); };
     if (!drive(lock, deadline, settled) && !silent(from)) {
       drive(lock, Deadline::after(kCauseGrace), settled);

@@ -69,6 +69,8 @@ class TcpTransport final : public Transport {
   void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
+                 std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
 
  private:
@@ -107,6 +109,8 @@ class TcpTransport final : public Transport {
   void wake_poller();
 
   // Receiving (tcp_transport.cc).
+  void receive(int from, Tag tag, std::span<std::byte> out, const Deadline& deadline,
+               const std::function<void()>* send_first);
   void take(std::deque<Incoming>& queue, int from, std::span<std::byte> out);
   std::vector<std::byte> spare_buffer();  // requires mu_
   void detach(Posted& posted);
