@@ -57,7 +57,7 @@ void TcpTransport::abort(const std::string& reason) {
   }
   // Best effort, within a second: tell every peer why, so that they fail with the cause
   // rather than a closed connection. A peer that cannot take it in time has its connection
-  // closed (send_segment poisons it), which it reports as this rank's failure.
+  // closed, which it reports as this rank's failure.
   const std::string text = reason.substr(0, tcp::kMaxAbortReason);
   const FrameHeader header{.kind = static_cast<std::uint32_t>(FrameKind::kAbort),
                            .total = text.size(),
@@ -114,6 +114,13 @@ void TcpTransport::send_segment(int peer, const FrameHeader& header,
     std::lock_guard lock(mu_);
     fail_peer(peer, closed_message(peer, e.what()));
     throw PeerError(closed_message(peer, e.what()));
+  } catch (const weft::SystemError& e) {
+    // The connection itself failed (unreachable, timed out by the kernel): it is gone.
+    const std::string reason =
+        "the connection to rank " + std::to_string(peer) + " failed: " + e.what();
+    std::lock_guard lock(mu_);
+    fail_peer(peer, reason);
+    throw PeerError(reason);
   } catch (const weft::Error& e) {
     // Part of the frame may have gone out: the stream is out of step and cannot be used.
     if (done > 0 && done < total) {
