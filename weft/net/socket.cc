@@ -211,20 +211,7 @@ Socket Socket::connect(const std::string& host, int port, Deadline deadline) {
                      error + "); check that the server is running and listening on that address");
 }
 
-std::size_t Socket::send_some(std::span<const std::byte> bytes) {
-  if (!fd_) throw InvalidArgument("Socket::send on a closed socket");
-  while (true) {
-    const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    if (is_closed_error(errno)) {
-      throw ConnectionClosed("the connection to " + peer_name() + " was closed by the peer (" +
-                             std::strerror(errno) + ") while sending");
-    }
-    throw SystemError("send to " + peer_name(), errno);
-  }
-}
+std::size_t Socket::send_some(std::span<const std::byte> bytes) { return send_some(bytes, {}); }
 
 std::size_t Socket::send_some(std::span<const std::byte> first, std::span<const std::byte> second) {
   if (!fd_) throw InvalidArgument("Socket::send on a closed socket");
