@@ -4,23 +4,12 @@
 #include <numeric>
 
 #include "weft/base/check.h"
+#include "weft/dist/algorithms/scratch.h"
 
 namespace weft::dist::algorithms {
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
-
-// Working memory of one collective, kept for the calling thread's next ones. Allocating
-// megabytes per call cost more than sending them: glibc hands freed top-of-heap memory back
-// to the kernel, so every call faulted it in again (a 4 MiB all-reduce over tcp took 20 ms
-// instead of 3). Slot 0 is an accumulator, slot 1 a received block; no algorithm holds one
-// slot while calling another that uses it. Grows to the largest call's need; never shrinks.
-std::byte* scratch(int slot, std::size_t bytes) {
-  thread_local std::vector<std::byte> buffers[2];
-  std::vector<std::byte>& buffer = buffers[slot];
-  if (buffer.size() < bytes) buffer = std::vector<std::byte>(bytes);
-  return buffer.data();
-}
 
 std::size_t elem(const Buffer& b) { return dtype_size(b.dtype); }
 
@@ -50,7 +39,7 @@ void ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
   const std::size_t es = dtype_size(dtype);
   std::size_t max_block = 0;
   for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
-  std::byte* incoming = scratch(1, max_block * es);
+  std::byte* incoming = scratch(Scratch::kIncoming, max_block * es);
   const int next = mod(c.rank + 1, n);
   const int prev = mod(c.rank - 1, n);
   for (int s = 0; s < n - 1; ++s) {
@@ -103,8 +92,8 @@ void reduce(const Comm& c, Buffer buf, int root, ReduceOp op) {
   const int n = c.size();
   const int vr = mod(c.rank - root, n);
   const std::size_t bytes = buf.size_bytes();
-  std::byte* acc = scratch(0, bytes);
-  std::byte* incoming = scratch(1, bytes);
+  std::byte* acc = scratch(Scratch::kAccumulator, bytes);
+  std::byte* incoming = scratch(Scratch::kIncoming, bytes);
   if (bytes > 0) std::memcpy(acc, buf.data, bytes);
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
@@ -137,7 +126,7 @@ void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op) {
 void reduce_scatter(const Comm& c, Buffer out, Buffer in, ReduceOp op) {
   const int n = c.size();
   const std::size_t es = elem(in);
-  std::byte* acc = scratch(0, in.size_bytes());
+  std::byte* acc = scratch(Scratch::kAccumulator, in.size_bytes());
   if (in.size_bytes() > 0) std::memcpy(acc, in.data, in.size_bytes());
   std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1);
   for (std::size_t i = 0; i <= static_cast<std::size_t>(n); ++i) offsets[i] = i * out.count;
@@ -191,7 +180,7 @@ void all_to_all_v(const Comm& c, Buffer out, const std::vector<std::size_t>& out
   // With out == in, receiving block k would overwrite data not sent yet: send from a copy.
   const std::byte* src = in.bytes();
   if (in.data == out.data && in.size_bytes() > 0) {
-    std::byte* copy = scratch(0, in.size_bytes());
+    std::byte* copy = scratch(Scratch::kAccumulator, in.size_bytes());
     std::memcpy(copy, in.data, in.size_bytes());
     src = copy;
   }
@@ -223,7 +212,7 @@ void reference_all_reduce(const Comm& c, Buffer buf, ReduceOp op) {
     c.recv(0, 1, buf.data, bytes);
     return;
   }
-  std::byte* incoming = scratch(1, bytes);
+  std::byte* incoming = scratch(Scratch::kIncoming, bytes);
   for (int peer = 1; peer < n; ++peer) {
     c.recv(peer, 0, incoming, bytes);
     reduce_into(buf.data, incoming, buf.count, buf.dtype, op);

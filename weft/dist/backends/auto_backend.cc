@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "weft/dist/backend.h"
+#include "weft/dist/backends/tcp_backend.h"
 #include "weft/dist/engine/hierarchical_engine.h"
 #include "weft/dist/internal/machine_id.h"
 #include "weft/dist/transport/shm/shm_transport.h"
@@ -109,12 +110,7 @@ class AutoBackend final : public Backend {
 std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context) {
   const auto layout = regular_layout(
       host_ids(*context.store, context.rank, context.world_size, context.timeout), context.rank);
-  TcpTransportOptions options;
-  options.listen_host = context.host;
-  options.token = context.token;
-  options.connect_timeout = context.timeout;
-  auto tcp =
-      std::make_shared<TcpTransport>(context.rank, context.world_size, context.store, options);
+  auto tcp = make_tcp_transport(context);
   if (!layout) {
     return make_world_group(
         std::make_shared<GenericBackend>("auto", std::move(tcp), TcpTransport::kMaxMessage),

@@ -2,9 +2,14 @@
 #pragma once
 
 #include "weft/dist/init.h"
+#include "weft/dist/transport/tcp/tcp_transport.h"
 
 namespace weft::dist::internal {
 
 std::shared_ptr<ProcessGroup> make_tcp_backend(const BackendContext& context);
+
+// The tcp transport of `context`'s rank: listening where the job is reached, with its
+// token and timeout (the auto backend's tcp level too).
+std::shared_ptr<TcpTransport> make_tcp_transport(const BackendContext& context);
 
 }  // namespace weft::dist::internal

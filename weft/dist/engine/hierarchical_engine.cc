@@ -3,21 +3,14 @@
 #include <cstring>
 #include <vector>
 
+#include "weft/dist/algorithms/scratch.h"
+
 namespace weft::dist {
 namespace {
 
 // Below this a two-level all-reduce sends three rounds of tiny shards: reducing to one
 // rank per host and back costs fewer messages.
 constexpr std::size_t kShardedAllReduceBytes = 64 << 10;
-
-// Working memory reused by the calling thread's next collectives (see the algorithms'
-// scratch for why); grows to the largest need, never shrinks.
-std::byte* scratch(int slot, std::size_t bytes) {
-  thread_local std::vector<std::byte> buffers[2];
-  std::vector<std::byte>& buffer = buffers[slot];
-  if (buffer.size() < bytes) buffer = std::vector<std::byte>(bytes);
-  return buffer.data();
-}
 
 // The operation's phases get tags of their own within its tag space (below 2^11; each
 // sub-engine adds its steps, under 512 for groups under 256 ranks), so that two phases
@@ -41,7 +34,9 @@ void HierarchicalEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext
     local_->broadcast(buf, 0, phase(op, 2));
     return;
   }
-  const Buffer shard(scratch(0, buf.size_bytes() / per_host), buf.count / per_host, buf.dtype);
+  const Buffer shard(
+      algorithms::scratch(algorithms::Scratch::kLevelsA, buf.size_bytes() / per_host),
+      buf.count / per_host, buf.dtype);
   local_->reduce_scatter(shard, buf, reduce, phase(op, 0));
   cross_->all_reduce(shard, reduce, phase(op, 1));
   local_->all_gather(buf, shard, phase(op, 2));
@@ -61,8 +56,9 @@ void HierarchicalEngine::all_gather(Buffer out, Buffer in, const OpContext& op) 
   const auto per_host = static_cast<std::size_t>(layout_.per_host);
   const std::size_t block = in.size_bytes();
   // `in` may alias this rank's block of `out`, which the copies below overwrite last.
-  std::byte* across = scratch(0, hosts * block);
-  std::byte* gathered = scratch(1, hosts * per_host * block);
+  std::byte* across = algorithms::scratch(algorithms::Scratch::kLevelsA, hosts * block);
+  std::byte* gathered =
+      algorithms::scratch(algorithms::Scratch::kLevelsB, hosts * per_host * block);
   cross_->all_gather(Buffer(across, hosts * in.count, in.dtype), in, phase(op, 0));
   local_->all_gather(Buffer(gathered, hosts * per_host * in.count, in.dtype),
                      Buffer(across, hosts * in.count, in.dtype), phase(op, 1));
