@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of store_request_fuzz: well-formed TCPStore request streams (a
-hello with the fuzz target's token, then requests of every type), and a few broken ones.
+hello and a token proof (any proof: the fuzz target's server has no token), then requests of
+every type), and a few broken ones.
 The wire format is docs/STORES.md's. Run from the repository root; the output is checked in."""
 import os
 import struct
 import zlib
 
 OUT = "tests/fuzz/corpus/store_request_fuzz"
-MAGIC, VERSION = 0x53544657, 1
+MAGIC, VERSION = 0x53544657, 2
 
 
 def frame(kind, payload):
@@ -27,10 +28,13 @@ def keys(*names):
     return struct.pack("<I", len(names)) + b"".join(s(n) for n in names)
 
 
-hello = frame(1, s("fuzz"))
+hello = frame(1, s("n" * 16)) + frame(10, s("m" * 32))
 seeds = {
     "hello": hello,
-    "wrong_token": frame(1, s("nope")),
+    "hello_only": frame(1, s("n" * 16)),
+    "short_nonce": frame(1, s("n" * 15)),
+    "proof_before_hello": frame(10, s("m" * 32)),
+    "request_after_hello": frame(1, s("n" * 16)) + frame(9, b""),
     "set_get": hello + frame(2, s("k") + s("v")) + frame(3, s("k") + i64(10)),
     "add": hello + frame(4, s("n") + i64(5)) + frame(4, s("n") + i64(-2)),
     "compare_set": hello + frame(5, s("c") + s("") + s("x")),

@@ -1,4 +1,4 @@
-// TCPStore beyond the shared Store contract (store_test.cc): the job token, clients that
+// TCPStore beyond the shared Store contract (store_test.cc): the job token's proof, clients that
 // break the protocol, and servers that are missing or gone.
 #include "weft/store/tcp_store.h"
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "weft/net/auth.h"
 #include "weft/net/socket.h"
 #include "weft/store/internal/wire.h"
 
@@ -39,8 +40,40 @@ void send_raw(net::Socket& s, const std::string& bytes) {
   s.send_all(std::as_bytes(std::span(bytes)), Deadline::after(5s));
 }
 
-std::string hello(const std::string& token) {
-  return internal::encode_frame(MsgType::kHello, PayloadWriter().str(token).take());
+std::string hello(const net::Nonce& nonce) {
+  return internal::encode_frame(MsgType::kHello, PayloadWriter().bytes(nonce).take());
+}
+
+std::string proof(const net::Mac& mac) {
+  return internal::encode_frame(MsgType::kProof, PayloadWriter().bytes(mac).take());
+}
+
+// The server's nonce, from its answer to a hello.
+net::Nonce read_challenge(net::Socket& s) {
+  const internal::Frame f = internal::recv_frame(s, Deadline::after(5s));
+  EXPECT_EQ(f.type, MsgType::kChallenge);
+  internal::PayloadReader r(f.payload);
+  net::Nonce server;
+  net::Mac mac;
+  r.bytes(server);
+  r.bytes(mac);
+  r.finish();
+  return server;
+}
+
+// The client's proof of `token` for the nonces of one connection.
+net::Mac proof_of(const std::string& token, const net::Nonce& client, const net::Nonce& server) {
+  return net::token_mac(token, net::Role::kDialer, internal::kAuthContext, client, server);
+}
+
+// A raw connection through the token handshake, ready for requests.
+net::Socket authed_connect(const TCPStore& server, const std::string& token = "job-1") {
+  net::Socket s = raw_connect(server);
+  const net::Nonce ours = net::fresh_nonce();
+  send_raw(s, hello(ours));
+  send_raw(s, proof(proof_of(token, ours, read_challenge(s))));
+  EXPECT_EQ(internal::recv_frame(s, Deadline::after(5s)).type, MsgType::kOk);
+  return s;
 }
 
 // Expects an error frame with `code`, then end of file: the server closed the connection.
@@ -85,20 +118,70 @@ TEST(TCPStoreTest, WrongTokenIsRejected) {
   expect_still_serving(server, "right");
 }
 
-TEST(TCPStoreTest, AnyTokenIsAcceptedWhenTheServerHasNone) {
+TEST(TCPStoreTest, ServerWithoutTokenTakesAnyProofButClientsWithOneRefuseIt) {
   TCPStore server(server_options(""));
-  client_of(server, "whatever")->set("k", "v");
+  client_of(server, "")->set("k", "v");
   EXPECT_EQ(server.get("k"), "v");
+  authed_connect(server, "anything");  // the server checks nothing: there is no secret
+  // A client with a token wants a server that proves it.
+  EXPECT_THAT([&] { client_of(server, "whatever"); },
+              testing::ThrowsMessage<Error>(HasSubstr("wrong job token")));
 }
 
 TEST(TCPStoreTest, RawClientWithWrongTokenCannotReadKeys) {
   TCPStore server(server_options("right"));
   server.set("secret", "s3cr3t");
   net::Socket s = raw_connect(server);
-  // A request right behind the refused hello must not be answered.
-  send_raw(s, hello("wrong") + internal::encode_frame(MsgType::kGet,
-                                                      PayloadWriter().str("secret").i64(0).take()));
+  const net::Nonce ours = net::fresh_nonce();
+  send_raw(s, hello(ours));
+  const net::Nonce theirs = read_challenge(s);
+  // A request right behind the refused proof must not be answered.
+  send_raw(s,
+           proof(proof_of("wrong", ours, theirs)) +
+               internal::encode_frame(MsgType::kGet, PayloadWriter().str("secret").i64(0).take()));
   expect_error_then_close(s, ErrorCode::kWrongToken);
+}
+
+TEST(TCPStoreTest, ProofFromAnotherConnectionIsRefused) {
+  TCPStore server(server_options("right"));
+  net::Socket first = raw_connect(server);
+  const net::Nonce ours = net::fresh_nonce();
+  send_raw(first, hello(ours));
+  const net::Nonce first_nonce = read_challenge(first);
+  // A replay: the same client nonce on a second connection, answered with the first one's
+  // proof. The server's fresh nonce makes it worthless.
+  net::Socket second = raw_connect(server);
+  send_raw(second, hello(ours));
+  read_challenge(second);
+  send_raw(second, proof(proof_of("right", ours, first_nonce)));
+  expect_error_then_close(second, ErrorCode::kWrongToken);
+}
+
+TEST(TCPStoreTest, TokenNeverCrossesTheWireAndAServerWithoutItIsRefused) {
+  const std::string token = "secret-token-0123456789";
+  net::Listener impostor = net::Listener::bind();
+  std::thread client([&] {
+    EXPECT_THAT([&] { TCPStore({.port = impostor.port(), .token = token, .timeout = 5s}); },
+                testing::ThrowsMessage<Error>(HasSubstr("wrong job token")));
+  });
+  net::Socket s = impostor.accept(Deadline::after(5s));
+  const internal::Frame hello_frame = internal::recv_frame(s, Deadline::after(5s));
+  EXPECT_EQ(hello_frame.type, MsgType::kHello);
+  EXPECT_EQ(hello_frame.payload.find(token), std::string::npos);
+  // An answer without the token: a guessed MAC.
+  send_raw(s, internal::encode_frame(
+                  MsgType::kChallenge,
+                  PayloadWriter().bytes(net::fresh_nonce()).bytes(net::Mac{}).take()));
+  client.join();
+  // The client hung up without sending its proof.
+  EXPECT_THROW(internal::recv_frame(s, Deadline::after(5s)), net::ConnectionClosed);
+}
+
+TEST(TCPStoreTest, ProofBeforeHelloIsRejected) {
+  TCPStore server(server_options());
+  net::Socket s = raw_connect(server);
+  send_raw(s, proof(net::Mac{}));
+  expect_error_then_close(s, ErrorCode::kHelloExpected);
 }
 
 TEST(TCPStoreTest, RequestBeforeHelloIsRejected) {
@@ -123,7 +206,7 @@ TEST(TCPStoreTest, GarbageIsRejectedWhileOthersKeepWorking) {
 TEST(TCPStoreTest, BadMagicIsRejected) {
   TCPStore server(server_options());
   net::Socket s = raw_connect(server);
-  std::string frame = hello("job-1");
+  std::string frame = hello(net::fresh_nonce());
   frame[0] = 'X';
   send_raw(s, frame);
   expect_error_then_close(s, ErrorCode::kMalformed);
@@ -132,9 +215,7 @@ TEST(TCPStoreTest, BadMagicIsRejected) {
 
 TEST(TCPStoreTest, OversizedLengthIsRejectedBeforeAllocating) {
   TCPStore server(server_options());
-  net::Socket s = raw_connect(server);
-  send_raw(s, hello("job-1"));
-  ASSERT_EQ(internal::recv_frame(s, Deadline::after(5s)).type, MsgType::kOk);
+  net::Socket s = authed_connect(server);
   std::string header = internal::encode_frame(MsgType::kSet, "");
   const std::uint32_t huge = 0xF0000000u;  // 3.75 GiB, never sent
   for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((huge >> (8 * i)) & 0xff);
@@ -161,9 +242,7 @@ TEST(TCPStoreTest, BadChecksumUnknownTypeAndShortPayloadAreRejected) {
                                                      {short_payload, ErrorCode::kMalformed},
                                                      {wrong_version, ErrorCode::kBadVersion}};
   for (const auto& [frame, code] : cases) {
-    net::Socket s = raw_connect(server);
-    send_raw(s, hello("job-1"));
-    ASSERT_EQ(internal::recv_frame(s, Deadline::after(5s)).type, MsgType::kOk);
+    net::Socket s = authed_connect(server);
     send_raw(s, frame);
     expect_error_then_close(s, code);
   }
@@ -173,7 +252,7 @@ TEST(TCPStoreTest, BadChecksumUnknownTypeAndShortPayloadAreRejected) {
 TEST(TCPStoreTest, StalledHalfFrameDoesNotBlockOthers) {
   TCPStore server(server_options());
   net::Socket s = raw_connect(server);
-  send_raw(s, hello("job-1").substr(0, 10));  // and then nothing
+  send_raw(s, hello(net::fresh_nonce()).substr(0, 10));  // and then nothing
   const auto start = Clock::now();
   expect_still_serving(server);
   EXPECT_LT(Clock::now() - start, 1s);

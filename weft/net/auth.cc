@@ -10,13 +10,6 @@
 #include <string>
 
 namespace weft::net {
-namespace {
-
-constexpr std::size_t kNonceBytes = 16;
-constexpr std::size_t kMacBytes = 32;  // SHA-256
-using Nonce = std::array<std::byte, kNonceBytes>;
-using Mac = std::array<std::byte, kMacBytes>;
-
 Nonce fresh_nonce() {
   Nonce nonce;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), kNonceBytes) != 1) {
@@ -25,11 +18,12 @@ Nonce fresh_nonce() {
   return nonce;
 }
 
-Mac mac_of(std::string_view token, std::string_view role, std::string_view context,
-           const Nonce& dialer, const Nonce& listener) {
+Mac token_mac(std::string_view token, Role role, std::string_view context, const Nonce& dialer,
+              const Nonce& listener) {
+  const std::string_view name = role == Role::kDialer ? "dialer" : "listener";
   std::string message;
-  message.reserve(role.size() + context.size() + 2 + 2 * kNonceBytes);
-  message.append(role).push_back('\0');
+  message.reserve(name.size() + context.size() + 2 + 2 * kNonceBytes);
+  message.append(name).push_back('\0');
   message.append(context).push_back('\0');
   message.append(reinterpret_cast<const char*>(dialer.data()), kNonceBytes);
   message.append(reinterpret_cast<const char*>(listener.data()), kNonceBytes);
@@ -43,9 +37,9 @@ Mac mac_of(std::string_view token, std::string_view role, std::string_view conte
   return mac;
 }
 
-bool same(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0; }
-
-}  // namespace
+bool same_mac(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
 
 void prove_token_as_dialer(Socket& socket, std::string_view token, std::string_view context,
                            Deadline deadline) {
@@ -55,12 +49,12 @@ void prove_token_as_dialer(Socket& socket, std::string_view token, std::string_v
   Mac their_mac;
   socket.recv_all(listener, deadline);
   socket.recv_all(their_mac, deadline);
-  if (!same(their_mac, mac_of(token, "listener", context, dialer, listener))) {
+  if (!same_mac(their_mac, token_mac(token, Role::kListener, context, dialer, listener))) {
     throw AuthError("auth: " + socket.peer_name() +
                     " does not hold this job's token: it belongs to another job, or is not a "
                     "weft process");
   }
-  socket.send_all(mac_of(token, "dialer", context, dialer, listener), deadline);
+  socket.send_all(token_mac(token, Role::kDialer, context, dialer, listener), deadline);
 }
 
 void prove_token_as_listener(Socket& socket, std::string_view token, std::string_view context,
@@ -69,10 +63,10 @@ void prove_token_as_listener(Socket& socket, std::string_view token, std::string
   socket.recv_all(dialer, deadline);
   const Nonce listener = fresh_nonce();
   socket.send_all(listener, deadline);
-  socket.send_all(mac_of(token, "listener", context, dialer, listener), deadline);
+  socket.send_all(token_mac(token, Role::kListener, context, dialer, listener), deadline);
   Mac their_mac;
   socket.recv_all(their_mac, deadline);
-  if (!same(their_mac, mac_of(token, "dialer", context, dialer, listener))) {
+  if (!same_mac(their_mac, token_mac(token, Role::kDialer, context, dialer, listener))) {
     throw AuthError("auth: " + socket.peer_name() + " does not hold this job's token");
   }
 }

@@ -13,6 +13,8 @@
 // connection it was made for. Wire format: docs/FORMATS.md.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <string_view>
 
 #include "weft/base/deadline.h"
@@ -26,6 +28,21 @@ class AuthError : public weft::Error {
  public:
   using weft::Error::Error;
 };
+
+// The steps, for event loops that cannot block (the TCPStore server).
+inline constexpr std::size_t kNonceBytes = 16;
+inline constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256
+using Nonce = std::array<std::byte, kNonceBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+enum class Role { kDialer, kListener };
+
+// 16 bytes from the system's random source (OpenSSL RAND_bytes).
+Nonce fresh_nonce();
+// HMAC(token, role | context | dialer | listener): what the side with `role` sends.
+Mac token_mac(std::string_view token, Role role, std::string_view context, const Nonce& dialer,
+              const Nonce& listener);
+// Constant-time comparison.
+bool same_mac(const Mac& a, const Mac& b);
 
 // The connecting side. Throws AuthError when the listener's proof is wrong,
 // ConnectionClosed when the listener hangs up (it refused ours), weft::TimeoutError.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "weft/base/error.h"
+#include "weft/net/auth.h"
 #include "weft/store/internal/kv_table.h"
 #include "weft/store/internal/tcp_store_server.h"
 #include "weft/store/internal/wire.h"
@@ -93,7 +94,8 @@ std::string TCPStore::address() const {
   return options_.host + ":" + std::to_string(port_);
 }
 
-// A new connection that the server has accepted (hello answered).
+// A new connection on which both ends have proved the job token (weft/net/auth.h's
+// challenge-response, in the frames of internal/wire.h); the token never crosses the wire.
 net::Socket TCPStore::connect(Deadline deadline) {
   net::Socket s;
   try {
@@ -102,28 +104,58 @@ net::Socket TCPStore::connect(Deadline deadline) {
     throw TimeoutError("TCPStore: no store server answered at " + address() + ": " + e.what());
   }
   const std::string what = "TCPStore: connecting to " + address();
-  Frame reply;
   try {
-    internal::send_frame(s, MsgType::kHello, PayloadWriter().str(options_.token).take(), deadline);
-    reply = internal::recv_frame(s, deadline);
+    const net::Nonce ours = net::fresh_nonce();
+    const Frame challenge =
+        handshake_step(s, what, MsgType::kHello, PayloadWriter().bytes(ours).take(), deadline);
+    const auto [theirs, server_mac] =
+        decode_reply(what, address(), challenge, MsgType::kChallenge, [](PayloadReader& r) {
+          std::pair<net::Nonce, net::Mac> fields;
+          r.bytes(fields.first);
+          r.bytes(fields.second);
+          return fields;
+        });
+    const std::string_view token = options_.token;
+    if (!net::same_mac(server_mac, net::token_mac(token, net::Role::kListener,
+                                                  internal::kAuthContext, ours, theirs))) {
+      throw Error(what +
+                  ": wrong job token: the server proved a different token than this "
+                  "client's (it belongs to another job, or the two were given different "
+                  "tokens); give every rank the server's token (TCPStoreOptions::token)");
+    }
+    const net::Mac proof =
+        net::token_mac(token, net::Role::kDialer, internal::kAuthContext, ours, theirs);
+    const Frame ok =
+        handshake_step(s, what, MsgType::kProof, PayloadWriter().bytes(proof).take(), deadline);
+    decode_reply(what, address(), ok, MsgType::kOk, read_nothing);
   } catch (const TimeoutError& e) {
     throw TimeoutError(what + ": no answer to the hello (" + std::string(e.what()) +
                        "); is a weft TCPStore server listening there?");
+  }
+  return s;
+}
+
+// One frame of the token handshake and the server's answer; a refusal becomes weft::Error.
+Frame TCPStore::handshake_step(net::Socket& s, const std::string& what, MsgType type,
+                               const std::string& payload, Deadline deadline) {
+  Frame reply;
+  try {
+    internal::send_frame(s, type, payload, deadline);
+    reply = internal::recv_frame(s, deadline);
+  } catch (const TimeoutError&) {
+    throw;
   } catch (const Error& e) {
     throw Error(what + ": the hello exchange failed (" + std::string(e.what()) +
-                "); is a weft TCPStore server listening there?");
+                "); is a weft TCPStore server of this version listening there?");
   }
-  if (reply.type == MsgType::kError) {
-    const ServerError err = decode_reply(what, address(), reply, MsgType::kError, read_error);
-    if (err.code == ErrorCode::kWrongToken) {
-      throw Error(what +
-                  ": the server refused this client's wrong job token; give every "
-                  "rank the token the server was started with (TCPStoreOptions::token)");
-    }
-    throw Error(what + ": the server refused the connection: " + err.message);
+  if (reply.type != MsgType::kError) return reply;
+  const ServerError err = decode_reply(what, address(), reply, MsgType::kError, read_error);
+  if (err.code == ErrorCode::kWrongToken) {
+    throw Error(what +
+                ": the server refused this client's wrong job token; give every "
+                "rank the token the server was started with (TCPStoreOptions::token)");
   }
-  decode_reply(what, address(), reply, MsgType::kOk, read_nothing);
-  return s;
+  throw Error(what + ": the server refused the connection: " + err.message);
 }
 
 net::Socket TCPStore::checkout(Deadline deadline) {

@@ -8,9 +8,11 @@
 // park on the server with the caller's deadline and are answered when the keys arrive, so a
 // waiting client never holds up the others.
 //
-// Closed by default: each connection starts with a hello carrying `token`; when the
-// server's token is non-empty and differs, the server refuses the connection and the client
-// throws weft::Error ("wrong job token"). A refused client never reads or writes a key.
+// Closed by default: each connection starts with a challenge-response in which client and
+// server each prove they hold `token` without sending it (HMAC-SHA256, weft/net/auth.h).
+// When the proofs do not match, the connection is refused and the client throws weft::Error
+// ("wrong job token"): a client without the token never reads or writes a key, and a client
+// with it never talks to a server without it. A server with an empty token takes any client.
 //
 // Thread-safety: every member may be called from any thread. Concurrent calls use separate
 // connections (a small pool, grown on demand), so a get blocking in one thread does not
@@ -55,7 +57,7 @@ struct TCPStoreOptions {
   bool is_server = false;
   // The address the server listens on; "0.0.0.0" (or "::") to accept other machines.
   std::string bind_host = "127.0.0.1";
-  // The job token clients must present; empty on the server accepts any client.
+  // The job token both ends prove they hold; empty on the server accepts any client.
   std::string token;
   Seconds timeout = kDefaultStoreTimeout;
 };
@@ -87,6 +89,8 @@ class TCPStore : public Store {
 
  private:
   net::Socket connect(Deadline deadline);
+  internal::Frame handshake_step(net::Socket& s, const std::string& what, internal::MsgType type,
+                                 const std::string& payload, Deadline deadline);
   net::Socket checkout(Deadline deadline);
   internal::Frame call(const std::string& what, internal::MsgType type, std::string payload,
                        std::optional<Seconds> wait = std::nullopt);

@@ -16,15 +16,12 @@
 namespace weft::store::internal {
 namespace {
 
-// A hello carries a token of at most 256 bytes plus its length prefix.
-constexpr std::size_t kMaxHelloBytes = 512;
-
-}  // namespace
-namespace {
-
 using namespace std::chrono_literals;
 
-// A connection must say hello within this time, so idle port scanners cannot pile up.
+// Before its proof is checked, a client may not make the server buffer more than this (a
+// hello is a 16-byte nonce, a proof a 32-byte MAC, each with a length prefix).
+constexpr std::size_t kMaxHelloBytes = 64;
+// A connection must prove the token within this time, so idle port scanners cannot pile up.
 constexpr auto kHelloTimeout = 30s;
 // After an error frame, how long the server reads and discards what the client still sends
 // before closing: closing with unread input would reset the connection and could destroy
@@ -35,17 +32,6 @@ constexpr auto kAcceptPause = 100ms;
 // The longest wait a client may ask for (about three years), so deadlines cannot overflow.
 constexpr std::int64_t kMaxWaitMillis = std::int64_t{100'000'000'000};
 constexpr std::size_t kReadChunk = 64 << 10;
-
-// Compares without stopping at the first difference, so the time taken does not reveal how
-// much of a guessed token was right.
-bool same_token(std::string_view given, std::string_view expected) {
-  unsigned diff = given.size() != expected.size();
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const char g = i < given.size() ? given[i] : '\0';
-    diff |= static_cast<unsigned char>(g ^ expected[i]);
-  }
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -186,11 +172,11 @@ bool TCPStoreServer::read_frame(Conn& c, FrameHeader& header) {
     std::size_t want = kHeaderBytes;
     if (c.in.size() >= kHeaderBytes) {
       header = decode_header(c.in);
-      // Before the hello, a client is nobody: it may not make the server buffer more than a
-      // hello's worth (a token of at most a few hundred bytes).
+      // Before its proof, a client is nobody: it may not make the server buffer more than a
+      // hello's or a proof's worth.
       if (!c.authed && header.length > kMaxHelloBytes) {
         throw ProtocolError(ErrorCode::kHelloExpected,
-                            "the first frame must be a hello of at most " +
+                            "the first frames must be a hello and a token proof of at most " +
                                 std::to_string(kMaxHelloBytes) + " bytes");
       }
       want += header.length;
@@ -205,15 +191,8 @@ bool TCPStoreServer::read_frame(Conn& c, FrameHeader& header) {
 }
 
 void TCPStoreServer::handle(Conn& c, MsgType type, std::string_view payload) {
-  if (!c.authed) {
-    if (type != MsgType::kHello) {
-      throw ProtocolError(ErrorCode::kHelloExpected,
-                          "the first frame on a connection must be a hello with the job token");
-    }
-    handle_hello(c, payload);
-    return;
-  }
   PayloadReader r(payload);
+  if (!c.authed) return authenticate(c, type, r);
   try {
     handle_request(c, type, r);
   } catch (const InvalidArgument& e) {
@@ -226,11 +205,34 @@ void TCPStoreServer::handle(Conn& c, MsgType type, std::string_view payload) {
   }
 }
 
-void TCPStoreServer::handle_hello(Conn& c, std::string_view payload) {
-  PayloadReader r(payload);
-  const std::string token = r.str();
+// The listener's side of weft/net/auth.h's challenge-response, one frame at a time: the
+// hello's nonce is answered with ours and our proof; the client's proof then admits it. With
+// an empty token there is no secret to prove, so any proof is taken (anyone could compute it).
+void TCPStoreServer::authenticate(Conn& c, MsgType type, PayloadReader& r) {
+  if (!c.challenge) {
+    if (type != MsgType::kHello) {
+      throw ProtocolError(ErrorCode::kHelloExpected,
+                          "the first frame on a connection must be a hello");
+    }
+    Challenge challenge{.client = {}, .server = net::fresh_nonce()};
+    r.bytes(challenge.client);
+    r.finish();
+    const net::Mac ours = net::token_mac(token_, net::Role::kListener, kAuthContext,
+                                         challenge.client, challenge.server);
+    c.challenge = challenge;
+    return reply(c, MsgType::kChallenge,
+                 PayloadWriter().bytes(challenge.server).bytes(ours).take());
+  }
+  if (type != MsgType::kProof) {
+    throw ProtocolError(ErrorCode::kHelloExpected,
+                        "the second frame on a connection must be the client's token proof");
+  }
+  net::Mac theirs;
+  r.bytes(theirs);
   r.finish();
-  if (!token_.empty() && !same_token(token, token_)) {
+  const net::Mac expected = net::token_mac(token_, net::Role::kDialer, kAuthContext,
+                                           c.challenge->client, c.challenge->server);
+  if (!token_.empty() && !net::same_mac(theirs, expected)) {
     throw ProtocolError(ErrorCode::kWrongToken,
                         "wrong job token: this store belongs to another job, or the client was "
                         "given a different token than the server");

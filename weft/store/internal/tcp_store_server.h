@@ -17,6 +17,7 @@
 
 #include "weft/base/deadline.h"
 #include "weft/base/unique_fd.h"
+#include "weft/net/auth.h"
 #include "weft/net/socket.h"
 #include "weft/store/internal/kv_table.h"
 #include "weft/store/internal/wire.h"
@@ -41,13 +42,18 @@ class TCPStoreServer {
     std::vector<std::string> keys;
     Clock::time_point deadline;
   };
+  struct Challenge {
+    net::Nonce client;
+    net::Nonce server;
+  };
   struct Conn {
     net::Socket socket;
     std::string in;  // the frame being received
     std::string out;
     std::size_t out_sent = 0;
-    bool authed = false;
-    bool closing = false;  // an error was sent: drain input until EOF or `timer`
+    std::optional<Challenge> challenge;  // sent in answer to the hello
+    bool authed = false;                 // the client's proof checked
+    bool closing = false;                // an error was sent: drain input until EOF or `timer`
     bool write_shut = false;
     bool dead = false;
     std::optional<Waiter> waiter;
@@ -63,7 +69,7 @@ class TCPStoreServer {
   void pump(Conn& c);
   bool read_frame(Conn& c, FrameHeader& header);
   void handle(Conn& c, MsgType type, std::string_view payload);
-  void handle_hello(Conn& c, std::string_view payload);
+  void authenticate(Conn& c, MsgType type, PayloadReader& r);
   void handle_request(Conn& c, MsgType type, PayloadReader& r);
   void start_wait(Conn& c, MsgType type, std::vector<std::string> keys, std::int64_t millis);
   bool try_answer(Conn& c);

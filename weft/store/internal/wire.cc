@@ -103,6 +103,10 @@ PayloadWriter& PayloadWriter::str(std::string_view s) {
   return *this;
 }
 
+PayloadWriter& PayloadWriter::bytes(std::span<const std::byte> b) {
+  return str({reinterpret_cast<const char*>(b.data()), b.size()});
+}
+
 PayloadWriter& PayloadWriter::keys(const std::vector<std::string>& keys) {
   u32(static_cast<std::uint32_t>(keys.size()));
   for (const std::string& k : keys) str(k);
@@ -125,6 +129,15 @@ std::uint32_t PayloadReader::u32() { return static_cast<std::uint32_t>(get_le(ta
 std::int64_t PayloadReader::i64() { return static_cast<std::int64_t>(get_le(take(8), 0, 8)); }
 
 std::string PayloadReader::str() { return std::string(take(u32())); }
+
+void PayloadReader::bytes(std::span<std::byte> out) {
+  const std::uint32_t n = u32();
+  if (n != out.size()) {
+    throw ProtocolError(ErrorCode::kMalformed, "a field of " + std::to_string(n) + " bytes where " +
+                                                   std::to_string(out.size()) + " were expected");
+  }
+  std::memcpy(out.data(), take(n).data(), n);
+}
 
 std::vector<std::string> PayloadReader::keys() {
   const std::uint32_t count = u32();

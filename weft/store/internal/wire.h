@@ -9,11 +9,16 @@
 //   offset 12 u32 crc32    CRC-32 of the payload
 // Payload fields: u32 and i64 little-endian; a string is a u32 length then its bytes; a key
 // list is a u32 count then that many strings.
+//
+// A connection opens with the job-token proof of weft/net/auth.h, in frames:
+//   client kHello(str nonce_c) -> server kChallenge(str nonce_s, str server MAC)
+//   client kProof(str client MAC) -> server kOk, or kError(kWrongToken) and close.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,7 +29,7 @@
 namespace weft::store::internal {
 
 inline constexpr std::uint32_t kMagic = 0x53544657;  // "WFTS" read as a little-endian u32
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 16;
 
 enum class MsgType : std::uint16_t {
@@ -38,13 +43,18 @@ enum class MsgType : std::uint16_t {
   kCheck = 7,
   kDeleteKey = 8,
   kNumKeys = 9,
+  kProof = 10,  // the client's half of the token proof, after kChallenge
   // Replies (server to client).
   kOk = 100,
   kValue = 101,
   kInt = 102,
   kTimeout = 103,
   kError = 104,
+  kChallenge = 105,  // the server's nonce and its half of the token proof, after kHello
 };
+
+// What the token proofs (weft/net/auth.h) are bound to on a store connection.
+inline constexpr std::string_view kAuthContext = "weft TCPStore v2";
 
 // The code an kError reply carries. Codes below kInvalidArgument close the connection.
 enum class ErrorCode : std::uint32_t {
@@ -52,7 +62,7 @@ enum class ErrorCode : std::uint32_t {
   kTooLarge = 2,           // length above kMaxRecordBytes
   kBadVersion = 3,         // a version this server does not speak
   kWrongToken = 4,         // the hello's job token does not match the server's
-  kHelloExpected = 5,      // a request before a successful hello
+  kHelloExpected = 5,      // a request before the hello and the token proof
   kInvalidArgument = 100,  // the request was well formed but its operation failed (add on text)
 };
 
@@ -96,6 +106,7 @@ class PayloadWriter {
   PayloadWriter& u32(std::uint32_t v);
   PayloadWriter& i64(std::int64_t v);
   PayloadWriter& str(std::string_view s);
+  PayloadWriter& bytes(std::span<const std::byte> b);  // as a str
   PayloadWriter& keys(const std::vector<std::string>& keys);
   std::string take() { return std::move(out_); }
 
@@ -112,6 +123,8 @@ class PayloadReader {
   std::uint32_t u32();
   std::int64_t i64();
   std::string str();
+  // A str of exactly out.size() bytes, copied into out.
+  void bytes(std::span<std::byte> out);
   std::vector<std::string> keys();
   void finish() const;
 
