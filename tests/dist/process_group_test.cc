@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -316,27 +317,54 @@ void on_thread_transports(int n,
   for (auto& th : threads) th.join();
 }
 
-// Both all-reduce algorithms against gather-reduce-broadcast, on random integers (exact, so
+// The all-reduce algorithms against gather-reduce-broadcast, on random integers (exact, so
 // the comparison is bitwise), at sizes on both sides of the generic engine's threshold.
 TEST(AlgorithmsTest, AllReduceMatchesReference) {
-  for (int n : {2, 3, 5, 7}) {
+  for (int n : {2, 3, 4, 5, 6, 7, 8}) {
     on_thread_transports(n, [n](Transport& t, const std::vector<int>& members, int r) {
       std::mt19937 rng(static_cast<unsigned>(r + 1));
       for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
         std::vector<std::int32_t> a(count);
         for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
-        std::vector<std::int32_t> ring = a, tree = a;
+        std::vector<std::int32_t> ring = a, tree = a, doubling = a;
         const Deadline d = Deadline::after(Seconds(30));
         algorithms::all_reduce_ring(Comm{t, members, r, Tag{1} << 32, d}, Buffer(ring),
                                     ReduceOp::kSum);
         algorithms::all_reduce_reduce_broadcast(Comm{t, members, r, Tag{3} << 32, d}, Buffer(tree),
                                                 ReduceOp::kSum);
+        algorithms::all_reduce_recursive_doubling(Comm{t, members, r, Tag{4} << 32, d},
+                                                  Buffer(doubling), ReduceOp::kSum);
         algorithms::reference_all_reduce(Comm{t, members, r, Tag{2} << 32, d}, Buffer(a),
                                          ReduceOp::kSum);
         EXPECT_EQ(ring, a) << "ring, n " << n << " count " << count;
+        EXPECT_EQ(doubling, a) << "recursive doubling, n " << n << " count " << count;
         EXPECT_EQ(tree, a) << "reduce + broadcast, n " << n << " count " << count;
       }
     });
+  }
+}
+
+// Recursive doubling on floats, whose sums depend on their order: every rank must still end
+// with the same bits (each evaluates the same expression).
+TEST(AlgorithmsTest, RecursiveDoublingAgreesBitwiseOnFloats) {
+  for (int n : {2, 3, 5, 6, 8}) {
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    on_thread_transports(n, [&](Transport& t, const std::vector<int>& members, int r) {
+      std::mt19937 rng(static_cast<unsigned>(r + 11));
+      std::uniform_real_distribution<float> dist(-1e4f, 1e4f);
+      std::vector<float> x(257);
+      for (auto& v : x) v = dist(rng) * (rng() % 2 ? 1e-4f : 1.0f);
+      algorithms::all_reduce_recursive_doubling(
+          Comm{t, members, r, Tag{5} << 32, Deadline::after(Seconds(30))}, Buffer(x),
+          ReduceOp::kSum);
+      results[static_cast<std::size_t>(r)] = std::move(x);
+    });
+    for (int r = 1; r < n; ++r) {
+      EXPECT_EQ(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(),
+                            results[0].size() * sizeof(float)),
+                0)
+          << "rank " << r << " of " << n;
+    }
   }
 }
 

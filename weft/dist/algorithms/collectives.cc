@@ -115,6 +115,41 @@ void all_reduce_reduce_broadcast(const Comm& c, Buffer buf, ReduceOp op) {
   broadcast(second, buf, 0);
 }
 
+void all_reduce_recursive_doubling(const Comm& c, Buffer buf, ReduceOp op) {
+  const int n = c.size();
+  int pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  const int extra = n - pof2;  // ranks 0, 2, .., 2 extra - 2 fold into their odd neighbour
+  const std::size_t bytes = buf.size_bytes();
+  std::byte* acc = buf.bytes();
+  std::byte* incoming = scratch(Scratch::kIncoming, bytes);
+  const int folded_step = 2 * 11;  // above every exchange round's step (log2 n <= 20)
+  if (c.rank < 2 * extra && c.rank % 2 == 0) {
+    c.send(c.rank + 1, 0, acc, bytes);
+    c.recv(c.rank + 1, folded_step, acc, bytes);
+    return;
+  }
+  if (c.rank < 2 * extra) {
+    c.recv(c.rank - 1, 0, incoming, bytes);
+    reduce_pair(acc, incoming, acc, buf.count, buf.dtype, op);  // the lower rank's on the left
+  }
+  // Among the pof2 survivors, v is this rank's number; round k pairs v with v ^ 2^k. Each
+  // pair combines its two halves lower half first, so every rank evaluates the same
+  // expression and ends bitwise equal to the others, whatever the operation's rounding.
+  const int v = c.rank < 2 * extra ? c.rank / 2 : c.rank - extra;
+  const auto real = [extra](int w) { return w < extra ? 2 * w + 1 : w + extra; };
+  for (int mask = 1, step = 1; mask < pof2; mask <<= 1, ++step) {
+    const int partner = real(v ^ mask);
+    c.send_recv(partner, acc, bytes, partner, incoming, bytes, step);
+    if ((v & mask) == 0) {
+      reduce_into(acc, incoming, buf.count, buf.dtype, op);
+    } else {
+      reduce_pair(acc, incoming, acc, buf.count, buf.dtype, op);
+    }
+  }
+  if (c.rank < 2 * extra) c.send(c.rank - 1, folded_step, acc, bytes);
+}
+
 void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op) {
   const int n = c.size();
   const auto offsets = split_offsets(buf.count, n);

@@ -20,6 +20,10 @@ void broadcast(const Comm& c, Buffer buf, int root);
 void reduce(const Comm& c, Buffer buf, int root, ReduceOp op);
 // Reduce to rank 0, then broadcast: 2 ceil(log2 n) rounds of the whole buffer.
 void all_reduce_reduce_broadcast(const Comm& c, Buffer buf, ReduceOp op);
+// Recursive doubling: ceil(log2 n) exchange rounds of the whole buffer, every rank reducing,
+// plus a round before and after for the n - 2^floor(log2 n) ranks folded into a neighbour.
+// Every rank evaluates the same expression tree, so results agree bitwise.
+void all_reduce_recursive_doubling(const Comm& c, Buffer buf, ReduceOp op);
 // Ring reduce-scatter + ring all-gather: 2 (n - 1) rounds of count / n elements; needs
 // count >= n to be worth it (every block non-empty).
 void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op);

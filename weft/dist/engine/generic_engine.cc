@@ -13,34 +13,38 @@
 namespace weft::dist {
 namespace {
 
-// The table. Only all-reduce has a choice: below kRingAllReduceBytes, reduce + broadcast
-// (2 log n messages of m bytes, latency-bound sizes); above, the ring (2 (n - 1) messages of
+// The table. Only all-reduce has a choice: below kRingAllReduceBytes, recursive doubling
+// (log n exchanges of m bytes, latency-bound sizes); above, the ring (2 (n - 1) messages of
 // m / n bytes, whose bandwidth term does not grow with n); docs/COLLECTIVES.md has the costs
 // and the measured crossover. Every other operation has one algorithm: binomial trees for
 // broadcast and reduce, rings for all-gather and reduce-scatter, direct sends for gather and
 // scatter, pairwise exchange for all-to-all, dissemination for the barrier.
-// WEFT_ALL_REDUCE_ALGORITHM=tree|ring overrides the choice (for measuring the crossover; it
-// must be the same on every rank).
-constexpr std::size_t kRingAllReduceBytes = 256 * 1024;
+// WEFT_ALL_REDUCE_ALGORITHM=doubling|tree|ring overrides the choice (tree: reduce, then
+// broadcast; for measuring the crossover; it must be the same on every rank).
+constexpr std::size_t kRingAllReduceBytes = std::size_t{1} << 20;
 
-enum class AllReduce { kReduceBroadcast, kRing };
+enum class AllReduce { kRecursiveDoubling, kReduceBroadcast, kRing };
 
 std::optional<AllReduce> forced_all_reduce() {
   static const std::optional<AllReduce> forced = []() -> std::optional<AllReduce> {
     const char* v = std::getenv("WEFT_ALL_REDUCE_ALGORITHM");
     if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "auto") return {};
+    if (std::string_view(v) == "doubling") return AllReduce::kRecursiveDoubling;
     if (std::string_view(v) == "tree") return AllReduce::kReduceBroadcast;
     if (std::string_view(v) == "ring") return AllReduce::kRing;
     throw InvalidArgument("WEFT_ALL_REDUCE_ALGORITHM='" + std::string(v) +
-                          "': use auto, tree or ring");
+                          "': use auto, doubling, tree or ring");
   }();
   return forced;
 }
 
 AllReduce all_reduce_algorithm(const Buffer& buf, int ranks) {
-  if (buf.count < static_cast<std::size_t>(ranks)) return AllReduce::kReduceBroadcast;
-  if (const auto forced = forced_all_reduce()) return *forced;
-  return buf.size_bytes() >= kRingAllReduceBytes ? AllReduce::kRing : AllReduce::kReduceBroadcast;
+  const std::optional<AllReduce> forced = forced_all_reduce();
+  if (buf.count < static_cast<std::size_t>(ranks)) {
+    return forced == AllReduce::kReduceBroadcast ? *forced : AllReduce::kRecursiveDoubling;
+  }
+  if (forced) return *forced;
+  return buf.size_bytes() >= kRingAllReduceBytes ? AllReduce::kRing : AllReduce::kRecursiveDoubling;
 }
 
 }  // namespace
@@ -64,6 +68,8 @@ void GenericEngine::broadcast(Buffer buf, int root, const OpContext& op) {
 void GenericEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
   if (size() == 1) return;
   switch (all_reduce_algorithm(buf, size())) {
+    case AllReduce::kRecursiveDoubling:
+      return algorithms::all_reduce_recursive_doubling(comm(op), buf, reduce);
     case AllReduce::kReduceBroadcast:
       return algorithms::all_reduce_reduce_broadcast(comm(op), buf, reduce);
     case AllReduce::kRing:

@@ -42,7 +42,9 @@ void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadlin
   if (!cv_.wait_until(lock, deadline.when(), ready)) {
     throw PeerTimeout(from, "no message from rank " + std::to_string(from) + " in time");
   }
-  if (!have) throw_if_failed(from);
+  // An abort ends every receive, even one whose message is here: that message may belong to
+  // the operation whose failure caused the abort, and must not complete this one.
+  if (!have || !abort_reason_.empty()) throw_if_failed(from);
   const auto it = messages_.find(key);
   take(it->second, from, out);
   if (it->second.empty()) messages_.erase(it);
@@ -70,7 +72,7 @@ int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
   if (!cv_.wait_until(lock, deadline.when(), ready)) {
     throw PeerTimeout(-1, "no message from any rank in time");
   }
-  if (found == messages_.end()) throw PeerError(abort_reason_);
+  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
   const int from = found->first.first;
   take(found->second, from, out);
   if (found->second.empty()) messages_.erase(found);
@@ -81,7 +83,7 @@ int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
 bool Mailbox::try_recv(int from, Tag tag, std::span<std::byte> out) {
   std::lock_guard lock(mu_);
   const auto it = messages_.find({from, tag});
-  if (it == messages_.end() || it->second.empty()) {
+  if (it == messages_.end() || it->second.empty() || !abort_reason_.empty()) {
     throw_if_failed(from);
     return false;
   }

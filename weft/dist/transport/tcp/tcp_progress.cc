@@ -77,7 +77,7 @@ void TcpTransport::poll_once(std::unique_lock<std::mutex>& lock, const Deadline&
   }
   pollfds_.push_back(pollfd{wake_fd_.get(), POLLIN, 0});
   lock.unlock();
-  const int ready = ::poll(pollfds_.data(), pollfds_.size(), poll_millis(deadline));
+  const int ready = wait_ready(deadline);
   const int poll_errno = errno;
   lock.lock();
   if (ready < 0 && poll_errno != EINTR) throw SystemError("tcp transport: poll", poll_errno);
@@ -95,6 +95,19 @@ void TcpTransport::poll_once(std::unique_lock<std::mutex>& lock, const Deadline&
     if (revents & (POLLIN | POLLHUP | POLLERR)) read_available(peer);
   }
   send_heartbeats();
+}
+
+// Polls without sleeping for up to spin_ first: a thread that sleeps in poll() takes 20-25 µs
+// to wake here (a vCPU halting and being woken), more than a loopback hop. Only ranks that
+// have a core each spin (spin_ is zero otherwise): with more ranks than cores, spinning takes
+// the core from the rank being waited for (docs/COLLECTIVES.md, "The tcp transport").
+int TcpTransport::wait_ready(const Deadline& deadline) {
+  const Clock::time_point spin_until = std::min(Clock::now() + spin_, deadline.when());
+  do {
+    const int ready = ::poll(pollfds_.data(), pollfds_.size(), 0);
+    if (ready != 0) return ready;
+  } while (Clock::now() < spin_until);
+  return ::poll(pollfds_.data(), pollfds_.size(), poll_millis(deadline));
 }
 
 void TcpTransport::read_available(int peer) {

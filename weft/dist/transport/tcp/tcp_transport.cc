@@ -2,11 +2,13 @@
 // is in tcp_send.cc, running the connections in tcp_progress.cc.
 #include "weft/dist/transport/tcp/tcp_transport.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "weft/dist/internal/machine_id.h"
 #include "weft/dist/transport/tcp/tcp_handshake.h"
 #include "weft/dist/transport/tcp/tcp_peer.h"
 
@@ -20,6 +22,10 @@ constexpr auto kSilence = std::chrono::seconds(2);
 // peer's own failure: when the peer was itself waiting on a lost host, its abort names the
 // lost rank, which says more than "rank 0 did not send in time".
 constexpr Seconds kCauseGrace{1};
+// How long a waiting call polls before it sleeps, when its host has a core for each of its
+// ranks: 2 ranks' 4-byte all-reduce took 37 µs sleeping, 13.5 spinning 20 or 50 µs (and 4
+// ranks on 2 cores 115 µs not spinning, 280 spinning 100 µs).
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 std::string seconds_text(Clock::duration d) {
   char text[32];
@@ -33,12 +39,20 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
                            TcpTransportOptions options)
     : rank_(rank) {
   peers_.resize(static_cast<std::size_t>(world_size));
+  // Counted before this rank publishes its address, so every count is in once the mesh is
+  // complete: each peer published (and counted) before anyone could connect to it.
+  const std::string ranks_here = "tcp/ranks_on/" + internal::machine_id();
+  store->add(ranks_here, 1);
   std::vector<net::Socket> sockets = tcp::connect_mesh(rank, world_size, *store, options,
                                                        Deadline::after(options.connect_timeout));
   for (int p = 0; p < world_size; ++p) {
     if (p != rank)
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>(std::move(sockets[p]));
   }
+  cpu_set_t cpus;
+  const bool core_each = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+                         store->add(ranks_here, 0) <= CPU_COUNT(&cpus);
+  if (core_each) spin_ = kSpin;
   start();
 }
 

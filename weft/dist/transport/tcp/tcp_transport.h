@@ -96,6 +96,7 @@ class TcpTransport final : public Transport {
   bool drive(std::unique_lock<std::mutex>& lock, const Deadline& deadline,
              const std::function<bool()>& done);
   void poll_once(std::unique_lock<std::mutex>& lock, const Deadline& deadline);
+  int wait_ready(const Deadline& deadline);  // poll() on pollfds_, spinning first
   void read_available(int peer);
   void advance(int peer, std::size_t n);
   void header_done(int peer);
@@ -122,6 +123,7 @@ class TcpTransport final : public Transport {
   int rank_;
   std::vector<std::unique_ptr<Peer>> peers_;  // index: rank; null for this rank
   UniqueFd wake_fd_;                          // an eventfd: wakes the thread in poll()
+  Clock::duration spin_{};                    // how long a waiting call polls before sleeping
 
   std::vector<pollfd> pollfds_;             // the polling thread's set, reused
   std::vector<pollfd> pollfds_background_;  // the background thread's watch set
