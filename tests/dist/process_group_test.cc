@@ -285,6 +285,27 @@ TEST(ProcessGroupTest, BrokenGroupSaysSoOnEveryLaterCall) {
   });
 }
 
+TEST(ProcessGroupTest, AbortFromAnotherThreadEndsABlockedCall) {
+  run_threads(2, [](ProcessGroup& pg) {
+    std::vector<int> v(1);
+    if (pg.rank() == 0) {
+      std::thread interrupter([&pg] {
+        std::this_thread::sleep_for(0.2s);
+        pg.abort("interrupted by the test");
+      });
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_THROW(pg.all_reduce(v), weft::Error);  // rank 1 never joins this one
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+      interrupter.join();
+      EXPECT_THROW(pg.barrier(), GroupBroken);
+    } else {
+      std::this_thread::sleep_for(0.5s);
+      EXPECT_THAT([&] { pg.all_reduce(v); },
+                  testing::ThrowsMessage<PeerError>(HasSubstr("interrupted by the test")));
+    }
+  });
+}
+
 TEST(ProcessGroupTest, FailingRankUnblocksTheOthersAndIsRethrown) {
   const auto start = std::chrono::steady_clock::now();
   try {

@@ -7,7 +7,7 @@ cd "$1"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   files=$(git ls-files '*.h' '*.cc')
 else
-  files=$(find weft tools tests bench examples -name '*.h' -o -name '*.cc')
+  files=$(find weft tools tests bench examples python -name '*.h' -o -name '*.cc')
 fi
 # shellcheck disable=SC2086  # one argument per file
 "$2" --dry-run -Werror $files

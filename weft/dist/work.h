@@ -22,6 +22,9 @@ class Work {
   // itself goes on until its own deadline, and until it completes its buffers are still in
   // use: do not free or reuse them after this throws.
   void wait(Seconds timeout) const;
+  // Waits up to `timeout`; true once the operation has finished (wait() then returns or
+  // throws at once).
+  bool wait_for(Seconds timeout) const { return done_.wait_for(timeout); }
   bool is_completed() const { return done_.done(); }
   // The operation's error once completed, nullptr if it succeeded or is still running.
   std::exception_ptr exception() const;

@@ -185,6 +185,9 @@ Collectives::Call& Collectives::call_of(int rank, std::uint32_t step) const {
 }
 
 void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
+  // A job another rank aborted fails here, before this call could complete on data that
+  // rank published for the operation it then gave up.
+  check_peer_(job_rank(rank_));
   call_ = Call{count, root, static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(dtype)};
 }
 

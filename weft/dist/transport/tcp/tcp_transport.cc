@@ -206,10 +206,14 @@ void TcpTransport::receive(int from, Tag tag, std::span<std::byte> out, const De
     } detach_on_exit{this, &posted};
     run_send();
     const auto settled = [&] { return posted.done || !posted.error.empty(); };
-    if (!drive(lock, deadline, settled) && !silent(from)) {
-      drive(lock, Deadline::after(kCauseGrace), settled);
+    if (drive(lock, deadline, settled)) {
+      if (posted.done) return;
+      throw PeerError(posted.error);
     }
-    if (posted.done) return;
+    // Past the deadline. A peer that is alive may be failing itself, waiting on a lost host:
+    // its abort, if it comes soon, names the cause. Its message, if that comes instead, is
+    // too late: the deadline is the caller's, and the receive fails all the same.
+    if (!silent(from)) drive(lock, Deadline::after(kCauseGrace), settled);
     if (!posted.error.empty()) throw PeerError(posted.error);
     throw_timeout(from, "did not send in time");
   }

@@ -1,0 +1,159 @@
+"""Process groups and collectives with torch.distributed's names (weft/dist in C++).
+
+A tensor is anything that exports contiguous CPU memory: a numpy array, a torch tensor
+(through DLPack, bfloat16 included), a bytearray or memoryview. Collectives work in place on
+that memory, without copies. Every blocking call releases the GIL; Ctrl-C interrupts it
+within a second (the group is then aborted: its other ranks get PeerError).
+
+The module-level functions act on the world group of init_process_group(), or on the group
+passed as `group`; each ProcessGroup has the same operations as methods.
+"""
+from typing import Any, List, Optional, Sequence
+
+from weft._weft import InvalidArgument
+from weft._weft.dist import (CollectiveMismatch, GroupBroken, PeerError, ProcessGroup,
+                             ReduceOp, Work, registered_backends)
+from weft._weft.dist import init_process_group as _init_process_group
+
+__all__ = [
+    "CollectiveMismatch", "GroupBroken", "PeerError", "ProcessGroup", "ReduceOp", "Work",
+    "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "barrier",
+    "broadcast", "destroy_process_group", "gather", "get_rank", "get_world_size",
+    "init_process_group", "is_initialized", "new_group", "recv", "recv_any", "reduce",
+    "reduce_scatter", "registered_backends", "scatter", "send", "split",
+]
+
+_world: Optional[ProcessGroup] = None
+
+
+def init_process_group(backend: str = "", init_method: str = "", rank: int = -1,
+                       world_size: int = -1, timeout: Optional[float] = None) -> ProcessGroup:
+    """Joins the job and returns its world group, the default group of this module.
+
+    Reads what it is not given from the environment weftrun sets (or torchrun's, mpirun's,
+    srun's): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, WEFT_BACKEND, WEFT_JOB_TOKEN.
+    backend: "" (shm on one host, auto across hosts), "shm", "tcp", "auto", "mpi".
+    timeout: seconds for the rendezvous and for each operation (300 by default).
+    """
+    global _world
+    if _world is not None:
+        raise InvalidArgument("init_process_group: this process already joined a job; call "
+                              "destroy_process_group() first")
+    _world = _init_process_group(backend, init_method, rank, world_size, timeout)
+    return _world
+
+
+def is_initialized() -> bool:
+    return _world is not None
+
+
+def destroy_process_group() -> None:
+    """Leaves the job: the world group goes once nothing else refers to it."""
+    global _world
+    _world = None
+
+
+def _group(group: Optional[ProcessGroup]) -> ProcessGroup:
+    if group is not None:
+        return group
+    if _world is None:
+        raise InvalidArgument("no process group: call weft.dist.init_process_group() first, "
+                              "or pass group=")
+    return _world
+
+
+def get_rank(group: Optional[ProcessGroup] = None) -> int:
+    return _group(group).rank()
+
+
+def get_world_size(group: Optional[ProcessGroup] = None) -> int:
+    return _group(group).size()
+
+
+def new_group(ranks: Sequence[int], group: Optional[ProcessGroup] = None) -> Optional[ProcessGroup]:
+    """A subgroup of `ranks`; collective over `group`; None on ranks not in it."""
+    return _group(group).new_group(list(ranks))
+
+
+def split(color: int, key: int = 0, group: Optional[ProcessGroup] = None) -> Optional[ProcessGroup]:
+    return _group(group).split(color, key)
+
+
+def broadcast(tensor: Any, src: int, group: Optional[ProcessGroup] = None,
+              async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).broadcast(tensor, src, timeout=timeout, async_op=async_op)
+
+
+def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Optional[ProcessGroup] = None,
+               async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).all_reduce(tensor, op, timeout=timeout, async_op=async_op)
+
+
+def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM,
+           group: Optional[ProcessGroup] = None, async_op: bool = False,
+           timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).reduce(tensor, dst, op, timeout=timeout, async_op=async_op)
+
+
+def all_gather(output: Any, input: Any, group: Optional[ProcessGroup] = None,
+               async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """output holds world size * len(input) elements, rank r's input at r * len(input)."""
+    return _group(group).all_gather(output, input, timeout=timeout, async_op=async_op)
+
+
+def all_gather_v(output: Any, input: Any, counts: Sequence[int],
+                 group: Optional[ProcessGroup] = None, async_op: bool = False,
+                 timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).all_gather_v(output, input, list(counts), timeout=timeout,
+                                      async_op=async_op)
+
+
+def gather(output: Any, input: Any, dst: int = 0, group: Optional[ProcessGroup] = None,
+           async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """On dst, output gets every rank's input in rank order; elsewhere output may be None."""
+    return _group(group).gather(output, input, dst, timeout=timeout, async_op=async_op)
+
+
+def scatter(output: Any, input: Any, src: int = 0, group: Optional[ProcessGroup] = None,
+            async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """src's input holds one block per rank; elsewhere input may be None."""
+    return _group(group).scatter(output, input, src, timeout=timeout, async_op=async_op)
+
+
+def reduce_scatter(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
+                   group: Optional[ProcessGroup] = None, async_op: bool = False,
+                   timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).reduce_scatter(output, input, op, timeout=timeout, async_op=async_op)
+
+
+def all_to_all(output: Any, input: Any, group: Optional[ProcessGroup] = None,
+               async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).all_to_all(output, input, timeout=timeout, async_op=async_op)
+
+
+def all_to_all_v(output: Any, output_counts: Sequence[int], input: Any,
+                 input_counts: Sequence[int], group: Optional[ProcessGroup] = None,
+                 async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).all_to_all_v(output, list(output_counts), input, list(input_counts),
+                                      timeout=timeout, async_op=async_op)
+
+
+def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
+            timeout: Optional[float] = None) -> Optional[Work]:
+    return _group(group).barrier(timeout=timeout, async_op=async_op)
+
+
+def send(tensor: Any, dst: int, group: Optional[ProcessGroup] = None, tag: int = 0,
+         timeout: Optional[float] = None) -> None:
+    _group(group).send(tensor, dst, tag, timeout=timeout)
+
+
+def recv(tensor: Any, src: int, group: Optional[ProcessGroup] = None, tag: int = 0,
+         timeout: Optional[float] = None) -> None:
+    _group(group).recv(tensor, src, tag, timeout=timeout)
+
+
+def recv_any(tensor: Any, group: Optional[ProcessGroup] = None, tag: int = 0,
+             timeout: Optional[float] = None) -> int:
+    """Receives from whichever rank sends first; returns its rank."""
+    return _group(group).recv_any(tensor, tag, timeout=timeout)

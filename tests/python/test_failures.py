@@ -1,0 +1,78 @@
+"""Failures seen from Python, one scenario per run (2 processes under weftrun):
+
+    weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/test_failures.py timeout
+    weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/test_failures.py interrupt
+
+timeout:   rank 0 all-reduces alone with a 0.5 s timeout: weft.TimeoutError (a built-in
+           TimeoutError too) in time, then GroupBroken; rank 1, arriving late, gets PeerError.
+interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
+           KeyboardInterrupt within a second, not at the 30 s timeout; rank 1 gets PeerError
+           naming the interruption.
+Each rank exits 0 when it saw what it should, 1 otherwise.
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+import weft
+import weft.dist as dist
+
+WORLD = dist.init_process_group(timeout=30)
+RANK = WORLD.rank()
+
+
+def check(condition, what):
+    if not condition:
+        print(f"rank {RANK}: FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def expect_peer_error(after_seconds, words):
+    time.sleep(after_seconds)
+    try:
+        dist.all_reduce(np.ones(4, np.float32))
+    except dist.PeerError as e:
+        check(words in str(e), f"PeerError should say '{words}': {e}")
+        return
+    check(False, "expected PeerError")
+
+
+def timeout():
+    if RANK == 1:
+        return expect_peer_error(3.0, "rank 0 failed")  # after rank 0 gave up (0.5 + 1 s)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(np.ones(4, np.float32), timeout=0.5)
+        check(False, "expected a timeout")
+    except TimeoutError as e:  # the built-in class catches weft.TimeoutError
+        check(isinstance(e, weft.TimeoutError), f"{type(e)} is not weft.TimeoutError")
+        check("rank 1" in str(e), f"the error should name rank 1: {e}")
+    took = time.monotonic() - start
+    check(0.4 < took < 3.0, f"timed out after {took:.2f} s, not about 0.5")
+    try:
+        dist.barrier()
+        check(False, "expected GroupBroken")
+    except dist.GroupBroken:
+        pass
+
+
+def interrupt():
+    if RANK == 1:
+        return expect_peer_error(2.0, "SIGINT")
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        dist.all_reduce(np.ones(4, np.float32))
+        check(False, "expected KeyboardInterrupt")
+    except KeyboardInterrupt:
+        pass
+    took = time.monotonic() - start
+    check(took < 1.5, f"Ctrl-C took {took:.2f} s to interrupt the call")
+
+
+{"timeout": timeout, "interrupt": interrupt}[sys.argv[1]]()
+print(f"rank {RANK}: ok", flush=True)
