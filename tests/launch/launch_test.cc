@@ -56,7 +56,7 @@ TEST(WorkerEnvTest, RanksFollowTheNodeRank) {
   const JobPlan plan = plan_job(two_nodes(), nullptr, "/bin:/usr/bin");
   EXPECT_FALSE(plan.hosts_store);
   EXPECT_EQ(plan.master_addr, "10.0.0.1");
-  const EnvVars vars = worker_variables(plan, 29500, 2, 5);
+  const EnvVars vars = worker_variables(plan, {.store = 29500, .master = 29501}, 2, 5);
   const auto value = [&](const std::string& name) {
     for (const auto& [k, v] : vars) {
       if (k == name) return v;
@@ -69,7 +69,8 @@ TEST(WorkerEnvTest, RanksFollowTheNodeRank) {
   EXPECT_EQ(value("LOCAL_WORLD_SIZE"), "4");
   EXPECT_EQ(value("GROUP_RANK"), "1");
   EXPECT_EQ(value("NODE_RANK"), "1");
-  EXPECT_EQ(value("MASTER_PORT"), "29500");
+  EXPECT_EQ(value("WEFT_STORE_PORT"), "29500");
+  EXPECT_EQ(value("MASTER_PORT"), "29501");
   EXPECT_EQ(value("WEFT_RESTART_COUNT"), "5");
   EXPECT_EQ(value("WEFT_BACKEND"), "<unset>");
 }

@@ -1,6 +1,6 @@
 // A worker for weftrun's tests: what it does is chosen by its first argument.
 //   env               prints the launcher's variables, one NAME=value a line, and whether
-//                     MASTER_PORT is taken (port_taken=1) by the store weftrun started
+//                     something listens on MASTER_PORT and WEFT_STORE_PORT (NAME_taken=1)
 //   args A...         prints each argument as arg=A
 //   spam N            prints N numbered lines to stdout and N/4 to stderr, each written in
 //                     two pieces, so that a launcher that tears lines shows it
@@ -45,8 +45,12 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
+// Whether something listens on loopback's `port`. SO_REUSEADDR: the workers probe at once,
+// and a socket that is bound but not listening must not make the port look taken.
 bool port_taken(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -61,12 +65,14 @@ int print_env() {
   for (const char* name :
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
         "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND", "WEFT_JOB_TOKEN",
-        "WEFT_RESTART_COUNT", "WEFT_STORE_HOSTED"}) {
+        "WEFT_RESTART_COUNT", "WEFT_STORE_HOSTED", "WEFT_STORE_PORT"}) {
     const char* value = std::getenv(name);
     std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
   }
-  const char* port = std::getenv("MASTER_PORT");
-  std::printf("port_taken=%d\n", port != nullptr && port_taken(std::atoi(port)) ? 1 : 0);
+  for (const char* name : {"MASTER_PORT", "WEFT_STORE_PORT"}) {
+    const char* port = std::getenv(name);
+    std::printf("%s_taken=%d\n", name, port != nullptr && port_taken(std::atoi(port)) ? 1 : 0);
+  }
   return 0;
 }
 

@@ -70,8 +70,11 @@ TEST(WeftrunTest, SetsTheEnvironmentOfEveryRank) {
   const auto vars = variables(r.out);
   ASSERT_EQ(vars.size(), 3u) << r.out;
   const std::string port = vars.at(0).at("MASTER_PORT");
+  const std::string store_port = vars.at(0).at("WEFT_STORE_PORT");
   const std::string token = vars.at(0).at("WEFT_JOB_TOKEN");
   EXPECT_NE(port, "0");
+  EXPECT_NE(store_port, "0");
+  EXPECT_NE(port, store_port);
   EXPECT_TRUE(std::regex_match(token, std::regex("[0-9a-f]{32}"))) << token;
   for (int rank = 0; rank < 3; ++rank) {
     const auto& v = vars.at(rank);
@@ -84,11 +87,14 @@ TEST(WeftrunTest, SetsTheEnvironmentOfEveryRank) {
     EXPECT_EQ(v.at("GROUP_WORLD_SIZE"), "1");
     EXPECT_EQ(v.at("MASTER_ADDR"), "127.0.0.1");
     EXPECT_EQ(v.at("MASTER_PORT"), port);
+    EXPECT_EQ(v.at("WEFT_STORE_PORT"), store_port);
     EXPECT_EQ(v.at("WEFT_BACKEND"), "tcp");
     EXPECT_EQ(v.at("WEFT_JOB_TOKEN"), token);
     EXPECT_EQ(v.at("WEFT_RESTART_COUNT"), "0");
     EXPECT_EQ(v.at("WEFT_STORE_HOSTED"), "1");
-    EXPECT_EQ(v.at("port_taken"), "1") << "MASTER_PORT is not held by weftrun's store";
+    EXPECT_EQ(v.at("WEFT_STORE_PORT_taken"), "1") << "weftrun's store does not hold its port";
+    // Free for a PyTorch program's env:// rendezvous, which starts a TCPStore there.
+    EXPECT_EQ(v.at("MASTER_PORT_taken"), "0") << "MASTER_PORT is not left to the workers";
   }
 }
 
@@ -106,7 +112,8 @@ TEST(WeftrunTest, SecondNodeGetsOffsetRanksAndHostsNoStore) {
     EXPECT_EQ(v.at("GROUP_RANK"), "1");
     EXPECT_EQ(v.at("NODE_RANK"), "1");
     EXPECT_EQ(v.at("GROUP_WORLD_SIZE"), "3");
-    EXPECT_EQ(v.at("MASTER_PORT"), "1");
+    EXPECT_EQ(v.at("WEFT_STORE_PORT"), "1");
+    EXPECT_EQ(v.at("MASTER_PORT"), "2");
     EXPECT_EQ(v.at("WEFT_JOB_TOKEN"), "sesame");
     EXPECT_EQ(v.at("WEFT_BACKEND"), "<unset>");
   }

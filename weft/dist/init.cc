@@ -70,8 +70,8 @@ struct Endpoint {
   int port;
 };
 
-// "tcp://host:port" or, for env://, MASTER_ADDR and MASTER_PORT (or what the launcher's
-// variables say instead: weft/dist/launch_env.h).
+// "tcp://host:port" or, for env://, MASTER_ADDR and WEFT_STORE_PORT (weftrun's) or
+// MASTER_PORT (or what the launcher's variables say instead: weft/dist/launch_env.h).
 Endpoint store_endpoint(const std::string& method) {
   if (method == "env://") {
     const auto launched = launch_environment();
@@ -83,6 +83,10 @@ Endpoint store_endpoint(const std::string& method) {
     auto addr = env("MASTER_ADDR");
     if (!addr && launched) addr = launched->master_addr;
     if (!addr) missing("MASTER_ADDR", hint);
+    // weftrun's store, beside MASTER_PORT, which it leaves to a PyTorch program's own store.
+    if (const auto port = env("WEFT_STORE_PORT")) {
+      return {*addr, parse_int("WEFT_STORE_PORT", *port)};
+    }
     if (const auto port = env("MASTER_PORT")) return {*addr, parse_int("MASTER_PORT", *port)};
     if (!launched || !launched->master_port) missing("MASTER_PORT", hint);
     return {*addr, *launched->master_port};

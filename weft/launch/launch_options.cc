@@ -81,10 +81,11 @@ std::string multi_node_master(const LaunchOptions& o) {
                           " needs --master-addr: the address of node 0 that every node can "
                           "reach, the same on every node");
   }
-  if (o.master_port == 0) {
+  if (o.master_port == 0 || o.master_port == 65535) {
     throw InvalidArgument("--nnodes " + std::to_string(o.nnodes) +
-                          " needs --master-port: a free port on node 0, the same on every "
-                          "node (port 0 is only for single-node jobs)");
+                          " needs --master-port: a free port on node 0 below 65535, the same "
+                          "on every node (port 0 is only for single-node jobs); the workers' "
+                          "MASTER_PORT is the next one");
   }
   return o.master_addr;
 }

@@ -1,6 +1,8 @@
 #include "weft/launch/launcher.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "weft/base/check.h"
+#include "weft/base/error.h"
 #include "weft/base/unique_fd.h"
 #include "weft/launch/internal/output_stream.h"
 #include "weft/launch/internal/signal_pipe.h"
@@ -33,13 +36,13 @@ void ensure_standard_fds() {
   }
 }
 
-internal::GroupSpec group_spec(const JobPlan& plan, int master_port, int restart_count) {
+internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_count) {
   const LaunchOptions& o = plan.options;
   std::vector<std::string> argv{o.program};
   argv.insert(argv.end(), o.args.begin(), o.args.end());
   internal::GroupSpec spec{.stop_grace = o.stop_grace};
   for (int local = 0; local < o.nproc_per_node; ++local) {
-    const EnvVars vars = worker_variables(plan, master_port, local, restart_count);
+    const EnvVars vars = worker_variables(plan, ports, local, restart_count);
     const int cpu = plan.cpus.empty() ? -1 : plan.cpus[static_cast<std::size_t>(local)];
     spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars), cpu});
     spec.ranks.push_back(o.node_rank * o.nproc_per_node + local);
@@ -59,6 +62,34 @@ int start_store(const JobPlan& plan, const RendezvousFactory& start_rendezvous,
   store = start_rendezvous(plan.bind_host, plan.options.master_port, plan.token);
   WEFT_CHECK(store != nullptr);
   return store->port();
+}
+
+// A port nothing listens on now, on any interface, where PyTorch's TCPStore binds ([::]):
+// the system's pick for port 0 on the IPv6 wildcard (which covers IPv4 too), or on IPv4's
+// where IPv6 is off. Another process could take it before the workers do, as with
+// torchrun's free port; the window is short.
+int free_port() {
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_addr = in6addr_any;
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_addr.s_addr = htonl(INADDR_ANY);
+  for (sockaddr* addr : {reinterpret_cast<sockaddr*>(&v6), reinterpret_cast<sockaddr*>(&v4)}) {
+    socklen_t length = addr->sa_family == AF_INET6 ? sizeof v6 : sizeof v4;
+    UniqueFd fd(::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd && ::bind(fd.get(), addr, length) == 0 && ::getsockname(fd.get(), addr, &length) == 0) {
+      return ntohs(addr->sa_family == AF_INET6 ? v6.sin6_port : v4.sin_port);
+    }
+  }
+  throw SystemError("launch: finding a free port for the workers' MASTER_PORT", errno);
+}
+
+// The store's port, and MASTER_PORT: with several nodes the one after --master-port (every
+// node must pass the same, without talking to the others), on one node any free port.
+JobPorts job_ports(const JobPlan& plan, int store_port) {
+  if (plan.options.nnodes > 1) return {store_port, plan.options.master_port + 1};
+  return {store_port, free_port()};
 }
 
 // What to say, and which code to return, once an attempt failed with no restart left.
@@ -81,10 +112,10 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   // Before the store starts: a Ctrl-C from then on is forwarded, not fatal to us alone.
   internal::SignalPipe signals;
   std::unique_ptr<RendezvousHost> store;
-  const int master_port = start_store(plan, start_rendezvous, store);
+  const JobPorts ports = job_ports(plan, start_store(plan, start_rendezvous, store));
   const std::string n = std::to_string(options.nproc_per_node);
   for (int restart = 0;; ++restart) {
-    internal::WorkerGroup group(group_spec(plan, master_port, restart), signals, out, err);
+    internal::WorkerGroup group(group_spec(plan, ports, restart), signals, out, err);
     const GroupOutcome outcome = group.run();
     switch (outcome.kind) {
       case GroupOutcome::Kind::kSucceeded:

@@ -4,7 +4,7 @@
 
 namespace weft::launch {
 
-EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank, int restart_count) {
+EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, int restart_count) {
   const LaunchOptions& o = plan.options;
   const int rank = o.node_rank * o.nproc_per_node + local_rank;
   EnvVars vars = {
@@ -16,7 +16,8 @@ EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank, i
       {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
       {"NODE_RANK", std::to_string(o.node_rank)},
       {"MASTER_ADDR", plan.master_addr},
-      {"MASTER_PORT", std::to_string(master_port)},
+      {"MASTER_PORT", std::to_string(ports.master)},
+      {"WEFT_STORE_PORT", std::to_string(ports.store)},
       {"WEFT_JOB_TOKEN", plan.token},
       {"WEFT_RESTART_COUNT", std::to_string(restart_count)},
       // Rank 0 must connect to the store node 0's launcher hosts, not start its own.

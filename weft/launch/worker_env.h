@@ -12,12 +12,20 @@ namespace weft::launch {
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
+// The job's two ports. weftrun's store listens on `store`; `master` is left free for the
+// workers, as MASTER_PORT: a PyTorch program's env:// rendezvous starts its own TCPStore
+// there (on rank 0), as under torchrun.
+struct JobPorts {
+  int store = 0;
+  int master = 0;
+};
+
 // The variables weftrun sets for the worker with `local_rank` on this node: RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK,
-// MASTER_ADDR, MASTER_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always
-// "1": the launcher hosts the store) and WEFT_BACKEND when --backend was given. `master_port` is
-// the port the store really listens on.
-EnvVars worker_variables(const JobPlan& plan, int master_port, int local_rank, int restart_count);
+// MASTER_ADDR, MASTER_PORT (ports.master), WEFT_STORE_PORT (ports.store), WEFT_JOB_TOKEN,
+// WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always "1": the launcher hosts the store) and
+// WEFT_BACKEND when --backend was given.
+EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, int restart_count);
 
 // `base` ("NAME=value" strings, as in environ; null-terminated, may be null) with every
 // variable in `vars` set: an inherited variable of the same name is replaced, not repeated.
