@@ -2,12 +2,15 @@
 
     weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/test_failures.py timeout
     weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/test_failures.py interrupt
+    weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/test_failures.py killed
 
 timeout:   rank 0 all-reduces alone with a 0.5 s timeout: weft.TimeoutError (a built-in
            TimeoutError too) in time, then GroupBroken; rank 1, arriving late, gets PeerError.
 interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
            KeyboardInterrupt within a second, not at the 30 s timeout; rank 1 gets PeerError
            naming the interruption.
+killed:    rank 1 is killed (SIGKILL); rank 0's next all-reduce raises PeerError naming it
+           within 3 s. weftrun then fails the job, so the test looks for rank 0's "ok".
 Each rank exits 0 when it saw what it should, 1 otherwise.
 """
 import os
@@ -74,5 +77,22 @@ def interrupt():
     check(took < 1.5, f"Ctrl-C took {took:.2f} s to interrupt the call")
 
 
-{"timeout": timeout, "interrupt": interrupt}[sys.argv[1]]()
+def killed():
+    # weftrun stops the other workers with SIGTERM once one dies; rank 0 stays to see the
+    # error itself (weftrun's SIGKILL comes --stop-grace seconds later).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    dist.barrier()
+    if RANK == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(np.ones(4, np.float32))
+        check(False, "expected PeerError")
+    except dist.PeerError as e:
+        check("rank 1" in str(e), f"the error should name rank 1: {e}")
+    took = time.monotonic() - start
+    check(took < 3.0, f"the dead peer took {took:.2f} s to notice")
+
+
+{"timeout": timeout, "interrupt": interrupt, "killed": killed}[sys.argv[1]]()
 print(f"rank {RANK}: ok", flush=True)
