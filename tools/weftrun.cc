@@ -23,8 +23,9 @@ constexpr const char* kDescription =
 
 constexpr const char* kFooter =
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,\n"
-    "GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT,\n"
-    "WEFT_STORE_HOSTED and (with --backend) WEFT_BACKEND; stdin is /dev/null. Each line a\n"
+    "GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (left free for a PyTorch program's own\n"
+    "store), WEFT_STORE_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED and\n"
+    "(with --backend) WEFT_BACKEND; stdin is /dev/null. Each line a\n"
     "worker prints is written to weftrun's stdout or stderr prefixed with \"[RANK] \".\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers (SIGKILL after\n"
     "--stop-grace; a second signal kills them at once). When a worker fails, the others\n"
@@ -63,8 +64,9 @@ void add_options(CLI::App& app, LaunchOptions& o, Flags& f) {
                  "listens on it. Required with --nnodes > 1; with one node\n"
                  "the store listens on 127.0.0.1 only");
   app.add_option("--master-port", o.master_port,
-                 "Port of the job's store on node 0 (MASTER_PORT). Default 0:\n"
-                 "any free port, one node only; required with --nnodes > 1");
+                 "Port of the job's store on node 0 (WEFT_STORE_PORT); with\n"
+                 "--nnodes > 1 required, and the workers' MASTER_PORT is the next one.\n"
+                 "Default 0: any free port, one node only");
   app.add_option("--max-restarts", o.max_restarts,
                  "Times to restart all of this node's workers after one fails\n"
                  "(default 0); WEFT_RESTART_COUNT numbers the attempts");

@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <bit>
 #include <string>
 
 #include "weft/base/error.h"
@@ -13,9 +14,11 @@ namespace {
   throw weft::InvalidArgument(std::string(what) + ": " + why);
 }
 
-// The buffer protocol's struct-module format, without its byte-order prefix.
+// The buffer protocol's struct-module format. Byte order: native or little-endian only (an
+// x86 or Arm host's own); big-endian data ('>', '!') would be reduced as garbage.
 std::optional<DType> dtype_of_format(std::string format, py::ssize_t itemsize) {
-  if (!format.empty() && std::string("@=<>!").find(format[0]) != std::string::npos) {
+  static_assert(std::endian::native == std::endian::little);
+  if (!format.empty() && std::string("@=<").find(format[0]) != std::string::npos) {
     format.erase(0, 1);
   }
   if (format.size() != 1) return std::nullopt;
@@ -119,7 +122,16 @@ void BufferArg::from_buffer_protocol(const py::object& object, const char* what,
 }
 
 void BufferArg::from_dlpack(const py::object& object, const char* what) {
-  py::object capsule = object.attr("__dlpack__")();
+  // torch exports bool as 8-bit unsigned: refuse it here, it is no uint8.
+  if (py::hasattr(object, "dtype") &&
+      py::str(object.attr("dtype")).cast<std::string>() == "torch.bool") {
+    invalid(what, "torch.bool tensors are not supported; convert to torch.uint8");
+  }
+  // torch refuses to export a tensor that requires grad; its detached alias shares the memory
+  // (a parameter broadcast in place, as torch.distributed does).
+  const bool grad =
+      py::hasattr(object, "requires_grad") && object.attr("requires_grad").cast<bool>();
+  py::object capsule = (grad ? object.attr("detach")() : object).attr("__dlpack__")();
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) {
     PyErr_Clear();

@@ -190,7 +190,7 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
   c.def(
       "broadcast",
       [](ProcessGroup& g, const py::object& tensor, int src, std::optional<double> t, bool a) {
-        Buffers b = args({{&tensor, true}}, {"tensor"});
+        Buffers b = args({{&tensor, g.rank() != src}}, {"tensor"});  // the root only reads
         const dist::Buffer buf = b[0].buffer();
         return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
           if (async) return g.broadcast_async(buf, src, options(t));

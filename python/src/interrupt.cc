@@ -19,6 +19,7 @@ namespace {
 struct State {
   int pipe_read = -1;
   int pipe_write = -1;
+  pid_t owner = 0;  // the process that armed the handler: a forked child's SIGINT is its own
   struct sigaction previous {};
   std::mutex mu;                             // guards `blocked` against the watcher
   std::vector<dist::ProcessGroup*> blocked;  // the groups calls are blocked in, one per call
@@ -33,8 +34,10 @@ State& state() {
 // interpreter).
 void on_sigint(int signo, siginfo_t* info, void* context) {
   const int saved = errno;
-  const char byte = 1;
-  [[maybe_unused]] const ssize_t n = ::write(state().pipe_write, &byte, 1);
+  if (::getpid() == state().owner) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(state().pipe_write, &byte, 1);  // non-blocking
+  }
   const struct sigaction& previous = state().previous;
   if (previous.sa_flags & SA_SIGINFO) {
     if (previous.sa_sigaction != nullptr) previous.sa_sigaction(signo, info, context);
@@ -66,14 +69,24 @@ void arm_interrupts() {
   static std::once_flag started;
   std::call_once(started, [&s] {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("weft: pipe for Ctrl-C", errno);
+    if (::pipe(fds) != 0) throw SystemError("weft: pipe for Ctrl-C", errno);
+    ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);  // a full pipe drops the byte, never blocks
     s.pipe_read = fds[0];
     s.pipe_write = fds[1];
+    s.owner = ::getpid();
     std::thread(watch).detach();
   });
   struct sigaction current {};
   ::sigaction(SIGINT, nullptr, &current);
   if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigint) return;
+  // Ignored, or left to the default (the process dies): Ctrl-C already does what the
+  // program chose, and must not turn into an abort.
+  if (!(current.sa_flags & SA_SIGINFO) &&
+      (current.sa_handler == SIG_IGN || current.sa_handler == SIG_DFL)) {
+    return;
+  }
   struct sigaction ours {};
   ours.sa_sigaction = on_sigint;
   ours.sa_flags = SA_SIGINFO | SA_ONSTACK;  // no SA_RESTART, as Python's

@@ -12,8 +12,9 @@
 //   raise_if_interrupted();              // GIL held: KeyboardInterrupt if SIGINT came
 //
 // The handler is installed by arm_interrupts() (init_process_group calls it), in front of
-// whatever handles SIGINT then; a handler set later with signal.signal() replaces it, and
-// Ctrl-C then waits for the call to end (its timeout at most).
+// the Python handler that handles SIGINT then (not over SIG_IGN or SIG_DFL: those already do
+// what the program chose); a handler set later with signal.signal() replaces it, and Ctrl-C
+// then waits for the call to end (its timeout at most). A forked child's SIGINT is its own.
 #pragma once
 
 #include "weft/dist/process_group.h"

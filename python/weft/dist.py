@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 _world: Optional[ProcessGroup] = None
+_joined = False
 
 
 def init_process_group(backend: str = "", init_method: str = "", rank: int = -1,
@@ -31,15 +32,20 @@ def init_process_group(backend: str = "", init_method: str = "", rank: int = -1,
     """Joins the job and returns its world group, the default group of this module.
 
     Reads what it is not given from the environment weftrun sets (or torchrun's, mpirun's,
-    srun's): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, WEFT_BACKEND, WEFT_JOB_TOKEN.
+    srun's): RANK, WORLD_SIZE, MASTER_ADDR, WEFT_STORE_PORT (weftrun's store; else
+    MASTER_PORT), WEFT_BACKEND, WEFT_JOB_TOKEN. A process joins a job once:
+    destroy_process_group() leaves it, and joining again is refused.
     backend: "" (shm on one host, auto across hosts), "shm", "tcp", "auto", "mpi".
     timeout: seconds for the rendezvous and for each operation (300 by default).
     """
-    global _world
-    if _world is not None:
-        raise InvalidArgument("init_process_group: this process already joined a job; call "
-                              "destroy_process_group() first")
+    global _world, _joined
+    if _joined:
+        # The job's store still holds this process's first rendezvous (addresses of
+        # listeners since closed): a second one in the same attempt would read them.
+        raise InvalidArgument("init_process_group: this process already joined its job; a "
+                              "process joins once (weftrun --max-restarts starts new ones)")
     _world = _init_process_group(backend, init_method, rank, world_size, timeout)
+    _joined = True
     return _world
 
 
@@ -48,7 +54,8 @@ def is_initialized() -> bool:
 
 
 def destroy_process_group() -> None:
-    """Leaves the job: the world group goes once nothing else refers to it."""
+    """Leaves the job: the world group goes once nothing else refers to it. The process
+    cannot join again."""
     global _world
     _world = None
 

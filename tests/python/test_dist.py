@@ -6,6 +6,7 @@ Every rank runs the same tests in the same order (unittest sorts them by name), 
 collectives match; each checks its results against values computed here with numpy. A short
 group timeout turns a rank that fails early into errors on the others rather than a hang.
 """
+import gc
 import unittest
 
 import numpy as np
@@ -164,6 +165,14 @@ class TorchTest(unittest.TestCase):
             self.assertTrue(bool((t == SIZE * (SIZE + 1) // 2).all()), f"{dtype}: {t}")
 
     @unittest.skipIf(torch is None, "python3-torch is not installed")
+    def test_parameters_that_require_grad_and_bool(self):
+        p = torch.nn.Parameter(torch.full((4,), float(RANK)))
+        dist.broadcast(p, 0)  # in place in the parameter, as torch.distributed does
+        self.assertTrue(bool((p.detach() == 0).all()))
+        with self.assertRaises(ValueError):
+            dist.all_reduce(torch.zeros(4, dtype=torch.bool))
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed")
     def test_torch_non_contiguous_is_refused_and_contiguous_works(self):
         t = torch.zeros(4, 4)
         with self.assertRaises(ValueError):
@@ -191,6 +200,21 @@ class AsyncTest(unittest.TestCase):
         dist.all_reduce(x, async_op=True)  # the Work is dropped at once
         dist.barrier()  # issued after it, so completes after it
         self.assertTrue(np.all(x == sum(range(SIZE))))
+        # Nothing but the operation refers to this array once the Work is gone.
+        dist.all_reduce(np.full(1 << 18, RANK, np.float64), async_op=True)
+        gc.collect()
+        dist.barrier()
+
+    def test_read_only_root_of_a_broadcast(self):
+        x = np.full(8, 7 if RANK == 0 else 0, np.int32)
+        if RANK == 0:
+            x.setflags(write=False)
+        dist.broadcast(x, 0)
+        self.assertTrue(np.all(x == 7))
+
+    def test_big_endian_is_refused(self):
+        with self.assertRaises(ValueError):
+            dist.all_reduce(np.zeros(4, ">f4"))
 
     def test_wait_with_timeout(self):
         w = dist.all_reduce(np.ones(4, np.int32), async_op=True)

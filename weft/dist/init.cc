@@ -84,7 +84,8 @@ Endpoint store_endpoint(const std::string& method) {
     if (!addr && launched) addr = launched->master_addr;
     if (!addr) missing("MASTER_ADDR", hint);
     // weftrun's store, beside MASTER_PORT, which it leaves to a PyTorch program's own store.
-    if (const auto port = env("WEFT_STORE_PORT")) {
+    // Only under weftrun: a job launched from inside a weftrun worker inherits the variable.
+    if (const auto port = env("WEFT_STORE_PORT"); port && env("WEFT_STORE_HOSTED") == "1") {
       return {*addr, parse_int("WEFT_STORE_PORT", *port)};
     }
     if (const auto port = env("MASTER_PORT")) return {*addr, parse_int("MASTER_PORT", *port)};

@@ -31,7 +31,8 @@ struct InitOptions {
 
 // Rendezvous through the init method's store, then builds the world group on the chosen
 // backend. Reads the rank, world size and master from the launcher's variables (torchrun's
-// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as weftrun sets them, or mpirun's, PMI's or
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets them (weftrun: WEFT_STORE_PORT
+// for its store, leaving MASTER_PORT to PyTorch), or mpirun's, PMI's or
 // srun's: weft/dist/launch_env.h) plus WEFT_BACKEND, WEFT_JOB_TOKEN, WEFT_HOST,
 // WEFT_RESTART_COUNT and WEFT_STORE_HOSTED (set by weftrun). A missing variable, a bad value or an
 // unknown backend throws dist::InvalidArgument with one line saying what to set. Blocks until every

@@ -184,9 +184,10 @@ class ProcessGroup {
   // The sender is Work::source_rank() once the Work completes.
   std::shared_ptr<Work> recv_any_async(Buffer buf, int tag = 0, OpOptions o = {});
 
-  // Makes the group unusable, from any thread: the operation in progress fails at once, later
-  // calls throw GroupBroken, and the other ranks fail with PeerError(reason) naming this
-  // rank. For interrupting a blocked call (Ctrl-C in the Python bindings).
+  // Makes the group unusable, from any thread: the operation in progress fails at once (on
+  // the mpi backend, once its MPI call returns), later calls throw GroupBroken, and the other
+  // ranks fail with PeerError(reason) naming this rank. For interrupting a blocked call
+  // (Ctrl-C in the Python bindings).
   void abort(const std::string& reason) { fail(reason); }
 
   // A subgroup of this group's `ranks` (in this group's numbering, in the order given).

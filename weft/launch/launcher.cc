@@ -75,14 +75,16 @@ int free_port() {
   sockaddr_in v4{};
   v4.sin_family = AF_INET;
   v4.sin_addr.s_addr = htonl(INADDR_ANY);
+  int error = 0;
   for (sockaddr* addr : {reinterpret_cast<sockaddr*>(&v6), reinterpret_cast<sockaddr*>(&v4)}) {
     socklen_t length = addr->sa_family == AF_INET6 ? sizeof v6 : sizeof v4;
     UniqueFd fd(::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (fd && ::bind(fd.get(), addr, length) == 0 && ::getsockname(fd.get(), addr, &length) == 0) {
       return ntohs(addr->sa_family == AF_INET6 ? v6.sin6_port : v4.sin_port);
     }
+    error = errno;  // before the socket's close can change it
   }
-  throw SystemError("launch: finding a free port for the workers' MASTER_PORT", errno);
+  throw SystemError("launch: finding a free port for the workers' MASTER_PORT", error);
 }
 
 // The store's port, and MASTER_PORT: with several nodes the one after --master-port (every

@@ -12,7 +12,10 @@
 // server each prove they hold `token` without sending it (HMAC-SHA256, weft/net/auth.h).
 // When the proofs do not match, the connection is refused and the client throws weft::Error
 // ("wrong job token"): a client without the token never reads or writes a key, and a client
-// with it never talks to a server without it. A server with an empty token takes any client.
+// with it refuses a server without it. The proof keeps out strays, other jobs and whoever
+// only listens; it does not bind the channel, so an active relay in the middle could pass
+// both proofs on (nothing after the proof is encrypted). A server with an empty token takes
+// any client.
 //
 // Thread-safety: every member may be called from any thread. Concurrent calls use separate
 // connections (a small pool, grown on demand), so a get blocking in one thread does not

@@ -1,5 +1,6 @@
 #include "weft/dist/algorithms/collectives.h"
 
+#include <bit>
 #include <cstring>
 #include <numeric>
 
@@ -123,7 +124,7 @@ void all_reduce_recursive_doubling(const Comm& c, Buffer buf, ReduceOp op) {
   const std::size_t bytes = buf.size_bytes();
   std::byte* acc = buf.bytes();
   std::byte* incoming = scratch(Scratch::kIncoming, bytes);
-  const int folded_step = 2 * 11;  // above every exchange round's step (log2 n <= 20)
+  const int folded_step = std::bit_width(static_cast<unsigned>(pof2));  // after the rounds
   if (c.rank < 2 * extra && c.rank % 2 == 0) {
     c.send(c.rank + 1, 0, acc, bytes);
     c.recv(c.rank + 1, folded_step, acc, bytes);

@@ -2,8 +2,8 @@
 // is in tcp_send.cc, running the connections in tcp_progress.cc.
 #include "weft/dist/transport/tcp/tcp_transport.h"
 
-#include <sched.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -50,10 +50,9 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
     if (p != rank)
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>(std::move(sockets[p]));
   }
-  cpu_set_t cpus;
-  const bool core_each = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
-                         store->add(ranks_here, 0) <= CPU_COUNT(&cpus);
-  if (core_each) spin_ = kSpin;
+  // The host's CPUs, not this process's mask: ranks pinned one per core have a core each.
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 0 && store->add(ranks_here, 0) <= cpus) spin_ = kSpin;
   start();
 }
 

@@ -1,0 +1,9 @@
+# Type stubs for the extension module weft._weft (python/src): its errors here, its dist
+# submodule in dist.pyi. Users import weft and weft.dist, which re-export these.
+import builtins
+
+from . import dist as dist
+
+class Error(RuntimeError): ...
+class InvalidArgument(Error, ValueError): ...
+class TimeoutError(Error, builtins.TimeoutError): ...
