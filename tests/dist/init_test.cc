@@ -10,6 +10,7 @@
 #include "tests/support/temp_dir.h"
 #include "weft/dist.h"
 #include "weft/net/socket.h"
+#include "weft/store/tcp_store.h"
 
 namespace weft::dist {
 namespace {
@@ -71,6 +72,29 @@ TEST(InitTest, FileInitMethod) {
     return v[0] == 3 ? 0 : 1;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+// A store of the caller's own, as torch's init_process_group(store=...), with each backend
+// the ranks can pick on one host.
+TEST(InitTest, GivenStore) {
+  for (const std::string backend : {"tcp", ""}) {
+    const int port = net::Listener::bind("127.0.0.1", 0).port();
+    const auto exits = weft::test::run_forked_ranks(3, [&](int rank) {
+      ::unsetenv("WEFT_BACKEND");
+      auto store = std::make_shared<store::TCPStore>(
+          store::TCPStoreOptions{.port = port, .is_server = rank == 0});
+      auto pg = init_process_group({.backend = backend,
+                                    .rank = rank,
+                                    .world_size = 3,
+                                    .timeout = Seconds(60),
+                                    .store = store});
+      std::vector<int> v{rank};
+      pg->all_reduce(v);
+      const std::string expected = backend.empty() ? "shm" : backend;
+      return v[0] == 3 && pg->backend_name() == expected ? 0 : 1;
+    });
+    for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << backend << " " << e.code;
+  }
 }
 
 // With no backend named, ranks that find themselves on one host choose shm.

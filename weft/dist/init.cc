@@ -129,7 +129,14 @@ std::shared_ptr<store::Store> make_store(const std::string& method, int rank,
 // WEFT_SOCKET_IFNAME names, else loopback for a job on one host, else this host's address on
 // the route to the master (logged, since a host with several networks may pick one the other
 // hosts cannot reach).
-std::string this_host(const std::string& method) {
+// Where the master is, as the address this rank's listeners must be reachable from: none for
+// file:// (one host).
+std::optional<std::string> master_host(const std::string& method) {
+  if (method.rfind("file://", 0) == 0) return std::nullopt;
+  return store_endpoint(method).host;
+}
+
+std::string this_host(const std::optional<std::string>& master) {
   if (const auto host = env("WEFT_HOST")) return *host;
   if (const auto interface = env("WEFT_SOCKET_IFNAME")) {
     const std::string mine = net::interface_address(*interface);
@@ -137,14 +144,12 @@ std::string this_host(const std::string& method) {
                  interface->c_str());
     return mine;
   }
-  if (method.rfind("file://", 0) == 0) return "127.0.0.1";
-  const Endpoint at = store_endpoint(method);
-  if (is_loopback(at.host)) return "127.0.0.1";
-  const std::string mine = net::local_address_towards(at.host);
+  if (!master || is_loopback(*master)) return "127.0.0.1";
+  const std::string mine = net::local_address_towards(*master);
   std::fprintf(stderr,
                "weft: listening on %s, this host's address on the route to the master %s "
                "(set WEFT_HOST to choose another)\n",
-               mine.c_str(), at.host.c_str());
+               mine.c_str(), master->c_str());
   return mine;
 }
 
@@ -224,12 +229,13 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                           " is not in [0, world size " + std::to_string(context.world_size) + ")");
   }
   const std::string method = options.init_method.empty() ? "env://" : options.init_method;
-  if (method != "env://" && method.rfind("tcp://", 0) != 0 && method.rfind("file://", 0) != 0) {
+  if (!options.store && method != "env://" && method.rfind("tcp://", 0) != 0 &&
+      method.rfind("file://", 0) != 0) {
     throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
                           "'; use env://, tcp://host:port or file:///path");
   }
   context.token = env("WEFT_JOB_TOKEN").value_or("");
-  context.host = this_host(method);
+  context.host = this_host(options.store ? env("MASTER_ADDR") : master_host(method));
   // Closed by default: a job reachable from other hosts must be joined with its token.
   if (context.token.empty() && !is_loopback(context.host)) {
     throw InvalidArgument("dist::init_process_group: this job listens on " + context.host +
@@ -237,7 +243,8 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
                           "same secret on every rank (weftrun --token does)");
   }
   // Keys of an earlier attempt (weftrun --max-restarts) must not leak into this one.
-  auto base = make_store(method, context.rank, context.token, context.timeout);
+  auto base = options.store ? options.store
+                            : make_store(method, context.rank, context.token, context.timeout);
   context.store = std::make_shared<store::PrefixStore>(
       "attempt" + env("WEFT_RESTART_COUNT").value_or("0"), base);
   if (backend.empty()) {

@@ -27,6 +27,10 @@ struct InitOptions {
   int rank = -1;                   // -1: $RANK
   int world_size = -1;             // -1: $WORLD_SIZE
   std::optional<Seconds> timeout;  // rendezvous and per-operation timeout; default 300 s
+  // Rendezvous through this store instead of init_method's (torch's init_process_group(
+  // store=...)): every rank passes a store shared by the job (say a TCPStore), and its rank
+  // and world size. Keys go under "attempt<N>/", as with the other methods.
+  std::shared_ptr<store::Store> store;
 };
 
 // Rendezvous through the init method's store, then builds the world group on the chosen
