@@ -11,6 +11,9 @@ interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0
            naming the interruption.
 killed:    rank 1 is killed (SIGKILL); rank 0's next all-reduce raises PeerError naming it
            within 3 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+ignored:   with SIGINT ignored before init_process_group, a SIGINT during a blocked
+           all-reduce leaves it to complete.
+rejoin:    init_process_group after destroy_process_group raises ValueError.
 Each rank exits 0 when it saw what it should, 1 otherwise.
 """
 import os
@@ -24,6 +27,8 @@ import numpy as np
 import weft
 import weft.dist as dist
 
+if sys.argv[1] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 WORLD = dist.init_process_group(timeout=30)
 RANK = WORLD.rank()
 
@@ -77,6 +82,27 @@ def interrupt():
     check(took < 1.5, f"Ctrl-C took {took:.2f} s to interrupt the call")
 
 
+def ignored():
+    # Set before init_process_group: weft leaves an ignored SIGINT ignored, so a SIGINT
+    # during a call that then completes changes nothing.
+    if RANK == 0:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    else:
+        time.sleep(1.0)
+    x = np.ones(4, np.float32)
+    dist.all_reduce(x)
+    check(np.all(x == 2), f"the all-reduce gave {x}")
+
+
+def rejoin():
+    dist.destroy_process_group()
+    try:
+        dist.init_process_group()
+        check(False, "joining twice should be refused")
+    except ValueError as e:
+        check("joins once" in str(e), f"unexpected message: {e}")
+
+
 def killed():
     # weftrun stops the other workers with SIGTERM once one dies; rank 0 stays to see the
     # error itself (weftrun's SIGKILL comes --stop-grace seconds later).
@@ -94,5 +120,6 @@ def killed():
     check(took < 3.0, f"the dead peer took {took:.2f} s to notice")
 
 
-{"timeout": timeout, "interrupt": interrupt, "killed": killed}[sys.argv[1]]()
+{"timeout": timeout, "interrupt": interrupt, "killed": killed, "ignored": ignored,
+ "rejoin": rejoin}[sys.argv[1]]()
 print(f"rank {RANK}: ok", flush=True)

@@ -177,6 +177,16 @@ TEST(TCPStoreTest, TokenNeverCrossesTheWireAndAServerWithoutItIsRefused) {
   EXPECT_THROW(internal::recv_frame(s, Deadline::after(5s)), net::ConnectionClosed);
 }
 
+TEST(TCPStoreTest, SecondHelloInsteadOfTheProofIsRejected) {
+  TCPStore server(server_options());
+  net::Socket s = raw_connect(server);
+  send_raw(s, hello(net::fresh_nonce()));
+  read_challenge(s);
+  send_raw(s, hello(net::fresh_nonce()));
+  expect_error_then_close(s, ErrorCode::kHelloExpected);
+  expect_still_serving(server);
+}
+
 TEST(TCPStoreTest, ProofBeforeHelloIsRejected) {
   TCPStore server(server_options());
   net::Socket s = raw_connect(server);
