@@ -122,16 +122,16 @@ void BufferArg::from_buffer_protocol(const py::object& object, const char* what,
 }
 
 void BufferArg::from_dlpack(const py::object& object, const char* what) {
-  // torch exports bool as 8-bit unsigned: refuse it here, it is no uint8.
-  if (py::hasattr(object, "dtype") &&
-      py::str(object.attr("dtype")).cast<std::string>() == "torch.bool") {
-    invalid(what, "torch.bool tensors are not supported; convert to torch.uint8");
-  }
   // torch refuses to export a tensor that requires grad; its detached alias shares the memory
   // (a parameter broadcast in place, as torch.distributed does).
   const bool grad =
       py::hasattr(object, "requires_grad") && object.attr("requires_grad").cast<bool>();
-  py::object capsule = (grad ? object.attr("detach")() : object).attr("__dlpack__")();
+  py::object capsule;
+  try {
+    capsule = (grad ? object.attr("detach")() : object).attr("__dlpack__")();
+  } catch (py::error_already_set& e) {  // torch 1.13 refuses bool, for one
+    invalid(what, std::string("its __dlpack__ failed: ") + e.what());
+  }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) {
     PyErr_Clear();

@@ -108,6 +108,19 @@ py::object run(ProcessGroup& group, bool async_op, Buffers buffers, const Call& 
   return py::none();
 }
 
+// run() for an operation whose blocking and _async forms take the same arguments: the
+// common case, without a lambda per operation.
+template <class... Params, class... Args>
+py::object issue(ProcessGroup& group, bool async_op, Buffers buffers,
+                 WorkPtr (ProcessGroup::*async_form)(Params...),
+                 void (ProcessGroup::*blocking_form)(Params...), const Args&... args) {
+  return run(group, async_op, std::move(buffers), [&](bool async) -> WorkPtr {
+    if (async) return (group.*async_form)(args...);
+    (group.*blocking_form)(args...);
+    return nullptr;
+  });
+}
+
 Buffers args(std::initializer_list<std::pair<const py::object*, bool>> objects,
              std::initializer_list<const char*> names) {
   Buffers out;
@@ -192,11 +205,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
       [](ProcessGroup& g, const py::object& tensor, int src, std::optional<double> t, bool a) {
         Buffers b = args({{&tensor, g.rank() != src}}, {"tensor"});  // the root only reads
         const dist::Buffer buf = b[0].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.broadcast_async(buf, src, options(t));
-          g.broadcast(buf, src, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::broadcast_async, &ProcessGroup::broadcast,
+                     buf, src, options(t));
       },
       py::arg("tensor"), py::arg("src"), py::kw_only(), timeout, async_op,
       "Copies src's tensor into every rank's.");
@@ -205,11 +215,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
       [](ProcessGroup& g, const py::object& tensor, ReduceOp op, std::optional<double> t, bool a) {
         Buffers b = args({{&tensor, true}}, {"tensor"});
         const dist::Buffer buf = b[0].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.all_reduce_async(buf, op, options(t));
-          g.all_reduce(buf, op, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::all_reduce_async, &ProcessGroup::all_reduce,
+                     buf, op, options(t));
       },
       py::arg("tensor"), py::arg("op") = ReduceOp::kSum, py::kw_only(), timeout, async_op,
       "Reduces every rank's tensor element-wise; every rank gets the result, in place.");
@@ -219,11 +226,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          bool a) {
         Buffers b = args({{&tensor, true}}, {"tensor"});
         const dist::Buffer buf = b[0].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.reduce_async(buf, dst, op, options(t));
-          g.reduce(buf, dst, op, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::reduce_async, &ProcessGroup::reduce, buf,
+                     dst, op, options(t));
       },
       py::arg("tensor"), py::arg("dst"), py::arg("op") = ReduceOp::kSum, py::kw_only(), timeout,
       async_op,
@@ -234,11 +238,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.all_gather_async(out, in, options(t));
-          g.all_gather(out, in, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::all_gather_async, &ProcessGroup::all_gather,
+                     out, in, options(t));
       },
       py::arg("output"), py::arg("input"), py::kw_only(), timeout, async_op,
       "output holds size() * input's elements; rank r's input lands at r * len(input) "
@@ -249,11 +250,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          const std::vector<std::size_t>& counts, std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.all_gather_v_async(out, in, counts, options(t));
-          g.all_gather_v(out, in, counts, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::all_gather_v_async,
+                     &ProcessGroup::all_gather_v, out, in, counts, options(t));
       },
       py::arg("output"), py::arg("input"), py::arg("counts"), py::kw_only(), timeout, async_op,
       "counts[r] elements from rank r, packed in rank order.");
@@ -264,11 +262,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
         Buffers b = args({{&input, false}}, {"input"});
         const dist::Buffer in = b[0].buffer();
         const dist::Buffer out = buffer_or_empty(b, output, "output", true);
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.gather_async(out, in, dst, options(t));
-          g.gather(out, in, dst, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::gather_async, &ProcessGroup::gather, out,
+                     in, dst, options(t));
       },
       py::arg("output"), py::arg("input"), py::arg("dst"), py::kw_only(), timeout, async_op,
       "On dst, output gets size() * input's elements in rank order; elsewhere output may be "
@@ -280,11 +275,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
         Buffers b = args({{&output, true}}, {"output"});
         const dist::Buffer out = b[0].buffer();
         const dist::Buffer in = buffer_or_empty(b, input, "input", false);
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.scatter_async(out, in, src, options(t));
-          g.scatter(out, in, src, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::scatter_async, &ProcessGroup::scatter, out,
+                     in, src, options(t));
       },
       py::arg("output"), py::arg("input"), py::arg("src"), py::kw_only(), timeout, async_op,
       "src's input holds size() blocks; rank r's output gets block r. Elsewhere input may be "
@@ -295,11 +287,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.reduce_scatter_async(out, in, op, options(t));
-          g.reduce_scatter(out, in, op, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::reduce_scatter_async,
+                     &ProcessGroup::reduce_scatter, out, in, op, options(t));
       },
       py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::kSum, py::kw_only(), timeout,
       async_op,
@@ -311,11 +300,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.all_to_all_async(out, in, options(t));
-          g.all_to_all(out, in, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::all_to_all_async, &ProcessGroup::all_to_all,
+                     out, in, options(t));
       },
       py::arg("output"), py::arg("input"), py::kw_only(), timeout, async_op,
       "Block j of input goes to rank j; block i of output comes from rank i.");
@@ -326,11 +312,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.all_to_all_v_async(out, out_counts, in, in_counts, options(t));
-          g.all_to_all_v(out, out_counts, in, in_counts, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::all_to_all_v_async,
+                     &ProcessGroup::all_to_all_v, out, out_counts, in, in_counts, options(t));
       },
       py::arg("output"), py::arg("output_counts"), py::arg("input"), py::arg("input_counts"),
       py::kw_only(), timeout, async_op,
@@ -338,11 +321,7 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
   c.def(
       "barrier",
       [](ProcessGroup& g, std::optional<double> t, bool a) {
-        return run(g, a, {}, [&](bool async) -> WorkPtr {
-          if (async) return g.barrier_async(options(t));
-          g.barrier(options(t));
-          return nullptr;
-        });
+        return issue(g, a, {}, &ProcessGroup::barrier_async, &ProcessGroup::barrier, options(t));
       },
       py::kw_only(), timeout, async_op, "Returns once every rank has called it.");
 }
@@ -356,11 +335,8 @@ void bind_point_to_point(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>
          bool a) {
         Buffers b = args({{&tensor, false}}, {"tensor"});
         const dist::Buffer buf = b[0].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.send_async(buf, dst, tag, options(t));
-          g.send(buf, dst, tag, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::send_async, &ProcessGroup::send, buf, dst,
+                     tag, options(t));
       },
       py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::kw_only(), timeout, async_op,
       "Sends to dst; matched by (source, tag) in order. Does not wait for the receive.");
@@ -370,11 +346,8 @@ void bind_point_to_point(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>
          bool a) {
         Buffers b = args({{&tensor, true}}, {"tensor"});
         const dist::Buffer buf = b[0].buffer();
-        return run(g, a, std::move(b), [&](bool async) -> WorkPtr {
-          if (async) return g.recv_async(buf, src, tag, options(t));
-          g.recv(buf, src, tag, options(t));
-          return nullptr;
-        });
+        return issue(g, a, std::move(b), &ProcessGroup::recv_async, &ProcessGroup::recv, buf, src,
+                     tag, options(t));
       },
       py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::kw_only(), timeout, async_op,
       "Receives src's next message with tag into tensor (sizes must match).");
