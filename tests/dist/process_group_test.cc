@@ -105,6 +105,41 @@ TEST(ProcessGroupTest, SendRecvAndRecvAny) {
   });
 }
 
+// Every rank posts its receive before its send, and a collective between: the receive must
+// hold up neither the send behind it nor the collective (per-peer lanes), or the ring
+// deadlocks until the timeout.
+TEST(ProcessGroupTest, AReceiveWaitingForItsMessageHoldsUpNothingElse) {
+  run_threads(3, [](ProcessGroup& pg) {
+    pg.set_timeout(Seconds(5));
+    const int n = pg.size();
+    const int right = (pg.rank() + 1) % n;
+    const int left = (pg.rank() + n - 1) % n;
+    std::vector<int> got(2, -1);
+    std::vector<int> mine(2, pg.rank());
+    auto recv = pg.recv_async(got, left, /*tag=*/3);
+    std::vector<float> sum{1.0f};
+    pg.all_reduce(sum);
+    auto send = pg.send_async(mine, right, /*tag=*/3);
+    recv->wait();
+    send->wait();
+    EXPECT_THAT(got, testing::Each(left));
+    EXPECT_EQ(sum[0], static_cast<float>(n));
+    // Two receives from one peer still match its sends in order.
+    std::vector<int> first(1);
+    std::vector<int> second(1);
+    auto r1 = pg.recv_async(first, left, 4);
+    auto r2 = pg.recv_async(second, left, 4);
+    std::vector<int> one{10};
+    std::vector<int> two{20};
+    pg.send(one, right, 4);
+    pg.send(two, right, 4);
+    r1->wait();
+    r2->wait();
+    EXPECT_EQ(first[0], 10);
+    EXPECT_EQ(second[0], 20);
+  });
+}
+
 TEST(ProcessGroupTest, AllGatherVAndAllToAllV) {
   run_threads(4, [](ProcessGroup& pg) {
     const int r = pg.rank();

@@ -117,8 +117,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
       members_(std::move(members)),
       rank_(-1),
       options_(std::move(options)),
-      id_(id),
-      queue_(std::make_unique<internal::OpQueue>()) {
+      id_(id) {
+  collectives_.queue = std::make_unique<internal::OpQueue>();
   Promise<void> done;
   done.set_value();
   completed_ = std::make_shared<Work>(done.get_future());
@@ -158,7 +158,8 @@ ProcessGroup::~ProcessGroup() {
   bool unfinished;
   {
     std::lock_guard lock(mu_);
-    unfinished = outstanding_ > 0;
+    unfinished = collectives_.outstanding > 0;
+    for (const auto& [key, lane] : p2p_lanes_) unfinished |= lane->outstanding > 0;
     // Operations not started yet must not run: their buffers may already be gone (the
     // group is usually destroyed while its caller unwinds).
     if (broken_.empty()) broken_ = "the process group was destroyed";
@@ -168,7 +169,8 @@ ProcessGroup::~ProcessGroup() {
     transport().abort("rank " + std::to_string(transport().rank()) + " destroyed " + describe() +
                       " with operations unfinished");
   }
-  queue_.reset();
+  for (auto& [key, lane] : p2p_lanes_) lane->queue.reset();
+  collectives_.queue.reset();
 }
 
 Seconds ProcessGroup::timeout() const {
@@ -189,16 +191,17 @@ std::string ProcessGroup::describe() const {
 template <class Body>
 std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
                                           std::optional<internal::CallSignature> signature,
-                                          Body body) {
+                                          Body body, int p2p_peer, bool p2p_send) {
   std::unique_lock lock(mu_);
   if (!broken_.empty()) {
     throw GroupBroken("dist::" + std::string(op_name(op)) + " on " + describe() +
                       ": the group is unusable after an earlier failure (" + broken_ +
                       "); create a new process group");
   }
-  // A blocking call on an idle group runs right here: handing it to the queue thread and
+  Lane& lane = p2p_peer == kNoPeer ? collectives_ : p2p_lane(p2p_peer, p2p_send);
+  // A blocking call on an idle lane runs right here: handing it to the queue thread and
   // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
-  const bool run_here = t_blocking_group == this && outstanding_ == 0;
+  const bool run_here = t_blocking_group == this && lane.outstanding == 0;
   std::optional<Promise<void>> state;
   std::shared_ptr<Work> work;
   if (!run_here) {  // before the counts below, which a failed allocation must not change
@@ -208,9 +211,9 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
   const std::uint64_t seq = signature ? next_seq_++ : 0;
   const Seconds timeout = options.timeout.value_or(options_.timeout);
   OpRun run{op, seq, timeout, std::move(signature)};
-  ++outstanding_;
+  ++lane.outstanding;
   if (run_here) {
-    inline_running_ = true;
+    lane.inline_running = true;
     lock.unlock();
     std::exception_ptr error;
     {
@@ -218,8 +221,9 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
       // this one must be released.
       struct Finish {
         ProcessGroup& group;
-        ~Finish() { group.finish_inline(); }
-      } finish{*this};
+        Lane& lane;
+        ~Finish() { group.finish_inline(lane); }
+      } finish{*this, lane};
       error = run_op(run, body, /*queued=*/false);
     }
     if (!error && run.signature) return completed_;
@@ -227,37 +231,46 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
     complete(done_here, error);
     return std::make_shared<Work>(done_here.get_future());
   }
-  queue_->push(
-      [this, state = *std::move(state), run = std::move(run), body = std::move(body)]() mutable {
-        {
-          // Issued after an operation that runs on its caller's thread: keep issue order. No
-          // deadline here because that operation has its own, which ends this wait too.
-          std::unique_lock wait_lock(mu_);
-          inline_done_.wait(wait_lock, [this] { return !inline_running_; });
-        }
-        std::exception_ptr error;
-        try {
-          error = run_op(run, body, /*queued=*/true);
-        } catch (...) {  // run_op's error handling failed itself (out of memory): still complete
-          error = std::current_exception();
-        }
-        {
-          // Before completing the Work: its waiter may destroy the group right after.
-          std::lock_guard done_lock(mu_);
-          --outstanding_;
-        }
-        complete(state, error);
-      });
+  lane.queue->push([this, &lane, state = *std::move(state), run = std::move(run),
+                    body = std::move(body)]() mutable {
+    {
+      // Issued after an operation that runs on its caller's thread: keep issue order. No
+      // deadline here because that operation has its own, which ends this wait too.
+      std::unique_lock wait_lock(mu_);
+      lane.inline_done.wait(wait_lock, [&lane] { return !lane.inline_running; });
+    }
+    std::exception_ptr error;
+    try {
+      error = run_op(run, body, /*queued=*/true);
+    } catch (...) {  // run_op's error handling failed itself (out of memory): still complete
+      error = std::current_exception();
+    }
+    {
+      // Before completing the Work: its waiter may destroy the group right after.
+      std::lock_guard done_lock(mu_);
+      --lane.outstanding;
+    }
+    complete(state, error);
+  });
   return work;
 }
 
-void ProcessGroup::finish_inline() {
+void ProcessGroup::finish_inline(Lane& lane) {
   {
     std::lock_guard done_lock(mu_);
-    --outstanding_;
-    inline_running_ = false;
+    --lane.outstanding;
+    lane.inline_running = false;
   }
-  inline_done_.notify_all();
+  lane.inline_done.notify_all();
+}
+
+ProcessGroup::Lane& ProcessGroup::p2p_lane(int peer, bool send) {
+  auto& lane = p2p_lanes_[peer < 0 ? -1 : 2 * peer + (send ? 1 : 0)];
+  if (!lane) {
+    lane = std::make_unique<Lane>();
+    lane->queue = std::make_unique<internal::OpQueue>();
+  }
+  return *lane;
 }
 
 void ProcessGroup::complete(Promise<void>& state, std::exception_ptr error) {
@@ -537,9 +550,12 @@ std::shared_ptr<Work> ProcessGroup::send_async(Buffer buf, int dst, int tag, OpO
   check_tag(Op::send, tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(dst)];
-  return issue(Op::send, o, std::nullopt, [this, buf, global, t](const OpCall& c) {
-    transport().send(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
-  });
+  return issue(
+      Op::send, o, std::nullopt,
+      [this, buf, global, t](const OpCall& c) {
+        transport().send(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
+      },
+      dst, /*p2p_send=*/true);
 }
 
 std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpOptions o) {
@@ -548,9 +564,12 @@ std::shared_ptr<Work> ProcessGroup::recv_async(Buffer buf, int src, int tag, OpO
   check_tag(Op::recv, tag);
   const Tag t = p2p_tag(id_, tag);
   const int global = members_[static_cast<std::size_t>(src)];
-  return issue(Op::recv, o, std::nullopt, [this, buf, global, t](const OpCall& c) {
-    transport().recv(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
-  });
+  return issue(
+      Op::recv, o, std::nullopt,
+      [this, buf, global, t](const OpCall& c) {
+        transport().recv(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
+      },
+      src, /*p2p_send=*/false);
 }
 
 std::shared_ptr<Work> ProcessGroup::recv_any_async(Buffer buf, int tag, OpOptions o) {
@@ -558,11 +577,14 @@ std::shared_ptr<Work> ProcessGroup::recv_any_async(Buffer buf, int tag, OpOption
   check_tag(Op::recv_any, tag);
   const Tag t = p2p_tag(id_, tag);
   auto source = std::make_shared<int>(-1);
-  auto work = issue(Op::recv_any, o, std::nullopt, [this, buf, t, source](const OpCall& c) {
-    const int global = transport().recv_any(t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
-    const auto it = std::find(members_.begin(), members_.end(), global);
-    *source = static_cast<int>(it - members_.begin());
-  });
+  auto work = issue(
+      Op::recv_any, o, std::nullopt,
+      [this, buf, t, source](const OpCall& c) {
+        const int global = transport().recv_any(t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
+        const auto it = std::find(members_.begin(), members_.end(), global);
+        *source = static_cast<int>(it - members_.begin());
+      },
+      -1, /*p2p_send=*/false);
   work->source_ = std::move(source);  // before anyone else holds the Work
   return work;
 }

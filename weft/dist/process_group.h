@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -218,6 +219,16 @@ class ProcessGroup {
   }
 
   struct OpCall;
+  // A queue of operations that complete in issue order, and the bookkeeping that lets a
+  // blocking call on an idle lane run on its caller's thread. Fields guarded by mu_.
+  struct Lane {
+    int outstanding = 0;          // operations issued and not yet completed
+    bool inline_running = false;  // an operation runs on its caller's thread
+    std::condition_variable inline_done;
+    std::unique_ptr<internal::OpQueue> queue;  // made with the lane (process_group.cc)
+  };
+  // The lane of sends to (or receives from) group rank `peer`; -1: recv_any's. Holds mu_.
+  Lane& p2p_lane(int peer, bool send);
   // world: made by the public constructor (the job's world group); else a subgroup.
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,
                std::uint32_t id, bool world);
@@ -232,13 +243,15 @@ class ProcessGroup {
   };
   std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
   void complete(Promise<void>& state, std::exception_ptr error);
-  void finish_inline();
+  void finish_inline(Lane& lane);
   // Queues `body` (a copyable callable taking const OpCall&), or runs it right here for a
   // blocking call on an idle group; collectives carry the signature debug mode compares
   // across ranks. Defined in process_group.cc, where every operation calls it.
+  static constexpr int kNoPeer = -2;  // issue()'s p2p_peer for a collective
   template <class Body>
   std::shared_ptr<Work> issue(Op op, OpOptions options,
-                              std::optional<internal::CallSignature> signature, Body body);
+                              std::optional<internal::CallSignature> signature, Body body,
+                              int p2p_peer = kNoPeer, bool p2p_send = false);
   void check_root(Op op, int root) const;
   void check_reduce(Op op, const Buffer& buf, ReduceOp op_kind) const;
   void check_same_dtype(Op op, const Buffer& a, const Buffer& b) const;
@@ -264,10 +277,11 @@ class ProcessGroup {
   std::uint64_t next_seq_ = 0;   // collective sequence number
   std::uint32_t subgroups_ = 0;  // group creations so far
   std::string broken_;           // why the group is unusable; empty while it is fine
-  int outstanding_ = 0;          // operations issued and not yet completed
-  bool inline_running_ = false;  // an operation runs on its caller's thread
-  std::condition_variable inline_done_;
-  std::unique_ptr<internal::OpQueue> queue_;
+  Lane collectives_;             // every collective, in issue order
+  // Point-to-point operations, one lane per peer and direction (and one for recv_any), made
+  // when first used: a receive waiting for its message holds up neither the collectives nor
+  // the other peers' traffic, so a ring that posts every irecv before its isend runs.
+  std::map<int, std::unique_ptr<Lane>> p2p_lanes_;
   // What a blocking collective that succeeded on its caller's thread returns: completed,
   // never written to, so one serves every such call (no allocation per operation).
   std::shared_ptr<Work> completed_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <memory>
 
 #include "weft/base/deadline.h"
@@ -10,7 +11,10 @@
 namespace weft::dist {
 
 // Completes when its operation has finished on this rank (its buffers may then be read and
-// reused). Operations of one group complete in the order they were issued. Thread-safe.
+// reused). A group's collectives complete in the order they were issued, as do its sends to
+// one peer and its receives from one peer; point-to-point traffic with different peers, and
+// collectives, progress independently (a receive waiting for its message holds up nothing
+// else). Thread-safe.
 class Work {
  public:
   explicit Work(Future<void> done) : done_(std::move(done)) {}
@@ -31,6 +35,12 @@ class Work {
   // For recv_any_async: the rank the message came from, once completed; -1 before that, on
   // failure, and for every other operation.
   int source_rank() const { return done_.done() && source_ && !exception() ? *source_ : -1; }
+  // Runs `callback` once the operation has finished, on the thread that finishes it (or at
+  // once on this thread if it already has); for handles that complete their own waiters, such
+  // as the torch.distributed backend's. Exceptions it throws are printed and ignored.
+  void add_done_callback(std::function<void()> callback) const {
+    done_.add_done_callback(std::move(callback));
+  }
 
  private:
   friend class ProcessGroup;

@@ -1,0 +1,279 @@
+#include "python/src/torch/process_group.h"
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "python/src/torch/staging.h"
+#include "python/src/torch/store.h"
+#include "python/src/torch/work.h"
+#include "weft/base/error.h"
+#include "weft/dist/init.h"
+
+namespace weft::torch_backend {
+namespace {
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// A c10d option's timeout as weft's: unset means the group's.
+dist::OpOptions op_options(std::chrono::milliseconds timeout) {
+  if (timeout == c10d::kUnsetTimeout) return {};
+  return {.timeout = Seconds(timeout)};
+}
+
+int rank_arg(std::int64_t rank, const char* call) {
+  if (rank < 0 || rank > std::numeric_limits<int>::max()) {
+    throw InvalidArgument("weft (torch.distributed backend): " + std::string(call) + ": rank " +
+                          std::to_string(rank) + " is out of range");
+  }
+  return static_cast<int>(rank);
+}
+
+// all_to_all's split sizes (rows of dim 0) as element counts; empty splits: equal blocks.
+std::vector<std::size_t> element_counts(const std::vector<std::int64_t>& splits,
+                                        const at::Tensor& t, int size) {
+  const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const std::int64_t row = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<std::size_t> counts;
+  if (splits.empty()) {
+    if (rows % size != 0) {
+      throw InvalidArgument(
+          "weft (torch.distributed backend): all_to_all_single: " + std::to_string(rows) +
+          " rows do not split evenly over " + std::to_string(size) + " ranks; pass split sizes");
+    }
+    counts.assign(size, static_cast<std::size_t>(rows / size * row));
+    return counts;
+  }
+  if (static_cast<int>(splits.size()) != size ||
+      std::accumulate(splits.begin(), splits.end(), std::int64_t{0}) != rows ||
+      std::any_of(splits.begin(), splits.end(), [](std::int64_t s) { return s < 0; })) {
+    throw InvalidArgument(
+        "weft (torch.distributed backend): all_to_all_single: split sizes must "
+        "be " +
+        std::to_string(size) + " non-negative row counts summing to " + std::to_string(rows));
+  }
+  for (auto s : splits) counts.push_back(static_cast<std::size_t>(s * row));
+  return counts;
+}
+
+std::vector<std::size_t> numels(const std::vector<at::Tensor>& ts) {
+  std::vector<std::size_t> counts;
+  for (const auto& t : ts) counts.push_back(static_cast<std::size_t>(t.numel()));
+  return counts;
+}
+
+// A c10d list of `size` tensors (all_gather's outputs, scatter's inputs...).
+const std::vector<at::Tensor>& one_per_rank(const std::vector<std::vector<at::Tensor>>& lists,
+                                            int size, const char* what) {
+  if (lists.size() != 1 || static_cast<int>(lists[0].size()) != size) {
+    throw InvalidArgument("weft (torch.distributed backend): " + std::string(what) +
+                          " takes one list of " + std::to_string(size) + " tensors (one per rank)");
+  }
+  return lists[0];
+}
+
+}  // namespace
+
+TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                     int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size) {
+  dist::InitOptions options;
+  options.store = std::make_shared<C10dStore>(store);
+  options.rank = rank;
+  options.world_size = size;
+  options.timeout = Seconds(timeout);
+  group_ = dist::init_process_group(options);
+}
+
+TorchProcessGroup::~TorchProcessGroup() {
+  // Python destroys the group holding the GIL; the operations it waits for may need the GIL
+  // to complete (their callbacks, tensors freed), and Python's other threads may go on.
+  if (PyGILState_Check() == 1) {
+    const pybind11::gil_scoped_release release;
+    group_.reset();
+    TorchWork::release_completed();
+  } else {
+    group_.reset();
+    TorchWork::release_completed();
+  }
+}
+
+WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
+                                     const c10d::BroadcastOptions& opts) {
+  Staging s("broadcast");
+  const auto buf = s.output(s.single(tensors, "broadcast"));
+  auto work =
+      group_->broadcast_async(buf, rank_arg(opts.rootRank, "broadcast"), op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::BROADCAST, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
+                                     const c10d::AllreduceOptions& opts) {
+  Staging s("all_reduce");
+  const auto& t = s.single(tensors, "all_reduce");
+  const auto op = reduce_op_of(opts.reduceOp, "all_reduce");
+  s.check_reduce(t, op);
+  auto work = group_->all_reduce_async(s.output(t), op, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::ALLREDUCE, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                               const c10d::AllreduceCoalescedOptions& opts) {
+  Staging s("all_reduce_coalesced");
+  if (tensors.empty()) s.single(tensors, "all_reduce_coalesced");
+  const auto op = reduce_op_of(opts.reduceOp, "all_reduce_coalesced");
+  s.check_reduce(tensors[0], op);
+  auto work = group_->all_reduce_async(s.inouts(tensors, tensors[0]), op, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::ALLREDUCE_COALESCED, std::move(work), std::move(s),
+                          tensors);
+}
+
+WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
+                                  const c10d::ReduceOptions& opts) {
+  Staging s("reduce");
+  const auto& t = s.single(tensors, "reduce");
+  const auto op = reduce_op_of(opts.reduceOp, "reduce");
+  s.check_reduce(t, op);
+  auto work = group_->reduce_async(s.output(t), rank_arg(opts.rootRank, "reduce"), op,
+                                   op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::REDUCE, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::AllgatherOptions& opts) {
+  Staging s("all_gather");
+  const auto& in = s.single(inputs, "input");
+  const auto& outs = one_per_rank(outputs, size_, "all_gather");
+  const auto out = s.outputs(outs, in, /*same_size=*/true);
+  auto work = group_->all_gather_async(out, s.input(in), op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::ALLGATHER, std::move(work), std::move(s), outs);
+}
+
+WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                           const c10d::AllgatherOptions& opts) {
+  Staging s("all_gather_into_tensor");
+  const auto out = s.output(output);
+  auto work = group_->all_gather_async(out, s.input(input), op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::_ALLGATHER_BASE, std::move(work), std::move(s), {output});
+}
+
+WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                  std::vector<at::Tensor>& inputs,
+                                  const c10d::GatherOptions& opts) {
+  Staging s("gather");
+  const auto& in = s.single(inputs, "input");
+  const int root = rank_arg(opts.rootRank, "gather");
+  const auto in_buf = s.input(in);
+  dist::Buffer out(nullptr, 0, in_buf.dtype);
+  std::vector<at::Tensor> results;
+  if (rank_ == root) {
+    results = one_per_rank(outputs, size_, "gather (on the root)");
+    out = s.outputs(results, in, /*same_size=*/true);
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    throw InvalidArgument("weft (torch.distributed backend): gather: only the root (rank " +
+                          std::to_string(root) + ") passes output tensors");
+  }
+  auto work = group_->gather_async(out, in_buf, root, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::GATHER, std::move(work), std::move(s), results);
+}
+
+WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
+                                   std::vector<std::vector<at::Tensor>>& inputs,
+                                   const c10d::ScatterOptions& opts) {
+  Staging s("scatter");
+  const auto& out = s.single(outputs, "output");
+  const int root = rank_arg(opts.rootRank, "scatter");
+  const auto out_buf = s.output(out);
+  dist::Buffer in(nullptr, 0, out_buf.dtype);
+  if (rank_ == root) {
+    in = s.inputs(one_per_rank(inputs, size_, "scatter (on the root)"), out, true);
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    throw InvalidArgument("weft (torch.distributed backend): scatter: only the root (rank " +
+                          std::to_string(root) + ") passes input tensors");
+  }
+  auto work = group_->scatter_async(out_buf, in, root, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::SCATTER, std::move(work), std::move(s), outputs);
+}
+
+WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) {
+  Staging s("reduce_scatter");
+  const auto& out = s.single(outputs, "output");
+  const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter");
+  s.check_reduce(out, op);
+  const auto in = s.inputs(one_per_rank(inputs, size_, "reduce_scatter"), out, true);
+  auto work = group_->reduce_scatter_async(s.output(out), in, op, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::REDUCE_SCATTER, std::move(work), std::move(s), outputs);
+}
+
+WorkPtr TorchProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                const c10d::ReduceScatterOptions& opts) {
+  Staging s("reduce_scatter_tensor");
+  const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter_tensor");
+  s.check_reduce(output, op);
+  const auto out = s.output(output);
+  auto work = group_->reduce_scatter_async(out, s.input(input), op, op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::_REDUCE_SCATTER_BASE, std::move(work), std::move(s),
+                          {output});
+}
+
+WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                         std::vector<std::int64_t>& output_splits,
+                                         std::vector<std::int64_t>& input_splits,
+                                         const c10d::AllToAllOptions& opts) {
+  Staging s("all_to_all_single");
+  const auto out = s.output(output);
+  const auto in = s.input(input);
+  auto work = group_->all_to_all_v_async(out, element_counts(output_splits, output, size_), in,
+                                         element_counts(input_splits, input, size_),
+                                         op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::ALLTOALL_BASE, std::move(work), std::move(s), {output});
+}
+
+WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
+                                    std::vector<at::Tensor>& inputs,
+                                    const c10d::AllToAllOptions& opts) {
+  Staging s("all_to_all");
+  if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_) {
+    throw InvalidArgument("weft (torch.distributed backend): all_to_all takes " +
+                          std::to_string(size_) + " input and " + std::to_string(size_) +
+                          " output tensors (one per rank)");
+  }
+  const auto in = s.inputs(inputs, inputs[0], /*same_size=*/false);
+  const auto out = s.outputs(outputs, inputs[0], /*same_size=*/false);
+  auto work = group_->all_to_all_v_async(out, numels(outputs), in, numels(inputs),
+                                         op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::ALLTOALL, std::move(work), std::move(s), outputs);
+}
+
+WorkPtr TorchProcessGroup::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  Staging s("send");
+  auto work = group_->send_async(s.input(s.single(tensors, "send")), dst, tag);
+  return TorchWork::start(rank_, OpType::SEND, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  Staging s("recv");
+  auto work = group_->recv_async(s.output(s.single(tensors, "recv")), src, tag);
+  return TorchWork::start(rank_, OpType::RECV, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  Staging s("recv");
+  auto work = group_->recv_any_async(s.output(s.single(tensors, "recv")), tag);
+  return TorchWork::start(rank_, OpType::RECVANYSOURCE, std::move(work), std::move(s), tensors);
+}
+
+WorkPtr TorchProcessGroup::barrier(const c10d::BarrierOptions& opts) {
+  auto work = group_->barrier_async(op_options(opts.timeout));
+  return TorchWork::start(rank_, OpType::BARRIER, std::move(work), Staging("barrier"), {});
+}
+
+}  // namespace weft::torch_backend

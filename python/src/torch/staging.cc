@@ -1,0 +1,177 @@
+#include "python/src/torch/staging.h"
+
+#include <c10/core/GradMode.h>
+
+#include <optional>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "weft/base/error.h"
+
+namespace weft::torch_backend {
+namespace {
+
+std::optional<DType> dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return DType::kFloat32;
+    case at::kDouble:
+      return DType::kFloat64;
+    case at::kHalf:
+      return DType::kFloat16;
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kChar:
+      return DType::kInt8;
+    case at::kByte:
+      return DType::kUInt8;
+    case at::kBool:
+      return DType::kUInt8;  // 0 or 1 in a byte; reductions checked below
+    case at::kInt:
+      return DType::kInt32;
+    case at::kLong:
+      return DType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (auto d : t.sizes()) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
+}  // namespace
+
+void Staging::fail(const std::string& what) const {
+  throw InvalidArgument("weft (torch.distributed backend): " + call_ + ": " + what);
+}
+
+void Staging::check(const at::Tensor& t) const {
+  if (!t.defined()) fail("a tensor is undefined");
+  if (!t.device().is_cpu()) fail("tensors must be on the CPU, got one on " + t.device().str());
+  if (t.layout() != at::kStrided) fail("sparse tensors are not supported");
+  if (!dtype_of(t.scalar_type())) {
+    fail(std::string("dtype ") + c10::toString(t.scalar_type()) +
+         " is not supported (float32, float64, float16, bfloat16, int8, uint8, bool, int32, "
+         "int64 are)");
+  }
+}
+
+void Staging::check_like(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                         bool same_size) const {
+  for (const auto& t : ts) {
+    check(t);
+    if (t.scalar_type() != like.scalar_type()) {
+      fail(std::string("tensors of dtypes ") + c10::toString(t.scalar_type()) + " and " +
+           c10::toString(like.scalar_type()) + " in one call");
+    }
+    if (same_size && t.numel() != like.numel()) {
+      fail("a tensor of shape " + shape_of(t) + " where " + std::to_string(like.numel()) +
+           " elements (the shape " + shape_of(like) + ") are needed");
+    }
+  }
+}
+
+const at::Tensor& Staging::single(const std::vector<at::Tensor>& tensors, const char* what) const {
+  if (tensors.size() != 1) {
+    fail(std::string("takes one ") + what + " tensor per process, got " +
+         std::to_string(tensors.size()));
+  }
+  check(tensors[0]);
+  return tensors[0];
+}
+
+void Staging::check_reduce(const at::Tensor& t, dist::ReduceOp op) const {
+  if (t.scalar_type() == at::kBool && (op == dist::ReduceOp::kSum || op == dist::ReduceOp::kAvg)) {
+    fail("ReduceOp." + std::string(dist::reduce_op_name(op)) +
+         " of bool tensors; use MAX (or), MIN (and) or PRODUCT");
+  }
+}
+
+dist::Buffer Staging::buffer_of(const at::Tensor& contiguous) {
+  held_.push_back(contiguous);
+  return {contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
+          *dtype_of(contiguous.scalar_type())};
+}
+
+dist::Buffer Staging::input(const at::Tensor& t) {
+  check(t);
+  const c10::NoGradGuard no_grad;
+  return buffer_of(t.is_contiguous() ? t : t.contiguous());
+}
+
+dist::Buffer Staging::output(const at::Tensor& t) {
+  check(t);
+  if (t.is_contiguous()) return buffer_of(t);
+  const c10::NoGradGuard no_grad;
+  const at::Tensor staged = t.contiguous();  // a copy: read too, for in-place operations
+  copy_back_.emplace_back(t, staged);
+  return buffer_of(staged);
+}
+
+dist::Buffer Staging::inputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                             bool same_size) {
+  check_like(ts, like, same_size);
+  const c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const auto& t : ts) flat.push_back(t.reshape({-1}));
+  return buffer_of(ts.empty() ? at::empty({0}, like.options()) : at::cat(flat));
+}
+
+dist::Buffer Staging::outputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                              bool same_size) {
+  check_like(ts, like, same_size);
+  std::int64_t total = 0;
+  for (const auto& t : ts) total += t.numel();
+  const at::Tensor staged = at::empty({total}, like.options().requires_grad(false));
+  std::int64_t at = 0;
+  for (const auto& t : ts) {
+    copy_back_.emplace_back(t, staged.narrow(0, at, t.numel()));
+    at += t.numel();
+  }
+  return buffer_of(staged);
+}
+
+dist::Buffer Staging::inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
+  const dist::Buffer staged = inputs(ts, like, /*same_size=*/false);
+  std::int64_t at = 0;
+  for (const auto& t : ts) {
+    copy_back_.emplace_back(t, held_.back().narrow(0, at, t.numel()));
+    at += t.numel();
+  }
+  return staged;
+}
+
+void Staging::finish() {
+  const c10::NoGradGuard no_grad;
+  for (auto& [user, staged] : copy_back_) user.copy_(staged.view(user.sizes()));
+}
+
+dist::ReduceOp reduce_op_of(int torch_op, const std::string& call) {
+  using T = c10d::ReduceOp;
+  switch (torch_op) {
+    case T::SUM:
+      return dist::ReduceOp::kSum;
+    case T::AVG:
+      return dist::ReduceOp::kAvg;
+    case T::PRODUCT:
+      return dist::ReduceOp::kProduct;
+    case T::MIN:
+      return dist::ReduceOp::kMin;
+    case T::MAX:
+      return dist::ReduceOp::kMax;
+    case T::BAND:
+      return dist::ReduceOp::kBAnd;
+    case T::BOR:
+      return dist::ReduceOp::kBOr;
+    case T::BXOR:
+      return dist::ReduceOp::kBXor;
+    default:
+      throw InvalidArgument("weft (torch.distributed backend): " + call +
+                            ": ReduceOp.PREMUL_SUM is NCCL's; weft does not support it");
+  }
+}
+
+}  // namespace weft::torch_backend

@@ -1,0 +1,69 @@
+// Staging: the torch tensors of one c10d call as the contiguous weft buffers its operation
+// runs on, and the copies that take results back to the caller's tensors when it completes.
+//
+// A contiguous CPU tensor is used in place. A non-contiguous one (a transpose, a slice with a
+// step) is staged through a contiguous copy, as are lists of tensors, which c10d passes where
+// weft takes one buffer (all_gather's outputs, scatter's inputs, ...). Every check that the
+// call is well formed on this rank happens here, before anything is communicated, and throws
+// weft::InvalidArgument naming the call: CPU tensors, strided layout, a dtype weft carries,
+// equal dtypes and sizes where the operation needs them.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/dist/buffer.h"
+#include "weft/dist/reduce_op.h"
+
+namespace weft::torch_backend {
+
+class Staging {
+ public:
+  explicit Staging(std::string call) : call_(std::move(call)) {}
+
+  // The one tensor a c10d call passes in a list (the multi-device form is not supported).
+  const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) const;
+
+  // `t` read by the operation.
+  dist::Buffer input(const at::Tensor& t);
+  // `t` written by the operation (and read, for broadcast, all_reduce and reduce).
+  dist::Buffer output(const at::Tensor& t);
+  // The tensors of `ts`, concatenated in order, read by the operation. Each has `like`'s
+  // dtype, and its number of elements too when `same_size`.
+  dist::Buffer inputs(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size);
+  // The tensors of `ts`, concatenated in order, written by the operation.
+  dist::Buffer outputs(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size);
+
+  // The tensors of `ts` (of `like`'s dtype), concatenated in order, read and written.
+  dist::Buffer inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like);
+
+  // Checks that `op` applies to `t`'s dtype (sums of bools are not bools).
+  void check_reduce(const at::Tensor& t, dist::ReduceOp op) const;
+
+  // Copies the staged results back into the caller's tensors; call once the operation
+  // succeeded (never after a failure: the caller's tensors keep their old contents).
+  void finish();
+
+  // The tensors the operation reads or writes: kept alive until it completes.
+  const std::vector<at::Tensor>& held() const { return held_; }
+
+ private:
+  dist::Buffer buffer_of(const at::Tensor& contiguous);
+  void check(const at::Tensor& t) const;
+  void check_like(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size) const;
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::string call_;
+  std::vector<at::Tensor> held_;
+  // (caller's tensor, staged copy) pairs to copy back; a list output is one staged tensor
+  // copied back in slices.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
+};
+
+// torch's reduce op as weft's; throws weft::InvalidArgument for PREMUL_SUM (a NCCL op).
+dist::ReduceOp reduce_op_of(int torch_op, const std::string& call);
+
+}  // namespace weft::torch_backend

@@ -1,0 +1,93 @@
+#include "python/src/torch/work.h"
+
+#include <ATen/core/jit_type.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "weft/base/spin.h"
+#include "weft/dist/errors.h"
+
+namespace weft::torch_backend {
+namespace {
+
+// As weft's own futures: a small operation completes within microseconds, and polling that
+// long is cheaper than sleeping on the condition variable and being woken.
+constexpr int kWaitSpinRounds = 64;
+
+// Completed handles awaiting release_completed(); leaked at exit on purpose (freeing tensors
+// needs an interpreter that may be gone by then).
+std::mutex graves_mutex;
+auto* graves = new std::vector<c10::intrusive_ptr<TorchWork>>;
+
+}  // namespace
+
+TorchWork::TorchWork(int rank, c10d::OpType type, std::shared_ptr<dist::Work> work, Staging staging,
+                     std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      work_(std::move(work)),
+      staging_(std::move(staging)),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+c10::intrusive_ptr<TorchWork> TorchWork::start(int rank, c10d::OpType type,
+                                               std::shared_ptr<dist::Work> work, Staging staging,
+                                               std::vector<at::Tensor> outputs) {
+  release_completed();
+  auto self = c10::make_intrusive<TorchWork>(rank, type, std::move(work), std::move(staging),
+                                             std::move(outputs));
+  // The callback holds the handle until the operation completes, so that the results reach
+  // the caller's tensors even if Python dropped the handle (dist.isend, say); then hands it
+  // to release_completed().
+  self->work_->add_done_callback([self]() mutable {
+    self->complete();
+    const std::lock_guard lock(graves_mutex);
+    graves->push_back(std::move(self));
+  });
+  return self;
+}
+
+void TorchWork::release_completed() {
+  std::vector<c10::intrusive_ptr<TorchWork>> released;
+  {
+    const std::lock_guard lock(graves_mutex);
+    released.swap(*graves);
+  }
+}
+
+void TorchWork::complete() {
+  std::exception_ptr error = work_->exception();
+  if (!error) {
+    try {
+      staging_.finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  finish(error);  // c10d::Work: wakes wait(), records the profiler's end
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool TorchWork::wait(std::chrono::milliseconds timeout) {
+  for (int round = 0; round < kWaitSpinRounds && !isCompleted(); ++round) spin_pause(round);
+  std::unique_lock lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [this] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+    throw dist::TimeoutError("Work.wait: the weft operation did not finish within " +
+                             std::to_string(timeout.count()) +
+                             " ms; it goes on until its own timeout, and its tensors stay in "
+                             "use until then");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+}  // namespace weft::torch_backend

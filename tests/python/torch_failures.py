@@ -1,0 +1,88 @@
+"""Failures through torch.distributed on the weft backend, one scenario per run (2 processes
+under weftrun, as PyTorch's c10d tests run theirs):
+
+    weftrun --nproc-per-node 2 /usr/bin/python3 tests/python/torch_failures.py mismatch
+
+mismatch: the ranks all-reduce different sizes: every rank raises a weft.Error (a
+          RuntimeError), none hangs.
+timeout:  rank 0 all-reduces alone in a group with a 2 s timeout: weft.TimeoutError (also the
+          built-in TimeoutError) in time; rank 1, arriving late, gets weft.dist.PeerError.
+killed:   rank 1 is killed (SIGKILL); rank 0's next all-reduce raises weft.dist.PeerError within
+          3 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+Each rank exits 0 when it saw what it should, 1 otherwise.
+"""
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import weft
+import weft.dist
+import weft.torch  # noqa: F401  (registers the backend)
+
+SCENARIO = sys.argv[1]
+dist.init_process_group("weft")
+RANK = dist.get_rank()
+
+
+def check(condition, what):
+    if not condition:
+        print(f"rank {RANK}: FAILED: {what}", flush=True)
+        os._exit(1)
+
+
+def mismatch():
+    try:
+        dist.all_reduce(torch.ones(4 if RANK == 0 else 8))
+        check(False, "a mismatched all_reduce went through")
+    except weft.Error as e:
+        check(isinstance(e, RuntimeError), f"{type(e)} is not a RuntimeError")
+        print(f"rank {RANK}: {type(e).__name__}: {e}", flush=True)
+
+
+def timeout():
+    # A group whose operations time out after 2 s, made once both ranks have started (their
+    # imports alone may be seconds apart on a loaded machine).
+    group = dist.new_group(backend="weft", timeout=datetime.timedelta(seconds=2))
+    if RANK == 1:
+        time.sleep(5)  # rank 0 gave up at 2 s
+        try:
+            dist.all_reduce(torch.ones(4), group=group)
+            check(False, "expected PeerError")
+        except weft.dist.PeerError as e:
+            check("rank 0" in str(e), f"PeerError should name rank 0: {e}")
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4), group=group)
+        check(False, "expected a timeout")
+    except TimeoutError as e:
+        check(isinstance(e, weft.TimeoutError), f"{type(e)} is not weft.TimeoutError")
+    elapsed = time.monotonic() - start
+    check(1.9 < elapsed < 4, f"the timeout took {elapsed:.1f} s")
+
+
+def killed():
+    # weftrun stops the other workers with SIGTERM once one dies; rank 0 stays to see the
+    # error itself (weftrun's SIGKILL comes --stop-grace seconds later).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    dist.barrier()
+    if RANK == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        check(False, "expected PeerError")
+    except weft.dist.PeerError as e:
+        check("rank 1" in str(e), f"the error should name rank 1: {e}")
+    took = time.monotonic() - start
+    check(took < 3.0, f"the dead peer took {took:.2f} s to notice")
+
+
+{"mismatch": mismatch, "timeout": timeout, "killed": killed}[SCENARIO]()
+print(f"rank {RANK}: ok", flush=True)
+os._exit(0)  # a broken group: skip destroy_process_group's wait for peers
