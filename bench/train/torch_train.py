@@ -4,12 +4,13 @@ with AdamW on random windows of Tiny Shakespeare and prints one line:
 
     torch tps <tokens/s> memory_mib <peak RSS> steps <timed steps>
 
-Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS [RANKS]
+Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS [RANKS [BACKEND]]
 Set OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY=PASSIVE in the environment (compare.sh does):
 PyTorch's thread setting does not limit OpenBLAS. With RANKS > 1 it starts that many
 processes (torch.multiprocessing; Debian's torchrun fails under Python 3.11) and trains with
-DistributedDataParallel over gloo, BATCH sequences per rank; rank 0 prints the global
-tokens/s and the largest rank's memory.
+DistributedDataParallel over BACKEND (gloo, or weft: PYTHONPATH must reach weft's package,
+build/release/python), BATCH sequences per rank; rank 0 prints the global tokens/s and the
+largest rank's memory.
 """
 import os
 import resource
@@ -24,7 +25,8 @@ from torch_llama import Llama  # noqa: E402
 WARMUP = 2
 
 
-def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0):
+def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0,
+         backend="gloo"):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     hidden = 32 * ((2 * 4 * dim // 3 + 31) // 32)
@@ -36,7 +38,9 @@ def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0
             torch.nn.init.normal_(p, std=0.02)
     if world > 1:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+        if backend == "weft":
+            import weft.torch  # noqa: F401  (registers the backend)
+        torch.distributed.init_process_group(backend, rank=rank, world_size=world)
         torch.manual_seed(rank)  # each rank its own batches
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=8e-4, betas=(0.9, 0.95), weight_decay=0.1)
@@ -67,16 +71,18 @@ def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0
     print(f"torch tps {tps:.0f} memory_mib {float(memory):.0f} steps {len(times)}")
 
 
-def spawned(rank, args, world, port):
-    main(*args, rank=rank, world=world, port=port)
+def spawned(rank, args, world, port, backend):
+    main(*args, rank=rank, world=world, port=port, backend=backend)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (8, 9):
+    if len(sys.argv) not in (8, 9, 10):
         sys.exit(__doc__)
     args = [int(a) for a in sys.argv[1:8]]
-    ranks = int(sys.argv[8]) if len(sys.argv) == 9 else 1
+    ranks = int(sys.argv[8]) if len(sys.argv) >= 9 else 1
+    backend = sys.argv[9] if len(sys.argv) == 10 else "gloo"
     if ranks == 1:
         main(*args)
     else:
-        torch.multiprocessing.spawn(spawned, args=(args, ranks, 29700 + os.getpid() % 1000), nprocs=ranks)
+        port = 29700 + os.getpid() % 1000
+        torch.multiprocessing.spawn(spawned, args=(args, ranks, port, backend), nprocs=ranks)
