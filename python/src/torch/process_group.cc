@@ -105,7 +105,7 @@ TorchProcessGroup::~TorchProcessGroup() {
 
 WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
                                      const c10d::BroadcastOptions& opts) {
-  Staging s("broadcast");
+  Staging s("broadcast", pool_);
   const auto buf = s.output(s.single(tensors, "broadcast"));
   auto work =
       group_->broadcast_async(buf, rank_arg(opts.rootRank, "broadcast"), op_options(opts.timeout));
@@ -114,7 +114,7 @@ WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
 
 WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
                                      const c10d::AllreduceOptions& opts) {
-  Staging s("all_reduce");
+  Staging s("all_reduce", pool_);
   const auto& t = s.single(tensors, "all_reduce");
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce");
   s.check_reduce(t, op);
@@ -124,7 +124,7 @@ WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
 
 WorkPtr TorchProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                const c10d::AllreduceCoalescedOptions& opts) {
-  Staging s("all_reduce_coalesced");
+  Staging s("all_reduce_coalesced", pool_);
   if (tensors.empty()) s.single(tensors, "all_reduce_coalesced");
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce_coalesced");
   s.check_reduce(tensors[0], op);
@@ -135,7 +135,7 @@ WorkPtr TorchProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
 
 WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
                                   const c10d::ReduceOptions& opts) {
-  Staging s("reduce");
+  Staging s("reduce", pool_);
   const auto& t = s.single(tensors, "reduce");
   const auto op = reduce_op_of(opts.reduceOp, "reduce");
   s.check_reduce(t, op);
@@ -147,7 +147,7 @@ WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
 WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                      std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions& opts) {
-  Staging s("all_gather");
+  Staging s("all_gather", pool_);
   const auto& in = s.single(inputs, "input");
   const auto& outs = one_per_rank(outputs, size_, "all_gather");
   const auto out = s.outputs(outs, in, /*same_size=*/true);
@@ -157,7 +157,7 @@ WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outpu
 
 WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input,
                                            const c10d::AllgatherOptions& opts) {
-  Staging s("all_gather_into_tensor");
+  Staging s("all_gather_into_tensor", pool_);
   const auto out = s.output(output);
   auto work = group_->all_gather_async(out, s.input(input), op_options(opts.timeout));
   return TorchWork::start(rank_, OpType::_ALLGATHER_BASE, std::move(work), std::move(s), {output});
@@ -166,7 +166,7 @@ WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input
 WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                   std::vector<at::Tensor>& inputs,
                                   const c10d::GatherOptions& opts) {
-  Staging s("gather");
+  Staging s("gather", pool_);
   const auto& in = s.single(inputs, "input");
   const int root = rank_arg(opts.rootRank, "gather");
   const auto in_buf = s.input(in);
@@ -186,7 +186,7 @@ WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
 WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
                                    std::vector<std::vector<at::Tensor>>& inputs,
                                    const c10d::ScatterOptions& opts) {
-  Staging s("scatter");
+  Staging s("scatter", pool_);
   const auto& out = s.single(outputs, "output");
   const int root = rank_arg(opts.rootRank, "scatter");
   const auto out_buf = s.output(out);
@@ -204,7 +204,7 @@ WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
 WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
                                           std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ReduceScatterOptions& opts) {
-  Staging s("reduce_scatter");
+  Staging s("reduce_scatter", pool_);
   const auto& out = s.single(outputs, "output");
   const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter");
   s.check_reduce(out, op);
@@ -215,7 +215,7 @@ WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkPtr TorchProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                 const c10d::ReduceScatterOptions& opts) {
-  Staging s("reduce_scatter_tensor");
+  Staging s("reduce_scatter_tensor", pool_);
   const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter_tensor");
   s.check_reduce(output, op);
   const auto out = s.output(output);
@@ -228,7 +228,7 @@ WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
                                          std::vector<std::int64_t>& output_splits,
                                          std::vector<std::int64_t>& input_splits,
                                          const c10d::AllToAllOptions& opts) {
-  Staging s("all_to_all_single");
+  Staging s("all_to_all_single", pool_);
   const auto out = s.output(output);
   const auto in = s.input(input);
   auto work = group_->all_to_all_v_async(out, element_counts(output_splits, output, size_), in,
@@ -240,7 +240,7 @@ WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
 WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
                                     std::vector<at::Tensor>& inputs,
                                     const c10d::AllToAllOptions& opts) {
-  Staging s("all_to_all");
+  Staging s("all_to_all", pool_);
   if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_) {
     throw InvalidArgument("weft (torch.distributed backend): all_to_all takes " +
                           std::to_string(size_) + " input and " + std::to_string(size_) +
@@ -254,26 +254,26 @@ WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
 }
 
 WorkPtr TorchProcessGroup::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  Staging s("send");
+  Staging s("send", pool_);
   auto work = group_->send_async(s.input(s.single(tensors, "send")), dst, tag);
   return TorchWork::start(rank_, OpType::SEND, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  Staging s("recv");
+  Staging s("recv", pool_);
   auto work = group_->recv_async(s.output(s.single(tensors, "recv")), src, tag);
   return TorchWork::start(rank_, OpType::RECV, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  Staging s("recv");
+  Staging s("recv", pool_);
   auto work = group_->recv_any_async(s.output(s.single(tensors, "recv")), tag);
   return TorchWork::start(rank_, OpType::RECVANYSOURCE, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::barrier(const c10d::BarrierOptions& opts) {
   auto work = group_->barrier_async(op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::BARRIER, std::move(work), Staging("barrier"), {});
+  return TorchWork::start(rank_, OpType::BARRIER, std::move(work), Staging("barrier", pool_), {});
 }
 
 }  // namespace weft::torch_backend

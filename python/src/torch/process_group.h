@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "python/src/torch/staging.h"
 #include "weft/dist/process_group.h"
 
 namespace weft::torch_backend {
@@ -74,6 +75,7 @@ class TorchProcessGroup : public c10d::ProcessGroup {
 
  private:
   std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
 };
 
 }  // namespace weft::torch_backend
