@@ -17,7 +17,8 @@ import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+# Appended: the weft package PYTHONPATH names (the build tree's) goes before python/weft.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch_llama import Llama  # noqa: E402

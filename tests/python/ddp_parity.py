@@ -16,8 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import weft.torch  # noqa: F401  (registers the backend)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "python"))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from torch_llama import Llama  # noqa: E402
 
 STEPS = 6
