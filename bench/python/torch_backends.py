@@ -24,7 +24,7 @@ ROUNDS = 5
 
 
 def calls_per_round(nbytes):
-    """About 20 ms of gloo per round at small sizes, at least 2 calls at the largest."""
+    """200 calls per round up to 32 KiB, fewer above (8 MiB of data a round), at least 2."""
     return max(2, min(200, (8 << 20) // max(nbytes, 1)))
 
 

@@ -205,6 +205,11 @@ def test_async(rank, size):
     assert all(w.is_completed() for w in works)
     fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
     check(fut.wait()[0], torch.full((2,), float(size)), "the future's value")
+    for _ in range(50):  # once wait() returned, the future is done too
+        work = dist.all_reduce(torch.ones(1), async_op=True)
+        work.wait()
+        assert work.get_future().done()
+        check(work.get_future().value()[0], torch.full((1,), float(size)), "value after wait")
     dist.barrier()
 
 
@@ -304,6 +309,10 @@ def test_new_group(rank, size):
         dist.all_reduce(t, group=g)
         check(t, torch.tensor([float(sum(members))]), "all_reduce in a new group")
         dist.broadcast(t, src=members[-1], group=g)  # a global rank as src
+        check(t, torch.tensor([float(sum(members))]), "broadcast in a new group")
+        mine = torch.tensor([float(rank)])
+        dist.broadcast(mine, src=members[-1], group=g)
+        check(mine, torch.tensor([float(members[-1])]), "broadcast from the last member")
     else:
         assert g == dist.GroupMember.NON_GROUP_MEMBER
     gloo = dist.new_group(backend="gloo")  # weft's and gloo's groups side by side

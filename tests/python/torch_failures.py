@@ -8,7 +8,7 @@ mismatch: the ranks all-reduce different sizes: every rank raises a weft.Error (
 timeout:  rank 0 all-reduces alone in a group with a 2 s timeout: weft.TimeoutError (also the
           built-in TimeoutError) in time; rank 1, arriving late, gets weft.dist.PeerError.
 killed:   rank 1 is killed (SIGKILL); rank 0's next all-reduce raises weft.dist.PeerError within
-          3 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+          5 s. weftrun then fails the job, so the test looks for rank 0's "ok".
 Each rank exits 0 when it saw what it should, 1 otherwise.
 """
 import datetime
@@ -63,7 +63,7 @@ def timeout():
     except TimeoutError as e:
         check(isinstance(e, weft.TimeoutError), f"{type(e)} is not weft.TimeoutError")
     elapsed = time.monotonic() - start
-    check(1.9 < elapsed < 4, f"the timeout took {elapsed:.1f} s")
+    check(1.9 < elapsed < 10, f"the timeout took {elapsed:.1f} s")  # loaded machines lag
 
 
 def killed():
@@ -80,7 +80,7 @@ def killed():
     except weft.dist.PeerError as e:
         check("rank 1" in str(e), f"the error should name rank 1: {e}")
     took = time.monotonic() - start
-    check(took < 3.0, f"the dead peer took {took:.2f} s to notice")
+    check(took < 5.0, f"the dead peer took {took:.2f} s to notice")
 
 
 {"mismatch": mismatch, "timeout": timeout, "killed": killed}[SCENARIO]()

@@ -265,12 +265,13 @@ void ProcessGroup::finish_inline(Lane& lane) {
 }
 
 ProcessGroup::Lane& ProcessGroup::p2p_lane(int peer, bool send) {
-  auto& lane = p2p_lanes_[peer < 0 ? -1 : 2 * peer + (send ? 1 : 0)];
-  if (!lane) {
-    lane = std::make_unique<Lane>();
+  auto& slot = p2p_lanes_[peer < 0 ? -1 : 2 * peer + (send ? 1 : 0)];
+  if (!slot) {  // built whole before it is stored: a failed thread start leaves no half lane
+    auto lane = std::make_unique<Lane>();
     lane->queue = std::make_unique<internal::OpQueue>();
+    slot = std::move(lane);
   }
-  return *lane;
+  return *slot;
 }
 
 void ProcessGroup::complete(Promise<void>& state, std::exception_ptr error) {

@@ -150,7 +150,12 @@ class ProcessGroup {
     wait_blocking(barrier_async(o));
   }
   // Point to point, matched by (source, tag) in order; 0 <= tag < 2^31. A send does not wait
-  // for the matching recv.
+  // for the matching recv. Sends to one peer run in issue order, as do receives from one
+  // peer, each on a thread of their own: a posted receive holds up neither collectives nor
+  // other peers' traffic. Its timeout counts from when it starts, right after it is posted
+  // (a receive posted long before its message arrives times out, and breaks the group).
+  // recv_any runs beside the receives from given peers: a recv_any and a recv(src) both
+  // pending under one tag may take each other's message, so use distinct tags.
   void send(Buffer buf, int dst, int tag = 0, OpOptions o = {}) {
     Blocking b(this);
     wait_blocking(send_async(buf, dst, tag, o));
@@ -227,7 +232,8 @@ class ProcessGroup {
     std::condition_variable inline_done;
     std::unique_ptr<internal::OpQueue> queue;  // made with the lane (process_group.cc)
   };
-  // The lane of sends to (or receives from) group rank `peer`; -1: recv_any's. Holds mu_.
+  // The lane of sends to (or receives from) group rank `peer`; -1: recv_any's. The caller
+  // holds mu_. A lane (and its thread) lives as long as the group.
   Lane& p2p_lane(int peer, bool send);
   // world: made by the public constructor (the job's world group); else a subgroup.
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,

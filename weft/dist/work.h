@@ -37,7 +37,9 @@ class Work {
   int source_rank() const { return done_.done() && source_ && !exception() ? *source_ : -1; }
   // Runs `callback` once the operation has finished, on the thread that finishes it (or at
   // once on this thread if it already has); for handles that complete their own waiters, such
-  // as the torch.distributed backend's. Exceptions it throws are printed and ignored.
+  // as the torch.distributed backend's. Exceptions it throws are printed and ignored. On the
+  // group's own thread, before its next operation: it must not block, wait for the group's
+  // operations, or drop the group's last reference.
   void add_done_callback(std::function<void()> callback) const {
     done_.add_done_callback(std::move(callback));
   }

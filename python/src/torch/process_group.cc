@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -88,19 +89,27 @@ TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& stor
   options.world_size = size;
   options.timeout = Seconds(timeout);
   group_ = dist::init_process_group(options);
+  timeout_ = timeout;
 }
 
 TorchProcessGroup::~TorchProcessGroup() {
   // Python destroys the group holding the GIL; the operations it waits for may need the GIL
   // to complete (their callbacks, tensors freed), and Python's other threads may go on.
-  if (PyGILState_Check() == 1) {
-    const pybind11::gil_scoped_release release;
-    group_.reset();
-    TorchWork::release_completed();
-  } else {
-    group_.reset();
-    TorchWork::release_completed();
-  }
+  std::optional<pybind11::gil_scoped_release> release;
+  if (PyGILState_Check() == 1) release.emplace();
+  // As gloo: operations still running (an async one never waited for) finish first, within
+  // the group's timeout; weft aborts what is left (its peers then fail with PeerError).
+  inflight_->wait_none(timeout_);
+  group_.reset();
+  TorchWork::release_completed();
+}
+
+c10::intrusive_ptr<c10d::Work> TorchProcessGroup::started(c10d::OpType type,
+                                                          std::shared_ptr<dist::Work> work,
+                                                          Staging staging,
+                                                          std::vector<at::Tensor> outputs) {
+  return TorchWork::start(rank_, type, std::move(work), std::move(staging), std::move(outputs),
+                          inflight_);
 }
 
 WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
@@ -109,7 +118,7 @@ WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
   const auto buf = s.output(s.single(tensors, "broadcast"));
   auto work =
       group_->broadcast_async(buf, rank_arg(opts.rootRank, "broadcast"), op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::BROADCAST, std::move(work), std::move(s), tensors);
+  return started(OpType::BROADCAST, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
@@ -119,18 +128,20 @@ WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce");
   s.check_reduce(t, op);
   auto work = group_->all_reduce_async(s.output(t), op, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::ALLREDUCE, std::move(work), std::move(s), tensors);
+  return started(OpType::ALLREDUCE, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                const c10d::AllreduceCoalescedOptions& opts) {
   Staging s("all_reduce_coalesced", pool_);
-  if (tensors.empty()) s.single(tensors, "all_reduce_coalesced");
+  if (tensors.empty()) {
+    throw InvalidArgument(
+        "weft (torch.distributed backend): all_reduce_coalesced: no tensors to reduce");
+  }
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce_coalesced");
   s.check_reduce(tensors[0], op);
   auto work = group_->all_reduce_async(s.inouts(tensors, tensors[0]), op, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::ALLREDUCE_COALESCED, std::move(work), std::move(s),
-                          tensors);
+  return started(OpType::ALLREDUCE_COALESCED, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
@@ -141,7 +152,7 @@ WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
   s.check_reduce(t, op);
   auto work = group_->reduce_async(s.output(t), rank_arg(opts.rootRank, "reduce"), op,
                                    op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::REDUCE, std::move(work), std::move(s), tensors);
+  return started(OpType::REDUCE, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -152,7 +163,7 @@ WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outpu
   const auto& outs = one_per_rank(outputs, size_, "all_gather");
   const auto out = s.outputs(outs, in, /*same_size=*/true);
   auto work = group_->all_gather_async(out, s.input(in), op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::ALLGATHER, std::move(work), std::move(s), outs);
+  return started(OpType::ALLGATHER, std::move(work), std::move(s), outs);
 }
 
 WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -160,7 +171,7 @@ WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input
   Staging s("all_gather_into_tensor", pool_);
   const auto out = s.output(output);
   auto work = group_->all_gather_async(out, s.input(input), op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::_ALLGATHER_BASE, std::move(work), std::move(s), {output});
+  return started(OpType::_ALLGATHER_BASE, std::move(work), std::move(s), {output});
 }
 
 WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -180,7 +191,7 @@ WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
                           std::to_string(root) + ") passes output tensors");
   }
   auto work = group_->gather_async(out, in_buf, root, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::GATHER, std::move(work), std::move(s), results);
+  return started(OpType::GATHER, std::move(work), std::move(s), results);
 }
 
 WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
@@ -192,13 +203,13 @@ WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
   const auto out_buf = s.output(out);
   dist::Buffer in(nullptr, 0, out_buf.dtype);
   if (rank_ == root) {
-    in = s.inputs(one_per_rank(inputs, size_, "scatter (on the root)"), out, true);
+    in = s.inputs(one_per_rank(inputs, size_, "scatter (on the root)"), out, /*same_size=*/true);
   } else if (!inputs.empty() && !inputs[0].empty()) {
     throw InvalidArgument("weft (torch.distributed backend): scatter: only the root (rank " +
                           std::to_string(root) + ") passes input tensors");
   }
   auto work = group_->scatter_async(out_buf, in, root, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::SCATTER, std::move(work), std::move(s), outputs);
+  return started(OpType::SCATTER, std::move(work), std::move(s), outputs);
 }
 
 WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -208,9 +219,9 @@ WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
   const auto& out = s.single(outputs, "output");
   const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter");
   s.check_reduce(out, op);
-  const auto in = s.inputs(one_per_rank(inputs, size_, "reduce_scatter"), out, true);
+  const auto in = s.inputs(one_per_rank(inputs, size_, "reduce_scatter"), out, /*same_size=*/true);
   auto work = group_->reduce_scatter_async(s.output(out), in, op, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::REDUCE_SCATTER, std::move(work), std::move(s), outputs);
+  return started(OpType::REDUCE_SCATTER, std::move(work), std::move(s), outputs);
 }
 
 WorkPtr TorchProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -220,8 +231,7 @@ WorkPtr TorchProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& 
   s.check_reduce(output, op);
   const auto out = s.output(output);
   auto work = group_->reduce_scatter_async(out, s.input(input), op, op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::_REDUCE_SCATTER_BASE, std::move(work), std::move(s),
-                          {output});
+  return started(OpType::_REDUCE_SCATTER_BASE, std::move(work), std::move(s), {output});
 }
 
 WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -234,7 +244,7 @@ WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
   auto work = group_->all_to_all_v_async(out, element_counts(output_splits, output, size_), in,
                                          element_counts(input_splits, input, size_),
                                          op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::ALLTOALL_BASE, std::move(work), std::move(s), {output});
+  return started(OpType::ALLTOALL_BASE, std::move(work), std::move(s), {output});
 }
 
 WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
@@ -250,30 +260,30 @@ WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
   const auto out = s.outputs(outputs, inputs[0], /*same_size=*/false);
   auto work = group_->all_to_all_v_async(out, numels(outputs), in, numels(inputs),
                                          op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::ALLTOALL, std::move(work), std::move(s), outputs);
+  return started(OpType::ALLTOALL, std::move(work), std::move(s), outputs);
 }
 
 WorkPtr TorchProcessGroup::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   Staging s("send", pool_);
   auto work = group_->send_async(s.input(s.single(tensors, "send")), dst, tag);
-  return TorchWork::start(rank_, OpType::SEND, std::move(work), std::move(s), tensors);
+  return started(OpType::SEND, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   Staging s("recv", pool_);
   auto work = group_->recv_async(s.output(s.single(tensors, "recv")), src, tag);
-  return TorchWork::start(rank_, OpType::RECV, std::move(work), std::move(s), tensors);
+  return started(OpType::RECV, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   Staging s("recv", pool_);
   auto work = group_->recv_any_async(s.output(s.single(tensors, "recv")), tag);
-  return TorchWork::start(rank_, OpType::RECVANYSOURCE, std::move(work), std::move(s), tensors);
+  return started(OpType::RECVANYSOURCE, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::barrier(const c10d::BarrierOptions& opts) {
   auto work = group_->barrier_async(op_options(opts.timeout));
-  return TorchWork::start(rank_, OpType::BARRIER, std::move(work), Staging("barrier", pool_), {});
+  return started(OpType::BARRIER, std::move(work), Staging("barrier", pool_), {});
 }
 
 }  // namespace weft::torch_backend

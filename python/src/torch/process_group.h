@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "python/src/torch/staging.h"
+#include "python/src/torch/work.h"
 #include "weft/dist/process_group.h"
 
 namespace weft::torch_backend {
@@ -30,7 +31,8 @@ class TorchProcessGroup : public c10d::ProcessGroup {
   // joined or `timeout` passed). `timeout` is every operation's default deadline too.
   TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
-  // Waits for the group's queued operations, with the GIL released.
+  // Waits (with the GIL released) for the operations still running, at most the group's
+  // timeout, then leaves the group; weft aborts any left, and their peers fail.
   ~TorchProcessGroup() override;
 
   const std::string getBackendName() const override { return "weft"; }
@@ -74,8 +76,14 @@ class TorchProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
+  // The handle of an operation issued on group_, counted in inflight_ until it completes.
+  c10::intrusive_ptr<c10d::Work> started(c10d::OpType type, std::shared_ptr<dist::Work> work,
+                                         Staging staging, std::vector<at::Tensor> outputs);
+
   std::shared_ptr<dist::ProcessGroup> group_;
+  std::chrono::milliseconds timeout_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::shared_ptr<Inflight> inflight_ = std::make_shared<Inflight>();
 };
 
 }  // namespace weft::torch_backend

@@ -162,8 +162,8 @@ dist::Buffer Staging::output(const at::Tensor& t) {
   return buffer_of(staged);
 }
 
-dist::Buffer Staging::inputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
-                             bool same_size) {
+at::Tensor Staging::concatenated(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                                 bool same_size) {
   check_like(ts, like, same_size);
   const c10::NoGradGuard no_grad;
   std::int64_t total = 0;
@@ -174,7 +174,12 @@ dist::Buffer Staging::inputs(const std::vector<at::Tensor>& ts, const at::Tensor
     copy_into(flat.narrow(0, at, t.numel()), t.reshape({-1}));
     at += t.numel();
   }
-  return buffer_of(flat);
+  return flat;
+}
+
+dist::Buffer Staging::inputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                             bool same_size) {
+  return buffer_of(concatenated(ts, like, same_size));
 }
 
 dist::Buffer Staging::outputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
@@ -192,13 +197,13 @@ dist::Buffer Staging::outputs(const std::vector<at::Tensor>& ts, const at::Tenso
 }
 
 dist::Buffer Staging::inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
-  const dist::Buffer staged = inputs(ts, like, /*same_size=*/false);
+  const at::Tensor flat = concatenated(ts, like, /*same_size=*/false);
   std::int64_t at = 0;
   for (const auto& t : ts) {
-    copy_back_.emplace_back(t, held_.back().narrow(0, at, t.numel()));
+    copy_back_.emplace_back(t, flat.narrow(0, at, t.numel()));
     at += t.numel();
   }
-  return staged;
+  return buffer_of(flat);
 }
 
 void Staging::finish() {

@@ -71,22 +71,22 @@ class Staging {
   // succeeded (never after a failure: the caller's tensors keep their old contents).
   void finish();
 
-  // The tensors the operation reads or writes: kept alive until it completes.
-  const std::vector<at::Tensor>& held() const { return held_; }
-
  private:
   dist::Buffer buffer_of(const at::Tensor& contiguous);
   void check(const at::Tensor& t) const;
   void check_like(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size) const;
   [[noreturn]] void fail(const std::string& what) const;
 
+  // The tensors of `ts` copied one after the other into a staged tensor.
+  at::Tensor concatenated(const std::vector<at::Tensor>& ts, const at::Tensor& like,
+                          bool same_size);
   // A contiguous 1-D tensor of `numel` elements like `like`'s, from the pool.
   at::Tensor staged(std::int64_t numel, const at::Tensor& like);
 
   std::string call_;
   std::shared_ptr<BufferPool> pool_;
   std::vector<at::Tensor> pooled_;  // the byte buffers taken from pool_
-  std::vector<at::Tensor> held_;
+  std::vector<at::Tensor> held_;    // what the operation reads or writes: alive until it ends
   // (caller's tensor, staged copy) pairs to copy back; a list output is one staged tensor
   // copied back in slices.
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;

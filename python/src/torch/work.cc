@@ -23,31 +23,68 @@ auto* graves = new std::vector<c10::intrusive_ptr<TorchWork>>;
 
 }  // namespace
 
+void Inflight::add() {
+  const std::lock_guard lock(mu_);
+  ++count_;
+}
+
+void Inflight::remove() {
+  {
+    const std::lock_guard lock(mu_);
+    --count_;
+  }
+  none_left_.notify_all();
+}
+
+bool Inflight::wait_none(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return none_left_.wait_for(lock, timeout, [this] { return count_ == 0; });
+}
+
 TorchWork::TorchWork(int rank, c10d::OpType type, std::shared_ptr<dist::Work> work, Staging staging,
-                     std::vector<at::Tensor> outputs)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight)
     : c10d::Work(rank, type),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       work_(std::move(work)),
       staging_(std::move(staging)),
       outputs_(std::move(outputs)),
-      future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-}
+      inflight_(std::move(inflight)) {}
 
 c10::intrusive_ptr<TorchWork> TorchWork::start(int rank, c10d::OpType type,
                                                std::shared_ptr<dist::Work> work, Staging staging,
-                                               std::vector<at::Tensor> outputs) {
+                                               std::vector<at::Tensor> outputs,
+                                               std::shared_ptr<Inflight> inflight) {
   release_completed();
-  auto self = c10::make_intrusive<TorchWork>(rank, type, std::move(work), std::move(staging),
-                                             std::move(outputs));
-  // The callback holds the handle until the operation completes, so that the results reach
-  // the caller's tensors even if Python dropped the handle (dist.isend, say); then hands it
-  // to release_completed().
-  self->work_->add_done_callback([self]() mutable {
-    self->complete();
-    const std::lock_guard lock(graves_mutex);
-    graves->push_back(std::move(self));
-  });
-  return self;
+  const std::shared_ptr<dist::Work> running = work;
+  const std::shared_ptr<Inflight> tracker = inflight;
+  tracker->add();
+  c10::intrusive_ptr<TorchWork> self;  // out here: destroyed only after the wait below
+  try {
+    self = c10::make_intrusive<TorchWork>(rank, type, std::move(work), std::move(staging),
+                                          std::move(outputs), std::move(inflight));
+    // The callback holds the handle until the operation completes, so that the results reach
+    // the caller's tensors even if Python dropped the handle (dist.isend, say); then hands it
+    // to release_completed(), however complete() leaves.
+    self->work_->add_done_callback([self]() mutable {
+      struct Bury {
+        c10::intrusive_ptr<TorchWork>& work;
+        ~Bury() {
+          const std::lock_guard lock(graves_mutex);
+          graves->push_back(std::move(work));
+        }
+      } bury{self};
+      self->complete();
+    });
+    return self;
+  } catch (...) {  // out of memory: the operation runs on, on tensors `staging` holds
+    try {
+      running->wait();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): its error is not the one to report
+    }
+    tracker->remove();
+    throw;
+  }
 }
 
 void TorchWork::release_completed() {
@@ -67,12 +104,14 @@ void TorchWork::complete() {
       error = std::current_exception();
     }
   }
-  finish(error);  // c10d::Work: wakes wait(), records the profiler's end
+  // The future first: a caller that wait()ed may read it at once.
   if (error) {
     future_->setError(error);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+  finish(error);  // c10d::Work: wakes wait(), records the profiler's end
+  inflight_->remove();
 }
 
 bool TorchWork::wait(std::chrono::milliseconds timeout) {

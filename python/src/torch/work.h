@@ -2,13 +2,18 @@
 // and what DDP's reducer waits on through getFuture()).
 //
 // It completes when the weft operation has completed and its staged results are back in the
-// caller's tensors (weft/python/src/torch/staging.h); then wait() returns or rethrows the weft
-// error (weft::dist::PeerError, TimeoutError, ...), and the future holds the output tensors.
+// caller's tensors (python/src/torch/staging.h); then its future holds the output tensors (or
+// the error), and wait() returns or rethrows the weft error (weft::dist::PeerError,
+// TimeoutError, ...). Completion runs on the weft thread that finished the operation, and so
+// do the future's continuations (DDP's, comm hooks'): one that takes the GIL holds up the
+// group's later operations until it has it.
 #pragma once
 
 #include <ATen/core/ivalue.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
@@ -17,16 +22,32 @@
 
 namespace weft::torch_backend {
 
+// The operations of one group that have not completed, so that destroying the group can wait
+// for them, as gloo's does, rather than abort them under its peers. Thread-safe.
+class Inflight {
+ public:
+  void add();
+  void remove();
+  // Waits until none is left or `timeout` passed; false if some are left.
+  bool wait_none(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable none_left_;
+  int count_ = 0;
+};
+
 class TorchWork : public c10d::Work {
  public:
   // Takes over `staging` (the tensors stay alive until completion); `outputs` are what
-  // result() and the future return.
+  // result() and the future return; counted in `inflight` until completion.
   static c10::intrusive_ptr<TorchWork> start(int rank, c10d::OpType type,
                                              std::shared_ptr<dist::Work> work, Staging staging,
-                                             std::vector<at::Tensor> outputs);
+                                             std::vector<at::Tensor> outputs,
+                                             std::shared_ptr<Inflight> inflight);
 
   TorchWork(int rank, c10d::OpType type, std::shared_ptr<dist::Work> work, Staging staging,
-            std::vector<at::Tensor> outputs);
+            std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight);
 
   // Blocks until completion (kNoTimeout) or at most `timeout`, then throws weft's
   // TimeoutError; the operation goes on to its own deadline and its tensors stay in use.
@@ -46,10 +67,12 @@ class TorchWork : public c10d::Work {
  private:
   void complete();
 
+  // First: made before anything is taken over, so that the constructor cannot throw after.
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<dist::Work> work_;
   Staging staging_;
   std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<Inflight> inflight_;
 };
 
 }  // namespace weft::torch_backend
