@@ -9,12 +9,16 @@ timeout:  rank 0 all-reduces alone in a group with a 2 s timeout: weft.TimeoutEr
           built-in TimeoutError) in time; rank 1, arriving late, gets weft.dist.PeerError.
 killed:   rank 1 is killed (SIGKILL); rank 0's next all-reduce raises weft.dist.PeerError within
           5 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
+          KeyboardInterrupt within a second or so, not at the group's timeout; rank 1 gets
+          weft.dist.PeerError naming the interruption.
 Each rank exits 0 when it saw what it should, 1 otherwise.
 """
 import datetime
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -83,6 +87,26 @@ def killed():
     check(took < 5.0, f"the dead peer took {took:.2f} s to notice")
 
 
-{"mismatch": mismatch, "timeout": timeout, "killed": killed}[SCENARIO]()
+def interrupt():
+    if RANK == 1:
+        time.sleep(2.0)  # rank 0 was interrupted at 0.5 s and aborted the group
+        try:
+            dist.all_reduce(torch.ones(4))
+            check(False, "expected PeerError")
+        except weft.dist.PeerError as e:
+            check("Ctrl-C" in str(e), f"PeerError should name the interruption: {e}")
+        return
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        check(False, "expected KeyboardInterrupt")
+    except KeyboardInterrupt:
+        pass
+    took = time.monotonic() - start
+    check(took < 2.0, f"Ctrl-C took {took:.2f} s to interrupt the call")
+
+
+{"mismatch": mismatch, "timeout": timeout, "killed": killed, "interrupt": interrupt}[SCENARIO]()
 print(f"rank {RANK}: ok", flush=True)
 os._exit(0)  # a broken group: skip destroy_process_group's wait for peers

@@ -109,7 +109,7 @@ c10::intrusive_ptr<c10d::Work> TorchProcessGroup::started(c10d::OpType type,
                                                           Staging staging,
                                                           std::vector<at::Tensor> outputs) {
   return TorchWork::start(rank_, type, std::move(work), std::move(staging), std::move(outputs),
-                          inflight_);
+                          inflight_, group_);
 }
 
 WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,

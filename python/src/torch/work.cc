@@ -1,7 +1,9 @@
 #include "python/src/torch/work.h"
 
 #include <ATen/core/jit_type.h>
+#include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -15,6 +17,9 @@ namespace {
 // As weft's own futures: a small operation completes within microseconds, and polling that
 // long is cheaper than sleeping on the condition variable and being woken.
 constexpr int kWaitSpinRounds = 64;
+
+// How often a blocked wait() lets Python run its signal handlers (Ctrl-C).
+constexpr std::chrono::milliseconds kSignalCheck{100};
 
 // Completed handles awaiting release_completed(); leaked at exit on purpose (freeing tensors
 // needs an interpreter that may be gone by then).
@@ -42,27 +47,31 @@ bool Inflight::wait_none(std::chrono::milliseconds timeout) {
 }
 
 TorchWork::TorchWork(int rank, c10d::OpType type, std::shared_ptr<dist::Work> work, Staging staging,
-                     std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight,
+                     std::weak_ptr<dist::ProcessGroup> group)
     : c10d::Work(rank, type),
       future_(
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       work_(std::move(work)),
       staging_(std::move(staging)),
       outputs_(std::move(outputs)),
-      inflight_(std::move(inflight)) {}
+      inflight_(std::move(inflight)),
+      group_(std::move(group)) {}
 
 c10::intrusive_ptr<TorchWork> TorchWork::start(int rank, c10d::OpType type,
                                                std::shared_ptr<dist::Work> work, Staging staging,
                                                std::vector<at::Tensor> outputs,
-                                               std::shared_ptr<Inflight> inflight) {
+                                               std::shared_ptr<Inflight> inflight,
+                                               std::weak_ptr<dist::ProcessGroup> group) {
   release_completed();
   const std::shared_ptr<dist::Work> running = work;
   const std::shared_ptr<Inflight> tracker = inflight;
   tracker->add();
   c10::intrusive_ptr<TorchWork> self;  // out here: destroyed only after the wait below
   try {
-    self = c10::make_intrusive<TorchWork>(rank, type, std::move(work), std::move(staging),
-                                          std::move(outputs), std::move(inflight));
+    self =
+        c10::make_intrusive<TorchWork>(rank, type, std::move(work), std::move(staging),
+                                       std::move(outputs), std::move(inflight), std::move(group));
     // The callback holds the handle until the operation completes, so that the results reach
     // the caller's tensors even if Python dropped the handle (dist.isend, say); then hands it
     // to release_completed(), however complete() leaves.
@@ -114,12 +123,34 @@ void TorchWork::complete() {
   inflight_->remove();
 }
 
+void TorchWork::check_signals() {
+  const pybind11::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return;          // runs Python's handlers (the main thread only)
+  const pybind11::error_already_set interrupted;  // takes the handler's exception
+  if (const auto group = group_.lock()) {
+    group->abort("rank " + std::to_string(group->rank()) +
+                 " was interrupted (Ctrl-C) while waiting for its operation");
+  }
+  throw interrupted;
+}
+
 bool TorchWork::wait(std::chrono::milliseconds timeout) {
   for (int round = 0; round < kWaitSpinRounds && !isCompleted(); ++round) spin_pause(round);
   std::unique_lock lock(mutex_);
-  if (timeout == kNoTimeout) {
-    cv_.wait(lock, [this] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(kSignalCheck);
+    if (timeout != kNoTimeout) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= left.zero()) break;
+      slice = std::min<std::chrono::nanoseconds>(slice, left);
+    }
+    if (cv_.wait_for(lock, slice, [this] { return completed_; })) break;
+    lock.unlock();
+    check_signals();
+    lock.lock();
+  }
+  if (!completed_) {
     throw dist::TimeoutError("Work.wait: the weft operation did not finish within " +
                              std::to_string(timeout.count()) +
                              " ms; it goes on until its own timeout, and its tensors stay in "

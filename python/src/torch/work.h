@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "python/src/torch/staging.h"
+#include "weft/dist/process_group.h"
 #include "weft/dist/work.h"
 
 namespace weft::torch_backend {
@@ -41,16 +42,22 @@ class TorchWork : public c10d::Work {
  public:
   // Takes over `staging` (the tensors stay alive until completion); `outputs` are what
   // result() and the future return; counted in `inflight` until completion.
+  // `group` is what Ctrl-C during wait() aborts.
   static c10::intrusive_ptr<TorchWork> start(int rank, c10d::OpType type,
                                              std::shared_ptr<dist::Work> work, Staging staging,
                                              std::vector<at::Tensor> outputs,
-                                             std::shared_ptr<Inflight> inflight);
+                                             std::shared_ptr<Inflight> inflight,
+                                             std::weak_ptr<dist::ProcessGroup> group);
 
   TorchWork(int rank, c10d::OpType type, std::shared_ptr<dist::Work> work, Staging staging,
-            std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight);
+            std::vector<at::Tensor> outputs, std::shared_ptr<Inflight> inflight,
+            std::weak_ptr<dist::ProcessGroup> group);
 
   // Blocks until completion (kNoTimeout) or at most `timeout`, then throws weft's
   // TimeoutError; the operation goes on to its own deadline and its tensors stay in use.
+  // Ctrl-C (a Python signal handler that raises) ends the wait within 100 ms: the group
+  // is aborted, so its peers fail at once, and the handler's exception (KeyboardInterrupt)
+  // propagates.
   bool wait(std::chrono::milliseconds timeout) override;
   int sourceRank() const override { return work_->source_rank(); }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -66,6 +73,8 @@ class TorchWork : public c10d::Work {
 
  private:
   void complete();
+  // Runs Python's signal handlers; if one raised, aborts the group and throws its exception.
+  void check_signals();
 
   // First: made before anything is taken over, so that the constructor cannot throw after.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -73,6 +82,7 @@ class TorchWork : public c10d::Work {
   Staging staging_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<Inflight> inflight_;
+  std::weak_ptr<dist::ProcessGroup> group_;
 };
 
 }  // namespace weft::torch_backend
