@@ -113,11 +113,16 @@ void TorchWork::complete() {
       error = std::current_exception();
     }
   }
-  // The future first: a caller that wait()ed may read it at once.
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
+  // The future first: a caller that wait()ed may read it at once. Whatever its continuations
+  // do, the Work completes.
+  try {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  } catch (...) {
+    if (!error) error = std::current_exception();
   }
   finish(error);  // c10d::Work: wakes wait(), records the profiler's end
   inflight_->remove();
