@@ -78,6 +78,16 @@ const std::vector<at::Tensor>& one_per_rank(const std::vector<std::vector<at::Te
   return lists[0];
 }
 
+// gather's outputs and scatter's inputs: a list on the root only.
+void check_root_only(const std::vector<std::vector<at::Tensor>>& lists, int root, const char* call,
+                     const char* what) {
+  if (!lists.empty() && !lists[0].empty()) {
+    throw InvalidArgument("weft (torch.distributed backend): " + std::string(call) +
+                          ": only the root (rank " + std::to_string(root) + ") passes " + what +
+                          " tensors");
+  }
+}
+
 }  // namespace
 
 TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -186,9 +196,8 @@ WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
   if (rank_ == root) {
     results = one_per_rank(outputs, size_, "gather (on the root)");
     out = s.outputs(results, in, /*same_size=*/true);
-  } else if (!outputs.empty() && !outputs[0].empty()) {
-    throw InvalidArgument("weft (torch.distributed backend): gather: only the root (rank " +
-                          std::to_string(root) + ") passes output tensors");
+  } else {
+    check_root_only(outputs, root, "gather", "output");
   }
   auto work = group_->gather_async(out, in_buf, root, op_options(opts.timeout));
   return started(OpType::GATHER, std::move(work), std::move(s), results);
@@ -204,9 +213,8 @@ WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
   dist::Buffer in(nullptr, 0, out_buf.dtype);
   if (rank_ == root) {
     in = s.inputs(one_per_rank(inputs, size_, "scatter (on the root)"), out, /*same_size=*/true);
-  } else if (!inputs.empty() && !inputs[0].empty()) {
-    throw InvalidArgument("weft (torch.distributed backend): scatter: only the root (rank " +
-                          std::to_string(root) + ") passes input tensors");
+  } else {
+    check_root_only(inputs, root, "scatter", "input");
   }
   auto work = group_->scatter_async(out_buf, in, root, op_options(opts.timeout));
   return started(OpType::SCATTER, std::move(work), std::move(s), outputs);

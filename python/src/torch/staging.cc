@@ -37,6 +37,12 @@ std::optional<DType> dtype_of(at::ScalarType t) {
   }
 }
 
+std::int64_t total_numel(const std::vector<at::Tensor>& ts) {
+  std::int64_t total = 0;
+  for (const auto& t : ts) total += t.numel();
+  return total;
+}
+
 std::string shape_of(const at::Tensor& t) {
   std::string s = "[";
   for (auto d : t.sizes()) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
@@ -166,9 +172,7 @@ at::Tensor Staging::concatenated(const std::vector<at::Tensor>& ts, const at::Te
                                  bool same_size) {
   check_like(ts, like, same_size);
   const c10::NoGradGuard no_grad;
-  std::int64_t total = 0;
-  for (const auto& t : ts) total += t.numel();
-  const at::Tensor flat = staged(total, like);
+  const at::Tensor flat = staged(total_numel(ts), like);
   std::int64_t at = 0;
   for (const auto& t : ts) {
     copy_into(flat.narrow(0, at, t.numel()), t.reshape({-1}));
@@ -185,25 +189,23 @@ dist::Buffer Staging::inputs(const std::vector<at::Tensor>& ts, const at::Tensor
 dist::Buffer Staging::outputs(const std::vector<at::Tensor>& ts, const at::Tensor& like,
                               bool same_size) {
   check_like(ts, like, same_size);
-  std::int64_t total = 0;
-  for (const auto& t : ts) total += t.numel();
-  const at::Tensor flat = staged(total, like);
-  std::int64_t at = 0;
-  for (const auto& t : ts) {
-    copy_back_.emplace_back(t, flat.narrow(0, at, t.numel()));
-    at += t.numel();
-  }
+  const at::Tensor flat = staged(total_numel(ts), like);
+  copy_back_slices(ts, flat);
   return buffer_of(flat);
 }
 
 dist::Buffer Staging::inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
   const at::Tensor flat = concatenated(ts, like, /*same_size=*/false);
+  copy_back_slices(ts, flat);
+  return buffer_of(flat);
+}
+
+void Staging::copy_back_slices(const std::vector<at::Tensor>& ts, const at::Tensor& flat) {
   std::int64_t at = 0;
   for (const auto& t : ts) {
     copy_back_.emplace_back(t, flat.narrow(0, at, t.numel()));
     at += t.numel();
   }
-  return buffer_of(flat);
 }
 
 void Staging::finish() {
@@ -230,9 +232,12 @@ dist::ReduceOp reduce_op_of(int torch_op, const std::string& call) {
       return dist::ReduceOp::kBOr;
     case T::BXOR:
       return dist::ReduceOp::kBXor;
-    default:
+    case T::PREMUL_SUM:
       throw InvalidArgument("weft (torch.distributed backend): " + call +
                             ": ReduceOp.PREMUL_SUM is NCCL's; weft does not support it");
+    default:
+      throw InvalidArgument("weft (torch.distributed backend): " + call + ": unknown ReduceOp " +
+                            std::to_string(torch_op) + " (a newer torch than 1.13?)");
   }
 }
 

@@ -80,6 +80,8 @@ class Staging {
   // The tensors of `ts` copied one after the other into a staged tensor.
   at::Tensor concatenated(const std::vector<at::Tensor>& ts, const at::Tensor& like,
                           bool same_size);
+  // Copies flat's consecutive slices back into the tensors of `ts` on finish().
+  void copy_back_slices(const std::vector<at::Tensor>& ts, const at::Tensor& flat);
   // A contiguous 1-D tensor of `numel` elements like `like`'s, from the pool.
   at::Tensor staged(std::int64_t numel, const at::Tensor& like);
 
