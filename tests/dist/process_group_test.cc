@@ -105,6 +105,40 @@ TEST(ProcessGroupTest, SendRecvAndRecvAny) {
   });
 }
 
+// CallerWaits: an _async operation on an idle lane runs on the caller's thread (done when
+// the call returns); one issued behind unfinished work still runs after it, in order.
+TEST(ProcessGroupTest, AnOperationItsCallerWaitsForRunsOnTheCallersThread) {
+  run_threads(2, [](ProcessGroup& pg) {
+    std::vector<float> v{1.0f};
+    {
+      const ProcessGroup::CallerWaits here(&pg);
+      auto work = pg.all_reduce_async(v);
+      EXPECT_TRUE(work->is_completed());
+    }
+    EXPECT_EQ(v[0], 2.0f);
+    std::vector<int> got(1, -1);
+    std::vector<int> mine{pg.rank()};
+    const int peer = 1 - pg.rank();
+    auto first = pg.all_reduce_async(v);  // may still run when the next is issued
+    std::shared_ptr<Work> second;
+    {
+      const ProcessGroup::CallerWaits here(&pg);
+      second = pg.all_reduce_async(v);
+      if (pg.rank() == 0) {
+        pg.send_async(mine, peer)->wait();
+      } else {
+        EXPECT_TRUE(pg.recv_async(got, peer)->is_completed());  // a lane of its own, idle
+      }
+    }
+    second->wait();
+    EXPECT_TRUE(first->is_completed());
+    EXPECT_EQ(v[0], 8.0f);
+    if (pg.rank() == 1) {
+      EXPECT_EQ(got[0], 0);
+    }
+  });
+}
+
 // Every rank posts its receive before its send, and a collective between: the receive must
 // hold up neither the send behind it nor the collective (per-peer lanes), or the ring
 // deadlocks until the timeout.

@@ -13,8 +13,10 @@ import traceback
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 import weft
+import weft._torch
 import weft.dist
 import weft.torch  # noqa: F401  (registers the backend)
 
@@ -205,6 +207,12 @@ def test_async(rank, size):
     assert all(w.is_completed() for w in works)
     fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
     check(fut.wait()[0], torch.full((2,), float(size)), "the future's value")
+    # A blocking call behind unfinished async ones runs after them (weft queues it then).
+    t = torch.ones(1)
+    pending = [dist.all_reduce(t, async_op=True) for _ in range(4)]
+    dist.all_reduce(t)
+    assert all(w.is_completed() for w in pending)
+    check(t, torch.full((1,), float(size ** 5)), "async all_reduces, then a blocking one")
     for _ in range(50):  # once wait() returned, the future is done too
         work = dist.all_reduce(torch.ones(1), async_op=True)
         work.wait()
@@ -284,6 +292,17 @@ def test_refused_locally(rank, size):
     check(t, torch.full((1,), float(size)), "the group after refused calls")
 
 
+def test_blocking_calls_are_marked(rank, size):
+    """import weft.torch wrapped torch.distributed's blocking calls, there and in
+    distributed_c10d; the hint they give is withdrawn however they leave."""
+    for name in ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "barrier",
+                 "send", "recv"):
+        assert getattr(dist, name)._weft_waited_at_once, name
+        assert getattr(c10d, name) is getattr(dist, name), name
+    expect_value_error("root", lambda: dist.broadcast(torch.zeros(1), src=size))
+    assert weft._torch._caller_waits(False) is False, "the hint outlived a failed call"
+
+
 def test_coalesced_and_objects(rank, size):
     ts = [data(rank, 2, torch.float32), data(rank, 3, torch.float32, salt=1)]
     dist.all_reduce_coalesced(ts)
@@ -325,7 +344,7 @@ def test_new_group(rank, size):
 TESTS = [test_broadcast, test_all_reduce, test_reduce, test_gathers, test_scatter,
          test_reduce_scatter, test_all_to_all, test_point_to_point, test_async,
          test_non_contiguous, test_bool_and_grad, test_refused_locally,
-         test_coalesced_and_objects, test_new_group]
+         test_blocking_calls_are_marked, test_coalesced_and_objects, test_new_group]
 
 
 def main():

@@ -11,7 +11,9 @@ killed:   rank 1 is killed (SIGKILL); rank 0's next all-reduce raises weft.dist.
           5 s. weftrun then fails the job, so the test looks for rank 0's "ok".
 interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
           KeyboardInterrupt within a second or so, not at the group's timeout; rank 1 gets
-          weft.dist.PeerError naming the interruption.
+          weft.dist.PeerError naming the interruption. The blocking call runs on the caller's
+          thread (weft.torch's hint), which the Ctrl-C watcher aborts.
+interrupt_async: the same with async_op=True and Work.wait(), which polls for Ctrl-C.
 Each rank exits 0 when it saw what it should, 1 otherwise.
 """
 import datetime
@@ -87,7 +89,7 @@ def killed():
     check(took < 5.0, f"the dead peer took {took:.2f} s to notice")
 
 
-def interrupt():
+def interrupt(waited=False):
     if RANK == 1:
         time.sleep(2.0)  # rank 0 was interrupted at 0.5 s and aborted the group
         try:
@@ -99,7 +101,10 @@ def interrupt():
     threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()
     try:
-        dist.all_reduce(torch.ones(4))
+        if waited:
+            dist.all_reduce(torch.ones(4), async_op=True).wait()
+        else:
+            dist.all_reduce(torch.ones(4))
         check(False, "expected KeyboardInterrupt")
     except KeyboardInterrupt:
         pass
@@ -107,6 +112,7 @@ def interrupt():
     check(took < 2.0, f"Ctrl-C took {took:.2f} s to interrupt the call")
 
 
-{"mismatch": mismatch, "timeout": timeout, "killed": killed, "interrupt": interrupt}[SCENARIO]()
+{"mismatch": mismatch, "timeout": timeout, "killed": killed, "interrupt": interrupt,
+ "interrupt_async": lambda: interrupt(waited=True)}[SCENARIO]()
 print(f"rank {RANK}: ok", flush=True)
 os._exit(0)  # a broken group: skip destroy_process_group's wait for peers

@@ -35,8 +35,8 @@ Tag p2p_tag(std::uint32_t group, int tag) {
   return (Tag{group} << 32) | kP2PFlag | static_cast<Tag>(tag);
 }
 
-// The group whose blocking call this thread is making, if any (see issue()).
-thread_local const ProcessGroup* t_blocking_group = nullptr;
+// The group whose operation this thread will wait for at once, if any (CallerWaits, issue()).
+thread_local const ProcessGroup* t_caller_waits_on = nullptr;
 
 std::uint32_t mix(std::uint64_t x) {  // splitmix64's finalizer, folded to 32 bits
   x += 0x9e3779b97f4a7c15ull;
@@ -148,11 +148,11 @@ std::vector<std::int64_t> ProcessGroup::agree(std::int64_t mine) {
   return all;
 }
 
-ProcessGroup::Blocking::Blocking(const ProcessGroup* group) : previous_(t_blocking_group) {
-  t_blocking_group = group;
+ProcessGroup::CallerWaits::CallerWaits(const ProcessGroup* group) : previous_(t_caller_waits_on) {
+  t_caller_waits_on = group;
 }
 
-ProcessGroup::Blocking::~Blocking() { t_blocking_group = previous_; }
+ProcessGroup::CallerWaits::~CallerWaits() { t_caller_waits_on = previous_; }
 
 ProcessGroup::~ProcessGroup() {
   bool unfinished;
@@ -199,9 +199,10 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
                       "); create a new process group");
   }
   Lane& lane = p2p_peer == kNoPeer ? collectives_ : p2p_lane(p2p_peer, p2p_send);
-  // A blocking call on an idle lane runs right here: handing it to the queue thread and
-  // back would cost two wake-ups. Operations issued meanwhile wait for it (see below).
-  const bool run_here = t_blocking_group == this && lane.outstanding == 0;
+  // An operation its caller waits for at once (CallerWaits: the blocking calls, and bindings
+  // that wait) runs right here on an idle lane: handing it to the queue thread and back
+  // would cost two wake-ups. Operations issued meanwhile wait for it (see below).
+  const bool run_here = t_caller_waits_on == this && lane.outstanding == 0;
   std::optional<Promise<void>> state;
   std::shared_ptr<Work> work;
   if (!run_here) {  // before the counts below, which a failed allocation must not change
@@ -591,7 +592,7 @@ std::shared_ptr<Work> ProcessGroup::recv_any_async(Buffer buf, int tag, OpOption
 }
 
 int ProcessGroup::recv_any(Buffer buf, int tag, OpOptions o) {
-  Blocking b(this);
+  CallerWaits here(this);
   auto work = recv_any_async(buf, tag, o);
   work->wait();
   return work->source_rank();

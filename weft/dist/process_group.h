@@ -93,60 +93,60 @@ class ProcessGroup {
   void set_timeout(Seconds timeout);
 
   void broadcast(Buffer buf, int src, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(broadcast_async(buf, src, o));
   }
   void all_reduce(Buffer buf, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(all_reduce_async(buf, op, o));
   }
   // Only `dst` receives the result in `buf`; other ranks' buffers are left as they were.
   void reduce(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(reduce_async(buf, dst, op, o));
   }
   // out.count == size() * in.count; rank r's `in` lands at out[r * in.count]. `in` may be
   // that very slice of `out` (in place).
   void all_gather(Buffer out, Buffer in, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(all_gather_async(out, in, o));
   }
   // counts[r] elements from rank r, packed in rank order: counts[rank()] == in.count and
   // out.count == sum(counts).
   void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
                     OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(all_gather_v_async(out, in, counts, o));
   }
   // On `dst`, out.count == size() * in.count; elsewhere `out` is ignored (may be empty).
   void gather(Buffer out, Buffer in, int dst, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(gather_async(out, in, dst, o));
   }
   // On `src`, in.count == size() * out.count; elsewhere `in` is ignored (may be empty).
   void scatter(Buffer out, Buffer in, int src, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(scatter_async(out, in, src, o));
   }
   // in.count == size() * out.count; rank r receives the reduction of every rank's block r.
   void reduce_scatter(Buffer out, Buffer in, ReduceOp op = ReduceOp::kSum, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(reduce_scatter_async(out, in, op, o));
   }
   // in and out hold size() equal blocks; block j of `in` goes to rank j, and block i of
   // `out` comes from rank i. out may equal in.
   void all_to_all(Buffer out, Buffer in, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(all_to_all_async(out, in, o));
   }
   // As all_to_all with in_counts[j] elements for rank j and out_counts[i] from rank i.
   void all_to_all_v(Buffer out, const std::vector<std::size_t>& out_counts, Buffer in,
                     const std::vector<std::size_t>& in_counts, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(all_to_all_v_async(out, out_counts, in, in_counts, o));
   }
   void barrier(OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(barrier_async(o));
   }
   // Point to point, matched by (source, tag) in order; 0 <= tag < 2^31. A send does not wait
@@ -157,11 +157,11 @@ class ProcessGroup {
   // recv_any runs beside the receives from given peers: a recv_any and a recv(src) both
   // pending under one tag may take each other's message, so use distinct tags.
   void send(Buffer buf, int dst, int tag = 0, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(send_async(buf, dst, tag, o));
   }
   void recv(Buffer buf, int src, int tag = 0, OpOptions o = {}) {
-    Blocking b(this);
+    CallerWaits here(this);
     wait_blocking(recv_async(buf, src, tag, o));
   }
   // Receives from whichever rank sends first with `tag`; returns its rank.
@@ -190,6 +190,24 @@ class ProcessGroup {
   // The sender is Work::source_rank() once the Work completes.
   std::shared_ptr<Work> recv_any_async(Buffer buf, int tag = 0, OpOptions o = {});
 
+  // While one lives on a thread, an _async operation that thread issues on `group` runs on
+  // the thread itself, before the call returns a completed Work, if nothing issued earlier on
+  // its lane is unfinished (else it is queued as usual, and runs after those). For callers that
+  // wait for the Work at once, as the blocking calls do (and bindings whose blocking calls go
+  // through the _async forms): it saves the hand-off to the lane's thread and back, two
+  // wake-ups. Operations other threads issue meanwhile queue behind it. Nests; the innermost
+  // group counts.
+  class CallerWaits {
+   public:
+    explicit CallerWaits(const ProcessGroup* group);
+    ~CallerWaits();
+    CallerWaits(const CallerWaits&) = delete;
+    CallerWaits& operator=(const CallerWaits&) = delete;
+
+   private:
+    const ProcessGroup* previous_;
+  };
+
   // Makes the group unusable, from any thread: the operation in progress fails at once (on
   // the mpi backend, once its MPI call returns), later calls throw GroupBroken, and the other
   // ranks fail with PeerError(reason) naming this rank. For interrupting a blocked call
@@ -206,18 +224,6 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
 
  private:
-  // Marks this thread as making a blocking call on `group` for the call's duration, so that
-  // issue() may run the operation on this thread (defined in process_group.cc).
-  class Blocking {
-   public:
-    explicit Blocking(const ProcessGroup* group);
-    ~Blocking();
-    Blocking(const Blocking&) = delete;
-    Blocking& operator=(const Blocking&) = delete;
-
-   private:
-    const ProcessGroup* previous_;
-  };
   // Waits for a blocking call's Work; the shared completed one needs no wait.
   void wait_blocking(const std::shared_ptr<Work>& work) const {
     if (work != completed_) work->wait();

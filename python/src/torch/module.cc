@@ -23,4 +23,8 @@ PYBIND11_MODULE(_torch, m) {
            "and is every operation's default deadline.")
       .def_property_readonly("weft_backend", &TorchProcessGroup::weft_backend,
                              "The weft backend the group runs on: shm, tcp, auto, ...");
+  m.def("_caller_waits", &weft::torch_backend::set_caller_waits, py::arg("on"),
+        "Internal (weft.torch wraps torch.distributed's blocking calls with it): on this "
+        "thread, the operations torch.distributed issues are waited for at once, so weft may "
+        "run them right here. Returns the previous setting.");
 }

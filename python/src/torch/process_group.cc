@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "python/src/interrupt.h"
 #include "python/src/torch/staging.h"
 #include "python/src/torch/store.h"
 #include "python/src/torch/work.h"
@@ -88,7 +89,26 @@ void check_root_only(const std::vector<std::vector<at::Tensor>>& lists, int root
   }
 }
 
+// Set around torch.distributed's blocking calls by python/weft/torch.py (set_caller_waits).
+thread_local bool t_caller_waits = false;
+
+// Issues an operation through `issue_op` (which returns the weft Work of an _async call). When
+// the Python caller waits for it at once, it runs on this thread if the group is idle
+// (dist::ProcessGroup::CallerWaits), saving the hand-off to the group's thread and back, and
+// Ctrl-C aborts it (python/src/interrupt.h).
+template <class Issue>
+std::shared_ptr<dist::Work> issue(dist::ProcessGroup& group, Issue issue_op) {
+  if (!t_caller_waits) return issue_op();
+  const dist::ProcessGroup::CallerWaits here(&group);
+  const python::BlockingCall interruptible(&group);
+  std::optional<pybind11::gil_scoped_release> release;  // c10d's bindings have released it
+  if (PyGILState_Check() == 1) release.emplace();
+  return issue_op();
+}
+
 }  // namespace
+
+bool set_caller_waits(bool on) { return std::exchange(t_caller_waits, on); }
 
 TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
@@ -100,6 +120,7 @@ TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& stor
   options.timeout = Seconds(timeout);
   group_ = dist::init_process_group(options);
   timeout_ = timeout;
+  python::arm_interrupts();
 }
 
 TorchProcessGroup::~TorchProcessGroup() {
@@ -126,8 +147,10 @@ WorkPtr TorchProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
                                      const c10d::BroadcastOptions& opts) {
   Staging s("broadcast", pool_);
   const auto buf = s.output(s.single(tensors, "broadcast"));
-  auto work =
-      group_->broadcast_async(buf, rank_arg(opts.rootRank, "broadcast"), op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->broadcast_async(buf, rank_arg(opts.rootRank, "broadcast"),
+                                   op_options(opts.timeout));
+  });
   return started(OpType::BROADCAST, std::move(work), std::move(s), tensors);
 }
 
@@ -137,7 +160,8 @@ WorkPtr TorchProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
   const auto& t = s.single(tensors, "all_reduce");
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce");
   s.check_reduce(t, op);
-  auto work = group_->all_reduce_async(s.output(t), op, op_options(opts.timeout));
+  auto work = issue(
+      *group_, [&] { return group_->all_reduce_async(s.output(t), op, op_options(opts.timeout)); });
   return started(OpType::ALLREDUCE, std::move(work), std::move(s), tensors);
 }
 
@@ -150,7 +174,9 @@ WorkPtr TorchProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   }
   const auto op = reduce_op_of(opts.reduceOp, "all_reduce_coalesced");
   s.check_reduce(tensors[0], op);
-  auto work = group_->all_reduce_async(s.inouts(tensors, tensors[0]), op, op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->all_reduce_async(s.inouts(tensors, tensors[0]), op, op_options(opts.timeout));
+  });
   return started(OpType::ALLREDUCE_COALESCED, std::move(work), std::move(s), tensors);
 }
 
@@ -160,8 +186,10 @@ WorkPtr TorchProcessGroup::reduce(std::vector<at::Tensor>& tensors,
   const auto& t = s.single(tensors, "reduce");
   const auto op = reduce_op_of(opts.reduceOp, "reduce");
   s.check_reduce(t, op);
-  auto work = group_->reduce_async(s.output(t), rank_arg(opts.rootRank, "reduce"), op,
-                                   op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->reduce_async(s.output(t), rank_arg(opts.rootRank, "reduce"), op,
+                                op_options(opts.timeout));
+  });
   return started(OpType::REDUCE, std::move(work), std::move(s), tensors);
 }
 
@@ -172,7 +200,9 @@ WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outpu
   const auto& in = s.single(inputs, "input");
   const auto& outs = one_per_rank(outputs, size_, "all_gather");
   const auto out = s.outputs(outs, in, /*same_size=*/true);
-  auto work = group_->all_gather_async(out, s.input(in), op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->all_gather_async(out, s.input(in), op_options(opts.timeout));
+  });
   return started(OpType::ALLGATHER, std::move(work), std::move(s), outs);
 }
 
@@ -180,7 +210,9 @@ WorkPtr TorchProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input
                                            const c10d::AllgatherOptions& opts) {
   Staging s("all_gather_into_tensor", pool_);
   const auto out = s.output(output);
-  auto work = group_->all_gather_async(out, s.input(input), op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->all_gather_async(out, s.input(input), op_options(opts.timeout));
+  });
   return started(OpType::_ALLGATHER_BASE, std::move(work), std::move(s), {output});
 }
 
@@ -199,7 +231,8 @@ WorkPtr TorchProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs,
   } else {
     check_root_only(outputs, root, "gather", "output");
   }
-  auto work = group_->gather_async(out, in_buf, root, op_options(opts.timeout));
+  auto work = issue(
+      *group_, [&] { return group_->gather_async(out, in_buf, root, op_options(opts.timeout)); });
   return started(OpType::GATHER, std::move(work), std::move(s), results);
 }
 
@@ -216,7 +249,8 @@ WorkPtr TorchProcessGroup::scatter(std::vector<at::Tensor>& outputs,
   } else {
     check_root_only(inputs, root, "scatter", "input");
   }
-  auto work = group_->scatter_async(out_buf, in, root, op_options(opts.timeout));
+  auto work = issue(
+      *group_, [&] { return group_->scatter_async(out_buf, in, root, op_options(opts.timeout)); });
   return started(OpType::SCATTER, std::move(work), std::move(s), outputs);
 }
 
@@ -228,7 +262,9 @@ WorkPtr TorchProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
   const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter");
   s.check_reduce(out, op);
   const auto in = s.inputs(one_per_rank(inputs, size_, "reduce_scatter"), out, /*same_size=*/true);
-  auto work = group_->reduce_scatter_async(s.output(out), in, op, op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->reduce_scatter_async(s.output(out), in, op, op_options(opts.timeout));
+  });
   return started(OpType::REDUCE_SCATTER, std::move(work), std::move(s), outputs);
 }
 
@@ -238,7 +274,9 @@ WorkPtr TorchProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& 
   const auto op = reduce_op_of(opts.reduceOp, "reduce_scatter_tensor");
   s.check_reduce(output, op);
   const auto out = s.output(output);
-  auto work = group_->reduce_scatter_async(out, s.input(input), op, op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->reduce_scatter_async(out, s.input(input), op, op_options(opts.timeout));
+  });
   return started(OpType::_REDUCE_SCATTER_BASE, std::move(work), std::move(s), {output});
 }
 
@@ -249,9 +287,11 @@ WorkPtr TorchProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input,
   Staging s("all_to_all_single", pool_);
   const auto out = s.output(output);
   const auto in = s.input(input);
-  auto work = group_->all_to_all_v_async(out, element_counts(output_splits, output, size_), in,
-                                         element_counts(input_splits, input, size_),
-                                         op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->all_to_all_v_async(out, element_counts(output_splits, output, size_), in,
+                                      element_counts(input_splits, input, size_),
+                                      op_options(opts.timeout));
+  });
   return started(OpType::ALLTOALL_BASE, std::move(work), std::move(s), {output});
 }
 
@@ -266,31 +306,36 @@ WorkPtr TorchProcessGroup::alltoall(std::vector<at::Tensor>& outputs,
   }
   const auto in = s.inputs(inputs, inputs[0], /*same_size=*/false);
   const auto out = s.outputs(outputs, inputs[0], /*same_size=*/false);
-  auto work = group_->all_to_all_v_async(out, numels(outputs), in, numels(inputs),
-                                         op_options(opts.timeout));
+  auto work = issue(*group_, [&] {
+    return group_->all_to_all_v_async(out, numels(outputs), in, numels(inputs),
+                                      op_options(opts.timeout));
+  });
   return started(OpType::ALLTOALL, std::move(work), std::move(s), outputs);
 }
 
 WorkPtr TorchProcessGroup::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   Staging s("send", pool_);
-  auto work = group_->send_async(s.input(s.single(tensors, "send")), dst, tag);
+  auto work = issue(
+      *group_, [&] { return group_->send_async(s.input(s.single(tensors, "send")), dst, tag); });
   return started(OpType::SEND, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   Staging s("recv", pool_);
-  auto work = group_->recv_async(s.output(s.single(tensors, "recv")), src, tag);
+  auto work = issue(
+      *group_, [&] { return group_->recv_async(s.output(s.single(tensors, "recv")), src, tag); });
   return started(OpType::RECV, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   Staging s("recv", pool_);
-  auto work = group_->recv_any_async(s.output(s.single(tensors, "recv")), tag);
+  auto work = issue(
+      *group_, [&] { return group_->recv_any_async(s.output(s.single(tensors, "recv")), tag); });
   return started(OpType::RECVANYSOURCE, std::move(work), std::move(s), tensors);
 }
 
 WorkPtr TorchProcessGroup::barrier(const c10d::BarrierOptions& opts) {
-  auto work = group_->barrier_async(op_options(opts.timeout));
+  auto work = issue(*group_, [&] { return group_->barrier_async(op_options(opts.timeout)); });
   return started(OpType::BARRIER, std::move(work), Staging("barrier", pool_), {});
 }
 

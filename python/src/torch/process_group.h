@@ -25,6 +25,11 @@
 
 namespace weft::torch_backend {
 
+// python/weft/torch.py's hint, on this thread, around torch.distributed's blocking calls
+// (async_op=False, send, recv): the operation the call issues is waited for at once, so it may
+// run right on this thread. Returns the previous value (calls nest).
+bool set_caller_waits(bool on);
+
 class TorchProcessGroup : public c10d::ProcessGroup {
  public:
   // Joins the group's other ranks through `store` (collective over them; blocks until all

@@ -161,7 +161,10 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
                              " ms; it goes on until its own timeout, and its tensors stay in "
                              "use until then");
   }
-  if (exception_) std::rethrow_exception(exception_);
+  if (exception_) {
+    check_signals();  // Ctrl-C aborted an operation that ran on the caller's thread
+    std::rethrow_exception(exception_);
+  }
   return true;
 }
 

@@ -57,7 +57,8 @@ class TorchWork : public c10d::Work {
   // TimeoutError; the operation goes on to its own deadline and its tensors stay in use.
   // Ctrl-C (a Python signal handler that raises) ends the wait within 100 ms: the group
   // is aborted, so its peers fail at once, and the handler's exception (KeyboardInterrupt)
-  // propagates.
+  // propagates; so it does when the operation failed because Ctrl-C aborted it while it ran
+  // on the caller's thread (set_caller_waits).
   bool wait(std::chrono::milliseconds timeout) override;
   int sourceRank() const override { return work_->source_rank(); }
   std::vector<at::Tensor> result() override { return outputs_; }
