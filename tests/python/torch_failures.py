@@ -33,6 +33,9 @@ import weft.torch  # noqa: F401  (registers the backend)
 SCENARIO = sys.argv[1]
 dist.init_process_group("weft")
 RANK = dist.get_rank()
+# Every rank past init's store-based barrier (which polls rank 0's TCPStore) before any can
+# finish its scenario and exit: a rank still polling would see the store vanish.
+dist.barrier()
 
 
 def check(condition, what):
