@@ -16,11 +16,17 @@
 namespace weft::dist {
 namespace {
 
+// The job's world group, joined once: a job's store serves one init_process_group.
+ProcessGroup& world() {
+  static const std::shared_ptr<ProcessGroup> pg = init_process_group();
+  return *pg;
+}
+
 // The world group, then subgroups of every rank until the backend's engines for subgroups
 // have all been seen: on shm the step engine over a pooled region, and once the pool is
 // spent the generic engine over the rings; on tcp the generic engine.
 TEST(DistWorker, AllCollectivesOnEveryEngine) {
-  auto pg = init_process_group();
+  ProcessGroup* pg = &world();
   EXPECT_EQ(pg->backend_name(), std::getenv("WEFT_BACKEND"));
   test::all_checks_every_dtype(*pg);
   std::vector<int> everyone(static_cast<std::size_t>(pg->size()));
@@ -41,6 +47,44 @@ TEST(DistWorker, AllCollectivesOnEveryEngine) {
   if (const char* expect = std::getenv("WEFT_EXPECT_WORLD_ENGINE")) {
     EXPECT_EQ(pg->engine_name(), expect);
   }
+}
+
+// On the auto backend across hosts of several ranks each (weftrun numbers ranks host by
+// host): subgroups laid out as the world is run in two levels too, whatever the order of
+// their hosts; one that interleaves the hosts runs flat.
+TEST(DistWorker, SubgroupsAcrossHostsRunInTwoLevels) {
+  if (std::getenv("WEFT_EXPECT_WORLD_ENGINE") == nullptr) GTEST_SKIP() << "not across hosts";
+  ProcessGroup* pg = &world();
+  const int n = pg->size();
+  const int per_host = std::atoi(std::getenv("LOCAL_WORLD_SIZE"));
+  ASSERT_GT(per_host, 1);
+  std::vector<int> hosts_rotated;  // the last host's block first
+  std::vector<int> interleaved;    // local index major: every block spans all hosts
+  for (int r = 0; r < n; ++r) hosts_rotated.push_back((r + n - per_host) % n);
+  for (int i = 0; i < per_host; ++i) {
+    for (int r = i; r < n; r += per_host) interleaved.push_back(r);
+  }
+  // More subgroups than the host's pool of shared regions, so that the last one's host part
+  // runs on the rings whatever groups were made before (AllCollectivesOnEveryEngine checked a
+  // subgroup's host part on a pooled region).
+  for (int i = 0; i < 8; ++i) {
+    auto group = pg->new_group(hosts_rotated);
+    ASSERT_EQ(group->engine_name(), "hierarchical");
+    if (i == 0 || i == 7) test::all_checks_every_dtype(*group);
+  }
+  auto flat = pg->new_group(interleaved);
+  EXPECT_EQ(flat->engine_name(), "generic");
+  test::all_checks_every_dtype(*flat);
+  if (n / per_host < 3) return;
+  std::vector<int> two_hosts(static_cast<std::size_t>(2 * per_host));  // the first two
+  std::iota(two_hosts.begin(), two_hosts.end(), 0);
+  auto part = pg->new_group(two_hosts);
+  if (pg->rank() >= 2 * per_host) {
+    EXPECT_EQ(part, nullptr);
+    return;
+  }
+  EXPECT_EQ(part->engine_name(), "hierarchical");
+  test::all_checks_every_dtype(*part);
 }
 
 }  // namespace

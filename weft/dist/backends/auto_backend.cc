@@ -1,8 +1,10 @@
 #include "weft/dist/backends/auto_backend.h"
 
+#include <cstddef>
 #include <map>
-#include <numeric>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "weft/dist/backend.h"
 #include "weft/dist/backends/tcp_backend.h"
@@ -85,20 +87,55 @@ class AutoBackend final : public Backend {
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
   std::size_t max_message_bytes() const override { return TcpTransport::kMaxMessage; }
 
+  // Two levels for the world group and for every subgroup whose members are laid out as the
+  // world's ranks are (equal blocks, one per host, of two or more ranks, on two or more
+  // hosts, in any order of hosts); flat over tcp otherwise.
   std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
-                                                AgreeFn /*agree*/) override {
+                                                AgreeFn agree) override {
     auto flat = std::make_unique<GenericEngine>(tcp_, members);
-    if (!world) return flat;
-    std::vector<int> local(static_cast<std::size_t>(layout_.per_host));
-    std::iota(local.begin(), local.end(), 0);
-    std::vector<int> cross;
-    for (int h = 0; h < layout_.hosts; ++h) cross.push_back(h * layout_.per_host + layout_.local);
-    return std::make_unique<HierarchicalEngine>(
-        layout_, shm_->world_collectives(std::make_unique<GenericEngine>(shm_, local)),
-        std::make_unique<GenericEngine>(tcp_, cross), std::move(flat));
+    const std::optional<HostLayout> group = world ? layout_ : layout_of(members);
+    if (!group) return flat;
+    std::vector<int> local;  // this host's members, as ranks of the host's shm transport
+    std::vector<int> cross;  // the members with this rank's local index, one per host
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      const int rank = static_cast<int>(r);
+      if (rank / group->per_host == group->host) local.push_back(members[r] % layout_.per_host);
+      if (rank % group->per_host == group->local) cross.push_back(members[r]);
+    }
+    auto host_part = host_engine(local, world, agree, *group);
+    return std::make_unique<HierarchicalEngine>(*group, std::move(host_part),
+                                                std::make_unique<GenericEngine>(tcp_, cross),
+                                                std::move(flat));
   }
 
  private:
+  // A subgroup's layout, from the hosts its members are on (the world's is regular: global
+  // rank g is on host g / per_host).
+  std::optional<HostLayout> layout_of(const std::vector<int>& members) const {
+    std::vector<std::string> hosts;
+    int rank = -1;
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      hosts.push_back(std::to_string(members[r] / layout_.per_host));
+      if (members[r] == tcp_->rank()) rank = static_cast<int>(r);
+    }
+    return regular_layout(hosts, rank);
+  }
+
+  // The host's part of a group: the world's step engine; for a subgroup, a step engine over
+  // pooled regions when every member on this host has one left (the whole group exchanges
+  // its members' region indices, as the shm backend's subgroups do), else the rings.
+  std::unique_ptr<CollectiveEngine> host_engine(const std::vector<int>& local, bool world,
+                                                AgreeFn agree, const HostLayout& group) {
+    auto rings = std::make_unique<GenericEngine>(shm_, local);
+    if (world) return shm_->world_collectives(std::move(rings));
+    const std::vector<std::int64_t> regions = agree(shm_->reserve_region());
+    const auto first = regions.begin() + static_cast<std::ptrdiff_t>(group.host) * group.per_host;
+    const std::vector<std::int64_t> here(first, first + group.per_host);
+    auto steps = shm_->collectives_for(local, here, std::move(rings));
+    if (steps) return steps;
+    return std::make_unique<GenericEngine>(shm_, local);
+  }
+
   std::shared_ptr<TcpTransport> tcp_;
   std::shared_ptr<ShmTransport> shm_;
   std::shared_ptr<Transport> transport_;
