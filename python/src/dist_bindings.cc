@@ -93,8 +93,8 @@ py::object run(ProcessGroup& group, bool async_op, Buffers buffers, const Call& 
   }
   std::exception_ptr error;
   {
+    py::gil_scoped_release release;  // first: the call is unregistered before the GIL is back
     BlockingCall blocking(&group);
-    py::gil_scoped_release release;
     try {
       call(false);
     } catch (...) {

@@ -5,9 +5,9 @@
 // peers with PeerError naming this rank), and the bindings raise KeyboardInterrupt.
 //
 //   {
-//     BlockingCall call(group);          // GIL held: registers `group` as interruptible
 //     py::gil_scoped_release release;
-//     group->all_reduce(...);            // returns, or throws once interrupted
+//     BlockingCall call(group);          // registers `group` as interruptible, until the
+//     group->all_reduce(...);            // call returns, or throws once interrupted
 //   }
 //   raise_if_interrupted();              // GIL held: KeyboardInterrupt if SIGINT came
 //

@@ -17,10 +17,15 @@ of them RuntimeErrors as torch.distributed's are. docs/PYTHON.md has the details
 Importing it also wraps torch.distributed's blocking calls (those with async_op=False, send and
 recv): c10d issues every operation asynchronously and waits for it afterwards, and the wrapper
 tells weft so, which then runs the operation on the calling thread instead of handing it to the
-group's thread and back (about 10 µs a call). Other backends ignore the hint.
+group's thread and back (about 10 µs a call). Other backends ignore the hint. WEFT_TORCH_WRAP=0
+in the environment leaves torch.distributed as it is (blocking calls then take the hand-off).
 """
+import _thread
 import functools as _functools
 import inspect as _inspect
+import os as _os
+import _signal  # signal.getsignal converts to enums through an exception: 1.6 µs a call
+import threading as _threading
 import types as _types
 
 import torch.distributed as _dist
@@ -42,16 +47,44 @@ if BACKEND.upper() not in _dist.Backend._plugins:  # importing twice (or reloadi
     _dist.Backend.register_backend(BACKEND, _create)
 
 
-def _waited_at_once(fn, async_op_at):
-    """`fn` telling weft that the operation it issues is waited for at once, unless called
-    with async_op=True (the argument at position `async_op_at`; None: it always waits)."""
+def _waits(fn):
+    """Whether a call of `fn` with (args, kwargs) waits for its operation: a function of
+    (args, kwargs), from `fn`'s async_op parameter (its default when not passed); send and
+    recv, which take none, always wait."""
+    params = _inspect.signature(fn).parameters
+    param = params.get("async_op")
+    if param is None:
+        return lambda args, kwargs: True
+    default = False if param.default is _inspect.Parameter.empty else bool(param.default)
+    at = list(params).index("async_op")
+    before = [p.kind for p in list(params.values())[:at]]
+    positional = (param.kind is _inspect.Parameter.POSITIONAL_OR_KEYWORD
+                  and _inspect.Parameter.VAR_POSITIONAL not in before)
+    position = at if positional else None  # where async_op sits when passed positionally
+
+    def waits(args, kwargs):
+        if "async_op" in kwargs:
+            return not kwargs["async_op"]
+        if position is not None and len(args) > position:
+            return not args[position]
+        return not default
+
+    return waits
+
+
+def _waited_at_once(fn):
+    """`fn` telling weft that the operation it issues is waited for at once, when it is, on
+    the main thread, and SIGINT means what Python's default says (KeyboardInterrupt, or
+    ignored, or the end of the process): the operation then runs on this thread, and Ctrl-C
+    aborts its group (docs/PYTHON.md). Elsewhere the hint is withdrawn for the call, so that
+    an operation issued asynchronously never runs synchronously."""
+    waits = _waits(fn)
 
     @_functools.wraps(fn)
     def call(*args, **kwargs):
-        if kwargs.get("async_op") or (async_op_at is not None and len(args) > async_op_at
-                                      and args[async_op_at]):
-            return fn(*args, **kwargs)
-        previous = _caller_waits(True)
+        hint = (waits(args, kwargs) and _thread.get_ident() == _MAIN_THREAD
+                and _signal.getsignal(_signal.SIGINT) in _PLAIN_SIGINT)
+        previous = _caller_waits(hint)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -61,6 +94,10 @@ def _waited_at_once(fn, async_op_at):
     return call
 
 
+_MAIN_THREAD = _threading.main_thread().ident
+_PLAIN_SIGINT = (_signal.default_int_handler, _signal.SIG_IGN, _signal.SIG_DFL)  # as _signal has them
+
+
 def _wrap_blocking_calls():
     """Wraps, in torch.distributed and in distributed_c10d (whose own helpers, such as
     all_gather_object, call them there), every call taking async_op, and send and recv."""
@@ -68,16 +105,13 @@ def _wrap_blocking_calls():
         # type(), not isinstance(): torch's deprecated reduce_op warns on any attribute access
         if type(fn) is not _types.FunctionType or getattr(fn, "_weft_waited_at_once", False):
             continue
-        params = list(_inspect.signature(fn).parameters)
-        if "async_op" in params:
-            wrapped = _waited_at_once(fn, params.index("async_op"))
-        elif name in ("send", "recv"):
-            wrapped = _waited_at_once(fn, None)
-        else:
+        if "async_op" not in _inspect.signature(fn).parameters and name not in ("send", "recv"):
             continue
+        wrapped = _waited_at_once(fn)
         setattr(_c10d, name, wrapped)
         if getattr(_dist, name, None) is fn:
             setattr(_dist, name, wrapped)
 
 
-_wrap_blocking_calls()
+if _os.environ.get("WEFT_TORCH_WRAP", "1") != "0":
+    _wrap_blocking_calls()

@@ -16,10 +16,72 @@
 namespace weft::dist {
 namespace {
 
-// The job's world group, joined once: a job's store serves one init_process_group.
+// The job's world group, joined once (a job's store serves one init_process_group) and left
+// when the tests are done, before the process exits.
+std::shared_ptr<ProcessGroup> the_world;
+
 ProcessGroup& world() {
-  static const std::shared_ptr<ProcessGroup> pg = init_process_group();
-  return *pg;
+  if (!the_world) the_world = init_process_group();
+  return *the_world;
+}
+
+class LeaveTheWorld : public testing::Environment {
+ public:
+  void TearDown() override { the_world.reset(); }
+};
+[[maybe_unused]] testing::Environment* const leave_the_world =
+    testing::AddGlobalTestEnvironment(new LeaveTheWorld);
+
+// On the auto backend across hosts of several ranks each (weftrun numbers ranks host by
+// host): a subgroup within one host runs on its shared memory; subgroups laid out as the world
+// is run in two levels, whatever the order of their hosts; one that interleaves the hosts runs
+// flat. First in this file: it needs the hosts' pools of shared regions unspent.
+TEST(DistWorker, SubgroupsAcrossHostsRunInTwoLevels) {
+  if (std::getenv("WEFT_EXPECT_WORLD_ENGINE") == nullptr) GTEST_SKIP() << "not across hosts";
+  const char* local_world_size = std::getenv("LOCAL_WORLD_SIZE");
+  ASSERT_NE(local_world_size, nullptr) << "weftrun sets LOCAL_WORLD_SIZE";
+  ProcessGroup& pg = world();
+  const int n = pg.size();
+  const int per_host = std::atoi(local_world_size);
+  ASSERT_GT(per_host, 1);
+  // The first host's ranks alone, on a pooled region only they reserve: from here on the
+  // hosts offer different region indices to the groups below.
+  std::vector<int> first_host(static_cast<std::size_t>(per_host));
+  std::iota(first_host.begin(), first_host.end(), 0);
+  auto on_first_host = pg.new_group(first_host);
+  if (pg.rank() < per_host) {
+    EXPECT_EQ(on_first_host->engine_name(), "shm");
+    test::all_checks_every_dtype(*on_first_host);
+  } else {
+    EXPECT_EQ(on_first_host, nullptr);
+  }
+  std::vector<int> hosts_rotated;  // the last host's block first
+  std::vector<int> interleaved;    // local index major: every block spans all hosts
+  for (int r = 0; r < n; ++r) hosts_rotated.push_back((r + n - per_host) % n);
+  for (int i = 0; i < per_host; ++i) {
+    for (int r = i; r < n; r += per_host) interleaved.push_back(r);
+  }
+  // More subgroups than a host's pool of regions: the first's host parts run on pooled
+  // regions, the sixth's on the first host's rings and the others' regions, the last's on
+  // rings everywhere.
+  for (int i = 0; i < 8; ++i) {
+    auto group = pg.new_group(hosts_rotated);
+    ASSERT_EQ(group->engine_name(), "hierarchical");
+    if (i == 0 || i == 5 || i == 7) test::all_checks_every_dtype(*group);
+  }
+  auto flat = pg.new_group(interleaved);
+  EXPECT_EQ(flat->engine_name(), "generic");
+  test::all_checks_every_dtype(*flat);
+  if (n / per_host < 3) return;
+  std::vector<int> two_hosts(static_cast<std::size_t>(2 * per_host));  // the first two
+  std::iota(two_hosts.begin(), two_hosts.end(), 0);
+  auto part = pg.new_group(two_hosts);
+  if (pg.rank() >= 2 * per_host) {
+    EXPECT_EQ(part, nullptr);
+    return;
+  }
+  EXPECT_EQ(part->engine_name(), "hierarchical");
+  test::all_checks_every_dtype(*part);
 }
 
 // The world group, then subgroups of every rank until the backend's engines for subgroups
@@ -47,44 +109,6 @@ TEST(DistWorker, AllCollectivesOnEveryEngine) {
   if (const char* expect = std::getenv("WEFT_EXPECT_WORLD_ENGINE")) {
     EXPECT_EQ(pg->engine_name(), expect);
   }
-}
-
-// On the auto backend across hosts of several ranks each (weftrun numbers ranks host by
-// host): subgroups laid out as the world is run in two levels too, whatever the order of
-// their hosts; one that interleaves the hosts runs flat.
-TEST(DistWorker, SubgroupsAcrossHostsRunInTwoLevels) {
-  if (std::getenv("WEFT_EXPECT_WORLD_ENGINE") == nullptr) GTEST_SKIP() << "not across hosts";
-  ProcessGroup* pg = &world();
-  const int n = pg->size();
-  const int per_host = std::atoi(std::getenv("LOCAL_WORLD_SIZE"));
-  ASSERT_GT(per_host, 1);
-  std::vector<int> hosts_rotated;  // the last host's block first
-  std::vector<int> interleaved;    // local index major: every block spans all hosts
-  for (int r = 0; r < n; ++r) hosts_rotated.push_back((r + n - per_host) % n);
-  for (int i = 0; i < per_host; ++i) {
-    for (int r = i; r < n; r += per_host) interleaved.push_back(r);
-  }
-  // More subgroups than the host's pool of shared regions, so that the last one's host part
-  // runs on the rings whatever groups were made before (AllCollectivesOnEveryEngine checked a
-  // subgroup's host part on a pooled region).
-  for (int i = 0; i < 8; ++i) {
-    auto group = pg->new_group(hosts_rotated);
-    ASSERT_EQ(group->engine_name(), "hierarchical");
-    if (i == 0 || i == 7) test::all_checks_every_dtype(*group);
-  }
-  auto flat = pg->new_group(interleaved);
-  EXPECT_EQ(flat->engine_name(), "generic");
-  test::all_checks_every_dtype(*flat);
-  if (n / per_host < 3) return;
-  std::vector<int> two_hosts(static_cast<std::size_t>(2 * per_host));  // the first two
-  std::iota(two_hosts.begin(), two_hosts.end(), 0);
-  auto part = pg->new_group(two_hosts);
-  if (pg->rank() >= 2 * per_host) {
-    EXPECT_EQ(part, nullptr);
-    return;
-  }
-  EXPECT_EQ(part->engine_name(), "hierarchical");
-  test::all_checks_every_dtype(*part);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@ Run under weftrun with 2 and 3 processes (tests/python/CMakeLists.txt):
         /usr/bin/python3 tests/python/test_torch_backend.py
 """
 import os
+import signal
 import sys
+import threading
 import warnings
 import traceback
 
@@ -301,6 +303,22 @@ def test_blocking_calls_are_marked(rank, size):
         assert getattr(c10d, name) is getattr(dist, name), name
     expect_value_error("root", lambda: dist.broadcast(torch.zeros(1), src=size))
     assert weft._torch._caller_waits(False) is False, "the hint outlived a failed call"
+    # From another thread, and under a SIGINT handler of the program's own, blocking calls
+    # take the asynchronous path (the hint needs the main thread and Python's own meaning of
+    # SIGINT); then with the default handler back, the fast path again (its Ctrl-C watcher
+    # re-armed). The same results every way.
+    t = torch.ones(1)
+    worker = threading.Thread(target=dist.all_reduce, args=(t,))
+    worker.start()
+    worker.join()
+    check(t, torch.full((1,), float(size)), "a blocking all_reduce from another thread")
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        dist.all_reduce(t)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    dist.all_reduce(t)
+    check(t, torch.full((1,), float(size ** 3)), "under a handler of its own, then without")
 
 
 def test_coalesced_and_objects(rank, size):

@@ -195,8 +195,10 @@ class ProcessGroup {
   // its lane is unfinished (else it is queued as usual, and runs after those). For callers that
   // wait for the Work at once, as the blocking calls do (and bindings whose blocking calls go
   // through the _async forms): it saves the hand-off to the lane's thread and back, two
-  // wake-ups. Operations other threads issue meanwhile queue behind it. Nests; the innermost
-  // group counts.
+  // wake-ups. Operations other threads issue meanwhile queue behind it. Everything the thread
+  // issues on `group` meanwhile may run synchronously, so it must wait for nothing issued
+  // later: a receive issued before the send it waits for deadlocks (until the timeout). Nests;
+  // the innermost group counts.
   class CallerWaits {
    public:
     explicit CallerWaits(const ProcessGroup* group);

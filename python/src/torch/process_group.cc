@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -92,17 +93,29 @@ void check_root_only(const std::vector<std::vector<at::Tensor>>& lists, int root
 // Set around torch.distributed's blocking calls by python/weft/torch.py (set_caller_waits).
 thread_local bool t_caller_waits = false;
 
+// signal.signal() puts Python's own SIGINT handler back in front of the Ctrl-C watcher's, and
+// a program may have restored the default since: arm again, at most every 100 ms (a
+// sigaction costs microseconds on a VM, as much as a small collective). Called on the main
+// thread only (python/weft/torch.py gives the hint nowhere else).
+void keep_interrupts_armed() {
+  static std::chrono::steady_clock::time_point next_check;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_check) return;
+  next_check = now + std::chrono::milliseconds(100);
+  python::arm_interrupts();
+}
+
 // Issues an operation through `issue_op` (which returns the weft Work of an _async call). When
 // the Python caller waits for it at once, it runs on this thread if the group is idle
 // (dist::ProcessGroup::CallerWaits), saving the hand-off to the group's thread and back, and
-// Ctrl-C aborts it (python/src/interrupt.h).
+// Ctrl-C aborts it (python/src/interrupt.h; python/weft/torch.py gives the hint only where
+// SIGINT means KeyboardInterrupt, on the main thread). c10d's bindings have released the GIL.
 template <class Issue>
 std::shared_ptr<dist::Work> issue(dist::ProcessGroup& group, Issue issue_op) {
   if (!t_caller_waits) return issue_op();
+  keep_interrupts_armed();
   const dist::ProcessGroup::CallerWaits here(&group);
   const python::BlockingCall interruptible(&group);
-  std::optional<pybind11::gil_scoped_release> release;  // c10d's bindings have released it
-  if (PyGILState_Check() == 1) release.emplace();
   return issue_op();
 }
 
@@ -113,6 +126,7 @@ bool set_caller_waits(bool on) { return std::exchange(t_caller_waits, on); }
 TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size) {
+  python::arm_interrupts();  // before the rendezvous: failing after it would strand the peers
   dist::InitOptions options;
   options.store = std::make_shared<C10dStore>(store);
   options.rank = rank;
@@ -120,7 +134,6 @@ TorchProcessGroup::TorchProcessGroup(const c10::intrusive_ptr<c10d::Store>& stor
   options.timeout = Seconds(timeout);
   group_ = dist::init_process_group(options);
   timeout_ = timeout;
-  python::arm_interrupts();
 }
 
 TorchProcessGroup::~TorchProcessGroup() {

@@ -162,8 +162,10 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
                              "use until then");
   }
   if (exception_) {
+    const std::exception_ptr error = exception_;
+    lock.unlock();    // Python's handlers must not run under the Work's lock
     check_signals();  // Ctrl-C aborted an operation that ran on the caller's thread
-    std::rethrow_exception(exception_);
+    std::rethrow_exception(error);
   }
   return true;
 }

@@ -1,5 +1,6 @@
 #include "weft/dist/backends/auto_backend.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -31,9 +32,11 @@ std::vector<std::string> host_ids(store::Store& store, int rank, int world_size,
 
 // The layout when every host holds the same number of ranks, numbered host by host, and
 // there are several hosts with several ranks each; otherwise two levels gain nothing.
-std::optional<HostLayout> regular_layout(const std::vector<std::string>& ids, int rank) {
-  std::map<std::string, std::size_t> count;
-  for (const std::string& id : ids) ++count[id];
+// `ids[r]`: the host of rank r (machine ids for the world, host numbers for a subgroup).
+template <class HostId>
+std::optional<HostLayout> regular_layout(const std::vector<HostId>& ids, int rank) {
+  std::map<HostId, std::size_t> count;
+  for (const HostId& id : ids) ++count[id];
   const std::size_t hosts = count.size();
   const std::size_t per_host = ids.size() / hosts;
   if (hosts < 2 || per_host < 2 || ids.size() % hosts != 0) return std::nullopt;
@@ -89,49 +92,63 @@ class AutoBackend final : public Backend {
 
   // Two levels for the world group and for every subgroup whose members are laid out as the
   // world's ranks are (equal blocks, one per host, of two or more ranks, on two or more
-  // hosts, in any order of hosts); flat over tcp otherwise.
+  // hosts, in any order of hosts); a subgroup within one host runs on its shared memory alone
+  // (every member sees that, so all take the same branch); any other runs flat over tcp.
   std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
                                                 AgreeFn agree) override {
+    if (!world && members.size() > 1 && on_this_host(members)) {
+      std::vector<int> local;
+      for (int member : members) local.push_back(shm_rank(member));
+      return host_engine(local, agree, 0);
+    }
     auto flat = std::make_unique<GenericEngine>(tcp_, members);
     const std::optional<HostLayout> group = world ? layout_ : layout_of(members);
     if (!group) return flat;
     std::vector<int> local;  // this host's members, as ranks of the host's shm transport
     std::vector<int> cross;  // the members with this rank's local index, one per host
     for (std::size_t r = 0; r < members.size(); ++r) {
-      const int rank = static_cast<int>(r);
-      if (rank / group->per_host == group->host) local.push_back(members[r] % layout_.per_host);
-      if (rank % group->per_host == group->local) cross.push_back(members[r]);
+      const int group_rank = static_cast<int>(r);
+      if (group_rank / group->per_host == group->host) local.push_back(shm_rank(members[r]));
+      if (group_rank % group->per_host == group->local) cross.push_back(members[r]);
     }
-    auto host_part = host_engine(local, world, agree, *group);
+    auto host_part = world ? shm_->world_collectives(std::make_unique<GenericEngine>(shm_, local))
+                           : host_engine(local, agree, group->host * group->per_host);
     return std::make_unique<HierarchicalEngine>(*group, std::move(host_part),
                                                 std::make_unique<GenericEngine>(tcp_, cross),
                                                 std::move(flat));
   }
 
  private:
-  // A subgroup's layout, from the hosts its members are on (the world's is regular: global
-  // rank g is on host g / per_host).
-  std::optional<HostLayout> layout_of(const std::vector<int>& members) const {
-    std::vector<std::string> hosts;
-    int rank = -1;
-    for (std::size_t r = 0; r < members.size(); ++r) {
-      hosts.push_back(std::to_string(members[r] / layout_.per_host));
-      if (members[r] == tcp_->rank()) rank = static_cast<int>(r);
-    }
-    return regular_layout(hosts, rank);
+  // The world's layout is regular: global rank g is on host g / per_host, rank g % per_host
+  // of that host's shm transport.
+  int host_of(int global) const { return global / layout_.per_host; }
+  int shm_rank(int global) const { return global % layout_.per_host; }
+  bool on_this_host(const std::vector<int>& members) const {
+    return std::all_of(members.begin(), members.end(),
+                       [this](int m) { return host_of(m) == layout_.host; });
   }
 
-  // The host's part of a group: the world's step engine; for a subgroup, a step engine over
-  // pooled regions when every member on this host has one left (the whole group exchanges
-  // its members' region indices, as the shm backend's subgroups do), else the rings.
-  std::unique_ptr<CollectiveEngine> host_engine(const std::vector<int>& local, bool world,
-                                                AgreeFn agree, const HostLayout& group) {
-    auto rings = std::make_unique<GenericEngine>(shm_, local);
-    if (world) return shm_->world_collectives(std::move(rings));
+  // A subgroup's layout, from the hosts its members are on.
+  std::optional<HostLayout> layout_of(const std::vector<int>& members) const {
+    std::vector<int> hosts;
+    int group_rank = -1;
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      hosts.push_back(host_of(members[r]));
+      if (members[r] == tcp_->rank()) group_rank = static_cast<int>(r);
+    }
+    return regular_layout(hosts, group_rank);
+  }
+
+  // A subgroup's part on this host (`local`, whose first member is group rank `first`): the
+  // shm step engine over pooled regions when every member here has one left, else the rings.
+  // Every member of the group offers its region through `agree`, the one collective a group
+  // in the making has, though only this host's are used.
+  std::unique_ptr<CollectiveEngine> host_engine(const std::vector<int>& local, AgreeFn agree,
+                                                int first) {
     const std::vector<std::int64_t> regions = agree(shm_->reserve_region());
-    const auto first = regions.begin() + static_cast<std::ptrdiff_t>(group.host) * group.per_host;
-    const std::vector<std::int64_t> here(first, first + group.per_host);
-    auto steps = shm_->collectives_for(local, here, std::move(rings));
+    const auto begin = regions.begin() + first;
+    const std::vector<std::int64_t> here(begin, begin + static_cast<std::ptrdiff_t>(local.size()));
+    auto steps = shm_->collectives_for(local, here, std::make_unique<GenericEngine>(shm_, local));
     if (steps) return steps;
     return std::make_unique<GenericEngine>(shm_, local);
   }

@@ -2,8 +2,9 @@
 // between hosts, and the world group's collectives in two levels
 // (weft/dist/engine/hierarchical_engine.h), as are those of subgroups laid out the same way
 // (two or more hosts, each holding a block of two or more of the group's ranks, equal blocks
-// in group order). Jobs whose hosts hold different numbers of ranks, or whose ranks are not
-// numbered host by host, and other subgroups, run flat over tcp.
+// in group order); subgroups within one host run on its shared memory alone. Jobs whose hosts
+// hold different numbers of ranks, or whose ranks are not numbered host by host, and other
+// subgroups, run flat over tcp.
 // Not public.
 #pragma once
 
