@@ -3,6 +3,7 @@
 //
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench all_reduce -b 8 -e 64M -f 4
 //   build/release/tools/weft-bench broadcast --threads 4 --check
+//   weftrun --nnodes 2 ... weft-bench all_reduce --group host   (each host's ranks at once)
 //
 // size is the bytes of the largest buffer of the operation (the output for all_gather, the
 // input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
@@ -12,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +80,24 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
   return wrong_total;
 }
 
+// The group --group names: the world, the ranks of this rank's host, or the ranks with this
+// rank's local index, one per host (a tensor- and a data-parallel group of a mesh over whole
+// hosts). Ranks are numbered host by host, LOCAL_WORLD_SIZE per host, as weftrun does.
+std::shared_ptr<ProcessGroup> bench_group(const std::shared_ptr<ProcessGroup>& world,
+                                          const std::string& group) {
+  if (group == "all") return world;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int per_host = local == nullptr ? 0 : std::atoi(local);
+  if (per_host <= 0 || world->size() % per_host != 0) {
+    throw CLI::ValidationError("--group " + group +
+                               " needs LOCAL_WORLD_SIZE dividing the world size, as weftrun "
+                               "sets it");
+  }
+  const int rank = world->rank();
+  const int color = group == "host" ? rank / per_host : rank % per_host;
+  return world->split(color, rank);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,6 +130,12 @@ int main(int argc, char** argv) {
                  "Seconds each collective may wait for its peers; 0: the library's default")
       ->check(CLI::Range(0.0, 1e6));
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
+  std::string group = "all";
+  app.add_option("--group", group,
+                 "Time the collective on: all (the world), host (each host's ranks, all hosts "
+                 "at once) or cross (the ranks with one local index, one per host); host and "
+                 "cross under weftrun only")
+      ->check(CLI::IsMember({"all", "host", "cross"}));
   CLI11_PARSE(app, argc, argv);
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
@@ -118,6 +145,9 @@ int main(int argc, char** argv) {
     o.dtype = weft::tools::parse_dtype(dtype);
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;
+    if (threads > 0 && group != "all") {
+      throw CLI::ValidationError("--group host and cross run under weftrun, not --threads");
+    }
     if (threads > 0) {
       weft::dist::run_threads(threads, [&](ProcessGroup& pg) {
         const long w = run(pg, o);
@@ -126,7 +156,8 @@ int main(int argc, char** argv) {
     } else {
       std::optional<weft::Seconds> op_timeout;
       if (timeout > 0) op_timeout = weft::Seconds(timeout);
-      auto pg = weft::dist::init_process_group({.backend = backend, .timeout = op_timeout});
+      auto world = weft::dist::init_process_group({.backend = backend, .timeout = op_timeout});
+      auto pg = bench_group(world, group);
       wrong = run(*pg, o);
     }
     return wrong == 0 ? 0 : 1;

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # The auto backend (shm within a host, tcp across, two-level collectives) against flat tcp on
 # HOSTS network namespaces of PER_HOST ranks each (tests/dist/netns/run.sh builds them; root
-# and iproute2 needed): weft-bench OP (default all_reduce) from 4 B to 64 MiB, and the ratio
-# of bus bandwidths. The namespaces share this machine's CPUs and their links run at memory
+# and iproute2 needed): weft-bench OP (default all_reduce) from 4 B to 64 MiB on GROUP (all,
+# the default; host: each host's ranks; cross: one rank per host; weft-bench --group), and the
+# ratio of bus bandwidths. The namespaces share this machine's CPUs and their links run at memory
 # speed: what this shows is the two levels' saving in messages and copies, not a network's.
 #
-#   sudo bench/collectives/netns_compare.sh [HOSTS PER_HOST OP]      (defaults: 2 2 all_reduce)
+#   sudo bench/collectives/netns_compare.sh [HOSTS PER_HOST OP GROUP]  (defaults: 2 2 all_reduce all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
-hosts=${1:-2} per_host=${2:-2} op=${3:-all_reduce}
+hosts=${1:-2} per_host=${2:-2} op=${3:-all_reduce} group=${4:-all}
 cmake --build "$build" --target weft-bench weftrun -- --quiet
 run() {  # backend -> "size time busbw" lines
-  BENCH_OP=$op tests/dist/netns/run.sh "$build/tools/weftrun" "$build/tools/weft-bench" \
+  BENCH_OP=$op BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" "$build/tools/weft-bench" \
     "$hosts" "$per_host" bench "$1" | sed -e 's/^\[[0-9]*\] //' |
     awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
 }
-echo "$op, $hosts hosts x $per_host ranks (network namespaces): time (us) / busbw (GB/s)"
+echo "$op on group $group, $hosts hosts x $per_host ranks (network namespaces): time (us) / busbw (GB/s)"
 printf "%10s %22s %22s %10s\n" size tcp auto "auto/tcp bw"
 join <(run tcp) <(run auto) |
   awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, ($3 > 0 ? $5 / $3 : 0)}'

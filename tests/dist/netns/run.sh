@@ -110,7 +110,8 @@ case "$mode" in
     ;;
   bench)
     for ((i = 0; i < nodes; i++)); do
-      start_node "$i" "$program" "${BENCH_OP:-all_reduce}" -b 4 -e 64M -f 4
+      # shellcheck disable=SC2086  # BENCH_ARGS: further weft-bench options, word-split
+      start_node "$i" "$program" "${BENCH_OP:-all_reduce}" -b 4 -e 64M -f 4 ${BENCH_ARGS:-}
     done
     failed=0
     for ((i = 0; i < nodes; i++)); do wait "${pids[$i]}" || failed=1; done
