@@ -19,6 +19,7 @@ struct BenchOptions {
   DType dtype = DType::kFloat32;
   dist::ReduceOp redop = dist::ReduceOp::kSum;
   bool check = false;
+  std::string group = "all";  // --group: all, host or cross
 };
 
 struct SizeResult {

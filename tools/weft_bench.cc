@@ -7,7 +7,8 @@
 //
 // size is the bytes of the largest buffer of the operation (the output for all_gather, the
 // input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
-// timed iterations on the slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n for
+// timed iterations on the slowest rank (of the group: with --group each group's rank 0
+// prints its own table); algbw = size / time; busbw = algbw * 2(n-1)/n for
 // all_reduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 otherwise.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -42,10 +43,11 @@ std::size_t parse_size(const std::string& text) {
 }
 
 void print_header(const BenchOptions& o, const ProcessGroup& pg) {
-  std::printf("# weft-bench %s  backend %s  ranks %d  dtype %s  redop %s  warmup %d  iters %d\n",
-              o.op.c_str(), std::string(pg.backend_name()).c_str(), pg.size(),
-              std::string(weft::dtype_name(o.dtype)).c_str(),
-              std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
+  std::printf(
+      "# weft-bench %s  backend %s  group %s  ranks %d  dtype %s  redop %s  warmup %d  iters %d\n",
+      o.op.c_str(), std::string(pg.backend_name()).c_str(), o.group.c_str(), pg.size(),
+      std::string(weft::dtype_name(o.dtype)).c_str(),
+      std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
   std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong");
   std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
@@ -130,8 +132,7 @@ int main(int argc, char** argv) {
                  "Seconds each collective may wait for its peers; 0: the library's default")
       ->check(CLI::Range(0.0, 1e6));
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
-  std::string group = "all";
-  app.add_option("--group", group,
+  app.add_option("--group", o.group,
                  "Time the collective on: all (the world), host (each host's ranks, all hosts "
                  "at once) or cross (the ranks with one local index, one per host); host and "
                  "cross under weftrun only")
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
     o.dtype = weft::tools::parse_dtype(dtype);
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;
-    if (threads > 0 && group != "all") {
+    if (threads > 0 && o.group != "all") {
       throw CLI::ValidationError("--group host and cross run under weftrun, not --threads");
     }
     if (threads > 0) {
@@ -157,7 +158,7 @@ int main(int argc, char** argv) {
       std::optional<weft::Seconds> op_timeout;
       if (timeout > 0) op_timeout = weft::Seconds(timeout);
       auto world = weft::dist::init_process_group({.backend = backend, .timeout = op_timeout});
-      auto pg = bench_group(world, group);
+      auto pg = bench_group(world, o.group);
       wrong = run(*pg, o);
     }
     return wrong == 0 ? 0 : 1;

@@ -3,8 +3,10 @@
 # HOSTS network namespaces of PER_HOST ranks each (tests/dist/netns/run.sh builds them; root
 # and iproute2 needed): weft-bench OP (default all_reduce) from 4 B to 64 MiB on GROUP (all,
 # the default; host: each host's ranks; cross: one rank per host; weft-bench --group), and the
-# ratio of bus bandwidths. The namespaces share this machine's CPUs and their links run at memory
-# speed: what this shows is the two levels' saving in messages and copies, not a network's.
+# ratio of bus bandwidths (rank 0's group's). With cross each group holds one rank per host,
+# which auto runs flat over tcp too: a control, not a comparison. The namespaces share this
+# machine's CPUs and their links run at memory speed: what this shows is the two levels'
+# saving in messages and copies, not a network's.
 #
 #   sudo bench/collectives/netns_compare.sh [HOSTS PER_HOST OP GROUP]  (defaults: 2 2 all_reduce all)
 set -euo pipefail
@@ -14,7 +16,7 @@ hosts=${1:-2} per_host=${2:-2} op=${3:-all_reduce} group=${4:-all}
 cmake --build "$build" --target weft-bench weftrun -- --quiet
 run() {  # backend -> "size time busbw" lines
   BENCH_OP=$op BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" "$build/tools/weft-bench" \
-    "$hosts" "$per_host" bench "$1" | sed -e 's/^\[[0-9]*\] //' |
+    "$hosts" "$per_host" bench "$1" | sed -n -e 's/^\[0\] //p' |
     awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
 }
 echo "$op on group $group, $hosts hosts x $per_host ranks (network namespaces): time (us) / busbw (GB/s)"

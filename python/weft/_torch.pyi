@@ -13,3 +13,10 @@ class ProcessGroupWeft(dist.ProcessGroup):
     @property
     def weft_backend(self) -> str:
         """The weft backend the group runs on: shm, tcp, auto, ..."""
+
+def _caller_waits(on: bool) -> bool:
+    """Internal (weft.torch's wrappers): on this thread, the operations torch.distributed issues
+    are waited for at once, so weft may run them right here. Returns the previous setting."""
+
+def _arm_interrupts() -> None:
+    """Internal: puts weft's Ctrl-C watcher back in front of Python's SIGINT handler."""

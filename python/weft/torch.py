@@ -32,7 +32,7 @@ import torch.distributed as _dist
 import torch.distributed.distributed_c10d as _c10d
 
 import weft  # noqa: F401  (weft's exception types, for the errors the backend raises)
-from weft._torch import ProcessGroupWeft, _caller_waits
+from weft._torch import ProcessGroupWeft, _arm_interrupts, _caller_waits
 
 __all__ = ["ProcessGroupWeft", "BACKEND"]
 
@@ -82,8 +82,12 @@ def _waited_at_once(fn):
 
     @_functools.wraps(fn)
     def call(*args, **kwargs):
+        handler = _signal.getsignal(_signal.SIGINT)
+        if handler is not _sigint_seen[0]:  # signal.signal() ran, displacing weft's watcher
+            _sigint_seen[0] = handler
+            _arm_interrupts()
         hint = (waits(args, kwargs) and _thread.get_ident() == _MAIN_THREAD
-                and _signal.getsignal(_signal.SIGINT) in _PLAIN_SIGINT)
+                and handler in _PLAIN_SIGINT)
         previous = _caller_waits(hint)
         try:
             return fn(*args, **kwargs)
@@ -96,6 +100,7 @@ def _waited_at_once(fn):
 
 _MAIN_THREAD = _threading.main_thread().ident
 _PLAIN_SIGINT = (_signal.default_int_handler, _signal.SIG_IGN, _signal.SIG_DFL)  # as _signal has them
+_sigint_seen = [None]  # the SIGINT handler the last wrapped call saw
 
 
 def _wrap_blocking_calls():

@@ -303,22 +303,43 @@ def test_blocking_calls_are_marked(rank, size):
         assert getattr(c10d, name) is getattr(dist, name), name
     expect_value_error("root", lambda: dist.broadcast(torch.zeros(1), src=size))
     assert weft._torch._caller_waits(False) is False, "the hint outlived a failed call"
-    # From another thread, and under a SIGINT handler of the program's own, blocking calls
-    # take the asynchronous path (the hint needs the main thread and Python's own meaning of
-    # SIGINT); then with the default handler back, the fast path again (its Ctrl-C watcher
-    # re-armed). The same results every way.
+    # The hint each call gives (weft.torch looks _caller_waits up at every call): only for a
+    # call that waits, on the main thread, while SIGINT keeps Python's meaning. The results
+    # are the same every way.
+    seen = []
+    real = weft.torch._caller_waits
+
+    def record(on):
+        seen.append(on)
+        return real(on)
+
+    def hint_of(call):
+        seen.clear()
+        call()
+        return seen[0]
+
     t = torch.ones(1)
-    worker = threading.Thread(target=dist.all_reduce, args=(t,))
-    worker.start()
-    worker.join()
-    check(t, torch.full((1,), float(size)), "a blocking all_reduce from another thread")
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    weft.torch._caller_waits = record
     try:
-        dist.all_reduce(t)
+        assert hint_of(lambda: dist.all_reduce(t)) is True
+        assert hint_of(lambda: dist.all_reduce(t, async_op=True).wait()) is False
+        assert hint_of(lambda: dist.all_reduce(t, R.SUM, None, True).wait()) is False
+        assert hint_of(lambda: dist.barrier()) is True
+        from_thread = []
+        worker = threading.Thread(
+            target=lambda: from_thread.append(hint_of(lambda: dist.all_reduce(t))))
+        worker.start()
+        worker.join()
+        assert from_thread == [False], from_thread
+        previous = signal.signal(signal.SIGINT, lambda *_: None)
+        try:
+            assert hint_of(lambda: dist.all_reduce(t)) is False
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert hint_of(lambda: dist.all_reduce(t)) is True
     finally:
-        signal.signal(signal.SIGINT, previous)
-    dist.all_reduce(t)
-    check(t, torch.full((1,), float(size ** 3)), "under a handler of its own, then without")
+        weft.torch._caller_waits = real
+    check(t, torch.full((1,), float(size ** 6)), "all_reduces with and without the hint")
 
 
 def test_coalesced_and_objects(rank, size):

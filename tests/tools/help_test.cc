@@ -175,7 +175,8 @@ TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {
                                    {"--backend", "TEXT"},
                                    {"--threads", "]=0"},
                                    {"--timeout", "]=0"},
-                                   {"-c,--check", ""}});
+                                   {"-c,--check", ""},
+                                   {"--group", "cross}=all"}});
 }
 
 }  // namespace

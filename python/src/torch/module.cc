@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>  // c10::intrusive_ptr as a pybind11 holder
 
+#include "python/src/interrupt.h"
 #include "python/src/torch/process_group.h"
 
 namespace py = pybind11;
@@ -27,4 +28,7 @@ PYBIND11_MODULE(_torch, m) {
         "Internal (weft.torch wraps torch.distributed's blocking calls with it): on this "
         "thread, the operations torch.distributed issues are waited for at once, so weft may "
         "run them right here. Returns the previous setting.");
+  m.def("_arm_interrupts", &weft::python::arm_interrupts,
+        "Internal: puts weft's Ctrl-C watcher back in front of Python's SIGINT handler, which "
+        "signal.signal() reinstalls (weft.torch calls it when the handler changed).");
 }

@@ -93,12 +93,12 @@ void check_root_only(const std::vector<std::vector<at::Tensor>>& lists, int root
 // Set around torch.distributed's blocking calls by python/weft/torch.py (set_caller_waits).
 thread_local bool t_caller_waits = false;
 
-// signal.signal() puts Python's own SIGINT handler back in front of the Ctrl-C watcher's, and
-// a program may have restored the default since: arm again, at most every 100 ms (a
-// sigaction costs microseconds on a VM, as much as a small collective). Called on the main
-// thread only (python/weft/torch.py gives the hint nowhere else).
+// signal.signal() puts Python's own SIGINT handler back in front of the Ctrl-C watcher's.
+// python/weft/torch.py re-arms when the handler changed; a handler set again to the same one
+// goes unseen there, so arm again here too, at most every 100 ms (a sigaction costs
+// microseconds on a VM, as much as a small collective).
 void keep_interrupts_armed() {
-  static std::chrono::steady_clock::time_point next_check;
+  thread_local std::chrono::steady_clock::time_point next_check;
   const auto now = std::chrono::steady_clock::now();
   if (now < next_check) return;
   next_check = now + std::chrono::milliseconds(100);

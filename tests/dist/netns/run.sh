@@ -7,8 +7,9 @@
 #   killed        a rank of the last host killed during a stream of all-reduces: every
 #                 surviving rank must fail with an error naming the dead rank, soon;
 #   bench         weft-bench all_reduce, 4 B to 64 MiB, on the job (PROGRAM is weft-bench;
-#                 bench/collectives/netns_compare.sh runs it for auto and tcp); prints rank 0's
-#                 table;
+#                 bench/collectives/netns_compare.sh runs it for auto and tcp; $BENCH_OP and
+#                 $BENCH_ARGS change the operation and add options); prints the first host's
+#                 output, and a failing host's; fails if any host does;
 #   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
 #                 operation timeout: no FIN or RST ever comes, yet every rank on the other
 #                 hosts must fail with an error naming a rank of that host within the
@@ -114,7 +115,11 @@ case "$mode" in
       start_node "$i" "$program" "${BENCH_OP:-all_reduce}" -b 4 -e 64M -f 4 ${BENCH_ARGS:-}
     done
     failed=0
-    for ((i = 0; i < nodes; i++)); do wait "${pids[$i]}" || failed=1; done
+    for ((i = 0; i < nodes; i++)); do
+      wait "${pids[$i]}" && continue
+      failed=1
+      [ "$i" != 0 ] && { echo "node $i failed:"; cat "$out/node$i.log"; }
+    done
     cat "$out/node0.log"
     exit "$failed"
     ;;
