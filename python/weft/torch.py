@@ -83,11 +83,12 @@ def _waited_at_once(fn):
     @_functools.wraps(fn)
     def call(*args, **kwargs):
         handler = _signal.getsignal(_signal.SIGINT)
+        plain = handler in _PLAIN_SIGINT
         if handler is not _sigint_seen[0]:  # signal.signal() ran, displacing weft's watcher
             _sigint_seen[0] = handler
-            _arm_interrupts()
-        hint = (waits(args, kwargs) and _thread.get_ident() == _MAIN_THREAD
-                and handler in _PLAIN_SIGINT)
+            if plain:
+                _arm_interrupts()
+        hint = plain and waits(args, kwargs) and _thread.get_ident() == _MAIN_THREAD
         previous = _caller_waits(hint)
         try:
             return fn(*args, **kwargs)
