@@ -84,16 +84,17 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
 
 // The group --group names: the world, the ranks of this rank's host, or the ranks with this
 // rank's local index, one per host (a tensor- and a data-parallel group of a mesh over whole
-// hosts). Ranks are numbered host by host, LOCAL_WORLD_SIZE per host, as weftrun does.
+// hosts). Ranks are numbered host by host, the launcher's local world size per host, as
+// weftrun, mpirun and srun number them.
 std::shared_ptr<ProcessGroup> bench_group(const std::shared_ptr<ProcessGroup>& world,
                                           const std::string& group) {
   if (group == "all") return world;
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int per_host = local == nullptr ? 0 : std::atoi(local);
+  const auto launched = weft::dist::launch_environment();
+  const int per_host = launched ? launched->local_world_size : 0;
   if (per_host <= 0 || world->size() % per_host != 0) {
     throw CLI::ValidationError("--group " + group +
-                               " needs LOCAL_WORLD_SIZE dividing the world size, as weftrun "
-                               "sets it");
+                               " needs a launcher (weftrun, mpirun, srun) that says how many "
+                               "ranks each host runs, a number dividing the world size");
   }
   const int rank = world->rank();
   const int color = group == "host" ? rank / per_host : rank % per_host;
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   app.add_option("--group", o.group,
                  "Time the collective on: all (the world), host (each host's ranks, all hosts "
                  "at once) or cross (the ranks with one local index, one per host); host and "
-                 "cross under weftrun only")
+                 "cross under a launcher (weftrun, mpirun, srun) only")
       ->check(CLI::IsMember({"all", "host", "cross"}));
   CLI11_PARSE(app, argc, argv);
   try {
@@ -147,7 +148,8 @@ int main(int argc, char** argv) {
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;
     if (threads > 0 && o.group != "all") {
-      throw CLI::ValidationError("--group host and cross run under weftrun, not --threads");
+      throw CLI::ValidationError(
+          "--group host and cross run under a launcher (weftrun, mpirun, srun), not --threads");
     }
     if (threads > 0) {
       weft::dist::run_threads(threads, [&](ProcessGroup& pg) {

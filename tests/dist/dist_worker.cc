@@ -1,7 +1,7 @@
-// One rank of a job started by weftrun: joins the world group on weftrun's --backend and
+// One rank of a job started by weftrun or mpirun: joins the world group on $WEFT_BACKEND and
 // runs every collective value check on every engine the backend gives its groups. Not a ctest
 // test by itself; tests/dist/CMakeLists.txt runs it under weftrun with 1 to 4 ranks on each
-// process backend.
+// process backend, under mpirun, and across network namespaces (tests/dist/netns).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +24,12 @@ namespace {
 // ASSERT, between collectives: a rank that left early would hang the others. Every dtype on
 // the first group across hosts; float, every collective, small to large, on the others (the
 // suite's time on 2 cores).
-void check_subgroups_across_hosts(ProcessGroup& pg, int per_host) {
+// `cross`: the engine between hosts ("generic" over tcp, "mpi").
+void check_subgroups_across_hosts(ProcessGroup& pg, int per_host, const std::string& cross) {
+  const auto expect_two_levels = [&cross](const ProcessGroup& group) {
+    const std::string name(group.engine_name());
+    EXPECT_TRUE(name.starts_with("hierarchical(") && name.ends_with(", " + cross + ")")) << name;
+  };
   const auto check = [](ProcessGroup& group) {
     test::all_checks<float>(group);
     test::large_checks<float>(group);
@@ -56,12 +61,16 @@ void check_subgroups_across_hosts(ProcessGroup& pg, int per_host) {
   // on rings everywhere.
   for (int i = 0; i < 8; ++i) {
     auto group = pg.new_group(hosts_rotated);
-    EXPECT_EQ(group->engine_name(), "hierarchical");
+    expect_two_levels(*group);
+    if (i == 0 || i == 7) {
+      const std::string host_part = i == 0 ? "shm" : "generic";
+      EXPECT_EQ(group->engine_name(), "hierarchical(" + host_part + ", " + cross + ")");
+    }
     if (i == 0) test::all_checks_every_dtype(*group);
     if (i == 4 || i == 7) check(*group);
   }
   auto flat = pg.new_group(interleaved);
-  EXPECT_EQ(flat->engine_name(), "generic");
+  EXPECT_EQ(flat->engine_name(), cross);
   check(*flat);
   if (n / per_host < 3) return;
   std::vector<int> two_hosts(static_cast<std::size_t>(2 * per_host));  // the first two
@@ -69,7 +78,7 @@ void check_subgroups_across_hosts(ProcessGroup& pg, int per_host) {
   auto part = pg.new_group(two_hosts);
   EXPECT_EQ(part != nullptr, pg.rank() < 2 * per_host);
   if (part == nullptr) return;
-  EXPECT_EQ(part->engine_name(), "hierarchical");
+  expect_two_levels(*part);
   check(*part);
 }
 
@@ -79,12 +88,16 @@ void check_subgroups_across_hosts(ProcessGroup& pg, int per_host) {
 TEST(DistWorker, AllCollectivesOnEveryEngine) {
   auto pg = init_process_group();
   EXPECT_EQ(pg->backend_name(), std::getenv("WEFT_BACKEND"));
-  // Across hosts of two or more ranks each, the world group runs in two levels.
+  // Across hosts of two or more ranks each, the world group runs in two levels:
+  // "hierarchical(shm, <cross>)".
   if (const char* expect = std::getenv("WEFT_EXPECT_WORLD_ENGINE")) {
-    EXPECT_EQ(pg->engine_name(), expect);
-    const char* local_world_size = std::getenv("LOCAL_WORLD_SIZE");
-    ASSERT_NE(local_world_size, nullptr) << "weftrun sets LOCAL_WORLD_SIZE";
-    check_subgroups_across_hosts(*pg, std::atoi(local_world_size));
+    const std::string world(expect);
+    EXPECT_EQ(pg->engine_name(), world);
+    const auto launched = launch_environment();
+    ASSERT_TRUE(launched) << "run under weftrun or mpirun";
+    const std::string cross =
+        world.substr(world.find(", ") + 2, world.size() - world.find(", ") - 3);
+    check_subgroups_across_hosts(*pg, launched->local_world_size, cross);
   }
   test::all_checks_every_dtype(*pg);
   std::vector<int> everyone(static_cast<std::size_t>(pg->size()));

@@ -31,7 +31,7 @@ class InitErrorTest : public testing::Test {
   void SetUp() override {
     for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WEFT_BACKEND",
                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                          "SLURM_PROCID", "SLURM_NTASKS"}) {
+                          "SLURM_PROCID", "SLURM_NTASKS", "WEFT_AUTO_NETWORK"}) {
       ::unsetenv(v);
     }
   }
@@ -59,6 +59,14 @@ TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
               HasSubstr("rank 3 is not in [0, world size 2)"));
   ::setenv("RANK", "two", 1);
   EXPECT_THAT(init_error({.world_size = 2}), HasSubstr("RANK='two' is not a non-negative integer"));
+  ::unsetenv("RANK");
+  const weft::test::TempDir dir("weft-init");
+  ::setenv("WEFT_AUTO_NETWORK", "udp", 1);
+  EXPECT_THAT(init_error({.backend = "auto",
+                          .init_method = "file://" + dir.file("store"),
+                          .rank = 0,
+                          .world_size = 1}),
+              HasSubstr("WEFT_AUTO_NETWORK='udp' is not a network between hosts; use tcp or mpi"));
 }
 
 TEST(InitTest, FileInitMethod) {

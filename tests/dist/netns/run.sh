@@ -22,34 +22,12 @@ set -uo pipefail
 weftrun=$1 program=$2 nodes=$3 per_node=$4 mode=$5 backend=${6:-tcp}
 extra_env=()
 # The auto backend must run the world group in two levels when hosts have several ranks.
-[ "$backend" = auto ] && [ "$per_node" -gt 1 ] && extra_env=(WEFT_EXPECT_WORLD_ENGINE=hierarchical)
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-  echo "netns test: needs root and iproute2 (ip netns); skipped"
-  exit 77
-fi
-tag="w$$"  # names unique to this run: tests may run concurrently
-switch="${tag}sw"
+[ "$backend" = auto ] && [ "$per_node" -gt 1 ] &&
+  extra_env=("WEFT_EXPECT_WORLD_ENGINE=hierarchical(shm, generic)")
+source "$(dirname "$0")/hosts.sh"
 out=$(mktemp -d)
-cleanup() {
-  for ((i = 0; i < nodes; i++)); do ip netns del "${tag}n$i" 2>/dev/null; done
-  ip netns del "$switch" 2>/dev/null
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
-ip netns add "$switch"
-ip -n "$switch" link add br0 type bridge
-ip -n "$switch" link set br0 up
-for ((i = 0; i < nodes; i++)); do
-  ns="${tag}n$i"
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  ip link add "${tag}a$i" netns "$ns" type veth peer name "${tag}b$i" netns "$switch"
-  ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "${tag}a$i"
-  ip -n "$ns" link set "${tag}a$i" up
-  ip -n "$switch" link set "${tag}b$i" master br0
-  ip -n "$switch" link set "${tag}b$i" up
-done
+trap 'remove_hosts; rm -rf "$out"' EXIT
+make_hosts "$nodes"
 
 # One weftrun per host. Each way of finding the address other hosts reach this one at: the
 # first host names it (WEFT_HOST), the second its interface (WEFT_SOCKET_IFNAME), the others

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "weft/dist/backends/tcp_backend.h"
 #include "weft/dist/engine/hierarchical_engine.h"
 #include "weft/dist/internal/machine_id.h"
+#include "weft/dist/launch_env.h"
 #include "weft/dist/transport/shm/shm_transport.h"
 #include "weft/dist/transport/tcp/tcp_transport.h"
 #include "weft/store/prefix_store.h"
@@ -51,44 +53,66 @@ std::optional<HostLayout> regular_layout(const std::vector<HostId>& ids, int ran
   return HostLayout{static_cast<int>(hosts), n, rank / n, rank % n};
 }
 
-// Sends and receives go over tcp; an abort also stops this host's shared-memory ranks.
+// Sends and receives go over the network; an abort also stops this host's shared-memory ranks.
 class TwoLevelTransport final : public Transport {
  public:
-  TwoLevelTransport(std::shared_ptr<TcpTransport> tcp, std::shared_ptr<ShmTransport> shm)
-      : tcp_(std::move(tcp)), shm_(std::move(shm)) {}
-  int rank() const override { return tcp_->rank(); }
-  int size() const override { return tcp_->size(); }
+  TwoLevelTransport(std::shared_ptr<Transport> network, std::shared_ptr<ShmTransport> shm)
+      : network_(std::move(network)), shm_(std::move(shm)) {}
+  int rank() const override { return network_->rank(); }
+  int size() const override { return network_->size(); }
   void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override {
-    tcp_->send(peer, tag, bytes, deadline);
+    network_->send(peer, tag, bytes, deadline);
   }
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override {
-    tcp_->recv(peer, tag, out, deadline);
+    network_->recv(peer, tag, out, deadline);
   }
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override {
-    return tcp_->recv_any(tag, out, deadline);
+    return network_->recv_any(tag, out, deadline);
   }
   void abort(const std::string& reason) override {
-    tcp_->abort(reason);
+    network_->abort(reason);
     shm_->abort(reason);
   }
 
  private:
-  std::shared_ptr<TcpTransport> tcp_;
+  std::shared_ptr<Transport> network_;
   std::shared_ptr<ShmTransport> shm_;
 };
 
+// Whether the network between hosts is mpi ($WEFT_AUTO_NETWORK, else mpi under Open MPI's
+// mpirun when weft has it).
+bool use_mpi(bool have_mpi) {
+  const char* named = std::getenv("WEFT_AUTO_NETWORK");
+  const std::string network = named != nullptr ? named : "";
+  if (network.empty()) {
+    const auto launched = launch_environment();
+    return have_mpi && launched && launched->launcher == "mpirun";
+  }
+  if (network == "tcp") return false;
+  if (network != "mpi") {
+    throw InvalidArgument("dist: WEFT_AUTO_NETWORK='" + network +
+                          "' is not a network between hosts; use tcp or mpi");
+  }
+  if (!have_mpi) {
+    throw InvalidArgument(
+        "dist: WEFT_AUTO_NETWORK=mpi but this weft was built without MPI; install "
+        "libopenmpi-dev (scripts/install-deps) and rebuild, or use WEFT_AUTO_NETWORK=tcp");
+  }
+  return true;
+}
+
 class AutoBackend final : public Backend {
  public:
-  AutoBackend(std::shared_ptr<TcpTransport> tcp, std::shared_ptr<ShmTransport> shm,
+  AutoBackend(std::shared_ptr<Backend> network, std::shared_ptr<ShmTransport> shm,
               HostLayout layout)
-      : tcp_(std::move(tcp)),
+      : network_(std::move(network)),
         shm_(std::move(shm)),
-        transport_(std::make_shared<TwoLevelTransport>(tcp_, shm_)),
+        transport_(std::make_shared<TwoLevelTransport>(network_->transport(), shm_)),
         layout_(layout) {}
 
   std::string_view name() const override { return "auto"; }
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
-  std::size_t max_message_bytes() const override { return TcpTransport::kMaxMessage; }
+  std::size_t max_message_bytes() const override { return network_->max_message_bytes(); }
 
   // Two levels for the world group and for every subgroup whose members are laid out as the
   // world's ranks are (equal blocks, one per host, of two or more ranks, on two or more
@@ -101,7 +125,7 @@ class AutoBackend final : public Backend {
       for (int member : members) local.push_back(shm_rank(member));
       return host_engine(local, agree, 0);
     }
-    auto flat = std::make_unique<GenericEngine>(tcp_, members);
+    auto flat = network_->make_engine(members, world, agree);
     const std::optional<HostLayout> group = world ? layout_ : layout_of(members);
     if (!group) return flat;
     std::vector<int> local;  // this host's members, as ranks of the host's shm transport
@@ -113,9 +137,8 @@ class AutoBackend final : public Backend {
     }
     auto host_part = world ? shm_->world_collectives(std::make_unique<GenericEngine>(shm_, local))
                            : host_engine(local, agree, group->host * group->per_host);
-    return std::make_unique<HierarchicalEngine>(*group, std::move(host_part),
-                                                std::make_unique<GenericEngine>(tcp_, cross),
-                                                std::move(flat));
+    return std::make_unique<HierarchicalEngine>(
+        *group, std::move(host_part), network_->make_engine(cross, false, agree), std::move(flat));
   }
 
  private:
@@ -134,7 +157,7 @@ class AutoBackend final : public Backend {
     int group_rank = -1;
     for (std::size_t r = 0; r < members.size(); ++r) {
       hosts.push_back(host_of(members[r]));
-      if (members[r] == tcp_->rank()) group_rank = static_cast<int>(r);
+      if (members[r] == transport_->rank()) group_rank = static_cast<int>(r);
     }
     return regular_layout(hosts, group_rank);
   }
@@ -153,7 +176,7 @@ class AutoBackend final : public Backend {
     return std::make_unique<GenericEngine>(shm_, local);
   }
 
-  std::shared_ptr<TcpTransport> tcp_;
+  std::shared_ptr<Backend> network_;
   std::shared_ptr<ShmTransport> shm_;
   std::shared_ptr<Transport> transport_;
   HostLayout layout_;
@@ -161,22 +184,23 @@ class AutoBackend final : public Backend {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context) {
+std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context,
+                                                NetworkFactory mpi_network) {
+  const bool mpi = use_mpi(mpi_network != nullptr);
   const auto layout = regular_layout(
       host_ids(*context.store, context.rank, context.world_size, context.timeout), context.rank);
-  auto tcp = make_tcp_transport(context);
-  if (!layout) {
-    return make_world_group(
-        std::make_shared<GenericBackend>("auto", std::move(tcp), TcpTransport::kMaxMessage),
-        context);
-  }
+  std::shared_ptr<Backend> network =
+      mpi ? mpi_network(context)
+          : std::make_shared<GenericBackend>("auto", make_tcp_transport(context),
+                                             TcpTransport::kMaxMessage);
+  if (!layout) return make_world_group(std::move(network), context);
   auto host_store = std::make_shared<store::PrefixStore>("auto/host" + std::to_string(layout->host),
                                                          context.store);
   auto shm =
       std::make_shared<ShmTransport>(layout->local, layout->per_host, host_store,
                                      ShmTransportOptions{.connect_timeout = context.timeout});
-  return make_world_group(std::make_shared<AutoBackend>(std::move(tcp), std::move(shm), *layout),
-                          context);
+  return make_world_group(
+      std::make_shared<AutoBackend>(std::move(network), std::move(shm), *layout), context);
 }
 
 }  // namespace weft::dist::internal

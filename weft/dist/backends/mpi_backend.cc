@@ -99,10 +99,8 @@ bool start_mpi() {
   return !started;
 }
 
-}  // namespace
-
-std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context) {
-  const bool started_here = start_mpi();
+// The rank and world size MPI placed this process at, checked against the context's.
+BackendContext placed_by_mpi(const BackendContext& context) {
   BackendContext placed = context;
   MPI_Comm_rank(MPI_COMM_WORLD, &placed.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &placed.world_size);
@@ -114,8 +112,21 @@ std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context) {
                           std::to_string(placed.rank) + " of " + std::to_string(placed.world_size) +
                           "; let the backend take both from MPI (mpirun -np N, or srun)");
   }
+  return placed;
+}
+
+}  // namespace
+
+std::shared_ptr<Backend> make_mpi_network(const BackendContext& context) {
+  const bool started_here = start_mpi();
+  placed_by_mpi(context);
   MpiEngine::create_16bit_types();
-  return make_world_group(std::make_shared<MpiBackend>(started_here, context.timeout), placed);
+  return std::make_shared<MpiBackend>(started_here, context.timeout);
+}
+
+std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context) {
+  auto backend = make_mpi_network(context);
+  return make_world_group(std::move(backend), placed_by_mpi(context));
 }
 
 }  // namespace weft::dist::internal

@@ -3,10 +3,16 @@
 // (WEFT_WITH_MPI); registered in registry.cc. Not public.
 #pragma once
 
+#include "weft/dist/backend.h"
 #include "weft/dist/init.h"
 
 namespace weft::dist::internal {
 
 std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context);
+
+// The same backend, unwrapped, for another backend to run its network level on (the auto
+// backend between hosts): starts MPI or checks whoever did, and checks that MPI placed this
+// process at the context's rank and world size, where those are set (>= 0).
+std::shared_ptr<Backend> make_mpi_network(const BackendContext& context);
 
 }  // namespace weft::dist::internal

@@ -1,5 +1,6 @@
 // The one place that lists weft's built-in backends. Optional ones (MPI, when built with it)
-// are added here under their #ifdef, so no other file needs one.
+// are added here under their #ifdef, so no other file needs one; the auto backend gets mpi as
+// its network between hosts from here too.
 #include "weft/dist/backends/registry.h"
 
 #include "weft/dist/backends/auto_backend.h"
@@ -10,12 +11,25 @@
 #endif
 
 namespace weft::dist::internal {
+namespace {
+
+#ifdef WEFT_HAVE_MPI
+constexpr NetworkFactory kMpiNetwork = make_mpi_network;
+#else
+constexpr NetworkFactory kMpiNetwork = nullptr;
+#endif
+
+std::shared_ptr<ProcessGroup> make_auto(const BackendContext& context) {
+  return make_auto_backend(context, kMpiNetwork);
+}
+
+}  // namespace
 
 void register_builtin_backends(std::map<std::string, RegisteredBackend>& backends) {
   // emplace: a backend the user registered under the same name first is kept.
   backends.emplace("tcp", RegisteredBackend{make_tcp_backend, {}});
   backends.emplace("shm", RegisteredBackend{make_shm_backend, {}});
-  backends.emplace("auto", RegisteredBackend{make_auto_backend, {}});
+  backends.emplace("auto", RegisteredBackend{make_auto, {}});
 #ifdef WEFT_HAVE_MPI
   backends.emplace("mpi", RegisteredBackend{make_mpi_backend, {.uses_store = false}});
 #endif

@@ -24,7 +24,11 @@ OpContext phase(const OpContext& op, int k) {
 HierarchicalEngine::HierarchicalEngine(HostLayout layout, std::unique_ptr<CollectiveEngine> local,
                                        std::unique_ptr<CollectiveEngine> cross,
                                        std::unique_ptr<CollectiveEngine> flat)
-    : layout_(layout), local_(std::move(local)), cross_(std::move(cross)), flat_(std::move(flat)) {}
+    : layout_(layout),
+      name_("hierarchical(" + std::string(local->name()) + ", " + std::string(cross->name()) + ")"),
+      local_(std::move(local)),
+      cross_(std::move(cross)),
+      flat_(std::move(flat)) {}
 
 void HierarchicalEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
   const auto per_host = static_cast<std::size_t>(layout_.per_host);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "weft/dist/engine/collective_engine.h"
@@ -36,7 +37,8 @@ class HierarchicalEngine final : public CollectiveEngine {
                      std::unique_ptr<CollectiveEngine> cross,
                      std::unique_ptr<CollectiveEngine> flat);
 
-  std::string_view name() const override { return "hierarchical"; }
+  // "hierarchical(<local engine>, <cross engine>)": "hierarchical(shm, mpi)", say.
+  std::string_view name() const override { return name_; }
   void broadcast(Buffer buf, int root, const OpContext& op) override;
   void all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) override;
   void all_gather(Buffer out, Buffer in, const OpContext& op) override;
@@ -68,6 +70,7 @@ class HierarchicalEngine final : public CollectiveEngine {
 
  private:
   HostLayout layout_;
+  std::string name_;
   std::unique_ptr<CollectiveEngine> local_;
   std::unique_ptr<CollectiveEngine> cross_;
   std::unique_ptr<CollectiveEngine> flat_;

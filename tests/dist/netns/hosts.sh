@@ -1,0 +1,32 @@
+# Sourced by the netns tests: make_hosts N makes N network namespaces, each a "host" with its
+# own address, 10.77.0.<i+1> on interface ${tag}a<i>, joined by a bridge in a switch
+# namespace of its own, so no traffic leaves them; remove_hosts removes them (call it from
+# an EXIT trap). Names carry $tag (unique to this run: tests may run concurrently): host i is
+# namespace ${tag}n<i>. Exits 77, which ctest counts as skipped, without root or iproute2.
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+  echo "netns test: needs root and iproute2 (ip netns); skipped"
+  exit 77
+fi
+tag="w$$"
+
+make_hosts() {  # N
+  hosts=$1
+  ip netns add "${tag}sw"
+  ip -n "${tag}sw" link add br0 type bridge
+  ip -n "${tag}sw" link set br0 up
+  for ((i = 0; i < hosts; i++)); do
+    local ns="${tag}n$i"
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "${tag}a$i" netns "$ns" type veth peer name "${tag}b$i" netns "${tag}sw"
+    ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "${tag}a$i"
+    ip -n "$ns" link set "${tag}a$i" up
+    ip -n "${tag}sw" link set "${tag}b$i" master br0
+    ip -n "${tag}sw" link set "${tag}b$i" up
+  done
+}
+
+remove_hosts() {
+  for ((i = 0; i < ${hosts:-0}; i++)); do ip netns del "${tag}n$i" 2>/dev/null; done
+  ip netns del "${tag}sw" 2>/dev/null
+}
