@@ -31,9 +31,14 @@ run_mpi() {  # WEFT_BACKEND -> the same, under mpirun
 }
 echo "$op on group $group, $hosts hosts x $per_host ranks (network namespaces): time (us) / busbw (GB/s)"
 printf "%10s %22s %22s %10s\n" size tcp auto "auto/tcp bw"
-join <(run tcp) <(run auto) |
+# One job at a time: `join <(run a) <(run b)` would run both at once on the same cores.
+flat=$(run tcp)
+two_levels=$(run auto)
+join <(echo "$flat") <(echo "$two_levels") |
   awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, ($3 > 0 ? $5 / $3 : 0)}'
 grep -q "WEFT_HAVE_MPI:INTERNAL=ON" "$build/CMakeCache.txt" || exit 0
 printf "%10s %22s %22s %10s\n" size mpi "auto over mpi" "auto/mpi bw"
-join <(run_mpi mpi) <(run_mpi auto) |
+flat=$(run_mpi mpi)
+two_levels=$(run_mpi auto)
+join <(echo "$flat") <(echo "$two_levels") |
   awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, ($3 > 0 ? $5 / $3 : 0)}'
