@@ -101,6 +101,19 @@ bool use_mpi(bool have_mpi) {
   return true;
 }
 
+// The mpi backend as the network, its errors saying how auto came to use it.
+std::shared_ptr<Backend> mpi_between_hosts(NetworkFactory mpi_network,
+                                           const BackendContext& context) {
+  try {
+    return mpi_network(context);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("dist: the auto backend runs mpi between hosts (under "
+                                      "mpirun, or WEFT_AUTO_NETWORK=mpi; tcp: "
+                                      "WEFT_AUTO_NETWORK=tcp): ") +
+                          e.what());
+  }
+}
+
 class AutoBackend final : public Backend {
  public:
   AutoBackend(std::shared_ptr<Backend> network, std::shared_ptr<ShmTransport> shm,
@@ -190,7 +203,7 @@ std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context,
   const auto layout = regular_layout(
       host_ids(*context.store, context.rank, context.world_size, context.timeout), context.rank);
   std::shared_ptr<Backend> network =
-      mpi ? mpi_network(context)
+      mpi ? mpi_between_hosts(mpi_network, context)
           : std::make_shared<GenericBackend>("auto", make_tcp_transport(context),
                                              TcpTransport::kMaxMessage);
   if (!layout) return make_world_group(std::move(network), context);
