@@ -136,7 +136,10 @@ class DataParallelRunTest : public testing::Test {
 
 // Each layout's losses against one process at the same global batch. The 4-rank data-parallel
 // layouts run on threads in data_parallel_test; here 4 ranks run where the layout needs them
-// (HSDP, TP 4, the 2-D meshes) and once for FSDP.
+// (HSDP, TP 4, the 2-D meshes) and once for FSDP. The variants of one strategy (zero2, TP
+// without sequence parallelism, CP's all-gather exchange) run on threads only
+// (tests/parallel): as processes they would match one process whether or not weft-train
+// honoured their option, and the suite's time on 2 cores is spent where it checks more.
 TEST_F(DataParallelRunTest, DataParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"ddp-2", 2, "--training.batch_size 4"},
@@ -144,9 +147,6 @@ TEST_F(DataParallelRunTest, DataParallelLayoutsMatchOneProcess) {
       {"zero1-2", 2,
        "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode "
        "zero1"},
-      {"zero2-2", 2,
-       "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode "
-       "zero2"},
       {"full_shard-4", 4, "--training.batch_size 2 --parallelism.data_parallel_shard_degree 4"},
   });
 }
@@ -172,9 +172,6 @@ TEST_F(DataParallelRunTest, MpiRunsMatchOneProcess) {
 TEST_F(DataParallelRunTest, TensorParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"tp-2", 2, "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"},
-      {"tp-2-no-sequence-parallel", 2,
-       "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"
-       " --parallelism.enable_sequence_parallel false --parallelism.disable_loss_parallel true"},
       {"tp-4", 4, "--training.batch_size 8 --parallelism.tensor_parallel_degree 4"},
   });
 }
@@ -185,9 +182,6 @@ TEST_F(DataParallelRunTest, ContextParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"cp-2", 2, "--training.batch_size 8 --parallelism.context_parallel_degree 2"},
       {"cp-4", 4, "--training.batch_size 8 --parallelism.context_parallel_degree 4"},
-      {"cp-2-allgather", 2,
-       "--training.batch_size 8 --parallelism.context_parallel_degree 2"
-       " --parallelism.context_parallel_rotate_method allgather"},
       {"cp-2xfsdp-2", 4,
        "--training.batch_size 4 --parallelism.context_parallel_degree 2"
        " --parallelism.data_parallel_shard_degree 2",
