@@ -18,27 +18,45 @@ build=build/release
 hosts=${1:-2} per_host=${2:-2} op=${3:-all_reduce} group=${4:-all}
 cmake --build "$build" --target weft-bench weftrun -- --quiet
 bench_args=("$op" -b 4 -e 64M -f 4 --group "$group")
-run() {  # backend -> "size time busbw" lines
-  BENCH_OP=$op BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" \
-    "$build/tools/weft-bench" "$hosts" "$per_host" bench "$1" | sed -n -e 's/^\[0\] //p' |
-    awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# A job's whole output goes to a log, shown when the job fails; rank 0's table is read from it.
+ran() {  # name status
+  [ "$2" = 0 ] && return
+  echo "netns_compare: the $1 job failed (exit $2):" >&2
+  tail -40 "$out/$1.log" >&2
+  exit 1
 }
-run_mpi() {  # WEFT_BACKEND -> the same, under mpirun
+table() {  # name prefix -> "size time busbw" lines
+  sed -n -e "s/^$2//p" "$out/$1.log" | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
+}
+run() {  # backend, under one weftrun per namespace
+  BENCH_OP=$op BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" \
+    "$build/tools/weft-bench" "$hosts" "$per_host" bench "$1" > "$out/$1.log" 2>&1
+  ran "$1" $?
+  table "$1" '\[0\] '
+}
+run_mpi() {  # WEFT_BACKEND, under one mpirun (Open MPI's, from PATH)
   tests/dist/netns/mpirun.sh mpirun "$hosts" "$per_host" --tag-output \
     --mca mpi_yield_when_idle 1 -x WEFT_BACKEND="$1" -- "$build/tools/weft-bench" \
-    "${bench_args[@]}" 2>/dev/null | sed -n -e 's/^\[1,0\]<stdout>://p' |
-    awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
+    "${bench_args[@]}" > "$out/mpirun-$1.log" 2>&1
+  ran "mpirun-$1" $?
+  table "mpirun-$1" '\[1,0\]<stdout>:'
+}
+# Rows side by side; the bandwidth ratio from the times (bus bandwidth is printed rounded).
+side_by_side() {  # flat two_levels
+  join <(echo "$1") <(echo "$2") |
+    awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, $2 / $4}'
 }
 echo "$op on group $group, $hosts hosts x $per_host ranks (network namespaces): time (us) / busbw (GB/s)"
 printf "%10s %22s %22s %10s\n" size tcp auto "auto/tcp bw"
 # One job at a time: `join <(run a) <(run b)` would run both at once on the same cores.
-flat=$(run tcp)
-two_levels=$(run auto)
-join <(echo "$flat") <(echo "$two_levels") |
-  awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, ($3 > 0 ? $5 / $3 : 0)}'
+set +e  # each job's status is checked by ran
+flat=$(run tcp) || exit 1
+two_levels=$(run auto) || exit 1
+side_by_side "$flat" "$two_levels"
 grep -q "WEFT_HAVE_MPI:INTERNAL=ON" "$build/CMakeCache.txt" || exit 0
 printf "%10s %22s %22s %10s\n" size mpi "auto over mpi" "auto/mpi bw"
-flat=$(run_mpi mpi)
-two_levels=$(run_mpi auto)
-join <(echo "$flat") <(echo "$two_levels") |
-  awk '{printf "%10d %12.2f / %6.3f %12.2f / %6.3f %10.2f\n", $1, $2, $3, $4, $5, ($3 > 0 ? $5 / $3 : 0)}'
+flat=$(run_mpi mpi) || exit 1
+two_levels=$(run_mpi auto) || exit 1
+side_by_side "$flat" "$two_levels"

@@ -95,8 +95,9 @@ TEST(DistWorker, AllCollectivesOnEveryEngine) {
     EXPECT_EQ(pg->engine_name(), world);
     const auto launched = launch_environment();
     ASSERT_TRUE(launched) << "run under weftrun or mpirun";
-    const std::string cross =
-        world.substr(world.find(", ") + 2, world.size() - world.find(", ") - 3);
+    const std::size_t comma = world.find(", ");
+    ASSERT_TRUE(comma != std::string::npos && world.ends_with(")")) << world;
+    const std::string cross = world.substr(comma + 2, world.size() - comma - 3);
     check_subgroups_across_hosts(*pg, launched->local_world_size, cross);
   }
   test::all_checks_every_dtype(*pg);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "tests/support/forked_ranks.h"
 #include "tests/support/temp_dir.h"
 #include "weft/dist.h"
@@ -67,6 +69,7 @@ TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
                           .rank = 0,
                           .world_size = 1}),
               HasSubstr("WEFT_AUTO_NETWORK='udp' is not a network between hosts; use tcp or mpi"));
+  ::unsetenv("WEFT_AUTO_NETWORK");
 }
 
 TEST(InitTest, FileInitMethod) {
@@ -120,6 +123,34 @@ TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStoreDefaultsToShm) {
     std::vector<int> v{rank + 1};
     pg->all_reduce(v);
     return v[0] == 10 ? 0 : 1;
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
+// auto's ranks must agree on the network between hosts: rank 0 told tcp, rank 1 placed by
+// mpirun's variables and so on mpi. Both fail at once, before MPI starts, saying why.
+TEST(InitTest, AutoRanksOnDifferentNetworksFailTogether) {
+  const auto backends = registered_backends();
+  if (std::find(backends.begin(), backends.end(), "mpi") == backends.end()) {
+    GTEST_SKIP() << "built without the mpi backend (WEFT_WITH_MPI)";
+  }
+  const weft::test::TempDir dir("weft-init");
+  const std::string method = "file://" + dir.file("store");
+  const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+    for (const char* v : {"RANK", "WORLD_SIZE", "WEFT_BACKEND", "WEFT_AUTO_NETWORK"}) {
+      ::unsetenv(v);
+    }
+    if (rank == 0) ::setenv("WEFT_AUTO_NETWORK", "tcp", 1);
+    if (rank == 1) {
+      ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+      ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    }
+    const std::string error = init_error({.backend = "auto",
+                                          .init_method = method,
+                                          .rank = rank,
+                                          .world_size = 2,
+                                          .timeout = Seconds(20)});
+    return error.find("disagree on the network between hosts: rank ") != std::string::npos ? 0 : 1;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
 }

@@ -21,7 +21,7 @@ namespace weft::dist {
 namespace {
 
 // With no backend named: shm when every rank runs on this host, else auto (shm within each
-// host, tcp across).
+// host, tcp or mpi across).
 constexpr const char* kOneHostBackend = "shm";
 constexpr const char* kMultiHostBackend = "auto";
 

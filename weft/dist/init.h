@@ -21,8 +21,9 @@ namespace weft::dist {
 
 struct InitOptions {
   std::string backend;             // empty: $WEFT_BACKEND, else "shm" when every rank runs on
-                                   // this host and "auto" (shm within each host, tcp across,
-                                   // collectives in two levels) when the job spans hosts
+                                   // this host and "auto" (shm within each host, tcp or mpi
+                                   // across, collectives in two levels) when the job spans
+                                   // hosts
   std::string init_method;         // empty: "env://"; also "tcp://host:port" and "file:///path"
   int rank = -1;                   // -1: $RANK
   int world_size = -1;             // -1: $WORLD_SIZE

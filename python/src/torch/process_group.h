@@ -4,7 +4,7 @@
 //
 // Each torch group is a weft world of its own, built through the store torch passes (keys
 // under the group's prefix), on weft's default backend: shm when its ranks share a host, auto
-// (shm within hosts, tcp across) otherwise, or $WEFT_BACKEND. Every operation is weft's
+// (shm within hosts, tcp or mpi across) otherwise, or $WEFT_BACKEND. Every operation is weft's
 // asynchronous one; the handle is a TorchWork. Each call takes one tensor per process (the
 // multi-device lists of old are refused), CPU tensors of a dtype weft carries; non-contiguous
 // tensors and tensor lists are staged through contiguous copies (python/src/torch/staging.h).

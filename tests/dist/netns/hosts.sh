@@ -14,6 +14,7 @@ make_hosts() {  # N
   ip netns add "${tag}sw"
   ip -n "${tag}sw" link add br0 type bridge
   ip -n "${tag}sw" link set br0 up
+  local i
   for ((i = 0; i < hosts; i++)); do
     local ns="${tag}n$i"
     ip netns add "$ns"
@@ -26,7 +27,12 @@ make_hosts() {  # N
   done
 }
 
+# Kills what still runs in them first: deleting a namespace does not stop its processes.
 remove_hosts() {
-  for ((i = 0; i < ${hosts:-0}; i++)); do ip netns del "${tag}n$i" 2>/dev/null; done
+  local i
+  for ((i = 0; i < ${hosts:-0}; i++)); do
+    ip netns pids "${tag}n$i" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "${tag}n$i" 2>/dev/null
+  done
   ip netns del "${tag}sw" 2>/dev/null
 }

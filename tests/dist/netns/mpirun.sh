@@ -15,6 +15,7 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
   options+=("$1")
   shift
 done
+[ $# -ge 2 ] || { echo "usage: mpirun.sh MPIRUN NODES PER_NODE [OPTION...] -- PROGRAM [ARG...]"; exit 2; }
 shift  # --
 source "$(dirname "$0")/hosts.sh"
 out=$(mktemp -d)

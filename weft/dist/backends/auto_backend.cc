@@ -20,14 +20,29 @@
 namespace weft::dist::internal {
 namespace {
 
-// Every rank publishes its machine id and reads all others'.
-std::vector<std::string> host_ids(store::Store& store, int rank, int world_size, Seconds timeout) {
-  store.set("auto/host/" + std::to_string(rank), machine_id());
+// Every rank publishes its machine id with the network it chose between hosts, and reads all
+// others'. Ranks that chose different networks (WEFT_AUTO_NETWORK exported to some ranks
+// only) all fail here, before either network starts: MPI_Init has no deadline.
+std::vector<std::string> host_ids(store::Store& store, const BackendContext& context,
+                                  const std::string& network) {
+  store.set("auto/host/" + std::to_string(context.rank), network + "|" + machine_id());
   std::vector<std::string> ids;
-  for (int r = 0; r < world_size; ++r) {
+  for (int r = 0; r < context.world_size; ++r) {
     const std::string key = "auto/host/" + std::to_string(r);
-    store.wait({key}, timeout);
-    ids.push_back(store.get(key));
+    store.wait({key}, context.timeout);
+    const std::string value = store.get(key);
+    const std::size_t bar = value.find('|');
+    const std::string theirs = value.substr(0, bar);
+    if (bar == std::string::npos || theirs != network) {
+      throw InvalidArgument(
+          "dist: the auto backend's ranks disagree on the network between "
+          "hosts: rank " +
+          std::to_string(r) + " chose '" + theirs + "', rank " + std::to_string(context.rank) +
+          " '" + network +
+          "'; give every rank the same WEFT_AUTO_NETWORK (mpirun -x "
+          "WEFT_AUTO_NETWORK)");
+    }
+    ids.push_back(value.substr(bar + 1));
   }
   return ids;
 }
@@ -79,40 +94,72 @@ class TwoLevelTransport final : public Transport {
   std::shared_ptr<ShmTransport> shm_;
 };
 
-// Whether the network between hosts is mpi ($WEFT_AUTO_NETWORK, else mpi under Open MPI's
-// mpirun when weft has it).
-bool use_mpi(bool have_mpi) {
+// The network between hosts: "mpi" or "tcp", and why (for errors).
+struct Network {
+  std::string name;
+  std::string why;
+};
+
+// $WEFT_AUTO_NETWORK, else mpi when Open MPI's mpirun started the job and weft has MPI.
+Network choose_network(bool have_mpi) {
   const char* named = std::getenv("WEFT_AUTO_NETWORK");
   const std::string network = named != nullptr ? named : "";
+  const auto launched = launch_environment();
   if (network.empty()) {
-    const auto launched = launch_environment();
-    return have_mpi && launched && launched->launcher == "mpirun";
+    if (have_mpi && launched && launched->launcher == "mpirun") {
+      return {"mpi", "the job was started by mpirun"};
+    }
+    return {"tcp", "the default"};
   }
-  if (network == "tcp") return false;
-  if (network != "mpi") {
+  if (network != "tcp" && network != "mpi") {
     throw InvalidArgument("dist: WEFT_AUTO_NETWORK='" + network +
                           "' is not a network between hosts; use tcp or mpi");
   }
-  if (!have_mpi) {
+  if (network == "mpi" && !have_mpi) {
     throw InvalidArgument(
         "dist: WEFT_AUTO_NETWORK=mpi but this weft was built without MPI; install "
         "libopenmpi-dev (scripts/install-deps) and rebuild, or use WEFT_AUTO_NETWORK=tcp");
   }
-  return true;
+  // Ranks started otherwise would each start an MPI of their own, a world of one.
+  if (network == "mpi" && (!launched || launched->launcher == "torchrun")) {
+    throw InvalidArgument(
+        "dist: WEFT_AUTO_NETWORK=mpi but this job was not started by an MPI launcher (mpirun, "
+        "or srun with an MPI built for Slurm), so its ranks cannot form an MPI job; start it "
+        "with mpirun, or use WEFT_AUTO_NETWORK=tcp");
+  }
+  return {network, "WEFT_AUTO_NETWORK=" + network};
 }
 
-// The mpi backend as the network, its errors saying how auto came to use it.
-std::shared_ptr<Backend> mpi_between_hosts(NetworkFactory mpi_network,
-                                           const BackendContext& context) {
+// The chosen network's backend; the mpi backend's errors say how auto came to use it.
+std::shared_ptr<Backend> make_network(const Network& network, NetworkFactory mpi_network,
+                                      const BackendContext& context) {
+  if (network.name == "tcp") {
+    return std::make_shared<GenericBackend>("tcp", make_tcp_transport(context),
+                                            TcpTransport::kMaxMessage);
+  }
   try {
     return mpi_network(context);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("dist: the auto backend runs mpi between hosts (under "
-                                      "mpirun, or WEFT_AUTO_NETWORK=mpi; tcp: "
-                                      "WEFT_AUTO_NETWORK=tcp): ") +
-                          e.what());
+    throw InvalidArgument("dist: the auto backend runs mpi between hosts (" + network.why +
+                          "; WEFT_AUTO_NETWORK=tcp for tcp): " + e.what());
   }
 }
+
+// A job auto runs flat on its network: that network's backend, under auto's name.
+class FlatBackend final : public Backend {
+ public:
+  explicit FlatBackend(std::shared_ptr<Backend> network) : network_(std::move(network)) {}
+  std::string_view name() const override { return "auto"; }
+  const std::shared_ptr<Transport>& transport() const override { return network_->transport(); }
+  std::size_t max_message_bytes() const override { return network_->max_message_bytes(); }
+  std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
+                                                AgreeFn agree) override {
+    return network_->make_engine(members, world, agree);
+  }
+
+ private:
+  std::shared_ptr<Backend> network_;
+};
 
 class AutoBackend final : public Backend {
  public:
@@ -125,12 +172,16 @@ class AutoBackend final : public Backend {
 
   std::string_view name() const override { return "auto"; }
   const std::shared_ptr<Transport>& transport() const override { return transport_; }
-  std::size_t max_message_bytes() const override { return network_->max_message_bytes(); }
+  // The shm level's messages carry at most what a tcp frame does (4 GiB), mpi's more.
+  std::size_t max_message_bytes() const override {
+    return std::min<std::size_t>(network_->max_message_bytes(), TcpTransport::kMaxMessage);
+  }
 
   // Two levels for the world group and for every subgroup whose members are laid out as the
   // world's ranks are (equal blocks, one per host, of two or more ranks, on two or more
   // hosts, in any order of hosts); a subgroup within one host runs on its shared memory alone
-  // (every member sees that, so all take the same branch); any other runs flat over tcp.
+  // (every member sees that, so all take the same branch); any other runs flat on the
+  // network.
   std::unique_ptr<CollectiveEngine> make_engine(const std::vector<int>& members, bool world,
                                                 AgreeFn agree) override {
     if (!world && members.size() > 1 && on_this_host(members)) {
@@ -189,6 +240,8 @@ class AutoBackend final : public Backend {
     return std::make_unique<GenericEngine>(shm_, local);
   }
 
+  // Destroyed last to first: transport_ lets go of the network's transport before network_
+  // goes, whose mpi backend ends MPI once nothing of MPI is left.
   std::shared_ptr<Backend> network_;
   std::shared_ptr<ShmTransport> shm_;
   std::shared_ptr<Transport> transport_;
@@ -199,21 +252,22 @@ class AutoBackend final : public Backend {
 
 std::shared_ptr<ProcessGroup> make_auto_backend(const BackendContext& context,
                                                 NetworkFactory mpi_network) {
-  const bool mpi = use_mpi(mpi_network != nullptr);
-  const auto layout = regular_layout(
-      host_ids(*context.store, context.rank, context.world_size, context.timeout), context.rank);
-  std::shared_ptr<Backend> network =
-      mpi ? mpi_between_hosts(mpi_network, context)
-          : std::make_shared<GenericBackend>("auto", make_tcp_transport(context),
-                                             TcpTransport::kMaxMessage);
-  if (!layout) return make_world_group(std::move(network), context);
+  const Network network = choose_network(mpi_network != nullptr);
+  const auto layout = regular_layout(host_ids(*context.store, context, network.name), context.rank);
+  if (!layout) {
+    return make_world_group(
+        std::make_shared<FlatBackend>(make_network(network, mpi_network, context)), context);
+  }
+  // The host's shared memory first: it fails (within its timeout) on its own, before any
+  // network, whose MPI could only end the job without saying why.
   auto host_store = std::make_shared<store::PrefixStore>("auto/host" + std::to_string(layout->host),
                                                          context.store);
   auto shm =
       std::make_shared<ShmTransport>(layout->local, layout->per_host, host_store,
                                      ShmTransportOptions{.connect_timeout = context.timeout});
-  return make_world_group(
-      std::make_shared<AutoBackend>(std::move(network), std::move(shm), *layout), context);
+  return make_world_group(std::make_shared<AutoBackend>(make_network(network, mpi_network, context),
+                                                        std::move(shm), *layout),
+                          context);
 }
 
 }  // namespace weft::dist::internal

@@ -7,8 +7,9 @@
 // subgroups, run flat on the network.
 //
 // The network: $WEFT_AUTO_NETWORK, "tcp" or "mpi"; unset, mpi when the job was started by
-// Open MPI's mpirun and weft was built with MPI (`mpi_network` given), else tcp. Sends and
-// receives go over the network too.
+// Open MPI's mpirun and weft was built with MPI (`mpi_network` given), else tcp; mpi only in
+// a job an MPI launcher started. Every rank must choose the same (checked: InvalidArgument
+// on every rank otherwise). Sends and receives go over the network too.
 // Not public.
 #pragma once
 
