@@ -139,7 +139,7 @@ class DataParallelRunTest : public testing::Test {
 // (HSDP, TP 4, the 2-D meshes) and once for FSDP. The variants of one strategy (zero2, TP
 // without sequence parallelism, CP's all-gather exchange) run on threads only
 // (tests/parallel): as processes they would match one process whether or not weft-train
-// honoured their option, and the suite's time on 2 cores is spent where it checks more.
+// honoured their option; TrainTest.ParallelismOptionsReachParallelize checks that it does.
 TEST_F(DataParallelRunTest, DataParallelLayoutsMatchOneProcess) {
   expect_layouts_match({
       {"ddp-2", 2, "--training.batch_size 4"},

@@ -118,6 +118,36 @@ TEST_F(TrainTest, ParallelismMustFitTheWorld) {
               HasSubstr("does not divide n_heads 4, n_kv_heads 4; every rank"));
 }
 
+// Every [parallelism] option reaches parallelize: the variants whose losses equal the defaults'
+// (zero2, TP without sequence or loss parallelism, CP's all-gather exchange) are checked here,
+// where a dropped option shows, rather than by training.
+TEST_F(TrainTest, ParallelismOptionsReachParallelize) {
+  const Config config =
+      load_config("", {{"parallelism.data_parallel_shard_degree", "2"},
+                       {"parallelism.tensor_parallel_degree", "2"},
+                       {"parallelism.context_parallel_degree", "2"},
+                       {"parallelism.fsdp_mode", "zero2"},
+                       {"parallelism.enable_sequence_parallel", "false"},
+                       {"parallelism.disable_loss_parallel", "true"},
+                       {"parallelism.context_parallel_rotate_method", "allgather"},
+                       {"parallelism.bucket_size_mb", "2"}});
+  const parallel::ParallelOptions o = parallel_options(config, 16);
+  EXPECT_EQ(o.dims.dp_shard, 2);
+  EXPECT_EQ(o.dims.tp, 2);
+  EXPECT_EQ(o.dims.cp, 2);
+  EXPECT_EQ(o.dims.dp_replicate, 2);  // the rest of the 16 ranks
+  EXPECT_EQ(o.fsdp_mode, parallel::ShardingMode::kZero2);
+  EXPECT_FALSE(o.sequence_parallel);
+  EXPECT_FALSE(o.loss_parallel);
+  EXPECT_EQ(o.cp_exchange, nn::KeyValueExchange::kAllGather);
+  EXPECT_EQ(o.bucket_bytes, std::size_t{2} << 20);
+  const parallel::ParallelOptions defaults = parallel_options(load_config("", {}), 1);
+  EXPECT_EQ(defaults.fsdp_mode, parallel::ShardingMode::kFullShard);
+  EXPECT_TRUE(defaults.sequence_parallel);
+  EXPECT_TRUE(defaults.loss_parallel);
+  EXPECT_EQ(defaults.cp_exchange, nn::KeyValueExchange::kRing);
+}
+
 TEST_F(TrainTest, ConfigRoundTripsThroughToml) {
   Config c = load_config("", {{"model.dim", "64"},
                               {"lr_scheduler.decay_type", "linear"},

@@ -85,11 +85,8 @@ Trainer::~Trainer() = default;
 // FSDP, both HSDP, each composed with tensor parallelism, and pipeline stages over them; the
 // mesh is [pp, dp_replicate, dp_shard, tp] (dimensions of size 1 left out), tp varying
 // fastest.
-void Trainer::setup_parallelism() {
-  const auto& p = config_.parallelism;
-  world_size_ = world_ ? world_->size() : 1;
-  // Every group the mesh and the checkpointer make inherits the world's timeout.
-  if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
+parallel::ParallelOptions parallel_options(const Config& config, int world_size) {
+  const auto& p = config.parallelism;
   parallel::ParallelOptions options;
   options.dims.pp = static_cast<int>(p.pipeline_parallel_degree);
   options.dims.dp_shard = static_cast<int>(p.data_parallel_shard_degree);
@@ -100,16 +97,16 @@ void Trainer::setup_parallelism() {
                             : nn::KeyValueExchange::kRing;
   options.pipeline.schedule = p.pipeline_parallel_schedule;
   options.pipeline.microbatches =
-      static_cast<int>(config_.training.batch_size / p.pipeline_parallel_microbatch_size);
+      static_cast<int>(config.training.batch_size / p.pipeline_parallel_microbatch_size);
   options.pipeline.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
   if (!p.pipeline_parallel_schedule_csv.empty())
     options.pipeline.schedule_csv = read_text(p.pipeline_parallel_schedule_csv);
   const int others = options.dims.pp * options.dims.dp_shard * options.dims.cp * options.dims.tp;
   options.dims.dp_replicate = p.data_parallel_replicate_degree == -1
-                                  ? std::max(1, world_size_ / others)
+                                  ? std::max(1, world_size / others)
                                   : static_cast<int>(p.data_parallel_replicate_degree);
   try {
-    options.dims.validate(world_size_);
+    options.dims.validate(world_size);
   } catch (const InvalidArgument& e) {
     throw ConfigError(e.what());
   }
@@ -117,7 +114,16 @@ void Trainer::setup_parallelism() {
   options.bucket_bytes = static_cast<std::size_t>(p.bucket_size_mb * (1 << 20));
   options.sequence_parallel = p.enable_sequence_parallel;
   options.loss_parallel = !p.disable_loss_parallel;
-  options.optimizer = config_.optimizer;
+  options.optimizer = config.optimizer;
+  return options;
+}
+
+// The mesh over the world, and the model parallelized on it as parallel_options says.
+void Trainer::setup_parallelism() {
+  world_size_ = world_ ? world_->size() : 1;
+  // Every group the mesh and the checkpointer make inherits the world's timeout.
+  if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
+  const parallel::ParallelOptions options = parallel_options(config_, world_size_);
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
     parallel_ = parallel::parallelize(model_, mesh_.get(), options);

@@ -29,6 +29,10 @@ class NonFiniteError : public Error {
   using Error::Error;
 };
 
+// What parallel::parallelize gets from `config` ([parallelism], and the optimizer) for a job
+// of `world_size` ranks; ConfigError when the degrees do not fit it.
+parallel::ParallelOptions parallel_options(const Config& config, int world_size);
+
 class Trainer {
  public:
   // `out` gets the step lines (and the progress bar when `terminal`), on rank 0 only.
