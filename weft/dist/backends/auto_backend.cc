@@ -34,13 +34,12 @@ std::vector<std::string> host_ids(store::Store& store, const BackendContext& con
     const std::size_t bar = value.find('|');
     const std::string theirs = value.substr(0, bar);
     if (bar == std::string::npos || theirs != network) {
-      throw InvalidArgument(
-          "dist: the auto backend's ranks disagree on the network between "
-          "hosts: rank " +
-          std::to_string(r) + " chose '" + theirs + "', rank " + std::to_string(context.rank) +
-          " '" + network +
-          "'; give every rank the same WEFT_AUTO_NETWORK (mpirun -x "
-          "WEFT_AUTO_NETWORK)");
+      const std::string mine = std::to_string(context.rank);
+      throw InvalidArgument("dist: the auto backend's ranks disagree on the network between " +
+                            std::string("hosts: rank ") + std::to_string(r) + " chose '" + theirs +
+                            "', rank " + mine + " '" + network +
+                            "'; give every rank the same WEFT_AUTO_NETWORK (mpirun -x "
+                            "WEFT_AUTO_NETWORK)");
     }
     ids.push_back(value.substr(bar + 1));
   }
