@@ -8,16 +8,21 @@
 # under mpirun too (tests/dist/netns/mpirun.sh; Open MPI told to yield while it waits, as the
 # namespaces share this machine's few cores). With cross each group holds one rank per host,
 # which auto runs flat on the network too: a control, not a comparison. The namespaces share
-# this machine's CPUs and their links run at memory speed: what this shows is the two levels'
-# saving in messages and copies, not a network's.
+# this machine's CPUs and, unless told otherwise, their links run at memory speed: that
+# shows the two levels' saving in messages and copies. NETNS_LINK_RATE=1gbit gives each
+# host's link that rate each way (tests/dist/netns/hosts.sh), so that the link is the
+# bottleneck, as between real hosts; BENCH_SIZES replaces weft-bench's size options.
 #
 #   sudo bench/collectives/netns_compare.sh [HOSTS PER_HOST OP GROUP]  (defaults: 2 2 all_reduce all)
+#   sudo NETNS_LINK_RATE=1gbit BENCH_SIZES="-b 1M -e 64M -f 4" bench/collectives/netns_compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
 hosts=${1:-2} per_host=${2:-2} op=${3:-all_reduce} group=${4:-all}
 cmake --build "$build" --target weft-bench weftrun -- --quiet
-bench_args=("$op" -b 4 -e 64M -f 4 --group "$group")
+sizes=${BENCH_SIZES:--b 4 -e 64M -f 4}
+# shellcheck disable=SC2206  # the sizes' options, word-split
+bench_args=("$op" $sizes --group "$group")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # A job's whole output goes to a log, shown when the job fails; rank 0's table is read from it.
@@ -31,7 +36,7 @@ table() {  # name prefix -> "size time busbw" lines
   sed -n -e "s/^$2//p" "$out/$1.log" | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
 }
 run() {  # backend, under one weftrun per namespace
-  BENCH_OP=$op BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" \
+  BENCH_OP=$op BENCH_SIZES=$sizes BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" \
     "$build/tools/weft-bench" "$hosts" "$per_host" bench "$1" > "$out/$1.log" 2>&1
   ran "$1" $?
   table "$1" '\[0\] '

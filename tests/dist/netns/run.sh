@@ -8,7 +8,8 @@
 #                 surviving rank must fail with an error naming the dead rank, soon;
 #   bench         weft-bench all_reduce, 4 B to 64 MiB, on the job (PROGRAM is weft-bench;
 #                 bench/collectives/netns_compare.sh runs it for auto and tcp; $BENCH_OP and
-#                 $BENCH_ARGS change the operation and add options); prints the first host's
+#                 $BENCH_ARGS change the operation and add options, $BENCH_SIZES replaces
+#                 the sizes' options); prints the first host's
 #                 output, and a failing host's; fails if any host does;
 #   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
 #                 operation timeout: no FIN or RST ever comes, yet every rank on the other
@@ -90,7 +91,8 @@ case "$mode" in
   bench)
     for ((i = 0; i < nodes; i++)); do
       # shellcheck disable=SC2086  # BENCH_ARGS: further weft-bench options, word-split
-      start_node "$i" "$program" "${BENCH_OP:-all_reduce}" -b 4 -e 64M -f 4 ${BENCH_ARGS:-}
+      start_node "$i" "$program" "${BENCH_OP:-all_reduce}" ${BENCH_SIZES:--b 4 -e 64M -f 4} \
+        ${BENCH_ARGS:-}
     done
     failed=0
     for ((i = 0; i < nodes; i++)); do
