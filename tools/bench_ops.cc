@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <type_traits>
 
 namespace weft::tools {
 namespace {
 
 using dist::Buffer;
+using dist::Op;
 using dist::ProcessGroup;
 using dist::ReduceOp;
 
@@ -139,45 +141,47 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
   const int r = pg.rank();
   const auto un = static_cast<std::size_t>(n);
   const ReduceOp op = o.redop;
+  const std::optional<Op> kind = dist::op_from_name(o.op);  // none: sendrecv
+  const auto is = [&kind](Op x) { return kind == x; };
   std::size_t count = bytes / sizeof(T);
   const auto sized = [&](std::size_t in_elems, std::size_t out_elems) {
     c.in.assign(in_elems * sizeof(T), std::byte{0});
     c.out.assign(out_elems * sizeof(T), std::byte{0});
   };
-  if (o.op == "all_reduce" || o.op == "broadcast" || o.op == "reduce" || o.op == "sendrecv") {
-    sized(count, o.op == "sendrecv" ? count : 0);
+  if (!kind || is(Op::all_reduce) || is(Op::broadcast) || is(Op::reduce)) {
+    sized(count, kind ? 0 : count);
     c.fill = [&c, r] { fill_inputs<T>(c.in, r, 0); };
   } else {
     count -= count % un;  // these split their buffer into n blocks
     const std::size_t block = count / un;
-    if (o.op == "all_gather") sized(block, count);
-    if (o.op == "reduce_scatter") sized(count, block);
-    if (o.op == "all_to_all") sized(count, count);
-    c.fill = [&c, r, block, op_name = o.op] {
-      fill_inputs<T>(c.in, op_name == "all_to_all" ? r * 7 : r, block);
+    if (is(Op::all_gather)) sized(block, count);
+    if (is(Op::reduce_scatter)) sized(count, block);
+    if (is(Op::all_to_all)) sized(count, count);
+    c.fill = [&c, r, block, all_to_all = is(Op::all_to_all)] {
+      fill_inputs<T>(c.in, all_to_all ? r * 7 : r, block);
     };
   }
   c.count = count;
-  if (o.op == "all_reduce") {
+  if (is(Op::all_reduce)) {
     c.bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0;
     c.run = [&pg, &c, op] { pg.all_reduce(view<T>(c.in), op); };
     c.wrong = [&c, op, n] {
       return count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
     };
-  } else if (o.op == "reduce") {
+  } else if (is(Op::reduce)) {
     c.root = 0;
     c.run = [&pg, &c, op] { pg.reduce(view<T>(c.in), 0, op); };
     c.wrong = [&c, op, n, r] {
       return r != 0 ? 0
                     : count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
     };
-  } else if (o.op == "broadcast") {
+  } else if (is(Op::broadcast)) {
     c.root = 0;
     c.run = [&pg, &c] { pg.broadcast(view<T>(c.in), 0); };
     c.wrong = [&c] {
       return count_wrong<T>(c.in, [](std::size_t i) { return to<T>(input(0, i)); });
     };
-  } else if (o.op == "sendrecv") {
+  } else if (!kind) {
     c.run = [&pg, &c, n, r] {
       auto w = pg.send_async(view<T>(c.in), (r + 1) % n);
       pg.recv(view<T>(c.out), (r + n - 1) % n);
@@ -186,7 +190,7 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
     c.wrong = [&c, n, r] {
       return count_wrong<T>(c.out, [&](std::size_t i) { return to<T>(input((r + n - 1) % n, i)); });
     };
-  } else if (o.op == "all_gather") {
+  } else if (is(Op::all_gather)) {
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
     c.run = [&pg, &c] { pg.all_gather(view<T>(c.out), view<T>(c.in)); };
     const std::size_t block = count / un;
@@ -195,13 +199,13 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
         return to<T>(input(static_cast<int>(i / block), i % block));
       });
     };
-  } else if (o.op == "reduce_scatter") {
+  } else if (is(Op::reduce_scatter)) {
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
     c.run = [&pg, &c, op] { pg.reduce_scatter(view<T>(c.out), view<T>(c.in), op); };
     c.wrong = [&c, op, n] {
       return count_wrong<T>(c.out, [&](std::size_t i) { return expected<T>(op, n, i); });
     };
-  } else if (o.op == "all_to_all") {
+  } else if (is(Op::all_to_all)) {
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
     const std::size_t block = count / un;
     c.run = [&pg, &c] { pg.all_to_all(view<T>(c.out), view<T>(c.in)); };
@@ -221,8 +225,13 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
 }  // namespace
 
 std::vector<std::string> bench_op_names() {
-  return {"all_reduce",     "broadcast",  "reduce",  "all_gather",
-          "reduce_scatter", "all_to_all", "barrier", "sendrecv"};
+  std::vector<std::string> names;
+  for (Op op : {Op::all_reduce, Op::broadcast, Op::reduce, Op::all_gather, Op::reduce_scatter,
+                Op::all_to_all, Op::barrier}) {
+    names.emplace_back(dist::op_name(op));
+  }
+  names.emplace_back(kSendRecv);
+  return names;
 }
 
 DType parse_dtype(const std::string& name) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/dist.h"
@@ -32,6 +33,9 @@ struct SizeResult {
   long wrong = 0;      // elements that differ from the expected values, all ranks
 };
 
+// The operations weft-bench times: collectives by their names in weft/dist/op.h, and
+// kSendRecv, weft-bench's own (each rank sends to the next and receives from the previous).
+inline constexpr std::string_view kSendRecv = "sendrecv";
 std::vector<std::string> bench_op_names();
 DType parse_dtype(const std::string& name);
 dist::ReduceOp parse_redop(const std::string& name);

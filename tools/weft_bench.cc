@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     o.min_bytes = parse_size(min);
     o.max_bytes = parse_size(max);
-    if (o.op == "barrier") o.min_bytes = o.max_bytes = 0;  // no buffer: one line
+    if (o.op == weft::dist::op_name(weft::dist::Op::barrier))
+      o.min_bytes = o.max_bytes = 0;  // no buffer: one line
     o.dtype = weft::tools::parse_dtype(dtype);
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;

@@ -2,6 +2,8 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -46,21 +48,30 @@ class Work {
   }
 
   // Blocks until the operation completed and raises its error. With a timeout, raises
-  // weft.TimeoutError if it has not completed by then (the operation goes on).
+  // weft.TimeoutError if it has not completed by then (the operation goes on). Either way
+  // Ctrl-C interrupts the wait within kSignalCheck.
   void wait(std::optional<double> timeout) const {
-    if (timeout) {
-      py::gil_scoped_release release;
-      work_->wait(Seconds(*timeout));
-      return;
-    }
-    for (;;) {
-      bool done = false;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              Seconds(timeout.value_or(0)));
+    bool done = false;
+    while (!done) {
+      Seconds slice = kSignalCheck;
+      if (timeout) {
+        const Seconds left = deadline - std::chrono::steady_clock::now();
+        if (left <= Seconds(0)) break;
+        slice = std::min(slice, left);
+      }
       {
         py::gil_scoped_release release;
-        done = work_->wait_for(kSignalCheck);
+        done = work_->wait_for(slice);
       }
-      if (done) break;
-      raise_if_interrupted();
+      if (!done) raise_if_interrupted();
+    }
+    if (!done) {
+      throw dist::TimeoutError("Work.wait: the operation did not finish within " +
+                               std::to_string(*timeout) +
+                               " s (it keeps running until its own timeout)");
     }
     work_->wait();
   }

@@ -1,7 +1,8 @@
-// One rank of a job started by weftrun or mpirun: joins the world group on $WEFT_BACKEND and
-// runs every collective value check on every engine the backend gives its groups. Not a ctest
-// test by itself; tests/dist/CMakeLists.txt runs it under weftrun with 1 to 4 ranks on each
-// process backend, under mpirun, and across network namespaces (tests/dist/netns).
+// One rank of a job started by weftrun or mpirun: joins the world group on $WEFT_BACKEND (or
+// on the default backend, which must then be $WEFT_EXPECT_BACKEND) and runs every collective
+// value check on every engine the backend gives its groups. Not a ctest test by itself;
+// tests/dist/CMakeLists.txt runs it under weftrun with 1 to 4 ranks on each process backend,
+// under mpirun, and across network namespaces (tests/dist/netns).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,7 +88,10 @@ void check_subgroups_across_hosts(ProcessGroup& pg, int per_host, const std::str
 // spent the generic engine over the rings; on tcp the generic engine.
 TEST(DistWorker, AllCollectivesOnEveryEngine) {
   auto pg = init_process_group();
-  EXPECT_EQ(pg->backend_name(), std::getenv("WEFT_BACKEND"));
+  const char* named = std::getenv("WEFT_BACKEND");
+  const char* expected = named != nullptr ? named : std::getenv("WEFT_EXPECT_BACKEND");
+  ASSERT_NE(expected, nullptr) << "set WEFT_BACKEND, or WEFT_EXPECT_BACKEND for the default";
+  EXPECT_EQ(pg->backend_name(), expected);
   // Across hosts of two or more ranks each, the world group runs in two levels:
   // "hierarchical(shm, <cross>)".
   if (const char* expect = std::getenv("WEFT_EXPECT_WORLD_ENGINE")) {

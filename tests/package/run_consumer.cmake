@@ -1,4 +1,5 @@
-# cmake -P script: install the build tree, configure + build + run the consumer.
+# cmake -P script: install the build tree, configure + build + run the consumer, import the
+# installed Python package from the prefix (not the build tree's).
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -15,3 +16,10 @@ run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G Ninja
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+
+set(modules "weft, weft.dist")
+if(WITH_TORCH)
+  string(APPEND modules ", weft.torch")
+endif()
+run(${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/${PYTHON_INSTALL_DIR} ${PYTHON} -c
+    "import ${modules}; assert weft.__file__.startswith('${prefix}/'), weft.__file__; print(weft.__file__)")

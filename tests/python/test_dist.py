@@ -7,6 +7,7 @@ collectives match; each checks its results against values computed here with num
 group timeout turns a rank that fails early into errors on the others rather than a hang.
 """
 import gc
+import time
 import unittest
 
 import numpy as np
@@ -220,6 +221,20 @@ class AsyncTest(unittest.TestCase):
         w = dist.all_reduce(np.ones(4, np.int32), async_op=True)
         w.wait(timeout=10.0)
         self.assertTrue(w.is_completed())
+
+    def test_wait_timeout_runs_out_and_the_operation_goes_on(self):
+        if RANK != 0:
+            time.sleep(1.0)  # rank 0's wait gives up first
+        x = np.ones(4, np.int32)
+        w = dist.all_reduce(x, async_op=True)
+        if RANK == 0:
+            start = time.monotonic()
+            with self.assertRaises(TimeoutError) as caught:
+                w.wait(timeout=0.2)
+            self.assertIsInstance(caught.exception, weft.TimeoutError)
+            self.assertLess(time.monotonic() - start, 0.9)
+        w.wait()
+        self.assertTrue(np.all(x == SIZE))
 
 
 class ErrorsTest(unittest.TestCase):

@@ -9,8 +9,12 @@ timeout:   rank 0 all-reduces alone with a 0.5 s timeout: weft.TimeoutError (a b
 interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
            KeyboardInterrupt within a second, not at the 30 s timeout; rank 1 gets PeerError
            naming the interruption.
-killed:    rank 1 is killed (SIGKILL); rank 0's next all-reduce raises PeerError naming it
-           within 3 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+interrupt_wait, interrupt_wait_timeout: the same, blocked in Work.wait() and in
+           Work.wait(timeout=30) of an async all-reduce, which go on running: rank 1's
+           PeerError says rank 0 left with them unfinished.
+killed:    the last rank is killed (SIGKILL); every other rank's next all-reduce raises
+           PeerError naming it within 3 s. weftrun then fails the job, so the test looks for
+           the survivors' "ok".
 ignored:   with SIGINT ignored before init_process_group, a SIGINT during a blocked
            all-reduce leaves it to complete.
 rejoin:    init_process_group after destroy_process_group raises ValueError.
@@ -68,13 +72,18 @@ def timeout():
         pass
 
 
-def interrupt():
+def interrupt(wait=None):
     if RANK == 1:
-        return expect_peer_error(2.0, "SIGINT")
+        # A blocking call's Ctrl-C aborts the group; an interrupted wait leaves the operation
+        # running, until rank 0 exits with it unfinished.
+        return expect_peer_error(2.0, "SIGINT" if wait is None else "rank 0 destroyed")
     threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()
     try:
-        dist.all_reduce(np.ones(4, np.float32))
+        if wait is None:
+            dist.all_reduce(np.ones(4, np.float32))
+        else:
+            wait(dist.all_reduce(np.ones(4, np.float32), async_op=True))
         check(False, "expected KeyboardInterrupt")
     except KeyboardInterrupt:
         pass
@@ -108,18 +117,21 @@ def killed():
     # error itself (weftrun's SIGKILL comes --stop-grace seconds later).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     dist.barrier()
-    if RANK == 1:
+    victim = WORLD.size() - 1
+    if RANK == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
     try:
         dist.all_reduce(np.ones(4, np.float32))
         check(False, "expected PeerError")
     except dist.PeerError as e:
-        check("rank 1" in str(e), f"the error should name rank 1: {e}")
+        check(f"rank {victim}" in str(e), f"the error should name rank {victim}: {e}")
     took = time.monotonic() - start
     check(took < 3.0, f"the dead peer took {took:.2f} s to notice")
 
 
-{"timeout": timeout, "interrupt": interrupt, "killed": killed, "ignored": ignored,
- "rejoin": rejoin}[sys.argv[1]]()
+{"timeout": timeout, "interrupt": interrupt,
+ "interrupt_wait": lambda: interrupt(lambda work: work.wait()),
+ "interrupt_wait_timeout": lambda: interrupt(lambda work: work.wait(timeout=30)),
+ "killed": killed, "ignored": ignored, "rejoin": rejoin}[sys.argv[1]]()
 print(f"rank {RANK}: ok", flush=True)

@@ -7,10 +7,11 @@ mismatch: the ranks all-reduce different sizes: every rank raises a weft.Error (
           RuntimeError), none hangs.
 timeout:  rank 0 all-reduces alone in a group with a 2 s timeout: weft.TimeoutError (also the
           built-in TimeoutError) in time; rank 1, arriving late, gets weft.dist.PeerError.
-killed:   rank 1 is killed (SIGKILL); rank 0's next all-reduce raises weft.dist.PeerError within
-          5 s. weftrun then fails the job, so the test looks for rank 0's "ok".
+killed:   the last rank is killed (SIGKILL); every other rank's next all-reduce raises
+          weft.dist.PeerError naming it within 5 s. weftrun then fails the job, so the test
+          looks for the survivors' "ok".
 interrupt: rank 0 blocks in an all-reduce rank 1 does not join and gets SIGINT 0.5 s later:
-          KeyboardInterrupt within a second or so, not at the group's timeout; rank 1 gets
+          KeyboardInterrupt within a second, not at the group's timeout; rank 1 gets
           weft.dist.PeerError naming the interruption. The blocking call runs on the caller's
           thread (weft.torch's hint), which the Ctrl-C watcher aborts.
 interrupt_async: the same with async_op=True and Work.wait(), which polls for Ctrl-C.
@@ -80,14 +81,15 @@ def killed():
     # error itself (weftrun's SIGKILL comes --stop-grace seconds later).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     dist.barrier()
-    if RANK == 1:
+    victim = dist.get_world_size() - 1
+    if RANK == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
     try:
         dist.all_reduce(torch.ones(4))
         check(False, "expected PeerError")
     except weft.dist.PeerError as e:
-        check("rank 1" in str(e), f"the error should name rank 1: {e}")
+        check(f"rank {victim}" in str(e), f"the error should name rank {victim}: {e}")
     took = time.monotonic() - start
     check(took < 5.0, f"the dead peer took {took:.2f} s to notice")
 
@@ -112,7 +114,7 @@ def interrupt(waited=False):
     except KeyboardInterrupt:
         pass
     took = time.monotonic() - start
-    check(took < 2.0, f"Ctrl-C took {took:.2f} s to interrupt the call")
+    check(took < 1.5, f"Ctrl-C took {took - 0.5:.2f} s to interrupt the call")
 
 
 {"mismatch": mismatch, "timeout": timeout, "killed": killed, "interrupt": interrupt,

@@ -25,6 +25,12 @@ extra_env=()
 # The auto backend must run the world group in two levels when hosts have several ranks.
 [ "$backend" = auto ] && [ "$per_node" -gt 1 ] &&
   extra_env=("WEFT_EXPECT_WORLD_ENGINE=hierarchical(shm, generic)")
+# auto is the default across hosts: its runs name no backend, which tests that default too.
+backend_option=(--backend "$backend")
+if [ "$backend" = auto ]; then
+  backend_option=()
+  extra_env+=(WEFT_EXPECT_BACKEND=auto)
+fi
 source "$(dirname "$0")/hosts.sh"
 out=$(mktemp -d)
 trap 'remove_hosts; rm -rf "$out"' EXIT
@@ -41,7 +47,7 @@ start_node() {  # i, program args...
   [ "$i" = 1 ] && where=(WEFT_SOCKET_IFNAME="${tag}a1")
   ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token "${where[@]}" "${extra_env[@]}" \
     timeout 120 "$weftrun" --nnodes "$nodes" --node-rank "$i" --nproc-per-node "$per_node" \
-    --master-addr 10.77.0.1 --master-port 29517 --backend "$backend" "$@" \
+    --master-addr 10.77.0.1 --master-port 29517 "${backend_option[@]}" "$@" \
     > "$out/node$i.log" 2>&1 &
   pids[$i]=$!
 }
