@@ -139,7 +139,9 @@ std::optional<std::string> master_host(const std::string& method) {
 std::string this_host(const std::optional<std::string>& master) {
   if (const auto host = env("WEFT_HOST")) return *host;
   if (const auto interface = env("WEFT_SOCKET_IFNAME")) {
-    const std::string mine = net::interface_address(*interface);
+    // The master's family where the interface has both: a job formed over IPv6 stays on it.
+    const bool ipv6 = master && master->find(':') != std::string::npos;
+    const std::string mine = net::interface_address(*interface, ipv6);
     std::fprintf(stderr, "weft: listening on %s (WEFT_SOCKET_IFNAME=%s)\n", mine.c_str(),
                  interface->c_str());
     return mine;

@@ -372,7 +372,7 @@ std::string local_address_towards(const std::string& host) {
   return text;
 }
 
-std::string interface_address(const std::string& name) {
+std::string interface_address(const std::string& name, bool prefer_ipv6) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) throw SystemError("getifaddrs", errno);
   const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> owned(list, &::freeifaddrs);
@@ -385,6 +385,10 @@ std::string interface_address(const std::string& name) {
       names += std::string(" ") + at->ifa_name + ",";
     }
     if (name != at->ifa_name) continue;
+    if (family == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(at->ifa_addr)->sin6_addr)) {
+      continue;
+    }
     char text[INET6_ADDRSTRLEN] = "";
     const void* address =
         family == AF_INET ? static_cast<const void*>(
@@ -395,6 +399,7 @@ std::string interface_address(const std::string& name) {
     std::string& slot = family == AF_INET ? v4 : v6;
     if (slot.empty()) slot = text;
   }
+  if (prefer_ipv6 && !v6.empty()) return v6;
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
   if (!names.empty()) names.pop_back();  // the last comma

@@ -104,7 +104,9 @@ class Listener {
 std::string local_address_towards(const std::string& host);
 
 // The address of network interface `name` ("eth1"), as text: its IPv4 address, else its
-// first IPv6 one. Throws InvalidArgument naming the interfaces there are when it has none.
-std::string interface_address(const std::string& name);
+// first IPv6 one (with `prefer_ipv6`, the other way round). Link-local IPv6 addresses
+// (fe80::/10) are never chosen: they mean nothing without the interface's scope. Throws
+// InvalidArgument naming the interfaces there are when it has none.
+std::string interface_address(const std::string& name, bool prefer_ipv6 = false);
 
 }  // namespace weft::net

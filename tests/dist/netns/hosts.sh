@@ -1,5 +1,5 @@
 # Sourced by the netns tests: make_hosts N makes N network namespaces, each a "host" with its
-# own address, 10.77.0.<i+1> on interface ${tag}a<i>, joined by a bridge in a switch
+# own addresses, 10.77.0.<i+1> and fd77::<i+1> on interface ${tag}a<i>, joined by a bridge in a switch
 # namespace of its own, so no traffic leaves them; remove_hosts removes them (call it from
 # an EXIT trap). With $NETNS_LINK_RATE set (a tc rate: 1gbit, 10gbit), each host's link runs
 # at that rate each way (a token bucket on both ends of its veth), so that the link rather than memory bounds what crosses hosts, as a real
@@ -30,6 +30,7 @@ make_hosts() {  # N
     ip -n "$ns" link set lo up
     ip link add "${tag}a$i" netns "$ns" type veth peer name "${tag}b$i" netns "${tag}sw"
     ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "${tag}a$i"
+    ip -n "$ns" addr add "fd77::$((i + 1))/64" dev "${tag}a$i" nodad
     ip -n "$ns" link set "${tag}a$i" up
     ip -n "${tag}sw" link set "${tag}b$i" master br0
     ip -n "${tag}sw" link set "${tag}b$i" up

@@ -21,6 +21,9 @@
 #   run.sh WEFTRUN PROGRAM NODES PER_NODE MODE [BACKEND]     (BACKEND: tcp unless given)
 set -uo pipefail
 weftrun=$1 program=$2 nodes=$3 per_node=$4 mode=$5 backend=${6:-tcp}
+# NETNS_IPV6=1: the job forms over the hosts' IPv6 addresses (the master at fd77::1).
+master=10.77.0.1
+[ "${NETNS_IPV6:-0}" = 1 ] && master=fd77::1
 extra_env=()
 # The auto backend must run the world group in two levels when hosts have several ranks.
 [ "$backend" = auto ] && [ "$per_node" -gt 1 ] &&
@@ -43,11 +46,11 @@ start_node() {  # i, program args...
   local i=$1
   shift
   local where=()
-  [ "$i" = 0 ] && where=(WEFT_HOST="10.77.0.1")
+  [ "$i" = 0 ] && where=(WEFT_HOST="$master")
   [ "$i" = 1 ] && where=(WEFT_SOCKET_IFNAME="${tag}a1")
   ip netns exec "${tag}n$i" env WEFT_JOB_TOKEN=netns-test-token "${where[@]}" "${extra_env[@]}" \
     timeout 120 "$weftrun" --nnodes "$nodes" --node-rank "$i" --nproc-per-node "$per_node" \
-    --master-addr 10.77.0.1 --master-port 29517 "${backend_option[@]}" "$@" \
+    --master-addr "$master" --master-port 29517 "${backend_option[@]}" "$@" \
     > "$out/node$i.log" 2>&1 &
   pids[$i]=$!
 }
