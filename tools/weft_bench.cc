@@ -164,6 +164,12 @@ int main(int argc, char** argv) {
       wrong = run(*pg, o);
     }
     return wrong == 0 ? 0 : 1;
+  } catch (const weft::dist::PeerError& e) {  // named: scripts tell a lost peer from the rest
+    std::fprintf(stderr, "weft-bench: PeerError: %s\n", e.what());
+    return 2;
+  } catch (const weft::TimeoutError& e) {
+    std::fprintf(stderr, "weft-bench: TimeoutError: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weft-bench: %s\n", e.what());
     return 2;

@@ -5,15 +5,15 @@
 #   collectives   every collective checked by dist_worker on the tcp backend, PER_NODE ranks
 #                 per host;
 #   killed        a rank of the last host killed during a stream of all-reduces: every
-#                 surviving rank must fail with an error naming the dead rank, soon;
+#                 surviving rank must fail with a PeerError naming the dead rank, soon;
 #   bench         weft-bench all_reduce, 4 B to 64 MiB, on the job (PROGRAM is weft-bench;
 #                 bench/collectives/netns_compare.sh runs it for auto and tcp; $BENCH_OP and
 #                 $BENCH_ARGS change the operation and add options, $BENCH_SIZES replaces
-#                 the sizes' options); prints the first host's
-#                 output, and a failing host's; fails if any host does;
+#                 the sizes' options); prints the first host's output, and a failing
+#                 host's; fails if any host does;
 #   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
 #                 operation timeout: no FIN or RST ever comes, yet every rank on the other
-#                 hosts must fail with an error naming a rank of that host within the
+#                 hosts must fail with a PeerError naming a rank of that host within the
 #                 timeout plus 2 s (plus a second for weftrun to stop).
 # The namespaces are removed however the script ends. Needs root (ip netns); exits 77, which
 # ctest counts as skipped, without it.
@@ -86,8 +86,8 @@ case "$mode" in
     for ((i = 0; i < last; i++)); do
       wait "${pids[$i]}"
       took=$(($(date +%s) - killed_at))
-      if ! grep -q "rank $dead_rank" "$out/node$i.log" || [ "$took" -gt 30 ]; then
-        echo "node $i: no error naming rank $dead_rank within 30 s (took $took s):"
+      if ! grep -q "PeerError: .*rank $dead_rank" "$out/node$i.log" || [ "$took" -gt 30 ]; then
+        echo "node $i: no PeerError naming rank $dead_rank within 30 s (took $took s):"
         cat "$out/node$i.log"
         failed=1
       fi
@@ -123,12 +123,13 @@ case "$mode" in
     lost="rank ($((last * per_node))"
     for ((r = 1; r < per_node; r++)); do lost+="|$((last * per_node + r))"; done
     lost+=")[^0-9]"
+    lost="PeerError: .*$lost"
     failed=0
     for ((i = 0; i < last; i++)); do
       wait "${pids[$i]}"
       took=$(($(date +%s%3N) - down_at))
       if ! grep -Eq "$lost" "$out/node$i.log" || [ "$took" -gt 7000 ]; then
-        echo "node $i: no error naming a rank of host $last within 4 + 2 + 1 s (took $took ms):"
+        echo "node $i: no PeerError naming a rank of host $last within 4 + 2 + 1 s (took $took ms):"
         cat "$out/node$i.log"
         failed=1
       fi
