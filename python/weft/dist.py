@@ -164,3 +164,18 @@ def recv_any(tensor: Any, group: Optional[ProcessGroup] = None, tag: int = 0,
              timeout: Optional[float] = None) -> int:
     """Receives from whichever rank sends first; returns its rank."""
     return _group(group).recv_any(tensor, tag, timeout=timeout)
+
+
+def isend(tensor: Any, dst: int, group: Optional[ProcessGroup] = None, tag: int = 0,
+          timeout: Optional[float] = None) -> Work:
+    """send, returning at once: wait on the Work before reusing `tensor` (torch's isend)."""
+    return _group(group).send(tensor, dst, tag, timeout=timeout, async_op=True)
+
+
+def irecv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] = None,
+          tag: int = 0, timeout: Optional[float] = None) -> Work:
+    """recv (from any rank when src is None), returning at once; the Work's source_rank()
+    says who sent once it completed (torch's irecv)."""
+    if src is None:
+        return _group(group).recv_any(tensor, tag, timeout=timeout, async_op=True)
+    return _group(group).recv(tensor, src, tag, timeout=timeout, async_op=True)

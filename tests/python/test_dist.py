@@ -149,6 +149,18 @@ class CollectivesTest(unittest.TestCase):
         else:
             dist.send(np.array([RANK * 7], np.int32), 0, tag=9)
 
+    def test_isend_and_irecv(self):
+        right, left = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+        got, anyone = np.zeros(3, np.int64), np.zeros(1, np.int64)
+        receives = [dist.irecv(got, left, tag=4), dist.irecv(anyone, tag=5)]
+        sends = [dist.isend(np.full(3, RANK, np.int64), right, tag=4),
+                 dist.isend(np.array([RANK], np.int64), right, tag=5)]
+        for w in sends + receives:
+            w.wait()
+        self.assertTrue(np.all(got == left))
+        self.assertEqual(anyone[0], left)
+        self.assertEqual(receives[1].source_rank(), left)
+
     def test_barrier(self):
         dist.barrier()
         dist.barrier(async_op=True).wait()
