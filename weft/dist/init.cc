@@ -138,20 +138,27 @@ std::optional<std::string> master_host(const std::string& method) {
 
 std::string this_host(const std::optional<std::string>& master) {
   if (const auto host = env("WEFT_HOST")) return *host;
+  // Logged once per host, by its first rank (every rank of a host finds the same address).
+  const auto launched = launch_environment();
+  const bool log = !launched || launched->local_rank == 0;
   if (const auto interface = env("WEFT_SOCKET_IFNAME")) {
     // The master's family where the interface has both: a job formed over IPv6 stays on it.
     const bool ipv6 = master && master->find(':') != std::string::npos;
     const std::string mine = net::interface_address(*interface, ipv6);
-    std::fprintf(stderr, "weft: listening on %s (WEFT_SOCKET_IFNAME=%s)\n", mine.c_str(),
-                 interface->c_str());
+    if (log) {
+      std::fprintf(stderr, "weft: listening on %s (WEFT_SOCKET_IFNAME=%s)\n", mine.c_str(),
+                   interface->c_str());
+    }
     return mine;
   }
   if (!master || is_loopback(*master)) return "127.0.0.1";
   const std::string mine = net::local_address_towards(*master);
-  std::fprintf(stderr,
-               "weft: listening on %s, this host's address on the route to the master %s "
-               "(set WEFT_HOST to choose another)\n",
-               mine.c_str(), master->c_str());
+  if (log) {
+    std::fprintf(stderr,
+                 "weft: listening on %s, this host's address on the route to the master %s "
+                 "(set WEFT_HOST to choose another)\n",
+                 mine.c_str(), master->c_str());
+  }
   return mine;
 }
 

@@ -65,6 +65,13 @@ case "$mode" in
         cat "$out/node$i.log"
         failed=1
       fi
+      # Hosts after the first find their address themselves and say so, once per host.
+      lines=$(grep -c "weft: listening on" "$out/node$i.log")
+      if [ "$i" != 0 ] && [ "$lines" != 1 ]; then
+        echo "node $i logged its address $lines times, not once:"
+        cat "$out/node$i.log"
+        failed=1
+      fi
     done
     [ "$failed" = 0 ] && echo "netns: every collective right on $nodes hosts x $per_node ranks"
     exit "$failed"
