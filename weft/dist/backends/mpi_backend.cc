@@ -115,18 +115,27 @@ BackendContext placed_by_mpi(const BackendContext& context) {
   return placed;
 }
 
+struct Started {
+  std::shared_ptr<Backend> backend;
+  BackendContext placed;  // the context with MPI's rank and world size
+};
+
+Started start_backend(const BackendContext& context) {
+  const bool started_here = start_mpi();
+  BackendContext placed = placed_by_mpi(context);
+  MpiEngine::create_16bit_types();
+  return {std::make_shared<MpiBackend>(started_here, context.timeout), std::move(placed)};
+}
+
 }  // namespace
 
 std::shared_ptr<Backend> make_mpi_network(const BackendContext& context) {
-  const bool started_here = start_mpi();
-  placed_by_mpi(context);
-  MpiEngine::create_16bit_types();
-  return std::make_shared<MpiBackend>(started_here, context.timeout);
+  return start_backend(context).backend;
 }
 
 std::shared_ptr<ProcessGroup> make_mpi_backend(const BackendContext& context) {
-  auto backend = make_mpi_network(context);
-  return make_world_group(std::move(backend), placed_by_mpi(context));
+  Started started = start_backend(context);
+  return make_world_group(std::move(started.backend), started.placed);
 }
 
 }  // namespace weft::dist::internal
