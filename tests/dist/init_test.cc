@@ -11,6 +11,7 @@
 #include "tests/support/forked_ranks.h"
 #include "tests/support/temp_dir.h"
 #include "weft/dist.h"
+#include "weft/dist/backends/auto_backend.h"
 #include "weft/net/socket.h"
 #include "weft/store/tcp_store.h"
 
@@ -69,6 +70,19 @@ TEST_F(InitErrorTest, BadValuesAndUnknownNamesAreRejected) {
                           .rank = 0,
                           .world_size = 1}),
               HasSubstr("WEFT_AUTO_NETWORK='udp' is not a network between hosts; use tcp or mpi"));
+  ::unsetenv("WEFT_AUTO_NETWORK");
+}
+
+// The mpi network asked for where weft was built without MPI (registry.cc then gives auto no
+// mpi factory): refused with what to do, before any rendezvous.
+TEST_F(InitErrorTest, AutoOverMpiWithoutMpiSaysHowToGetIt) {
+  ::setenv("WEFT_AUTO_NETWORK", "mpi", 1);
+  try {
+    internal::make_auto_backend(BackendContext{.rank = 0, .world_size = 1}, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("built without MPI; install libopenmpi-dev"));
+  }
   ::unsetenv("WEFT_AUTO_NETWORK");
 }
 
