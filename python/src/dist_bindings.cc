@@ -249,8 +249,11 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
          std::optional<double> t, bool a) {
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
-        return issue(g, a, std::move(b), &ProcessGroup::all_gather_async, &ProcessGroup::all_gather,
-                     out, in, options(t));
+        // The one-buffer forms (ProcessGroup also has all_gather into a list of buffers).
+        using Async = WorkPtr (ProcessGroup::*)(dist::Buffer, dist::Buffer, OpOptions);
+        using Blocking = void (ProcessGroup::*)(dist::Buffer, dist::Buffer, OpOptions);
+        return issue(g, a, std::move(b), static_cast<Async>(&ProcessGroup::all_gather_async),
+                     static_cast<Blocking>(&ProcessGroup::all_gather), out, in, options(t));
       },
       py::arg("output"), py::arg("input"), py::kw_only(), timeout, async_op,
       "output holds size() * input's elements; rank r's input lands at r * len(input) "

@@ -212,6 +212,23 @@ void data_movement_ops(ProcessGroup& pg) {
                                    dtype_of<T>()));
     expect_equal(in_place, want_all, "all_gather in place " + what);
 
+    // Into separate buffers (torch's list form), this rank's own block given in place, and
+    // into adjacent slices of one buffer (the flat form underneath).
+    std::vector<std::vector<T>> parts(un, std::vector<T>(count));
+    parts[static_cast<std::size_t>(r)] = mine;
+    std::vector<Buffer> part_buffers(parts.begin(), parts.end());
+    pg.all_gather(part_buffers, Buffer(parts[static_cast<std::size_t>(r)]));
+    std::vector<T> joined;
+    for (const auto& p : parts) joined.insert(joined.end(), p.begin(), p.end());
+    expect_equal(joined, want_all, "all_gather into a list " + what);
+    std::vector<T> slices(count * un);
+    std::vector<Buffer> slice_buffers;
+    for (std::size_t k = 0; k < un; ++k) {
+      slice_buffers.emplace_back(slices.data() + k * count, count, dtype_of<T>());
+    }
+    pg.all_gather(slice_buffers, mine);
+    expect_equal(slices, want_all, "all_gather into slices " + what);
+
     const int root = n - 1;
     std::vector<T> g(r == root ? count * un : 0);
     pg.gather(g, mine, root);

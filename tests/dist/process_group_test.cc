@@ -298,6 +298,15 @@ TEST(ProcessGroupTest, InvalidArgumentsThrowBeforeCommunicating) {
       EXPECT_THAT(e.what(), HasSubstr("4 elements, expected 8"));
     }
     EXPECT_THROW(pg.all_gather(f8, i4), InvalidArgument);  // dtype mismatch
+    std::vector<float> other(4);
+    EXPECT_THROW(pg.all_gather({Buffer(f)}, f), InvalidArgument);  // one buffer, two ranks
+    try {
+      pg.all_gather({Buffer(f8), Buffer(other)}, f);
+      ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("outs[0] has 8 elements, expected 4"));
+    }
+    EXPECT_THROW(pg.all_gather({Buffer(i4), Buffer(other)}, f), InvalidArgument);  // dtype
     EXPECT_THROW(pg.reduce_scatter(f, f), InvalidArgument);
     std::vector<float> three(3);
     EXPECT_THROW(pg.all_to_all(three, three), InvalidArgument);

@@ -456,6 +456,25 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(Buffer out, Buffer in, OpOp
                [out, in, e = engine_.get()](const OpCall& c) { e->all_gather(out, in, c.op); });
 }
 
+std::shared_ptr<Work> ProcessGroup::all_gather_async(std::vector<Buffer> outs, Buffer in,
+                                                     OpOptions o) {
+  check_fits(Op::all_gather, {in});
+  check_count(Op::all_gather, "outs", static_cast<std::size_t>(size()), outs.size());
+  bool adjacent = true;  // one block of memory after all (slices of one tensor, say)
+  for (std::size_t r = 0; r < outs.size(); ++r) {
+    check_same_dtype(Op::all_gather, outs[r], in);
+    check_count(Op::all_gather, ("outs[" + std::to_string(r) + "]").c_str(), in.count,
+                outs[r].count);
+    adjacent = adjacent && outs[r].bytes() == outs[0].bytes() + r * in.size_bytes();
+  }
+  if (adjacent)
+    return all_gather_async(Buffer(outs[0].data, outs.size() * in.count, in.dtype), in, o);
+  return issue(Op::all_gather, o, Sig{Op::all_gather, in.dtype, in.count, -1, {}},
+               [outs = std::move(outs), in, e = engine_.get()](const OpCall& c) {
+                 e->all_gather_list(outs, in, c.op);
+               });
+}
+
 std::shared_ptr<Work> ProcessGroup::all_gather_v_async(Buffer out, Buffer in,
                                                        const std::vector<std::size_t>& counts,
                                                        OpOptions o) {

@@ -111,6 +111,13 @@ class ProcessGroup {
     CallerWaits here(this);
     wait_blocking(all_gather_async(out, in, o));
   }
+  // outs.size() == size(), each of in.count elements; rank r's `in` lands in outs[r]: an
+  // all-gather into separate buffers (torch's list form) without a staging copy where the
+  // engine can write to them directly (shm's). `in` may be outs[rank()].
+  void all_gather(const std::vector<Buffer>& outs, Buffer in, OpOptions o = {}) {
+    CallerWaits here(this);
+    wait_blocking(all_gather_async(outs, in, o));
+  }
   // counts[r] elements from rank r, packed in rank order: counts[rank()] == in.count and
   // out.count == sum(counts).
   void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
@@ -173,6 +180,7 @@ class ProcessGroup {
   std::shared_ptr<Work> reduce_async(Buffer buf, int dst, ReduceOp op = ReduceOp::kSum,
                                      OpOptions o = {});
   std::shared_ptr<Work> all_gather_async(Buffer out, Buffer in, OpOptions o = {});
+  std::shared_ptr<Work> all_gather_async(std::vector<Buffer> outs, Buffer in, OpOptions o = {});
   std::shared_ptr<Work> all_gather_v_async(Buffer out, Buffer in,
                                            const std::vector<std::size_t>& counts,
                                            OpOptions o = {});

@@ -212,9 +212,12 @@ WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outpu
   Staging s("all_gather", pool_);
   const auto& in = s.single(inputs, "input");
   const auto& outs = one_per_rank(outputs, size_, "all_gather");
-  const auto out = s.outputs(outs, in, /*same_size=*/true);
+  // Into the list's tensors themselves: weft's list form copies each rank's block straight
+  // there (staging them in one buffer cost a copy of the whole output, measured in
+  // docs/PERFORMANCE.md).
+  auto out = s.outputs_each(outs, in);
   auto work = issue(*group_, [&] {
-    return group_->all_gather_async(out, s.input(in), op_options(opts.timeout));
+    return group_->all_gather_async(std::move(out), s.input(in), op_options(opts.timeout));
   });
   return started(OpType::ALLGATHER, std::move(work), std::move(s), outs);
 }

@@ -194,6 +194,14 @@ dist::Buffer Staging::outputs(const std::vector<at::Tensor>& ts, const at::Tenso
   return buffer_of(flat);
 }
 
+std::vector<dist::Buffer> Staging::outputs_each(const std::vector<at::Tensor>& ts,
+                                                const at::Tensor& like) {
+  check_like(ts, like, /*same_size=*/true);
+  std::vector<dist::Buffer> buffers;
+  for (const auto& t : ts) buffers.push_back(output(t));
+  return buffers;
+}
+
 dist::Buffer Staging::inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
   const at::Tensor flat = concatenated(ts, like, /*same_size=*/false);
   copy_back_slices(ts, flat);

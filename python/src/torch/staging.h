@@ -60,6 +60,9 @@ class Staging {
   dist::Buffer inputs(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size);
   // The tensors of `ts`, concatenated in order, written by the operation.
   dist::Buffer outputs(const std::vector<at::Tensor>& ts, const at::Tensor& like, bool same_size);
+  // The tensors of `ts`, each written by the operation in place (as output() does), of
+  // `like`'s dtype and number of elements: no staging buffer where they are contiguous.
+  std::vector<dist::Buffer> outputs_each(const std::vector<at::Tensor>& ts, const at::Tensor& like);
 
   // The tensors of `ts` (of `like`'s dtype), concatenated in order, read and written.
   dist::Buffer inouts(const std::vector<at::Tensor>& ts, const at::Tensor& like);

@@ -50,6 +50,10 @@ class CollectiveEngine {
   virtual void reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) = 0;
   // out holds size() blocks of in.count; `in` may alias this rank's block of `out`.
   virtual void all_gather(Buffer out, Buffer in, const OpContext& op) = 0;
+  // outs[r] (in.count elements each) receives rank r's `in`: an all-gather into buffers that
+  // are not one block of memory (torch's list form). `in` may be outs[rank]. By default, into
+  // one scratch buffer and copied out; engines that can copy straight into them override it.
+  virtual void all_gather_list(const std::vector<Buffer>& outs, Buffer in, const OpContext& op);
   // counts[r] elements from rank r, packed in rank order in `out`.
   virtual void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
                             const OpContext& op) = 0;

@@ -608,6 +608,20 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpCon
 }
 
 void Collectives::all_gather(Buffer out, Buffer in, const OpContext& context) {
+  const std::size_t block = in.size_bytes();
+  gather_blocks(
+      in, [&](int q) { return out.bytes() + static_cast<std::size_t>(q) * block; }, context);
+}
+
+void Collectives::all_gather_list(const std::vector<Buffer>& outs, Buffer in,
+                                  const OpContext& context) {
+  gather_blocks(
+      in, [&](int q) { return outs[static_cast<std::size_t>(q)].bytes(); }, context);
+}
+
+// Each rank's block through its slot, chunk by chunk, copied out to where block q goes.
+void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of,
+                                const OpContext& context) {
   const Deadline& deadline = context.deadline;
   start(Op::all_gather, in.count, in.dtype, -1);
   const std::size_t block = in.size_bytes();
@@ -618,8 +632,7 @@ void Collectives::all_gather(Buffer out, Buffer in, const OpContext& context) {
     publish();
     wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
-      std::byte* dst = out.bytes() + static_cast<std::size_t>(q) * block + off;
-      copy_bytes(dst, q == rank_ ? in.bytes() + off : payload(q, step_, len), len);
+      copy_bytes(block_of(q) + off, q == rank_ ? in.bytes() + off : payload(q, step_, len), len);
     }
   }
 }

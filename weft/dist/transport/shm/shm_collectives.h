@@ -66,6 +66,8 @@ class Collectives final : public CollectiveEngine {
   void broadcast(Buffer buf, int root, const OpContext& context) override;
   void reduce(Buffer buf, int root, ReduceOp op, const OpContext& context) override;
   void all_gather(Buffer out, Buffer in, const OpContext& context) override;
+  void all_gather_list(const std::vector<Buffer>& outs, Buffer in,
+                       const OpContext& context) override;
   void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpContext& context) override;
   void all_to_all(Buffer out, Buffer in, const OpContext& context) override;
   void barrier(const OpContext& context) override;
@@ -132,6 +134,8 @@ class Collectives final : public CollectiveEngine {
   void reduce_in_rank_order(std::byte* out, std::byte* also_out,
                             FunctionRef<const std::byte*(int)> src, std::size_t count, DType dtype,
                             ReduceOp op) const;
+  // all_gather with rank q's block going to block_of(q).
+  void gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of, const OpContext& context);
   void all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline);
