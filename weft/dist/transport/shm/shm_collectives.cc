@@ -44,7 +44,7 @@ constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
 // Single copy (process_vm_readv) for the sizes where it measured faster than the slots or as
-// fast, and only with a core per rank (docs/COLLECTIVES.md).
+// fast (docs/COLLECTIVES.md); broadcasts only with a core per rank (Collectives::choose).
 constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
 constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
@@ -128,9 +128,7 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
       check_peer_(std::move(check_peer)),
       oversubscribed_(job.oversubscribed),
       known_(regions_.size(), 0),
-      // With more ranks than cores, a reader waits for the rank it reads from to be scheduled
-      // and the owner waits for every reader: the slots' pipelining measured faster.
-      single_copy_(job.single_copy && !job.oversubscribed),
+      can_read_peers_(job.single_copy),
       pids_(std::move(pids)),
       rings_(std::move(rings)) {
   cpu_set_t cpus;
@@ -398,12 +396,18 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
   };
   switch (op) {
     case Op::broadcast:
-      return single_copy_ && within(kSingleCopyBroadcastMin, kSingleCopyBroadcastMax)
+      // With more ranks than cores a reader waits for the root to be scheduled and the root
+      // for every reader: the slots' pipelining measured faster.
+      return can_read_peers_ && !oversubscribed_ &&
+                     within(kSingleCopyBroadcastMin, kSingleCopyBroadcastMax)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSlots;
     case Op::all_reduce:
       if (bytes <= kOneStepAllReduceMax) return Algorithm::kOneStep;
-      return single_copy_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
+      // With more ranks than cores too: each of the slots' steps (one per 64 KiB chunk) then
+      // costs a round of the scheduler, single copy's three in all do not; 1-4 MiB measured
+      // 1.0-1.5x faster oversubscribed (docs/COLLECTIVES.md, "Single copy").
+      return can_read_peers_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSliced;
     default:

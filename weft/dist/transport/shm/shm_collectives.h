@@ -154,10 +154,10 @@ class Collectives final : public CollectiveEngine {
   int rank_;
   std::vector<int> job_ranks_;
   std::function<void(int)> check_peer_;
-  bool oversubscribed_;     // the job has more ranks than cores: no spinning, no single copy
-  std::uint32_t step_ = 0;  // the current step; every rank counts the same steps
+  bool oversubscribed_;               // the job has more ranks than cores: no spinning, fewer steps
+  std::uint32_t step_ = 0;            // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
-  bool single_copy_;                  // the single-copy algorithms are in use
+  bool can_read_peers_;               // every rank can read every other's memory (single copy)
   std::vector<int> pids_;             // by group rank
   std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
   Call call_;                         // the operation running now
