@@ -8,6 +8,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "weft/base/check.h"
+
 namespace weft::tools {
 namespace {
 
@@ -141,7 +143,8 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
   const int r = pg.rank();
   const auto un = static_cast<std::size_t>(n);
   const ReduceOp op = o.redop;
-  const std::optional<Op> kind = dist::op_from_name(o.op);  // none: sendrecv
+  const std::optional<Op> kind = dist::op_from_name(o.op);
+  WEFT_CHECK(kind || o.op == kSendRecv);  // weft-bench's command line takes only these
   const auto is = [&kind](Op x) { return kind == x; };
   std::size_t count = bytes / sizeof(T);
   const auto sized = [&](std::size_t in_elems, std::size_t out_elems) {

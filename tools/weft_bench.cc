@@ -100,6 +100,13 @@ std::shared_ptr<ProcessGroup> bench_group(const std::shared_ptr<ProcessGroup>& w
   return world->split(color, rank);
 }
 
+// Names a lost peer and a timeout, so that scripts (tests/dist/netns) tell them from the rest.
+const char* error_kind(const std::exception& e) {
+  if (dynamic_cast<const weft::dist::PeerError*>(&e) != nullptr) return "PeerError: ";
+  if (dynamic_cast<const weft::TimeoutError*>(&e) != nullptr) return "TimeoutError: ";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,14 +171,8 @@ int main(int argc, char** argv) {
       wrong = run(*pg, o);
     }
     return wrong == 0 ? 0 : 1;
-  } catch (const weft::dist::PeerError& e) {  // named: scripts tell a lost peer from the rest
-    std::fprintf(stderr, "weft-bench: PeerError: %s\n", e.what());
-    return 2;
-  } catch (const weft::TimeoutError& e) {
-    std::fprintf(stderr, "weft-bench: TimeoutError: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "weft-bench: %s\n", e.what());
+    std::fprintf(stderr, "weft-bench: %s%s\n", error_kind(e), e.what());
     return 2;
   }
 }

@@ -36,8 +36,9 @@ table() {  # name prefix -> "size time busbw" lines
   sed -n -e "s/^$2//p" "$out/$1.log" | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}'
 }
 run() {  # backend, under one weftrun per namespace
-  BENCH_OP=$op BENCH_SIZES=$sizes BENCH_ARGS="--group $group" tests/dist/netns/run.sh "$build/tools/weftrun" \
-    "$build/tools/weft-bench" "$hosts" "$per_host" bench "$1" > "$out/$1.log" 2>&1
+  BENCH_OP=$op BENCH_SIZES=$sizes BENCH_ARGS="--group $group" tests/dist/netns/run.sh \
+    "$build/tools/weftrun" "$build/tools/weft-bench" "$hosts" "$per_host" bench "$1" \
+    > "$out/$1.log" 2>&1
   ran "$1" $?
   table "$1" '\[0\] '
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
@@ -51,27 +53,29 @@ class Work {
   // weft.TimeoutError if it has not completed by then (the operation goes on). Either way
   // Ctrl-C interrupts the wait within kSignalCheck.
   void wait(std::optional<double> timeout) const {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              Seconds(timeout.value_or(0)));
-    bool done = false;
-    while (!done) {
-      Seconds slice = kSignalCheck;
-      if (timeout) {
-        const Seconds left = deadline - std::chrono::steady_clock::now();
-        if (left <= Seconds(0)) break;
-        slice = std::min(slice, left);
-      }
+    if (timeout && std::isnan(*timeout)) throw InvalidArgument("Work.wait: timeout is NaN");
+    // Slices of kSignalCheck while more is left, in doubles (math.inf must not overflow a
+    // clock duration), then what is left.
+    const auto start = std::chrono::steady_clock::now();
+    const auto left = [&] {
+      return *timeout - Seconds(std::chrono::steady_clock::now() - start).count();
+    };
+    for (;;) {
+      if (timeout && left() <= kSignalCheck.count()) break;
+      bool done = false;
       {
         py::gil_scoped_release release;
-        done = work_->wait_for(slice);
+        done = work_->wait_for(kSignalCheck);
       }
-      if (!done) raise_if_interrupted();
+      if (done) return work_->wait();
+      raise_if_interrupted();
     }
-    if (!done) {
-      throw dist::TimeoutError("Work.wait: the operation did not finish within " +
-                               std::to_string(*timeout) +
-                               " s (it keeps running until its own timeout)");
+    py::gil_scoped_release release;
+    if (!work_->wait_for(Seconds(std::max(left(), 0.0)))) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", *timeout);
+      throw dist::TimeoutError(std::string("Work.wait: the operation did not finish within ") +
+                               seconds + " s (it keeps running until its own timeout)");
     }
     work_->wait();
   }

@@ -299,7 +299,12 @@ TEST(ProcessGroupTest, InvalidArgumentsThrowBeforeCommunicating) {
     }
     EXPECT_THROW(pg.all_gather(f8, i4), InvalidArgument);  // dtype mismatch
     std::vector<float> other(4);
-    EXPECT_THROW(pg.all_gather({Buffer(f)}, f), InvalidArgument);  // one buffer, two ranks
+    try {
+      pg.all_gather(std::vector<Buffer>{Buffer(f)}, f);  // one buffer, two ranks
+      ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("outs has 1 elements, expected 2"));
+    }
     try {
       pg.all_gather({Buffer(f8), Buffer(other)}, f);
       ADD_FAILURE() << "expected InvalidArgument";

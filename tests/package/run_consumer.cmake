@@ -17,9 +17,12 @@ run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G Ninja
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
 
-set(modules "weft, weft.dist")
-if(WITH_TORCH)
-  string(APPEND modules ", weft.torch")
+if(PYTHON)  # built with the Python package
+  set(modules "weft, weft.dist")
+  if(WITH_TORCH)
+    string(APPEND modules ", weft.torch")
+  endif()
+  # One statement a line: a ';' would split the argument in CMake.
+  set(check "import ${modules}\nassert weft.__file__.startswith('${prefix}/'), weft.__file__\nprint(weft.__file__)")
+  run(${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/${PYTHON_INSTALL_DIR} ${PYTHON} -c "${check}")
 endif()
-run(${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/${PYTHON_INSTALL_DIR} ${PYTHON} -c
-    "import ${modules}; assert weft.__file__.startswith('${prefix}/'), weft.__file__; print(weft.__file__)")

@@ -5,7 +5,9 @@ editor's completions are the API that runs:
 
 Every name a stub declares exists in its module (classes with every method and attribute
 the stub gives them), every public name of the module is declared, and every function's
-parameters, as pybind11 reports them, are the stub's, in order. Exits 1 listing what differs.
+parameters, as pybind11 reports them, are the stub's, in order (overloaded functions, whose
+signatures pybind11 lists several, are checked by name only; module-level annotated names are
+not checked). Exits 1 listing what differs.
 """
 import ast
 import importlib

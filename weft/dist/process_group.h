@@ -113,7 +113,8 @@ class ProcessGroup {
   }
   // outs.size() == size(), each of in.count elements; rank r's `in` lands in outs[r]: an
   // all-gather into separate buffers (torch's list form) without a staging copy where the
-  // engine can write to them directly (shm's). `in` may be outs[rank()].
+  // engine can write to them directly (shm's). `in` may be outs[rank()]; no other two of them
+  // may overlap.
   void all_gather(const std::vector<Buffer>& outs, Buffer in, OpOptions o = {}) {
     CallerWaits here(this);
     wait_blocking(all_gather_async(outs, in, o));

@@ -93,7 +93,8 @@ case "$mode" in
     for ((i = 0; i < last; i++)); do
       wait "${pids[$i]}"
       took=$(($(date +%s) - killed_at))
-      if ! grep -q "PeerError: .*rank $dead_rank" "$out/node$i.log" || [ "$took" -gt 30 ]; then
+      if ! grep -Eq "PeerError: .*rank $dead_rank([^0-9]|$)" "$out/node$i.log" ||
+        [ "$took" -gt 30 ]; then
         echo "node $i: no PeerError naming rank $dead_rank within 30 s (took $took s):"
         cat "$out/node$i.log"
         failed=1

@@ -388,8 +388,8 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, const OpContext& context) 
 
 // The table. Every rank picks the same entry: the inputs are the call's and the facts the
 // ranks agreed on at start-up. Broadcast and all-reduce copy straight between buffers where
-// that measured faster (single copy, with a core per rank); all-reduces small enough to fit
-// one slot run in one step; everything else goes through the slots in chunks.
+// that measured faster (single copy; broadcasts only with a core per rank); all-reduces small
+// enough to fit one slot run in one step; everything else goes through the slots in chunks.
 Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
   const auto within = [bytes](std::size_t lo, std::size_t hi) {
     return bytes >= lo && bytes <= hi;
@@ -405,8 +405,8 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
     case Op::all_reduce:
       if (bytes <= kOneStepAllReduceMax) return Algorithm::kOneStep;
       // With more ranks than cores too: each of the slots' steps (one per 64 KiB chunk) then
-      // costs a round of the scheduler, single copy's three in all do not; 1-4 MiB measured
-      // 1.0-1.5x faster oversubscribed (docs/COLLECTIVES.md, "Single copy").
+      // costs a round of the scheduler, single copy's three in all do not; oversubscribed, 1
+      // and 4 MiB measured faster, 2 MiB level (docs/COLLECTIVES.md, "Single copy").
       return can_read_peers_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSliced;

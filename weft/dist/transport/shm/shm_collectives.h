@@ -53,10 +53,11 @@ class Collectives final : public CollectiveEngine {
   // zero-filled at creation, `job_ranks[r]` its rank in the job (errors name job ranks) and
   // `pids[r]` its process. `check_peer(job_rank)` throws PeerError if the job aborted or that
   // rank died. The engine of the whole job starts rank r on the (r mod CPUs)-th allowed CPU
-  // (unbound afterwards). With more ranks than cores, waits do not spin, barriers are released
-  // by rank 0 and nothing is single-copy; otherwise, with single copy, mid-sized all-reduces
-  // and broadcasts copy straight between the ranks' buffers (one copy instead of two through
-  // the slots). `rings`: the same group's generic engine, for the operations not done here.
+  // (unbound afterwards). With more ranks than cores, waits do not spin and barriers are
+  // released by rank 0. Where every rank can read every other's memory, all-reduces of 1-4 MiB
+  // and (with a core per rank) mid-sized broadcasts copy straight between the ranks' buffers
+  // (one copy instead of two through the slots). `rings`: the same group's generic engine, for the
+  // operations not done here.
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids,
               std::unique_ptr<CollectiveEngine> rings);
