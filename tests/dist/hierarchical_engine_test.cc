@@ -80,7 +80,7 @@ TEST_P(HierarchicalEngineTest, BroadcastFromEveryRootReachesEveryRank) {
   });
 }
 
-TEST_P(HierarchicalEngineTest, AllGatherPutsBlocksInRankOrderEvenInPlace) {
+TEST_P(HierarchicalEngineTest, AllGatherPutsBlocksInRankOrderEvenInPlaceAndIntoAList) {
   const Shape shape = GetParam();
   const int n = shape.hosts * shape.per_host;
   run_hierarchical(shape, [&](int rank, HierarchicalEngine& engine) {
@@ -94,10 +94,14 @@ TEST_P(HierarchicalEngineTest, AllGatherPutsBlocksInRankOrderEvenInPlace) {
     std::copy(in.begin(), in.end(), inplace.begin() + rank * block);
     engine.all_gather(Buffer(inplace),
                       Buffer(inplace.data() + rank * block, block, DType::kFloat32), op(1));
+    // Into a list of separate buffers.
+    std::vector<std::vector<float>> parts(n, std::vector<float>(block, -1.0f));
+    engine.all_gather_list(std::vector<Buffer>(parts.begin(), parts.end()), Buffer(in), op(2));
     for (int r = 0; r < n; ++r) {
       for (std::size_t i = 0; i < block; ++i) {
         ASSERT_EQ(out[r * block + i], static_cast<float>(r * 10 + i)) << "rank " << rank;
         ASSERT_EQ(inplace[r * block + i], static_cast<float>(r * 10 + i)) << "rank " << rank;
+        ASSERT_EQ(parts[r][i], static_cast<float>(r * 10 + i)) << "rank " << rank;
       }
     }
   });

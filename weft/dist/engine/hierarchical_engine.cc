@@ -53,9 +53,23 @@ void HierarchicalEngine::broadcast(Buffer buf, int root, const OpContext& op) {
   local_->broadcast(buf, root_local, phase(op, 1));
 }
 
-// Rank (h, i)'s block goes to the ranks (*, i) across hosts, then every host gathers what
-// its ranks got: local index major, which the last step puts in rank order.
 void HierarchicalEngine::all_gather(Buffer out, Buffer in, const OpContext& op) {
+  const std::size_t block = in.size_bytes();
+  gather_blocks(
+      in, [&](std::size_t q) { return out.bytes() + q * block; }, op);
+}
+
+void HierarchicalEngine::all_gather_list(const std::vector<Buffer>& outs, Buffer in,
+                                         const OpContext& op) {
+  gather_blocks(
+      in, [&](std::size_t q) { return outs[q].bytes(); }, op);
+}
+
+// Rank (h, i)'s block goes to the ranks (*, i) across hosts, then every host gathers what
+// its ranks got: local index major, which the last step puts in rank order, at block_of(q)
+// for rank q's block.
+void HierarchicalEngine::gather_blocks(Buffer in, FunctionRef<std::byte*(std::size_t)> block_of,
+                                       const OpContext& op) {
   const auto hosts = static_cast<std::size_t>(layout_.hosts);
   const auto per_host = static_cast<std::size_t>(layout_.per_host);
   const std::size_t block = in.size_bytes();
@@ -69,8 +83,7 @@ void HierarchicalEngine::all_gather(Buffer out, Buffer in, const OpContext& op) 
   if (block == 0) return;
   for (std::size_t i = 0; i < per_host; ++i) {
     for (std::size_t h = 0; h < hosts; ++h) {
-      std::memcpy(out.bytes() + (h * per_host + i) * block, gathered + (i * hosts + h) * block,
-                  block);
+      std::memcpy(block_of(h * per_host + i), gathered + (i * hosts + h) * block, block);
     }
   }
 }

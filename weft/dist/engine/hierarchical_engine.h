@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "weft/base/function_ref.h"
 #include "weft/dist/engine/collective_engine.h"
 
 namespace weft::dist {
@@ -42,6 +43,7 @@ class HierarchicalEngine final : public CollectiveEngine {
   void broadcast(Buffer buf, int root, const OpContext& op) override;
   void all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) override;
   void all_gather(Buffer out, Buffer in, const OpContext& op) override;
+  void all_gather_list(const std::vector<Buffer>& outs, Buffer in, const OpContext& op) override;
 
   void reduce(Buffer buf, int root, ReduceOp reduce, const OpContext& op) override {
     flat_->reduce(buf, root, reduce, op);
@@ -69,6 +71,9 @@ class HierarchicalEngine final : public CollectiveEngine {
   void barrier(const OpContext& op) override { flat_->barrier(op); }
 
  private:
+  // all_gather with rank q's block going to block_of(q).
+  void gather_blocks(Buffer in, FunctionRef<std::byte*(std::size_t)> block_of, const OpContext& op);
+
   HostLayout layout_;
   std::string name_;
   std::unique_ptr<CollectiveEngine> local_;
