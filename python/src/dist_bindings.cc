@@ -153,6 +153,25 @@ dist::Buffer buffer_or_empty(Buffers& buffers, const py::object& object, const c
   return buffers.back().buffer();
 }
 
+// all_gather's list form: outputs[r] (one writable buffer per rank) gets rank r's input.
+py::object all_gather_into_list(ProcessGroup& g, const py::object& outputs, const py::object& input,
+                                OpOptions o, bool async_op) {
+  Buffers b;
+  b.reserve(py::len(outputs) + 1);
+  for (const auto& item : outputs) {
+    b.emplace_back(py::reinterpret_borrow<py::object>(item), "output", /*writable=*/true);
+  }
+  std::vector<dist::Buffer> outs;
+  for (const auto& arg : b) outs.push_back(arg.buffer());
+  b.emplace_back(input, "input", /*writable=*/false);
+  const dist::Buffer in = b.back().buffer();
+  return run(g, async_op, std::move(b), [&](bool async) -> WorkPtr {
+    if (async) return g.all_gather_async(outs, in, o);
+    g.all_gather(outs, in, o);
+    return nullptr;
+  });
+}
+
 void bind_reduce_op(py::module_& m) {
   py::enum_<ReduceOp>(m, "ReduceOp", "The reduction of all_reduce, reduce and reduce_scatter.")
       .value("SUM", ReduceOp::kSum)
@@ -251,6 +270,9 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
       "all_gather",
       [](ProcessGroup& g, const py::object& output, const py::object& input,
          std::optional<double> t, bool a) {
+        if (py::isinstance<py::list>(output) || py::isinstance<py::tuple>(output)) {
+          return all_gather_into_list(g, output, input, options(t), a);
+        }
         Buffers b = args({{&output, true}, {&input, false}}, {"output", "input"});
         const dist::Buffer out = b[0].buffer(), in = b[1].buffer();
         // The one-buffer forms (ProcessGroup also has all_gather into a list of buffers).
@@ -261,7 +283,8 @@ void bind_collectives(py::class_<ProcessGroup, std::shared_ptr<ProcessGroup>>& c
       },
       py::arg("output"), py::arg("input"), py::kw_only(), timeout, async_op,
       "output holds size() * input's elements; rank r's input lands at r * len(input) "
-      "(torch's all_gather_into_tensor).");
+      "(torch's all_gather_into_tensor); or output is a list of size() arrays, rank r's "
+      "input landing in output[r] (torch's all_gather).");
   c.def(
       "all_gather_v",
       [](ProcessGroup& g, const py::object& output, const py::object& input,

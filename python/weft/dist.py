@@ -104,7 +104,8 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM,
 
 def all_gather(output: Any, input: Any, group: Optional[ProcessGroup] = None,
                async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
-    """output holds world size * len(input) elements, rank r's input at r * len(input)."""
+    """output holds world size * len(input) elements, rank r's input at r * len(input); or
+    output is a list of world size arrays, rank r's input landing in output[r]."""
     return _group(group).all_gather(output, input, timeout=timeout, async_op=async_op)
 
 

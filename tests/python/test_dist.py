@@ -89,6 +89,16 @@ class CollectivesTest(unittest.TestCase):
             RANK, np.int64)
         np.testing.assert_array_equal(x, expected)
 
+    def test_all_gather_into_a_list(self):
+        mine = np.full(3, RANK, np.int32)
+        parts = [np.zeros(3, np.int32) for _ in range(SIZE)]
+        dist.all_gather(parts, mine)
+        for r, part in enumerate(parts):
+            self.assertTrue(np.all(part == r))
+        dist.all_gather(parts, mine, async_op=True).wait()
+        with self.assertRaises(ValueError):
+            dist.all_gather(parts[:-1], mine)
+
     def test_all_gather_and_all_gather_v(self):
         out = np.zeros((SIZE, 3), np.float64)
         dist.all_gather(out, np.full(3, RANK, np.float64))
