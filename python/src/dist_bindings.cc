@@ -67,11 +67,11 @@ class Work {
         py::gil_scoped_release release;
         done = work_->wait_for(kSignalCheck);
       }
-      if (done) return work_->wait();
+      if (done) break;
       raise_if_interrupted();
     }
     py::gil_scoped_release release;
-    if (!work_->wait_for(Seconds(std::max(left(), 0.0)))) {
+    if (!work_->wait_for(Seconds(timeout ? std::max(left(), 0.0) : 0.0))) {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", *timeout);
       throw dist::TimeoutError(std::string("Work.wait: the operation did not finish within ") +

@@ -467,8 +467,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(std::vector<Buffer> outs, B
                 outs[r].count);
     adjacent = adjacent && outs[r].bytes() == outs[0].bytes() + r * in.size_bytes();
   }
-  if (adjacent)
+  if (adjacent) {
     return all_gather_async(Buffer(outs[0].data, outs.size() * in.count, in.dtype), in, o);
+  }
   return issue(Op::all_gather, o, Sig{Op::all_gather, in.dtype, in.count, -1, {}},
                [outs = std::move(outs), in, e = engine_.get()](const OpCall& c) {
                  e->all_gather_list(outs, in, c.op);
