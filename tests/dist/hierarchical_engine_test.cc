@@ -52,8 +52,9 @@ class HierarchicalEngineTest : public testing::TestWithParam<Shape> {};
 TEST_P(HierarchicalEngineTest, AllReduceSumsEveryRanksValuesAtEverySize) {
   const Shape shape = GetParam();
   const int n = shape.hosts * shape.per_host;
-  // Small (one rank per host crosses), sharded (large, divisible), and large but indivisible.
-  const std::vector<std::size_t> counts{1, 7, 64 * 1024, 64 * 1024 + 1};
+  // Small (one rank per host crosses), sharded (large, divisible), large but indivisible,
+  // and chunked with the levels overlapped (from 4 MiB; 6 MiB with a short last chunk).
+  const std::vector<std::size_t> counts{1, 7, 64 * 1024, 64 * 1024 + 1, 6 * 131'073};
   run_hierarchical(shape, [&](int rank, HierarchicalEngine& engine) {
     int seq = 0;
     for (std::size_t count : counts) {

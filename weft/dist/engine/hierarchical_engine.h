@@ -7,19 +7,25 @@
 //
 //   all_reduce  reduce-scatter within the host, all-reduce of this rank's shard across
 //               hosts, all-gather within the host (small or indivisible buffers: reduce to
-//               local rank 0, all-reduce across the hosts' rank 0s, broadcast within)
+//               local rank 0, all-reduce across the hosts' rank 0s, broadcast within); from
+//               4 MiB chunk by chunk, the cross-host all-reduces on a thread of the engine's
+//               own, overlapping the in-host phases of the other chunks
 //   broadcast   across hosts among the ranks with the root's local index, then within each
 //   all_gather  this rank's block across hosts, then the hosts' blocks within the host
 //
 // Every other collective runs on the flat engine over all ranks. Costs: docs/COLLECTIVES.md.
 #pragma once
 
+#include <cstddef>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "weft/base/function_ref.h"
 #include "weft/dist/engine/collective_engine.h"
+#include "weft/dist/internal/op_queue.h"
 
 namespace weft::dist {
 
@@ -71,6 +77,7 @@ class HierarchicalEngine final : public CollectiveEngine {
   void barrier(const OpContext& op) override { flat_->barrier(op); }
 
  private:
+  void all_reduce_overlapped(Buffer buf, ReduceOp reduce, const OpContext& op);
   // all_gather with rank q's block going to block_of(q).
   void gather_blocks(Buffer in, FunctionRef<std::byte*(std::size_t)> block_of, const OpContext& op);
 
@@ -79,6 +86,12 @@ class HierarchicalEngine final : public CollectiveEngine {
   std::unique_ptr<CollectiveEngine> local_;
   std::unique_ptr<CollectiveEngine> cross_;
   std::unique_ptr<CollectiveEngine> flat_;
+  // An overlapped all-reduce's shards, and its chunks' cross-host all-reduces (done, or
+  // failed, when the call returns; a failed call's may still be running).
+  std::vector<std::byte> shards_;
+  std::vector<std::future<void>> crossing_;
+  // Runs them; started by the first. Declared last, so it is joined before what they use goes.
+  std::unique_ptr<internal::OpQueue> cross_thread_;
 };
 
 }  // namespace weft::dist
