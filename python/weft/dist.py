@@ -20,7 +20,7 @@ __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "barrier",
     "broadcast", "destroy_process_group", "gather", "get_rank", "get_world_size",
     "init_process_group", "is_initialized", "new_group", "recv", "recv_any", "reduce",
-    "reduce_scatter", "registered_backends", "scatter", "send", "split",
+    "reduce_scatter", "registered_backends", "scatter", "send", "split", "isend", "irecv",
 ]
 
 _world: Optional[ProcessGroup] = None
@@ -50,6 +50,7 @@ def init_process_group(backend: str = "", init_method: str = "", rank: int = -1,
 
 
 def is_initialized() -> bool:
+    """Whether init_process_group() has given this module its world group."""
     return _world is not None
 
 
@@ -70,10 +71,12 @@ def _group(group: Optional[ProcessGroup]) -> ProcessGroup:
 
 
 def get_rank(group: Optional[ProcessGroup] = None) -> int:
+    """This process's rank in `group` (the world group by default)."""
     return _group(group).rank()
 
 
 def get_world_size(group: Optional[ProcessGroup] = None) -> int:
+    """How many ranks `group` (the world group by default) has."""
     return _group(group).size()
 
 
@@ -83,22 +86,27 @@ def new_group(ranks: Sequence[int], group: Optional[ProcessGroup] = None) -> Opt
 
 
 def split(color: int, key: int = 0, group: Optional[ProcessGroup] = None) -> Optional[ProcessGroup]:
+    """Subgroups by color, ordered by (key, rank) within each; collective over `group`;
+    None on ranks that pass a negative color."""
     return _group(group).split(color, key)
 
 
 def broadcast(tensor: Any, src: int, group: Optional[ProcessGroup] = None,
               async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """Copies src's tensor into every rank's, in place. With async_op, returns a Work."""
     return _group(group).broadcast(tensor, src, timeout=timeout, async_op=async_op)
 
 
 def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Optional[ProcessGroup] = None,
                async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """Reduces every rank's tensor with `op`; each rank gets the result in place."""
     return _group(group).all_reduce(tensor, op, timeout=timeout, async_op=async_op)
 
 
 def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM,
            group: Optional[ProcessGroup] = None, async_op: bool = False,
            timeout: Optional[float] = None) -> Optional[Work]:
+    """Reduces every rank's tensor with `op` into dst's; other ranks' are left as they were."""
     return _group(group).reduce(tensor, dst, op, timeout=timeout, async_op=async_op)
 
 
@@ -112,6 +120,7 @@ def all_gather(output: Any, input: Any, group: Optional[ProcessGroup] = None,
 def all_gather_v(output: Any, input: Any, counts: Sequence[int],
                  group: Optional[ProcessGroup] = None, async_op: bool = False,
                  timeout: Optional[float] = None) -> Optional[Work]:
+    """As all_gather, rank r contributing counts[r] elements, packed in rank order."""
     return _group(group).all_gather_v(output, input, list(counts), timeout=timeout,
                                       async_op=async_op)
 
@@ -131,33 +140,41 @@ def scatter(output: Any, input: Any, src: int = 0, group: Optional[ProcessGroup]
 def reduce_scatter(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM,
                    group: Optional[ProcessGroup] = None, async_op: bool = False,
                    timeout: Optional[float] = None) -> Optional[Work]:
+    """input holds one block per rank; rank r gets the reduction of every rank's block r
+    in output."""
     return _group(group).reduce_scatter(output, input, op, timeout=timeout, async_op=async_op)
 
 
 def all_to_all(output: Any, input: Any, group: Optional[ProcessGroup] = None,
                async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """Block j of input goes to rank j, landing at this rank's place in its output."""
     return _group(group).all_to_all(output, input, timeout=timeout, async_op=async_op)
 
 
 def all_to_all_v(output: Any, output_counts: Sequence[int], input: Any,
                  input_counts: Sequence[int], group: Optional[ProcessGroup] = None,
                  async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+    """As all_to_all with input_counts[j] elements to rank j and output_counts[i] from
+    rank i, packed in rank order."""
     return _group(group).all_to_all_v(output, list(output_counts), input, list(input_counts),
                                       timeout=timeout, async_op=async_op)
 
 
 def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
             timeout: Optional[float] = None) -> Optional[Work]:
+    """Returns once every rank of `group` has called it."""
     return _group(group).barrier(timeout=timeout, async_op=async_op)
 
 
 def send(tensor: Any, dst: int, group: Optional[ProcessGroup] = None, tag: int = 0,
          timeout: Optional[float] = None) -> None:
+    """Sends tensor to dst under tag; blocking (see isend)."""
     _group(group).send(tensor, dst, tag, timeout=timeout)
 
 
 def recv(tensor: Any, src: int, group: Optional[ProcessGroup] = None, tag: int = 0,
          timeout: Optional[float] = None) -> None:
+    """Receives src's next message under tag into tensor; blocking (see irecv)."""
     _group(group).recv(tensor, src, tag, timeout=timeout)
 
 

@@ -13,6 +13,8 @@
 #include "weft/dist.h"
 #include "weft/dist/backends/auto_backend.h"
 #include "weft/net/socket.h"
+#include "weft/store/file_store.h"
+#include "weft/store/prefix_store.h"
 #include "weft/store/tcp_store.h"
 
 namespace weft::dist {
@@ -84,6 +86,29 @@ TEST_F(InitErrorTest, AutoOverMpiWithoutMpiSaysHowToGetIt) {
     EXPECT_THAT(e.what(), HasSubstr("built without MPI; install libopenmpi-dev"));
   }
   ::unsetenv("WEFT_AUTO_NETWORK");
+}
+
+// Closed by default: a tcp job listens on loopback unless told where (the address it
+// publishes says where it listens), and one told to listen beyond this host needs a token.
+TEST_F(InitErrorTest, ListensOnLoopbackUnlessToldAndThenOnlyWithAToken) {
+  for (const char* v : {"WEFT_HOST", "WEFT_SOCKET_IFNAME", "WEFT_JOB_TOKEN"}) ::unsetenv(v);
+  const weft::test::TempDir dir("weft-init");
+  {
+    auto world = init_process_group({.backend = "tcp",
+                                     .init_method = "file://" + dir.file("store"),
+                                     .rank = 0,
+                                     .world_size = 1});
+    store::PrefixStore attempt("attempt0", std::make_shared<store::FileStore>(dir.file("store")));
+    EXPECT_THAT(attempt.get("tcp/addr/0"), testing::StartsWith("127.0.0.1:"));
+  }
+  ::setenv("WEFT_HOST", "192.0.2.1", 1);
+  EXPECT_THAT(init_error({.backend = "tcp",
+                          .init_method = "file://" + dir.file("store2"),
+                          .rank = 0,
+                          .world_size = 1}),
+              HasSubstr("listens on 192.0.2.1, beyond this host, without a job token; set "
+                        "WEFT_JOB_TOKEN"));
+  ::unsetenv("WEFT_HOST");
 }
 
 TEST(InitTest, FileInitMethod) {

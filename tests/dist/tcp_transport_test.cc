@@ -185,6 +185,19 @@ TEST(TcpTransportTest, ASilentPeerIsGoneButASlowOneOnlyTimesOut) {
   } catch (const PeerError& e) {
     EXPECT_THAT(e.what(), HasSubstr("has sent nothing for"));
   }
+  // Quiet for less than 2 s when the deadline passes: the receive waits until the silence
+  // tells a lost peer from a slow one, no longer than the deadline plus 2 s.
+  Pair quiet = transport_and_raw_socket();
+  const auto start = Clock::now();
+  try {
+    quiet.a->recv(1, 1, got, Deadline::after(Seconds(0.3)));
+    FAIL();
+  } catch (const PeerTimeout&) {
+    FAIL() << "a peer silent since before the deadline should be a PeerError";
+  } catch (const PeerError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has sent nothing for"));
+  }
+  EXPECT_LT(Clock::now() - start, Seconds(0.3 + 2 + 1));  // 1 s of slack for a busy machine
   // A live transport that does not send still heartbeats: a plain timeout.
   auto t = mesh(2, {"", ""});
   EXPECT_THROW(t[0]->recv(1, 1, got, Deadline::after(Seconds(2.5))), PeerTimeout);

@@ -7,6 +7,7 @@ collectives match; each checks its results against values computed here with num
 group timeout turns a rank that fails early into errors on the others rather than a hang.
 """
 import gc
+import threading
 import time
 import unittest
 
@@ -312,6 +313,35 @@ class GroupsTest(unittest.TestCase):
         half.all_reduce(y)
         self.assertEqual(y[0], len([r for r in range(SIZE) if r % 2 == RANK % 2]))
         self.assertEqual(half.size(), y[0])
+
+    def test_waiting_calls_let_other_threads_run(self):
+        """The GIL is released while new_group, split and a collective wait for a late rank:
+        a thread counting in Python meanwhile gets on. (A call that did not wait, as
+        new_group on a backend whose subgroups need no exchange, proves nothing.)"""
+        counted = [0]
+        stop = threading.Event()
+
+        def count():
+            while not stop.is_set():
+                counted[0] += 1
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        held = []
+        try:
+            for name, call in (("new_group", lambda: dist.new_group(list(range(SIZE)))),
+                               ("split", lambda: dist.split(0)),
+                               ("barrier", dist.barrier)):
+                if RANK == SIZE - 1:
+                    time.sleep(0.3)
+                before, start = counted[0], time.monotonic()
+                call()
+                if time.monotonic() - start > 0.2 and counted[0] - before < 1000:
+                    held.append(name)
+        finally:
+            stop.set()
+            counter.join()
+        self.assertEqual(held, [], "held the GIL while waiting")
 
     def test_properties(self):
         self.assertEqual(dist.get_rank(), RANK)

@@ -6,6 +6,7 @@ Run under weftrun with 2 and 3 processes (tests/python/CMakeLists.txt):
     PYTHONPATH=build/release/python weftrun --nproc-per-node 3 \
         /usr/bin/python3 tests/python/test_torch_backend.py
 """
+import datetime
 import os
 import signal
 import sys
@@ -292,6 +293,15 @@ def test_refused_locally(rank, size):
         raise AssertionError("all_gather_coalesced went through")
     except RuntimeError as e:
         assert "allgather_coalesced" in str(e), e
+    # torch refuses it for every backend but gloo; the group object itself does too.
+    for name, call in (("dist.monitored_barrier", lambda: dist.monitored_barrier()),
+                       ("the group's monitored_barrier", lambda: c10d._get_default_group()
+                        .monitored_barrier(datetime.timedelta(seconds=5)))):
+        try:
+            call()
+            raise AssertionError(name + " went through")
+        except RuntimeError as e:
+            assert "monitored" in str(e).lower() and "GLOO" in str(e), (name, e)
     t = torch.ones(1)
     dist.all_reduce(t)  # still usable
     c = torch.full((2,), complex(rank, 1))  # torch passes complex tensors as float pairs

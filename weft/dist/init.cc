@@ -151,7 +151,9 @@ std::string this_host(const std::optional<std::string>& master) {
     }
     return mine;
   }
-  if (!master || is_loopback(*master)) return "127.0.0.1";
+  if (!master || is_loopback(*master)) {
+    return master && master->find(':') != std::string::npos ? "::1" : "127.0.0.1";
+  }
   const std::string mine = net::local_address_towards(*master);
   if (log) {
     std::fprintf(stderr,

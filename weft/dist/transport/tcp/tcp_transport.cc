@@ -20,7 +20,9 @@ namespace {
 constexpr auto kSilence = std::chrono::seconds(2);
 // A receive whose deadline passed while its peer is alive waits this much longer for that
 // peer's own failure: when the peer was itself waiting on a lost host, its abort names the
-// lost rank, which says more than "rank 0 did not send in time".
+// lost rank, which says more than "rank 0 did not send in time". And, when the peer fell
+// quiet shortly before the deadline, until its silence has lasted kSilence: then a lost peer
+// is a PeerError naming it, within the deadline plus kSilence, however late it was lost.
 constexpr Seconds kCauseGrace{1};
 // How long a waiting call polls before it sleeps, when its host has a core for each of its
 // ranks. 2 ranks' 4-byte all-reduce, 30 short runs each: 40 µs median sleeping at once or
@@ -212,7 +214,14 @@ void TcpTransport::receive(int from, Tag tag, std::span<std::byte> out, const De
     // Past the deadline. A peer that is alive may be failing itself, waiting on a lost host:
     // its abort, if it comes soon, names the cause. Its message, if that comes instead, is
     // too late: the deadline is the caller's, and the receive fails all the same.
-    if (!silent(from)) drive(lock, Deadline::after(kCauseGrace), settled);
+    if (!silent(from)) {
+      Seconds grace = kCauseGrace;
+      if (from != rank_) {
+        const auto silent_at = peers_[static_cast<std::size_t>(from)]->last_heard + kSilence;
+        grace = std::max<Seconds>(grace, silent_at - Clock::now());
+      }
+      drive(lock, Deadline::after(grace), settled);
+    }
     if (!posted.error.empty()) throw PeerError(posted.error);
     throw_timeout(from, "did not send in time");
   }
