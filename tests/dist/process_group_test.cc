@@ -481,7 +481,8 @@ TEST(AlgorithmsTest, RingAndTreeAlgorithmsMatchNaiveForms) {
       Tag tag = Tag{1} << 32;
       const auto comm = [&] { return Comm{t, members, r, tag += 4096, d}; };
       std::mt19937 rng(static_cast<unsigned>(r + 7));
-      for (std::size_t block : {0u, 1u, 5u, 3000u}) {
+      // 70,001 int64s: blocks of 560 KB, over a tcp frame's 512 KiB.
+      for (std::size_t block : {0u, 1u, 5u, 3000u, 70'001u}) {
         const auto un = static_cast<std::size_t>(n);
         std::vector<std::int64_t> in(block * un);
         for (auto& x : in) x = static_cast<std::int64_t>(rng() % 100);
@@ -493,6 +494,13 @@ TEST(AlgorithmsTest, RingAndTreeAlgorithmsMatchNaiveForms) {
         EXPECT_TRUE(
             std::equal(rs.begin(), rs.end(),
                        full.begin() + static_cast<long>(block * static_cast<std::size_t>(r))));
+        // the ring all-reduce, on blocks that differ by one element
+        std::vector<std::int64_t> ring = in;
+        ring.insert(ring.end(), {3, 1, 4});
+        std::vector<std::int64_t> ring_want = ring;
+        algorithms::all_reduce_ring(comm(), Buffer(ring), ReduceOp::kSum);
+        algorithms::reference_all_reduce(comm(), Buffer(ring_want), ReduceOp::kSum);
+        EXPECT_EQ(ring, ring_want) << "n " << n << " block " << block;
         // all_gather == all_reduce of a buffer that is zero outside my block
         std::vector<std::int64_t> mine(in.begin(), in.begin() + static_cast<long>(block));
         std::vector<std::int64_t> gathered(block * un);

@@ -83,6 +83,10 @@ class TwoLevelTransport final : public Transport {
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override {
     return network_->recv_any(tag, out, deadline);
   }
+  void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
+                 std::span<std::byte> out, Deadline deadline) override {
+    network_->send_recv(to, send_tag, bytes, from, recv_tag, out, deadline);
+  }
   void abort(const std::string& reason) override {
     network_->abort(reason);
     shm_->abort(reason);
