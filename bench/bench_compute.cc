@@ -2,17 +2,21 @@
 // (docs/PERFORMANCE.md, docs/TRAINING.md). Single-threaded throughout; FLOP/s counts a fused
 // multiply-add as two. Every benchmark of weft's vector code runs once per vector target this
 // CPU has, named <benchmark>/<target>/<arg> (BM_ScoresTile/AVX2/1); WEFT_SIMD_TARGET=AVX2 runs
-// that target only. BM_Sgemm and BM_Linear time OpenBLAS alone, once.
+// that target only. BM_Matmul, BM_OpenBlasSgemm and BM_Linear time the libraries' products,
+// which dispatch themselves, once.
 //   BM_FmaPeak        independent fused multiply-adds on the target's vectors: its peak
-//   BM_Sgemm/n        OpenBLAS's n x n x n sgemm through weft's gemm (the MFU reference)
+//   BM_Matmul/n/t     oneDNN's n x n x n product through weft's gemm, float32 (t = 0) or
+//                     bfloat16 operands with float32 accumulation (t = 1)
+//   BM_OpenBlasSgemm/n  the same float32 product through OpenBLAS's cblas_sgemm (the peer)
 //   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
 //   BM_PvTile/i       cache: S = Q K^T (64 x 256 x 64) and P V (64 x 64 x 256), through
-//                     OpenBLAS (i = 0) and through weft's own tiles (i = 1)
+//                     oneDNN (i = 0) and through weft's own tiles (i = 1)
 //   BM_Attention*     weft's causal attention at the debug model's shape (batch 8, sequence
 //                     256, 4 heads of 64, fused q|k|v rows); FLOP/s counts the causal pairs
 //   BM_Linear/i       the debug model's q|k|v projection (2048 tokens, 256 -> 768), forward
 //                     and backward: weft's linear_* in fixed blocks of rows (i = 0), against
-//                     the same three products as one OpenBLAS call each (i = 1)
+//                     the same three products as one call each (i = 1), and linear_* in
+//                     bfloat16 (i = 2)
 //   BM_PackKeys       one head's keys transposed for the score tiles (256 x 64)
 //   BM_Rope           RoPE over the debug model's q and k, in their fused rows
 //
@@ -58,6 +62,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <cstdlib>
 #include <functional>
@@ -67,8 +72,8 @@ HWY_AFTER_NAMESPACE();
 
 #include "weft/base/simd.h"
 #include "weft/kernels/attention.h"
-#include "weft/kernels/blas.h"
 #include "weft/kernels/internal/attention_tiles.h"
+#include "weft/kernels/matmul.h"
 #include "weft/kernels/rope.h"
 
 namespace bench {
@@ -95,19 +100,46 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return v;
 }
 
-void BM_Sgemm(benchmark::State& state) {
+double product_flops(std::int64_t m, std::int64_t n, std::int64_t k, benchmark::State& state) {
+  return 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations());
+}
+
+void BM_Matmul(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const auto a = random_floats(static_cast<std::size_t>(n * n), 1);
+  const auto b = random_floats(a.size(), 2);
+  const std::vector<weft::BFloat16> a16(a.begin(), a.end()), b16(b.begin(), b.end());
+  std::vector<float> c(a.size());
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      weft::kernels::gemm<float>(false, false, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(),
+                                 n);
+    } else {
+      weft::kernels::gemm<weft::BFloat16>(false, false, n, n, n, 1, a16.data(), n, b16.data(), n, 0,
+                                          c.data(), n);
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(product_flops(n, n, n, state), benchmark::Counter::kIsRate);
+  state.SetLabel(weft::kernels::matmul_isa(state.range(1) == 0 ? weft::DType::kFloat32
+                                                               : weft::DType::kBFloat16));
+}
+
+void BM_OpenBlasSgemm(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   const auto a = random_floats(static_cast<std::size_t>(n * n), 1);
   const auto b = random_floats(a.size(), 2);
   std::vector<float> c(a.size());
+  openblas_set_num_threads(1);
+  const auto size = static_cast<blasint>(n);
   for (auto _ : state) {
-    weft::kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                               c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1, a.data(), size,
+                b.data(), size, 0, c.data(), size);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["FLOP/s"] = benchmark::Counter(
-      2.0 * static_cast<double>(n * n * n) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(product_flops(n, n, n, state), benchmark::Counter::kIsRate);
 }
 
 // One head's tile at the debug model's sizes: 64 queries, 256 keys, head_dim 64, q and k rows
@@ -207,26 +239,31 @@ void BM_Linear(benchmark::State& state) {
   constexpr std::int64_t kRows = 2048, kIn = 256, kOut = 768;
   const auto x = random_floats(kRows * kIn, 1), w = random_floats(kOut * kIn, 2);
   const auto dy = random_floats(kRows * kOut, 3);
+  const std::vector<weft::BFloat16> x16(x.begin(), x.end()), w16(w.begin(), w.end()),
+      dy16(dy.begin(), dy.end());
   std::vector<float> y(kRows * kOut), dx(kRows * kIn), dw(kOut * kIn);
+  using weft::kernels::gemm;
+  using weft::kernels::linear_backward;
+  using weft::kernels::linear_forward;
   for (auto _ : state) {
     if (state.range(0) == 0) {
-      weft::kernels::linear_forward(x.data(), w.data(), y.data(), kRows, kIn, kOut);
-      weft::kernels::linear_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), kRows,
-                                     kIn, kOut);
-    } else {
-      using weft::kernels::gemm;
+      linear_forward(x.data(), w.data(), y.data(), kRows, kIn, kOut);
+      linear_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), kRows, kIn, kOut);
+    } else if (state.range(0) == 1) {
       gemm<float>(false, true, kRows, kOut, kIn, 1, x.data(), kIn, w.data(), kIn, 0, y.data(),
                   kOut);
       gemm<float>(false, false, kRows, kIn, kOut, 1, dy.data(), kOut, w.data(), kIn, 0, dx.data(),
                   kIn);
       gemm<float>(true, false, kOut, kIn, kRows, 1, dy.data(), kOut, x.data(), kIn, 1, dw.data(),
                   kIn);
+    } else {
+      linear_forward(x16.data(), w16.data(), y.data(), kRows, kIn, kOut);
+      linear_backward(dy16.data(), x16.data(), w16.data(), dx.data(), dw.data(), kRows, kIn, kOut);
     }
     benchmark::DoNotOptimize(dw.data());
   }
   state.counters["FLOP/s"] =
-      benchmark::Counter(3 * 2.0 * kRows * kIn * kOut * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate);
+      benchmark::Counter(3 * product_flops(kRows, kIn, kOut, state), benchmark::Counter::kIsRate);
 }
 
 // One head's keys transposed into the panel its score tiles read: 256 rows of 64, 768 apart.
@@ -256,7 +293,7 @@ struct Registration {
   const char* name;
   void (*run)(benchmark::State&);
   std::function<void(benchmark::internal::Benchmark*)> configure;
-  bool per_target = true;  // false: OpenBLAS alone, which dispatches itself: run once
+  bool per_target = true;  // false: the libraries' products, which dispatch themselves: once
 };
 
 const std::vector<Registration>& benchmarks() {
@@ -265,14 +302,21 @@ const std::vector<Registration>& benchmarks() {
   auto both = [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1); };
   static const std::vector<Registration> all = {
       {"BM_FmaPeak", BM_FmaPeak, [](benchmark::internal::Benchmark*) {}},
-      {"BM_Sgemm", BM_Sgemm, [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); },
+      {"BM_Matmul", BM_Matmul,
+       [](benchmark::internal::Benchmark* b) {
+         b->ArgsProduct({{256, 1024}, {0, 1}});
+       },
        false},
+      {"BM_OpenBlasSgemm", BM_OpenBlasSgemm,
+       [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); }, false},
       {"BM_ScoresTile", BM_ScoresTile, both},
       {"BM_PvTile", BM_PvTile, both},
       {"BM_AttentionForward", BM_AttentionForward, ms},
       {"BM_AttentionBackward", BM_AttentionBackward, ms},
       {"BM_Linear", BM_Linear,
-       [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond); },
+       [](benchmark::internal::Benchmark* b) {
+         b->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+       },
        false},
       {"BM_PackKeys", BM_PackKeys, us},
       {"BM_Rope", BM_Rope, us},

@@ -33,6 +33,11 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "sample among the k most likely bytes; 0: among all")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--seed", o.seed, "random seed: the same seed gives the same text");
+  std::string dtype;
+  app.add_option("--dtype", dtype,
+                 "the matrix products' operands: float32 or bfloat16; default: the checkpoint's "
+                 "training.mixed_precision_param")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,6 +48,9 @@ int main(int argc, char** argv) {
     const std::string dir = weft::train::checkpoint_directory(checkpoint);
     const weft::train::Config config = weft::train::parse_config(
         weft::train::read_manifest(dir).config, "the configuration in " + dir + "/manifest.json");
+    if (dtype.empty()) dtype = config.training.mixed_precision_param;
+    weft::nn::set_matmul_dtype(dtype == "bfloat16" ? weft::DType::kBFloat16
+                                                   : weft::DType::kFloat32);
     weft::nn::Llama model(config.model);
     weft::train::load_model(dir, model);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;

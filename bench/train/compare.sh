@@ -7,6 +7,8 @@
 # torch.multiprocessing + DDP over gloo), batch 8 per rank. Memory: the largest rank's peak RSS.
 #
 #   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
+#   DTYPE=bfloat16 bench/train/compare.sh   mixed precision: weft's mixed_precision_param
+#                                           against PyTorch's bf16 autocast
 #
 # The AVX2 path on any x86-64 machine, both sides on the same footing: weft's kernels through
 # the dispatch (WEFT_SIMD_TARGET), PyTorch's through ATEN_CPU_CAPABILITY, both OpenBLASes on
@@ -16,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
 steps=${1:-20}
+export DTYPE=${DTYPE:-float32}  # torch_train.py reads it too
 cmake --build "$build" --target weft-train -- --quiet
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -26,7 +29,7 @@ have_torch=1
 summarise() { python3 bench/train/summarise.py "$1"; }
 
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "cpu: $model; WEFT_SIMD_TARGET=${WEFT_SIMD_TARGET:-best} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
+echo "cpu: $model; DTYPE=$DTYPE WEFT_SIMD_TARGET=${WEFT_SIMD_TARGET:-best} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
 
 printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
 for cfg in debug llama_512; do
@@ -37,7 +40,8 @@ for cfg in debug llama_512; do
   for threads in 1 2; do
     jsonl="$out/$cfg.$threads.jsonl"
     "$build/tools/weft-train" --config "configs/$cfg.toml" --training.steps $((steps + 2)) \
-      --training.threads "$threads" --checkpoint.enable false --validation.enable false \
+      --training.threads "$threads" --training.mixed_precision_param "$DTYPE" \
+      --checkpoint.enable false --validation.enable false \
       --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log"
     [ "$threads" = 1 ] && [ $cfg = debug ] && grep -o 'kernels: .*' "$out/log"
     read -r wtps wmfu wmem < <(summarise "$jsonl")
@@ -62,8 +66,8 @@ for cfg in debug llama_512; do
     extra=()
     [ $layout = fsdp ] && extra=(--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode full_shard)
     "$build/tools/weftrun" --nproc-per-node 2 "$build/tools/weft-train" --config "configs/$cfg.toml" \
-      --training.steps $((steps + 2)) --checkpoint.enable false --validation.enable false \
-      --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" "${extra[@]}" > "$out/log"
+      --training.steps $((steps + 2)) --training.mixed_precision_param "$DTYPE" \
+      --checkpoint.enable false --validation.enable false --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" "${extra[@]}" > "$out/log"
     read -r wtps wmfu wmem < <(summarise "$jsonl")
     ratio=-
     [ "$have_torch" = 1 ] && ratio=$(python3 -c "print(f'{$wtps / $ttps:.2f}x')")

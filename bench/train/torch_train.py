@@ -5,6 +5,8 @@ with AdamW on random windows of Tiny Shakespeare and prints one line:
     torch tps <tokens/s> memory_mib <peak RSS> steps <timed steps>
 
 Usage: torch_train.py DIM LAYERS HEADS SEQ BATCH STEPS THREADS [RANKS [BACKEND]]
+DTYPE=bfloat16 in the environment runs the forward and the loss under torch.autocast("cpu",
+torch.bfloat16) (PyTorch's mixed precision; float32 master weights and optimizer).
 Set OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY=PASSIVE in the environment (compare.sh does):
 PyTorch's thread setting does not limit OpenBLAS. With RANKS > 1 it starts that many
 processes (torch.multiprocessing; Debian's torchrun fails under Python 3.11) and trains with
@@ -48,6 +50,7 @@ def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     with open(os.path.join(root, "data", "tinyshakespeare.txt"), "rb") as f:
         data = torch.tensor(list(f.read()), dtype=torch.long)
+    autocast = os.environ.get("DTYPE", "float32") == "bfloat16"
     times = []
     for step in range(WARMUP + steps):
         starts = torch.randint(0, len(data) - seq - 1, (batch,))
@@ -55,7 +58,8 @@ def main(dim, layers, heads, seq, batch, steps, threads, rank=0, world=1, port=0
         y = torch.stack([data[s + 1 : s + seq + 1] for s in starts])
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

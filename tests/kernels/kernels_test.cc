@@ -13,11 +13,11 @@
 #include "tests/support/simd_targets.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
-#include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/embedding.h"
 #include "weft/kernels/internal/softmax_rows.h"
 #include "weft/kernels/loss.h"
+#include "weft/kernels/matmul.h"
 #include "weft/kernels/rmsnorm.h"
 #include "weft/kernels/rope.h"
 #include "weft/kernels/swiglu.h"
@@ -78,30 +78,7 @@ void expect_gradient(Vec& x, const Vec& grad, const std::function<double()>& los
   }
 }
 
-TEST(BlasTest, GemmMatchesLoopsInEveryTransposition) {
-  const std::int64_t m = 7, n = 5, k = 9;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      auto a = random_vec<float>(m * k, 1), b = random_vec<float>(k * n, 2);
-      auto c = random_vec<float>(m * n, 3), want = c;
-      for (std::int64_t i = 0; i < m; ++i) {
-        for (std::int64_t j = 0; j < n; ++j) {
-          double s = 0;
-          for (std::int64_t p = 0; p < k; ++p) {
-            s += static_cast<double>(ta ? a[p * m + i] : a[i * k + p]) *
-                 (tb ? b[j * k + p] : b[p * n + j]);
-          }
-          want[i * n + j] = static_cast<float>(2.0 * s + 0.5 * want[i * n + j]);
-        }
-      }
-      gemm<float>(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(),
-                  n);
-      for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(c[i], want[i], 1e-4) << ta << tb << i;
-    }
-  }
-}
-
-TEST(BlasTest, LinearGradients) {
+TEST(LinearTest, Gradients) {
   const std::int64_t rows = 6, in = 5, out = 4;
   Vec x = random_vec(rows * in, 1), w = random_vec(out * in, 2), r = random_vec(rows * out, 3);
   auto loss = [&] {
@@ -116,7 +93,7 @@ TEST(BlasTest, LinearGradients) {
 }
 
 // accumulate adds the product to y (the residual add of a transformer block).
-TEST(BlasTest, LinearForwardAccumulateAddsTheProduct) {
+TEST(LinearTest, ForwardAccumulateAddsTheProduct) {
   const std::int64_t rows = 300, in = 7, out = 5;  // more rows than one thread's share
   Vec x = random_vec(rows * in, 1), w = random_vec(out * in, 2), y0 = random_vec(rows * out, 3);
   Vec product(y0.size()), y = y0;
@@ -124,8 +101,6 @@ TEST(BlasTest, LinearForwardAccumulateAddsTheProduct) {
   linear_forward(x.data(), w.data(), y.data(), rows, in, out, /*accumulate=*/true);
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y0[i] + product[i], 1e-12) << i;
 }
-
-TEST(BlasTest, ThreadCountIsOnePerRankByDefault) { EXPECT_EQ(blas_threads(), 1); }
 
 TEST(EmbeddingTest, ForwardGathersRowsAndBackwardAccumulates) {
   const std::int64_t vocab = 5, dim = 3;

@@ -7,9 +7,9 @@
 
 #include "tests/support/random.h"
 #include "weft/kernels/attention.h"
-#include "weft/kernels/blas.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/loss.h"
+#include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
 #include "weft/kernels/rmsnorm.h"
 #include "weft/kernels/swiglu.h"

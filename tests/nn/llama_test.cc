@@ -173,6 +173,79 @@ TEST(LlamaTest, DeferredWeightGradientsRunLaterToTheSameBits) {
   }
 }
 
+// Sets Linear's product dtype for a scope, then back to float32.
+struct MatmulDtype {
+  explicit MatmulDtype(DType dtype) { set_matmul_dtype(dtype); }
+  ~MatmulDtype() { set_matmul_dtype(DType::kFloat32); }
+};
+
+// Mixed precision: a Linear in bf16 computes, forward and both halves of backward, what a
+// float32 Linear computes on the bf16-rounded weight, input and output gradient.
+TEST(MixedPrecisionTest, LinearIsFloat32LinearOnRoundedOperands) {
+  const std::int64_t rows = 40, in = 24, out = 16;
+  auto random = [](std::int64_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> dist;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& e : v) e = dist(gen);
+    return v;
+  };
+  auto rounded = [](std::vector<float> v) {
+    for (float& e : v) e = static_cast<float>(BFloat16(e));
+    return v;
+  };
+  const auto x = random(rows * in, 1), dy = random(rows * out, 2), w = random(out * in, 3);
+  std::vector<float> y[2], dx[2], dw[2];
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    MatmulDtype dtype(bf16 == 1 ? DType::kBFloat16 : DType::kFloat32);
+    ParameterList params;
+    Linear linear(params, "l", in, out);
+    const auto weight = bf16 == 1 ? w : rounded(w);
+    std::copy(weight.begin(), weight.end(), linear.weight().value.data<float>());
+    const auto input = bf16 == 1 ? x : rounded(x), grad = bf16 == 1 ? dy : rounded(dy);
+    y[bf16].resize(rows * out);
+    dx[bf16].resize(rows * in);
+    linear.forward(input.data(), y[bf16].data(), rows);
+    linear.backward(grad.data(), input.data(), dx[bf16].data(), rows);
+    dw[bf16] = linear.weight().grad.to_vector<float>();
+  }
+  for (auto* pair : {y, dx, dw}) {
+    for (std::size_t i = 0; i < pair[0].size(); ++i)
+      ASSERT_NEAR(pair[1][i], pair[0][i], 1e-5 * (1 + std::abs(pair[0][i]))) << i;
+  }
+  EXPECT_THROW(set_matmul_dtype(DType::kFloat16), InvalidArgument);
+}
+
+// The whole model in mixed precision follows float32: the loss within bf16's rounding, every
+// gradient close, and the weights, gradients and activations still float32.
+TEST(MixedPrecisionTest, LlamaFollowsFloat32) {
+  const Batch b = batch(3, 8, 11, 4);
+  double losses[2];
+  std::vector<std::vector<float>> grads[2];
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    MatmulDtype dtype(bf16 == 1 ? DType::kBFloat16 : DType::kFloat32);
+    Llama model(tiny());
+    model.init_weights(11);
+    model.parameters().zero_grad();
+    losses[bf16] = model.forward(b.tokens.data(), b.targets.data(), 3, 8);
+    model.backward();
+    for (const auto& p : model.parameters().all()) {
+      EXPECT_EQ(p->grad.dtype(), DType::kFloat32);
+      grads[bf16].push_back(p->grad.to_vector<float>());
+    }
+  }
+  EXPECT_NE(losses[0], losses[1]);  // the products did run in bf16
+  EXPECT_NEAR(losses[1], losses[0], 1e-2 * losses[0]);
+  for (std::size_t p = 0; p < grads[0].size(); ++p) {
+    double norm = 0, diff = 0;
+    for (std::size_t i = 0; i < grads[0][p].size(); ++i) {
+      norm += grads[0][p][i] * grads[0][p][i];
+      diff += (grads[1][p][i] - grads[0][p][i]) * (grads[1][p][i] - grads[0][p][i]);
+    }
+    EXPECT_LT(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 1e-6) << "parameter " << p;
+  }
+}
+
 // Generating with the KV cache gives the logits of the full forward, position by position.
 TEST(LlamaTest, KvCacheMatchesTheFullForward) {
   Llama model(tiny());

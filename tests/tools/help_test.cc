@@ -161,7 +161,8 @@ TEST(HelpTest, WeftGenerateShowsEveryOptionsDefault) {
                                       {"--max-new-tokens", "]=" + streamed(o.max_new_tokens)},
                                       {"--temperature", "]=" + streamed(o.temperature)},
                                       {"--top-k", "]=" + streamed(o.top_k)},
-                                      {"--seed", "UINT=" + streamed(o.seed)}});
+                                      {"--seed", "UINT=" + streamed(o.seed)},
+                                      {"--dtype", "bfloat16}"}});
 }
 
 TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {

@@ -233,6 +233,65 @@ TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
   EXPECT_EQ(validations, 1);
 }
 
+// training.mixed_precision_param = "bfloat16": the start-up line names the bf16 products and
+// their peak, and the run's validation loss follows float32's (the debug config's 300 steps are
+// compared in docs/PERFORMANCE.md).
+TEST_F(TrainTest, MixedPrecisionFollowsFloat32) {
+  double loss[2];
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    std::ostringstream log;
+    auto o = small(12);
+    o.emplace_back("training.mixed_precision_param", bf16 == 1 ? "bfloat16" : "float32");
+    o.emplace_back("metrics.peak_gflops", "0");
+    o.emplace_back("validation.freq", "12");
+    Trainer t(load_config("", o), log);
+    t.run();
+    EXPECT_THAT(log.str(), HasSubstr(bf16 == 1 ? "(bfloat16 products measured, oneDNN "
+                                               : "(float32 products measured, oneDNN "));
+    ASSERT_TRUE(t.last_validation_loss().has_value());
+    loss[bf16] = *t.last_validation_loss();
+  }
+  EXPECT_NEAR(loss[1], loss[0], 0.01 * loss[0]);
+  EXPECT_THAT(config_error("[training]\nmixed_precision_param = \"float16\"\n"),
+              HasSubstr("use one of: float32, bfloat16"));
+}
+
+// Checkpoints hold the float32 master weights: a bf16 run resumes bit for bit in bf16, and in
+// float32 to within bf16's rounding.
+TEST_F(TrainTest, MixedPrecisionRunResumesInEitherDtype) {
+  std::ostringstream log;
+  auto bf16 = small(8);
+  bf16.emplace_back("training.mixed_precision_param", "bfloat16");
+  auto whole_run = bf16;
+  whole_run.emplace_back("checkpoint.enable", "false");
+  Trainer whole(load_config("", whole_run), log);
+  whole.run();
+  bf16.emplace_back("checkpoint.enable", "true");
+  bf16.emplace_back("checkpoint.interval", "4");
+  {
+    Trainer part(load_config("", bf16), log);
+    part.run_until(4);
+  }
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    auto resume = bf16;
+    resume.emplace_back("checkpoint.resume", "true");
+    resume.emplace_back("checkpoint.interval", "100");
+    resume.emplace_back("training.mixed_precision_param", dtype);
+    Trainer resumed(load_config("", resume), log);
+    ASSERT_EQ(resumed.step(), 4);
+    resumed.run();
+    ASSERT_EQ(resumed.losses().size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (std::string(dtype) == "bfloat16") {
+        EXPECT_EQ(resumed.losses()[i], whole.losses()[4 + i]) << i;
+      } else {
+        EXPECT_NEAR(resumed.losses()[i], whole.losses()[4 + i], 1e-2 * whole.losses()[4 + i]);
+      }
+    }
+    fs::remove_all(dir_ / "ckpt" / "step-00000008");
+  }
+}
+
 // A short run learns more than byte frequencies: a byte-unigram model's cross-entropy on this
 // text is about 3.3 nats and the untrained model's 5.5; the stated threshold is 2.5.
 TEST_F(TrainTest, ShortRunLearnsShakespeare) {

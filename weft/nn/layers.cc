@@ -1,12 +1,48 @@
 #include "weft/nn/layers.h"
 
+#include <atomic>
 #include <cstring>
+#include <string>
+#include <vector>
 
-#include "weft/kernels/blas.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/embedding.h"
+#include "weft/kernels/matmul.h"
+#include "weft/kernels/parallel.h"
 #include "weft/kernels/rmsnorm.h"
 
 namespace weft::nn {
+
+namespace {
+
+std::atomic<DType> g_matmul_dtype{DType::kFloat32};
+
+// What a bf16 copy is of, each kind in a buffer of its own.
+enum class Copy { kInput, kWeight, kGradient };
+
+// The calling thread's bf16 copy of n floats, one buffer per role (a product reads three at
+// most), each grown to the largest copy so far and reused: the copies live only for the call.
+const BFloat16* bf16_copy(const float* x, std::int64_t n, Copy role) {
+  thread_local std::vector<BFloat16> copies[3];
+  std::vector<BFloat16>& into = copies[static_cast<int>(role)];
+  if (into.size() < static_cast<std::size_t>(n)) into.resize(static_cast<std::size_t>(n));
+  kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+    kernels::to_bfloat16(x + first, into.data() + first, end - first);
+  });
+  return into.data();
+}
+
+}  // namespace
+
+void set_matmul_dtype(DType dtype) {
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
+    throw InvalidArgument("Linear's products run in float32 or bfloat16, not " +
+                          std::string(dtype_name(dtype)));
+  }
+  g_matmul_dtype.store(dtype);
+}
+
+DType matmul_dtype() { return g_matmul_dtype.load(); }
 
 float* ensure(Tensor& t, const Shape& shape) {
   if (!t.defined() || t.shape() != shape || t.dtype() != DType::kFloat32) t = Tensor::zeros(shape);
@@ -27,23 +63,56 @@ Linear::Linear(Parameter& shared)
     : weight_(shared), in_(shared.value.size(1)), out_(shared.value.size(0)) {}
 
 void Linear::forward(const float* x, float* y, std::int64_t rows, bool accumulate) const {
+  if (matmul_dtype() == DType::kBFloat16) {
+    kernels::linear_forward(bf16_copy(x, rows * in_, Copy::kInput),
+                            bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), y,
+                            rows, in_, out_, accumulate);
+    return;
+  }
   kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_, accumulate);
 }
 
 void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t rows,
                       bool accumulate_dx) {
+  if (matmul_dtype() == DType::kBFloat16) {
+    backward_bf16(dy, x, dx, rows, accumulate_dx, true);
+    return;
+  }
   kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), dx,
                                   weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
 }
 
 void Linear::backward_input(const float* dy, float* dx, std::int64_t rows) const {
+  if (matmul_dtype() == DType::kBFloat16) {
+    backward_bf16(dy, nullptr, dx, rows, false, false);
+    return;
+  }
   kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows, in_,
                                   out_);
 }
 
 void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows) {
+  if (matmul_dtype() == DType::kBFloat16) {
+    backward_bf16(dy, x, nullptr, rows, false, true);
+    return;
+  }
   kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), nullptr,
                                   weight_.grad.data<float>(), rows, in_, out_);
+}
+
+// dy is made bf16 once for both halves; W only for dx, x only for dW.
+void Linear::backward_bf16(const float* dy, const float* x, float* dx, std::int64_t rows,
+                           bool accumulate_dx, bool weight_grad) const {
+  const BFloat16* dy16 = bf16_copy(dy, rows * out_, Copy::kGradient);
+  if (dx != nullptr) {
+    kernels::linear_backward<BFloat16>(
+        dy16, nullptr, bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), dx,
+        nullptr, rows, in_, out_, accumulate_dx);
+  }
+  if (weight_grad) {
+    kernels::linear_backward<BFloat16>(dy16, bf16_copy(x, rows * in_, Copy::kInput), nullptr,
+                                       nullptr, weight_.grad.data<float>(), rows, in_, out_);
+  }
 }
 
 void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows,

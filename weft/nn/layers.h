@@ -12,6 +12,15 @@
 
 namespace weft::nn {
 
+// The operand type of every Linear's matrix products, process-wide: kFloat32 (the default),
+// or kBFloat16 for mixed precision (TorchTitan's mixed_precision_param = "bfloat16"): each
+// product reads bfloat16 copies of its weight and its input, made as it runs (round to
+// nearest even), and accumulates and writes float32. Weights, gradients, the optimizer's state,
+// activations and every other kernel stay float32. Set it before a model runs, not while one
+// does; anything but those two dtypes throws InvalidArgument.
+void set_matmul_dtype(DType dtype);
+DType matmul_dtype();
+
 // Makes `t` a zero-filled float32 tensor of `shape` unless it already is one of that shape
 // (activation buffers reused across steps).
 float* ensure(Tensor& t, const Shape& shape);
@@ -70,6 +79,9 @@ class Linear {
   std::int64_t out() const { return out_; }  // this rank's
 
  private:
+  void backward_bf16(const float* dy, const float* x, float* dx, std::int64_t rows,
+                     bool accumulate_dx, bool weight_grad) const;
+
   Parameter& weight_;
   std::int64_t in_, out_;
 };

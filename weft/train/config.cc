@@ -68,8 +68,14 @@ const std::vector<Field>& fields() {
                  "keep only each block's input and run its forward again in backward (less "
                  "memory)"),
       WEFT_FIELD(training, threads,
-                 "cores this process computes with (weft's threads; OpenBLAS runs on one)", 1,
-                 1024),
+                 "cores this process computes with (weft's threads; each matrix product runs on "
+                 "one)",
+                 1, 1024),
+      WEFT_FIELD(training, mixed_precision_param,
+                 "the operand type of the matrix products: bfloat16 (bf16 copies of weights and "
+                 "inputs, float32 accumulation; weights, gradients, optimizer state and every "
+                 "other kernel stay float32) or float32",
+                 -INFINITY, INFINITY, {"float32", "bfloat16"}),
       WEFT_FIELD(training, on_nonfinite,
                  "a step whose loss or gradient norm is NaN or infinite: stop (an error naming "
                  "the step, before the optimizer step; nothing saved) or skip (no optimizer step)",

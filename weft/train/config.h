@@ -31,7 +31,10 @@ struct TrainingConfig {
   std::string dataset_path = "data/tinyshakespeare.txt";
   double validation_fraction = 0.1;  // the end of the text, held out
   bool activation_checkpointing = false;
-  std::int64_t threads = 1;  // cores this process computes with (OpenBLAS and weft's own)
+  std::int64_t threads = 1;  // cores this process computes with (weft's threads)
+  // The matrix products' operand type: "float32", or "bfloat16" (mixed precision: bf16 copies
+  // of weights and inputs, float32 accumulation and everything else float32).
+  std::string mixed_precision_param = "float32";
   // A step whose loss or gradient norm is not finite: "stop" (an error naming the step,
   // before the optimizer step; nothing saved) or "skip" (no optimizer step; training goes on).
   std::string on_nonfinite = "stop";

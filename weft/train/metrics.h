@@ -8,11 +8,15 @@
 #include <ostream>
 #include <string>
 
+#include "weft/base/dtype.h"
+
 namespace weft::train {
 
-// Model FLOPs utilisation = flops_per_token * tokens_per_second / peak. The peak is measured
-// with a 1024^3 sgemm on `threads` threads (best of a few runs), in GFLOP/s.
-double measure_peak_gflops(int threads);
+// Model FLOPs utilisation = flops_per_token * tokens_per_second / peak. The peak is that of
+// the products training runs: Linear's forward (kernels/matmul.h) in `dtype` (kFloat32 or
+// kBFloat16), on the threads kernels::threads() gives, over 1024 rows per thread of 1024 x 1024
+// (best of about half a second of runs), in GFLOP/s.
+double measure_peak_gflops(DType dtype);
 // The process's peak resident memory so far, in bytes (getrusage).
 std::int64_t peak_memory_bytes();
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "weft/base/simd.h"
-#include "weft/kernels/blas.h"
+#include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
 
 namespace weft::train {
@@ -44,8 +44,9 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
       model_(config_.model),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
-  // weft splits the work between the threads itself; OpenBLAS runs single-threaded inside.
-  kernels::set_blas_threads(1);
+  // weft splits the work between the threads itself; each product runs on one of them.
+  nn::set_matmul_dtype(config_.training.mixed_precision_param == "bfloat16" ? DType::kBFloat16
+                                                                            : DType::kFloat32);
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
@@ -62,15 +63,17 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   if (config_.checkpoint.resume) resume();
   parallel_->check_replicas_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
-  peak_gflops_ = measured ? measure_peak_gflops(static_cast<int>(config_.training.threads))
-                          : config_.metrics.peak_gflops;
-  char line[200];
+  const DType products = nn::matmul_dtype();
+  peak_gflops_ = measured ? measure_peak_gflops(products) : config_.metrics.peak_gflops;
+  char line[256];
   std::snprintf(line, sizeof(line),
-                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s, %lld "
-                "thread%s); kernels: %s",
+                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s %s, "
+                "oneDNN %s, %lld thread%s); kernels: %s",
                 static_cast<double>(model_.whole_numel()) / 1e6,
                 model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
-                measured ? "sgemm measured" : "metrics.peak_gflops",
+                std::string(dtype_name(products)).c_str(),
+                measured ? "products measured" : "metrics.peak_gflops",
+                kernels::matmul_isa(products).c_str(),
                 static_cast<long long>(config_.training.threads),
                 config_.training.threads == 1 ? "" : "s", simd::current_target().c_str());
   out_ << line << std::endl;

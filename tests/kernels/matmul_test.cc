@@ -1,0 +1,199 @@
+// The matrix products (oneDNN for float32 and bfloat16, OpenBLAS for float64) against plain
+// loops in double, and the float32 <-> bfloat16 conversions against BFloat16(float) on every
+// SIMD target. ctest also runs the Matmul suite with oneDNN held to AVX2 and to AVX-512
+// without BF16 (ONEDNN_MAX_CPU_ISA), where bfloat16 products are emulated.
+#include "weft/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/random.h"
+#include "tests/support/simd_targets.h"
+#include "weft/kernels/convert.h"
+
+namespace weft::kernels {
+namespace {
+
+using weft::testing::random_floats;
+
+std::vector<BFloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<BFloat16> y;
+  for (float v : x) y.emplace_back(v);
+  return y;
+}
+
+double value(float x) { return x; }
+double value(BFloat16 x) { return static_cast<float>(x); }
+
+// C = alpha op(A) op(B) + beta C by loops in double, A and B stored with row strides lda, ldb.
+template <class T>
+std::vector<double> reference(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                              double alpha, const std::vector<T>& a, std::int64_t lda,
+                              const std::vector<T>& b, std::int64_t ldb, double beta,
+                              const std::vector<float>& c) {
+  std::vector<double> want(c.size());
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t p = 0; p < k; ++p)
+        s += value(ta ? a[p * lda + i] : a[i * lda + p]) *
+             value(tb ? b[j * ldb + p] : b[p * ldb + j]);
+      want[i * n + j] = alpha * s + (beta == 0 ? 0 : beta * c[i * n + j]);
+    }
+  }
+  return want;
+}
+
+// Every transposition, row strides wider than the rows, alpha and beta: against loops, to the
+// rounding of float32 sums of k terms.
+template <class T>
+void expect_gemm_matches_loops() {
+  const std::int64_t m = 37, n = 21, k = 70, pad = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 0.5f}) {
+        const std::int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad;
+        const auto a32 = random_floats(static_cast<std::size_t>((ta ? k : m) * lda), 1);
+        const auto b32 = random_floats(static_cast<std::size_t>((tb ? n : k) * ldb), 2);
+        std::vector<T> a(a32.begin(), a32.end()), b(b32.begin(), b32.end());
+        if constexpr (std::is_same_v<T, BFloat16>) a = to_bf16(a32), b = to_bf16(b32);
+        auto c = random_floats(static_cast<std::size_t>(m * n), 3);
+        // beta 0 does not read C: a NaN there must not reach the result.
+        if (beta == 0) c[5] = std::numeric_limits<float>::quiet_NaN();
+        const auto want = reference(ta, tb, m, n, k, 2.0, a, lda, b, ldb, beta, c);
+        gemm<T>(ta, tb, m, n, k, 2.0f, a.data(), lda, b.data(), ldb, beta, c.data(), n);
+        for (std::size_t i = 0; i < c.size(); ++i)
+          ASSERT_NEAR(c[i], want[i], 1e-4 * (1 + std::abs(want[i])))
+              << "trans_a " << ta << " trans_b " << tb << " beta " << beta << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(MatmulTest, Float32MatchesLoopsInEveryTransposition) { expect_gemm_matches_loops<float>(); }
+
+// bfloat16 operands, float32 accumulation and output: the loops sum the same bf16 values in
+// double, so only the float32 accumulation separates them.
+TEST(MatmulTest, BFloat16MatchesLoopsInEveryTransposition) {
+  expect_gemm_matches_loops<BFloat16>();
+}
+
+// No rows: nothing written. No terms (k = 0): C = beta C, as BLAS has it.
+TEST(MatmulTest, EmptyProducts) {
+  std::vector<float> c{1, 2};
+  gemm<float>(false, false, 0, 2, 3, 1, nullptr, 3, nullptr, 2, 0, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{1, 2}));
+  gemm<float>(false, false, 1, 2, 0, 1, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1}));
+  gemm<BFloat16>(false, false, 1, 2, 0, 1, nullptr, 1, nullptr, 2, 0, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0, 0}));
+}
+
+// Linear in bfloat16 computes what Linear in float32 computes on the same (bf16) values, over
+// more rows than one fixed block, the residual add and both halves of backward included.
+TEST(MatmulTest, LinearInBFloat16IsLinearOnTheRoundedValues) {
+  const std::int64_t rows = 600, in = 48, out = 40;
+  auto x = random_floats(rows * in, 1), w = random_floats(out * in, 2);
+  auto dy = random_floats(rows * out, 3);
+  for (auto* v : {&x, &w, &dy})
+    for (float& e : *v) e = static_cast<float>(BFloat16(e));
+  const auto xb = to_bf16(x), wb = to_bf16(w), dyb = to_bf16(dy);
+  const auto y0 = random_floats(rows * out, 4);
+  std::vector<float> y = y0, yb = y0, dx(x.size()), dxb(x.size()), dw(w.size()), dwb(w.size());
+  linear_forward(x.data(), w.data(), y.data(), rows, in, out, /*accumulate=*/true);
+  linear_forward(xb.data(), wb.data(), yb.data(), rows, in, out, /*accumulate=*/true);
+  linear_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), rows, in, out);
+  linear_backward(dyb.data(), xb.data(), wb.data(), dxb.data(), dwb.data(), rows, in, out);
+  auto near = [](const std::vector<float>& got, const std::vector<float>& want, double scale) {
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * scale * (1 + std::abs(want[i]))) << i;
+  };
+  near(yb, y, in);
+  near(dxb, dx, out);
+  near(dwb, dw, rows);
+}
+
+int process_threads() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// oneDNN's OpenMP runtime would start a team of threads per calling thread; weft's products
+// run on the caller alone, on this thread and on a new one.
+TEST(MatmulTest, ProductsRunOnTheCallingThreadAlone) {
+  const std::int64_t n = 512;
+  const auto a = random_floats(n * n, 1);
+  std::vector<float> c(n * n);
+  auto product = [&] {
+    gemm<float>(false, false, n, n, n, 1, a.data(), n, a.data(), n, 0, c.data(), n);
+  };
+  const int before = process_threads();
+  product();
+  EXPECT_EQ(process_threads(), before);
+  int during = 0;
+  std::thread other([&] {
+    product();
+    during = process_threads();
+  });
+  other.join();
+  EXPECT_EQ(during, before + 1);
+}
+
+// The start-up line's description of the path: emulated exactly when oneDNN has no bf16
+// instructions to run (ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16, or an older CPU).
+TEST(MatmulTest, IsaNamesWhetherBFloat16IsEmulated) {
+  const std::string f32 = matmul_isa(DType::kFloat32), bf16 = matmul_isa(DType::kBFloat16);
+  EXPECT_EQ(f32.find("emulated"), std::string::npos) << f32;
+  EXPECT_EQ(bf16.find("(bf16 emulated)") != std::string::npos, !bf16_native()) << bf16;
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap != nullptr && (std::string(cap) == "AVX2" || std::string(cap) == "AVX512_CORE")) {
+    EXPECT_FALSE(bf16_native());
+    EXPECT_EQ(f32, std::string(cap) == "AVX2" ? "avx2" : "avx512_core");
+  }
+}
+
+class ConvertTest : public weft::testing::OnEveryTarget {};
+WEFT_ON_EVERY_TARGET(ConvertTest);
+
+// Bitwise what BFloat16(float) gives, over a length with whole vectors of every width and a
+// rest: ties to even both ways, the largest float rounding to infinity, subnormals, signed
+// zeros, infinities and NaNs (which stay NaNs).
+TEST_P(ConvertTest, ToBFloat16RoundsAsBFloat16Does) {
+  auto x = random_floats(1000, 7);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special{0.0f,
+                                   -0.0f,
+                                   inf,
+                                   -inf,
+                                   std::numeric_limits<float>::quiet_NaN(),
+                                   -std::numeric_limits<float>::quiet_NaN(),
+                                   std::numeric_limits<float>::max(),
+                                   std::numeric_limits<float>::denorm_min(),
+                                   std::bit_cast<float>(0x3f808000u),   // tie, even below
+                                   std::bit_cast<float>(0x3f818000u),   // tie, odd below: up
+                                   std::bit_cast<float>(0x3f808001u),   // above the tie
+                                   std::bit_cast<float>(0x7f800001u)};  // signalling NaN
+  std::copy(special.begin(), special.end(), x.begin() + 500);
+  std::vector<BFloat16> y(x.size());
+  to_bfloat16(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(y[i].bits, BFloat16(x[i]).bits) << i << ": " << x[i];
+  std::vector<float> back(x.size());
+  to_float(y.data(), back.data(), static_cast<std::int64_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(back[i]), std::bit_cast<std::uint32_t>(float(y[i])))
+        << i;
+}
+
+}  // namespace
+}  // namespace weft::kernels

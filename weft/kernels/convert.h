@@ -1,0 +1,17 @@
+// float32 <-> bfloat16 conversions over arrays: the bf16 copies that mixed-precision training
+// gives the matrix products (weights after each optimizer step, activations as they are read).
+// Rounding is to nearest even and a NaN stays a NaN, exactly as BFloat16(float) does
+// (weft/base/dtype.h), on every vector target. Both run on the calling thread alone (callers
+// split large arrays between threads themselves).
+#pragma once
+
+#include <cstdint>
+
+#include "weft/base/dtype.h"
+
+namespace weft::kernels {
+
+void to_bfloat16(const float* x, BFloat16* y, std::int64_t n);
+void to_float(const BFloat16* x, float* y, std::int64_t n);
+
+}  // namespace weft::kernels

@@ -1,0 +1,258 @@
+#include "weft/kernels/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/kernels/convert.h"
+#include "weft/kernels/parallel.h"
+
+namespace weft::kernels {
+namespace {
+
+using dnnl::memory;
+
+// ---- float64: OpenBLAS -------------------------------------------------------------------
+
+// OpenBLAS starts with one thread per core; the float64 products (tests, finite differences)
+// run on the calling thread like every other product.
+std::once_flag g_blas_threads;
+
+CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+
+// ---- float32 and bfloat16: oneDNN --------------------------------------------------------
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Debian's oneDNN runs on OpenMP: a product would start a team of one thread per core on
+// every calling thread, and weft's threads, each running its own block, would then fight over
+// the cores. nthreads is an OpenMP setting of each thread, so every thread that runs a product
+// sets its own to one (before its first primitive is made: oneDNN sizes its blocking by it).
+void run_products_on_this_thread() {
+  thread_local const bool once = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+struct ProductKey {
+  bool trans_a, trans_b, bf16;
+  std::int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  auto operator<=>(const ProductKey&) const = default;
+};
+
+struct Product {
+  dnnl::matmul matmul;
+  memory a, b, c;
+};
+
+// A (rows, cols) matrix read from a row-major array of row stride ld, or from the transpose
+// of one (an array of cols rows), without a copy: oneDNN takes the strides.
+memory::desc matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed,
+                    memory::data_type type) {
+  return memory::desc({rows, cols}, type, transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+}
+
+std::string describe(const ProductKey& key) {
+  return std::to_string(key.m) + " x " + std::to_string(key.n) + " x " + std::to_string(key.k) +
+         (key.bf16 ? " bfloat16" : " float32") + " product";
+}
+
+Product make_product(const ProductKey& key) {
+  const auto type = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a = matrix(key.m, key.k, key.lda, key.trans_a, type);
+  const memory::desc b = matrix(key.k, key.n, key.ldb, key.trans_b, type);
+  const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
+  dnnl::primitive_attr attr;
+  if (key.alpha != 1) attr.set_output_scales(0, {key.alpha});
+  if (key.beta != 0) {
+    dnnl::post_ops ops;
+    ops.append_sum(key.beta);
+    attr.set_post_ops(ops);
+  }
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    return {dnnl::matmul(pd), memory(a, cpu_engine(), DNNL_MEMORY_NONE),
+            memory(b, cpu_engine(), DNNL_MEMORY_NONE), memory(c, cpu_engine(), DNNL_MEMORY_NONE)};
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN cannot make the " + describe(key) + ": " + e.what());
+  }
+}
+
+// Each thread's primitives by shape. A training step uses a dozen shapes; the cap only bounds
+// programs that sweep through many (benchmarks, tests), which then make some twice.
+constexpr std::size_t kMaxProducts = 256;
+
+Product& product(const ProductKey& key) {
+  thread_local std::map<ProductKey, Product> products;
+  auto it = products.find(key);
+  if (it != products.end()) return it->second;
+  if (products.size() >= kMaxProducts) products.clear();
+  return products.emplace(key, make_product(key)).first->second;
+}
+
+void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) {
+  if (key.m == 0 || key.n == 0) return;
+  if (key.k == 0) {  // no terms: C = beta * C, which oneDNN does not run
+    for (std::int64_t i = 0; i < key.m; ++i)
+      for (std::int64_t j = 0; j < key.n; ++j)
+        c[i * key.ldc + j] = key.beta == 0 ? 0 : key.beta * c[i * key.ldc + j];
+    return;
+  }
+  run_products_on_this_thread();
+  thread_local dnnl::stream stream(cpu_engine());
+  Product& p = product(key);
+  p.a.set_data_handle(const_cast<void*>(a));
+  p.b.set_data_handle(const_cast<void*>(b));
+  p.c.set_data_handle(c);
+  try {
+    p.matmul.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN failed to run the " + describe(key) + ": " + e.what());
+  }
+}
+
+bool isa_has(dnnl::cpu_isa isa, dnnl::cpu_isa feature) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(feature)) ==
+         static_cast<unsigned>(feature);
+}
+
+// A bf16 operand of `rows` stored rows of `cols`, row stride ld, widened into a dense float
+// array of this thread's (row stride cols).
+const float* widened(const BFloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     std::vector<float>& into) {
+  into.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) to_float(x + r * ld, into.data() + r * cols, cols);
+  return into.data();
+}
+
+// The fixed blocks the products are cut into, whatever the thread count (below).
+constexpr std::int64_t kRowBlock = 512;      // rows (tokens) of y and dx per product
+constexpr std::int64_t kFeatureBlock = 128;  // rows (output features) of dW per product
+
+// fn(first, end) for the blocks [b * block, (b + 1) * block) of [0, n), the last one shorter,
+// shared among the threads a whole block at a time.
+void for_fixed_blocks(std::int64_t n, std::int64_t block,
+                      const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  const std::int64_t blocks = (n + block - 1) / block;
+  parallel_for(blocks, 1, [&](std::int64_t first_block, std::int64_t end_block) {
+    for (std::int64_t b = first_block; b < end_block; ++b)
+      fn(b * block, std::min(n, (b + 1) * block));
+  });
+}
+
+}  // namespace
+
+template <>
+void gemm<double>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  double alpha, const double* a, std::int64_t lda, const double* b,
+                  std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  std::call_once(g_blas_threads, [] { openblas_set_num_threads(1); });
+  cblas_dgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
+              b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+template <>
+void gemm<float>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                 float beta, float* c, std::int64_t ldc) {
+  onednn_gemm({trans_a, trans_b, false, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+}
+
+template <>
+void gemm<BFloat16>(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                    float alpha, const BFloat16* a, std::int64_t lda, const BFloat16* b,
+                    std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  if (bf16_native()) {
+    onednn_gemm({trans_a, trans_b, true, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+    return;
+  }
+  // Without bf16 instructions oneDNN's own bf16 products are emulated at a fraction of its
+  // float32 speed (AVX-512 without BF16: 21-33 GFLOP/s against 70-100): widen, then float32.
+  thread_local std::vector<float> a32, b32;
+  const float* wa = trans_a ? widened(a, k, m, lda, a32) : widened(a, m, k, lda, a32);
+  const float* wb = trans_b ? widened(b, n, k, ldb, b32) : widened(b, k, n, ldb, b32);
+  gemm<float>(trans_a, trans_b, m, n, k, alpha, wa, trans_a ? m : k, wb, trans_b ? k : n, beta, c,
+              ldc);
+}
+
+bool bf16_native() {
+  static const bool native =
+      isa_has(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_bf16);
+  return native;
+}
+
+std::string matmul_isa(DType dtype) {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  using dnnl::cpu_isa;
+  std::string name = isa_has(isa, cpu_isa::avx512_core_amx)    ? "avx512_core_amx"
+                     : isa_has(isa, cpu_isa::avx512_core_bf16) ? "avx512_core_bf16"
+                     : isa_has(isa, cpu_isa::avx512_core_vnni) ? "avx512_core_vnni"
+                     : isa_has(isa, cpu_isa::avx512_core)      ? "avx512_core"
+                     : isa_has(isa, cpu_isa::avx2_vnni)        ? "avx2_vnni"
+                     : isa_has(isa, cpu_isa::avx2)             ? "avx2"
+                     : isa_has(isa, cpu_isa::avx)              ? "avx"
+                                                               : "sse41";
+  if (dtype == DType::kBFloat16 && !bf16_native()) name += " (bf16 emulated)";
+  return name;
+}
+
+// With several threads each runs single-threaded products on its share: for the tall, narrow
+// products of training splitting rows measured as fast as the library's own threading or
+// faster (docs/TRAINING.md). y and dx split the rows (tokens); dW splits its own rows (output
+// features), each block summing over every token, so no partial sums are needed. The blocks are
+// fixed, one product each, so that one thread makes the same calls as many: a library's result
+// for a row may depend on the shape of the call it is in (its blocking of k follows m and n),
+// and results must not depend on the thread count (docs/TRAINING.md).
+template <class T>
+void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std::int64_t in,
+                    std::int64_t out, bool accumulate) {
+  const Accum<T> beta = accumulate ? 1 : 0;
+  for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(false, true, end - first, out, in, 1, x + first * in, in, w, in, beta, y + first * out,
+            out);
+  });
+}
+
+template <class T>
+void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>* dw,
+                     std::int64_t rows, std::int64_t in, std::int64_t out, bool accumulate_dx) {
+  if (dx != nullptr) {
+    const Accum<T> beta = accumulate_dx ? 1 : 0;
+    for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+      gemm<T>(false, false, end - first, in, out, 1, dy + first * out, out, w, in, beta,
+              dx + first * in, in);
+    });
+  }
+  if (dw == nullptr) return;
+  for_fixed_blocks(out, kFeatureBlock, [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, 1, dw + first * in, in);
+  });
+}
+
+#define WEFT_LINEAR(T)                                                                       \
+  template void linear_forward<T>(const T*, const T*, Accum<T>*, std::int64_t, std::int64_t, \
+                                  std::int64_t, bool);                                       \
+  template void linear_backward<T>(const T*, const T*, const T*, Accum<T>*, Accum<T>*,       \
+                                   std::int64_t, std::int64_t, std::int64_t, bool);
+WEFT_LINEAR(float)
+WEFT_LINEAR(double)
+WEFT_LINEAR(BFloat16)
+#undef WEFT_LINEAR
+
+}  // namespace weft::kernels

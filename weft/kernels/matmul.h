@@ -1,0 +1,59 @@
+// Matrix products, all row-major, and the Linear layer's forward and backward written with
+// them. float32 and bfloat16 run on oneDNN; float64 (the finite-difference checks) on OpenBLAS,
+// since oneDNN has no float64 product on CPUs.
+//
+// T is the type of the operands A and B: float, BFloat16 or double. The product accumulates and
+// is written in Accum<T>: float32 for float and bfloat16 operands (bf16 inputs, fp32
+// accumulation and output: mixed precision), double for double.
+//
+// bfloat16 products run on the CPU's bf16 instructions (AVX512_BF16, AMX) when it has them;
+// on other CPUs the operands are converted to float32 first and the float32 product runs
+// (bf16_native() says which). Every product runs on the calling thread alone: weft's threads
+// split the work into fixed blocks (linear_*) and each block is one single-threaded oneDNN call,
+// so that results do not depend on the thread count.
+//
+// Thread-safety: any thread may call any function here at any time. Each thread keeps its own
+// oneDNN primitives, made once per shape on the thread's first product of that shape.
+// Errors: a product oneDNN cannot make throws weft::Error naming the shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "weft/base/dtype.h"
+
+namespace weft::kernels {
+
+template <class T>
+using Accum = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// C[m, n] = alpha * op(A) op(B) + beta * C; op(A) is A[m, k] or, with trans_a, A[k, m] read
+// transposed (likewise B). ld* are the row strides. With beta 0, C is not read.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          Accum<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, Accum<T> beta,
+          Accum<T>* c, std::int64_t ldc);
+
+// y (N, out) = x (N, in) W (out, in)^T, or y += that product when accumulate: a residual add
+// inside the product, with no pass of its own.
+template <class T>
+void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std::int64_t in,
+                    std::int64_t out, bool accumulate = false);
+// dx (N, in) = dy W (added to dx when accumulate_dx, else overwritten; skipped when dx is
+// null), dW (out, in) += dy^T x (skipped when dw is null): either half alone, so that callers
+// can move data between them (tensor parallelism reduces dx while dW computes).
+template <class T>
+void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>* dw,
+                     std::int64_t rows, std::int64_t in, std::int64_t out,
+                     bool accumulate_dx = false);
+
+// Whether bfloat16 products run on bf16 instructions (false: converted to float32 first).
+bool bf16_native();
+// The instruction set oneDNN runs the products of `dtype` (kFloat32 or kBFloat16) on, by
+// oneDNN's name: "avx512_core_amx", "avx512_core_bf16", "avx512_core", "avx2", ...; a bf16
+// product that is converted says "avx2 (bf16 emulated)" and the like. ONEDNN_MAX_CPU_ISA in the
+// environment caps it (oneDNN reads it on the first product).
+std::string matmul_isa(DType dtype);
+
+}  // namespace weft::kernels
