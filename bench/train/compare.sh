@@ -9,6 +9,7 @@
 #   bench/train/compare.sh [STEPS]      (default 20 timed steps per run; after make run/test)
 #   DTYPE=bfloat16 bench/train/compare.sh   mixed precision: weft's mixed_precision_param
 #                                           against PyTorch's bf16 autocast
+#   CONFIGS=debug bench/train/compare.sh    the debug config alone (default: debug llama_512)
 #
 # The AVX2 path on any x86-64 machine, both sides on the same footing: weft's kernels through
 # the dispatch (WEFT_SIMD_TARGET), PyTorch's through ATEN_CPU_CAPABILITY, both OpenBLASes on
@@ -32,7 +33,7 @@ model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "cpu: $model; DTYPE=$DTYPE WEFT_SIMD_TARGET=${WEFT_SIMD_TARGET:-best} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
 
 printf "%-10s %7s %12s %8s %10s %12s %10s %8s\n" config threads "weft tok/s" "mfu" "weft MiB" "torch tok/s" "torch MiB" "ratio"
-for cfg in debug llama_512; do
+for cfg in ${CONFIGS:-debug llama_512}; do
   case $cfg in
     debug) dim=256 layers=4 heads=4 ;;
     llama_512) dim=512 layers=8 heads=8 ;;
@@ -43,7 +44,7 @@ for cfg in debug llama_512; do
       --training.threads "$threads" --training.mixed_precision_param "$DTYPE" \
       --checkpoint.enable false --validation.enable false \
       --metrics.log_freq 1 --metrics.jsonl_path "$jsonl" > "$out/log"
-    [ "$threads" = 1 ] && [ $cfg = debug ] && grep -o 'kernels: .*' "$out/log"
+    [ "$threads" = 1 ] && [ $cfg = debug ] && grep -o 'peak .*' "$out/log"
     read -r wtps wmfu wmem < <(summarise "$jsonl")
     ttps=- tmem=- ratio=-
     if [ "$have_torch" = 1 ]; then
