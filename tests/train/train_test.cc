@@ -130,7 +130,8 @@ TEST_F(TrainTest, ParallelismOptionsReachParallelize) {
                        {"parallelism.enable_sequence_parallel", "false"},
                        {"parallelism.disable_loss_parallel", "true"},
                        {"parallelism.context_parallel_rotate_method", "allgather"},
-                       {"parallelism.bucket_size_mb", "2"}});
+                       {"parallelism.bucket_size_mb", "2"},
+                       {"training.mixed_precision_reduce", "bfloat16"}});
   const parallel::ParallelOptions o = parallel_options(config, 16);
   EXPECT_EQ(o.dims.dp_shard, 2);
   EXPECT_EQ(o.dims.tp, 2);
@@ -141,11 +142,13 @@ TEST_F(TrainTest, ParallelismOptionsReachParallelize) {
   EXPECT_FALSE(o.loss_parallel);
   EXPECT_EQ(o.cp_exchange, nn::KeyValueExchange::kAllGather);
   EXPECT_EQ(o.bucket_bytes, std::size_t{2} << 20);
+  EXPECT_EQ(o.reduce_dtype, DType::kBFloat16);
   const parallel::ParallelOptions defaults = parallel_options(load_config("", {}), 1);
   EXPECT_EQ(defaults.fsdp_mode, parallel::ShardingMode::kFullShard);
   EXPECT_TRUE(defaults.sequence_parallel);
   EXPECT_TRUE(defaults.loss_parallel);
   EXPECT_EQ(defaults.cp_exchange, nn::KeyValueExchange::kRing);
+  EXPECT_EQ(defaults.reduce_dtype, DType::kFloat32);
 }
 
 TEST_F(TrainTest, ConfigRoundTripsThroughToml) {

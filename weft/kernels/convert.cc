@@ -44,6 +44,8 @@ void ToFloatRange(const std::uint16_t* x, float* y, std::int64_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "weft/kernels/parallel.h"
+
 namespace weft::kernels {
 
 HWY_EXPORT(ToBFloat16Range);
@@ -56,6 +58,22 @@ void to_bfloat16(const float* x, BFloat16* y, std::int64_t n) {
 
 void to_float(const BFloat16* x, float* y, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(ToFloatRange)(reinterpret_cast<const std::uint16_t*>(x), y, n);
+}
+
+namespace {
+constexpr std::int64_t kGrain = 1 << 15;
+}  // namespace
+
+void to_bfloat16_threaded(const float* x, BFloat16* y, std::int64_t n) {
+  parallel_for(n, kGrain, [&](std::int64_t first, std::int64_t end) {
+    to_bfloat16(x + first, y + first, end - first);
+  });
+}
+
+void to_float_threaded(const BFloat16* x, float* y, std::int64_t n) {
+  parallel_for(n, kGrain, [&](std::int64_t first, std::int64_t end) {
+    to_float(x + first, y + first, end - first);
+  });
 }
 
 }  // namespace weft::kernels

@@ -14,4 +14,9 @@ namespace weft::kernels {
 void to_bfloat16(const float* x, BFloat16* y, std::int64_t n);
 void to_float(const BFloat16* x, float* y, std::int64_t n);
 
+// The same, split between kernels::threads() (parallel.h): for whole arrays, called outside
+// other parallel loops.
+void to_bfloat16_threaded(const float* x, BFloat16* y, std::int64_t n);
+void to_float_threaded(const BFloat16* x, float* y, std::int64_t n);
+
 }  // namespace weft::kernels

@@ -8,7 +8,6 @@
 #include "weft/kernels/convert.h"
 #include "weft/kernels/embedding.h"
 #include "weft/kernels/matmul.h"
-#include "weft/kernels/parallel.h"
 #include "weft/kernels/rmsnorm.h"
 
 namespace weft::nn {
@@ -26,9 +25,7 @@ const BFloat16* bf16_copy(const float* x, std::int64_t n, Copy role) {
   thread_local std::vector<BFloat16> copies[3];
   std::vector<BFloat16>& into = copies[static_cast<int>(role)];
   if (into.size() < static_cast<std::size_t>(n)) into.resize(static_cast<std::size_t>(n));
-  kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
-    kernels::to_bfloat16(x + first, into.data() + first, end - first);
-  });
+  kernels::to_bfloat16_threaded(x, into.data(), n);
   return into.data();
 }
 

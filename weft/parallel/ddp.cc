@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "weft/base/error.h"
+#include "weft/kernels/convert.h"
 
 namespace weft::parallel {
 
@@ -12,14 +14,19 @@ namespace weft::parallel {
 // launched by after_backward of the unit of the last of them to become final.
 struct DistributedDataParallel::Bucket {
   std::vector<nn::Parameter*> params;
-  int ready_unit;  // the model unit whose after_backward completes the bucket
-  std::vector<float> flat;
+  int ready_unit;                // the model unit whose after_backward completes the bucket
+  std::vector<float> flat;       // the bucket, reduced in float32; or else
+  std::vector<BFloat16> flat16;  // the bucket, reduced in bf16
   std::shared_ptr<dist::Work> work;
 };
 
 DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::ProcessGroup& group,
-                                                 std::size_t bucket_bytes)
-    : model_(model), group_(group) {
+                                                 std::size_t bucket_bytes, DType reduce_dtype)
+    : model_(model), group_(group), reduce_dtype_(reduce_dtype) {
+  if (reduce_dtype != DType::kFloat32 && reduce_dtype != DType::kBFloat16) {
+    throw InvalidArgument("DDP reduces gradients in float32 or bfloat16, not " +
+                          std::string(dtype_name(reduce_dtype)));
+  }
   // Parameters in the order backward finishes them (output end first), cut into buckets.
   std::vector<nn::Parameter*> order;
   for (const auto& p : model_.parameters().all()) order.push_back(p.get());
@@ -40,7 +47,11 @@ DistributedDataParallel::DistributedDataParallel(nn::Llama& model, dist::Process
     b->ready_unit = model_.unit_of(b->params.back()->name);
     std::size_t elements = 0;
     for (nn::Parameter* p : b->params) elements += static_cast<std::size_t>(p->grad.numel());
-    b->flat.resize(elements);
+    if (reduce_dtype_ == DType::kBFloat16) {
+      b->flat16.resize(elements);
+    } else {
+      b->flat.resize(elements);
+    }
   }
   hooks_ = model_.add_unit_hooks({.after_backward = [this](int unit) { on_grads_ready(unit); }});
   if (debug_checks_enabled()) check_parameters_identical();
@@ -81,13 +92,22 @@ void DistributedDataParallel::reduce_held() {
   }
 }
 
+// Each gradient copied, or rounded to bf16, into its place in the bucket.
 void DistributedDataParallel::launch(Bucket& b) {
   std::size_t at = 0;
   for (nn::Parameter* p : b.params) {
-    std::memcpy(b.flat.data() + at, p->grad.data<float>(), p->grad.nbytes());
-    at += static_cast<std::size_t>(p->grad.numel());
+    const auto n = static_cast<std::size_t>(p->grad.numel());
+    if (reduce_dtype_ == DType::kBFloat16) {
+      kernels::to_bfloat16_threaded(p->grad.data<float>(), b.flat16.data() + at,
+                                    static_cast<std::int64_t>(n));
+    } else {
+      std::memcpy(b.flat.data() + at, p->grad.data<float>(), n * sizeof(float));
+    }
+    at += n;
   }
-  b.work = group_.all_reduce_async(b.flat, dist::ReduceOp::kSum);
+  b.work = reduce_dtype_ == DType::kBFloat16
+               ? group_.all_reduce_async(b.flat16, dist::ReduceOp::kSum)
+               : group_.all_reduce_async(b.flat, dist::ReduceOp::kSum);
 }
 
 void DistributedDataParallel::finish_sync() {
@@ -100,8 +120,14 @@ void DistributedDataParallel::finish_sync() {
     b->work.reset();
     std::size_t at = 0;
     for (nn::Parameter* p : b->params) {
-      std::memcpy(p->grad.data<float>(), b->flat.data() + at, p->grad.nbytes());
-      at += static_cast<std::size_t>(p->grad.numel());
+      const auto n = static_cast<std::size_t>(p->grad.numel());
+      if (reduce_dtype_ == DType::kBFloat16) {
+        kernels::to_float_threaded(b->flat16.data() + at, p->grad.data<float>(),
+                                   static_cast<std::int64_t>(n));
+      } else {
+        std::memcpy(p->grad.data<float>(), b->flat.data() + at, n * sizeof(float));
+      }
+      at += n;
     }
   }
 }

@@ -23,8 +23,11 @@ class DistributedDataParallel {
  public:
   // Installs the model's after_backward hook. In debug mode (WEFT_DIST_DEBUG=detail) checks that
   // the parameters are identical on every rank.
+  // reduce_dtype: the buckets' dtype in the all-reduce, kFloat32 or kBFloat16
+  // (ParallelOptions::reduce_dtype).
   DistributedDataParallel(nn::Llama& model, dist::ProcessGroup& group,
-                          std::size_t bucket_bytes = std::size_t{25} << 20);
+                          std::size_t bucket_bytes = std::size_t{25} << 20,
+                          DType reduce_dtype = DType::kFloat32);
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
@@ -53,6 +56,7 @@ class DistributedDataParallel {
 
   nn::Llama& model_;
   dist::ProcessGroup& group_;
+  DType reduce_dtype_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   int hooks_ = -1;
   bool syncing_ = false, held_ = false;

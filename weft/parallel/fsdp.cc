@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <span>
+#include <string>
 
 #include "weft/base/error.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/parallel/checks.h"
 
@@ -60,6 +62,7 @@ struct FullyShardedDataParallel::Unit {
 struct FullyShardedDataParallel::Reduction {
   Unit* unit;
   std::vector<float> send, recv;
+  std::vector<BFloat16> send16, recv16;  // what is reduced when the reduce dtype is bf16
   std::shared_ptr<dist::Work> work;
 };
 
@@ -330,7 +333,15 @@ void FullyShardedDataParallel::start_reduction(Unit& u) {
     for (Storage* s : u.grads) s->release();
     count_unsharded(-u.full_bytes);
   }
-  r->work = shard_.reduce_scatter_async(r->recv, r->send);
+  if (reduce_dtype_ == DType::kBFloat16) {
+    r->send16.resize(r->send.size());
+    r->recv16.resize(r->recv.size());
+    kernels::to_bfloat16_threaded(r->send.data(), r->send16.data(),
+                                  static_cast<std::int64_t>(r->send.size()));
+    r->work = shard_.reduce_scatter_async(r->recv16, r->send16);
+  } else {
+    r->work = shard_.reduce_scatter_async(r->recv, r->send);
+  }
   reductions_.push_back(std::move(r));
   // At most two in flight: their buffers are a unit's full gradients each.
   while (reductions_.size() > 2) finish_reduction();
@@ -341,11 +352,36 @@ void FullyShardedDataParallel::finish_reduction() {
   std::unique_ptr<Reduction> r = std::move(reductions_.front());
   reductions_.pop_front();
   r->work->wait();
+  if (reduce_dtype_ == DType::kBFloat16) {
+    kernels::to_float_threaded(r->recv16.data(), r->recv.data(),
+                               static_cast<std::int64_t>(r->recv.size()));
+  }
   float* into = grads_.data() + r->unit->offset;
   for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
   count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)));
   give_back(std::move(r->send));
   give_back(std::move(r->recv));
+}
+
+void FullyShardedDataParallel::set_reduce_dtype(DType dtype) {
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
+    throw InvalidArgument("FSDP reduces gradients in float32 or bfloat16, not " +
+                          std::string(dtype_name(dtype)));
+  }
+  reduce_dtype_ = dtype;
+}
+
+// HSDP: the shards' gradients summed across the replicas, in the reduce dtype.
+void FullyShardedDataParallel::reduce_across_replicas() {
+  if (reduce_dtype_ == DType::kFloat32) {
+    replicate_->all_reduce(grads_);
+    return;
+  }
+  std::vector<BFloat16> grads16(grads_.size());
+  const auto n = static_cast<std::int64_t>(grads_.size());
+  kernels::to_bfloat16_threaded(grads_.data(), grads16.data(), n);
+  replicate_->all_reduce(grads16);
+  kernels::to_float_threaded(grads16.data(), grads_.data(), n);
 }
 
 void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
@@ -372,7 +408,7 @@ void FullyShardedDataParallel::finish_sync() {
         "the gradients were never reduced");
   }
   while (!reductions_.empty()) finish_reduction();
-  if (replicate_ != nullptr) replicate_->all_reduce(grads_);  // HSDP: across the replicas
+  if (replicate_ != nullptr) reduce_across_replicas();
   syncing_ = false;
 }
 

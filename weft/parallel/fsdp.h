@@ -91,6 +91,10 @@ class FullyShardedDataParallel {
   // and freed after its last backward only: the runtime holds the reductions during the
   // others (hold_reductions). Set before the first forward.
   void set_pipelined(bool on) { pipelined_ = on; }
+  // The gradients' dtype in the reduce-scatter and HSDP's all-reduce: kFloat32 (the default)
+  // or kBFloat16 (ParallelOptions::reduce_dtype); InvalidArgument otherwise. Set before the
+  // first backward.
+  void set_reduce_dtype(DType dtype);
   void hold_reductions(bool held) { held_ = held; }
   // Pipelined: reduces and frees every unit whose reduction was held (zero bubble: after the
   // step's last W, when the weight gradients are final).
@@ -154,6 +158,7 @@ class FullyShardedDataParallel {
   void mark_stale();  // after the shards change
   void start_reduction(Unit& u);
   void finish_reduction();
+  void reduce_across_replicas();
   void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()
   std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
   void give_back(std::vector<float>&& buffer);
@@ -162,6 +167,7 @@ class FullyShardedDataParallel {
   dist::ProcessGroup& shard_;
   dist::ProcessGroup* replicate_;
   ShardingMode mode_;
+  DType reduce_dtype_ = DType::kFloat32;
   nn::AdamWOptions options_;
   int ranks_, rank_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] the root, [1 + l] block l

@@ -69,7 +69,8 @@ class Replicated : public DataParallel {
   Replicated(nn::Llama& model, dist::ProcessGroup* group, const ParallelOptions& options)
       : model_(model), adamw_(model.parameters(), options.optimizer) {
     if (group != nullptr && group->size() > 1) {
-      ddp_ = std::make_unique<DistributedDataParallel>(model, *group, options.bucket_bytes);
+      ddp_ = std::make_unique<DistributedDataParallel>(model, *group, options.bucket_bytes,
+                                                       options.reduce_dtype);
     }
   }
   void init_weights(std::uint64_t seed) override { model_.init_weights(seed); }
@@ -142,6 +143,7 @@ class Sharded : public DataParallel {
           const ParallelOptions& options)
       : fsdp_(model, shard, replicate, options.fsdp_mode, options.optimizer) {
     fsdp_.set_pipelined(options.dims.pp > 1);
+    fsdp_.set_reduce_dtype(options.reduce_dtype);
   }
   void init_weights(std::uint64_t seed) override { fsdp_.init_weights(seed); }
   void zero_grad() override { fsdp_.zero_grad(); }

@@ -76,6 +76,11 @@ const std::vector<Field>& fields() {
                  "inputs, float32 accumulation; weights, gradients, optimizer state and every "
                  "other kernel stay float32) or float32",
                  -INFINITY, INFINITY, {"float32", "bfloat16"}),
+      WEFT_FIELD(training, mixed_precision_reduce,
+                 "the gradients' dtype in the data-parallel reductions (DDP's all-reduce, FSDP's "
+                 "reduce-scatter, HSDP's all-reduce): float32, or bfloat16 (half the bytes; "
+                 "gradients stay float32 on each side)",
+                 -INFINITY, INFINITY, {"float32", "bfloat16"}),
       WEFT_FIELD(training, on_nonfinite,
                  "a step whose loss or gradient norm is NaN or infinite: stop (an error naming "
                  "the step, before the optimizer step; nothing saved) or skip (no optimizer step)",

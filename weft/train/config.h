@@ -35,6 +35,9 @@ struct TrainingConfig {
   // The matrix products' operand type: "float32", or "bfloat16" (mixed precision: bf16 copies
   // of weights and inputs, float32 accumulation and everything else float32).
   std::string mixed_precision_param = "float32";
+  // The gradients' dtype in the data-parallel reductions (DDP, FSDP, HSDP): "float32" or
+  // "bfloat16" (half the bytes on the wire; gradients stay float32 on each side).
+  std::string mixed_precision_reduce = "float32";
   // A step whose loss or gradient norm is not finite: "stop" (an error naming the step,
   // before the optimizer step; nothing saved) or "skip" (no optimizer step; training goes on).
   std::string on_nonfinite = "stop";

@@ -115,6 +115,8 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   }
   options.fsdp_mode = parallel::parse_sharding_mode(p.fsdp_mode);
   options.bucket_bytes = static_cast<std::size_t>(p.bucket_size_mb * (1 << 20));
+  options.reduce_dtype =
+      config.training.mixed_precision_reduce == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
   options.sequence_parallel = p.enable_sequence_parallel;
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config.optimizer;
