@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
@@ -55,7 +57,7 @@ struct ProductKey {
 
 struct Product {
   dnnl::matmul matmul;
-  memory a, b, c;
+  memory a, b, c, scratch;
 };
 
 // A (rows, cols) matrix read from a row-major array of row stride ld, or from the transpose
@@ -76,6 +78,9 @@ Product make_product(const ProductKey& key) {
   const memory::desc b = matrix(key.k, key.n, key.ldb, key.trans_b, type);
   const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
   dnnl::primitive_attr attr;
+  // oneDNN would otherwise allocate the products' scratch space call by call (and the kernel
+  // zero fresh pages for it); each thread lends its own buffer instead (scratch below).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0) {
     dnnl::post_ops ops;
@@ -85,7 +90,8 @@ Product make_product(const ProductKey& key) {
   try {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
     return {dnnl::matmul(pd), memory(a, cpu_engine(), DNNL_MEMORY_NONE),
-            memory(b, cpu_engine(), DNNL_MEMORY_NONE), memory(c, cpu_engine(), DNNL_MEMORY_NONE)};
+            memory(b, cpu_engine(), DNNL_MEMORY_NONE), memory(c, cpu_engine(), DNNL_MEMORY_NONE),
+            memory(pd.scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE)};
   } catch (const dnnl::error& e) {
     throw Error("oneDNN cannot make the " + describe(key) + ": " + e.what());
   }
@@ -103,6 +109,20 @@ Product& product(const ProductKey& key) {
   return products.emplace(key, make_product(key)).first->second;
 }
 
+// The calling thread's scratch space for its products, grown to the largest asked for.
+void* scratch(std::size_t bytes) {
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  thread_local std::unique_ptr<std::byte[], Free> buffer;
+  thread_local std::size_t size = 0;
+  if (bytes > size) {
+    buffer.reset(new (std::align_val_t{64}) std::byte[bytes]);
+    size = bytes;
+  }
+  return buffer.get();
+}
+
 void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) {
   if (key.m == 0 || key.n == 0) return;
   if (key.k == 0) {  // no terms: C = beta * C, which oneDNN does not run
@@ -117,8 +137,12 @@ void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) 
   p.a.set_data_handle(const_cast<void*>(a));
   p.b.set_data_handle(const_cast<void*>(b));
   p.c.set_data_handle(c);
+  p.scratch.set_data_handle(scratch(p.scratch.get_desc().get_size()));
   try {
-    p.matmul.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+    p.matmul.execute(stream, {{DNNL_ARG_SRC, p.a},
+                              {DNNL_ARG_WEIGHTS, p.b},
+                              {DNNL_ARG_DST, p.c},
+                              {DNNL_ARG_SCRATCHPAD, p.scratch}});
     stream.wait();
   } catch (const dnnl::error& e) {
     throw Error("oneDNN failed to run the " + describe(key) + ": " + e.what());
