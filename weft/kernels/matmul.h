@@ -13,7 +13,8 @@
 // so that results do not depend on the thread count.
 //
 // Thread-safety: any thread may call any function here at any time. Each thread keeps its own
-// oneDNN primitives, made once per shape on the thread's first product of that shape.
+// oneDNN primitives, made once per shape on the thread's first product of that shape, and its
+// own scratch space for them (the largest any of its products asked for).
 // Errors: a product oneDNN cannot make throws weft::Error naming the shape.
 #pragma once
 

@@ -336,6 +336,7 @@ void FullyShardedDataParallel::start_reduction(Unit& u) {
   if (reduce_dtype_ == DType::kBFloat16) {
     r->send16.resize(r->send.size());
     r->recv16.resize(r->recv.size());
+    count_unsharded(bytes_of(u.size * (ranks_ + 1)) / 2);
     kernels::to_bfloat16_threaded(r->send.data(), r->send16.data(),
                                   static_cast<std::int64_t>(r->send.size()));
     r->work = shard_.reduce_scatter_async(r->recv16, r->send16);
@@ -355,6 +356,7 @@ void FullyShardedDataParallel::finish_reduction() {
   if (reduce_dtype_ == DType::kBFloat16) {
     kernels::to_float_threaded(r->recv16.data(), r->recv.data(),
                                static_cast<std::int64_t>(r->recv.size()));
+    count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)) / 2);
   }
   float* into = grads_.data() + r->unit->offset;
   for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
