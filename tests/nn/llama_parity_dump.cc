@@ -3,6 +3,9 @@
 //   init.safetensors   the initial weights (metadata: the model config and the batch shape)
 //   step0.safetensors  tokens, targets, logits, loss and every parameter's gradient
 //   train.safetensors  the losses of 10 AdamW steps from the initial weights
+// A second argument names the SIMD target ("best": the CPU's best), a third the products'
+// dtype: float32 (default) or bfloat16 (mixed precision, which torch_parity.py then compares
+// against PyTorch's bf16 autocast; the metadata says which).
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -34,11 +37,19 @@ std::vector<NamedTensor> parameters(weft::nn::ParameterList& params, bool grads)
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: llama_parity_dump OUT_DIR [SIMD_TARGET]\n");
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr, "usage: llama_parity_dump OUT_DIR [SIMD_TARGET [float32|bfloat16]]\n");
     return 2;
   }
-  if (argc == 3) {  // that target's kernels; exit 77 (ctest's skip) where this CPU lacks it
+  const std::string dtype = argc == 4 ? argv[3] : "float32";
+  if (dtype != "float32" && dtype != "bfloat16") {
+    std::fprintf(stderr, "llama_parity_dump: dtype %s is neither float32 nor bfloat16\n",
+                 dtype.c_str());
+    return 2;
+  }
+  weft::nn::set_matmul_dtype(dtype == "bfloat16" ? weft::DType::kBFloat16 : weft::DType::kFloat32);
+  if (argc >= 3 && std::string(argv[2]) != "best") {
+    // That target's kernels; exit 77 (ctest's skip) where this CPU lacks it.
     const auto targets = weft::simd::supported_targets();
     if (std::find(targets.begin(), targets.end(), argv[2]) == targets.end()) {
       std::printf("skipped: this CPU does not run SIMD target %s\n", argv[2]);
@@ -77,7 +88,8 @@ int main(int argc, char** argv) {
                                {"weight_decay", 0.1},
                                {"beta1", 0.9},
                                {"beta2", 0.95},
-                               {"eps", 1e-8}};
+                               {"eps", 1e-8},
+                               {"matmul_dtype", dtype}};
   weft::checkpoint::save_safetensors(
       dir + "/init.safetensors", parameters(model.parameters(), false), {{"config", meta.dump()}});
 
