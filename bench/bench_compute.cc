@@ -8,6 +8,10 @@
 //   BM_Matmul/n/t     oneDNN's n x n x n product through weft's gemm, float32 (t = 0) or
 //                     bfloat16 operands with float32 accumulation (t = 1)
 //   BM_OpenBlasSgemm/n  the same float32 product through OpenBLAS's cblas_sgemm (the peer)
+//   BM_WeightLayout/l/t  oneDNN straight (no weft), Linear's forward at the debug model's
+//                     w1|w3 shape (512 rows, 256 -> 1408), weights plain (l = 0) or in the
+//                     blocked layout oneDNN asks for (l = 1, reordered once, outside the
+//                     timing), float32 (t = 0) or bfloat16 (t = 1)
 //   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
 //   BM_PvTile/i       cache: S = Q K^T (64 x 256 x 64) and P V (64 x 64 x 256), through
 //                     oneDNN (i = 0) and through weft's own tiles (i = 1)
@@ -63,9 +67,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,6 +130,39 @@ void BM_Matmul(benchmark::State& state) {
       benchmark::Counter(product_flops(n, n, n, state), benchmark::Counter::kIsRate);
   state.SetLabel(weft::kernels::matmul_isa(state.range(1) == 0 ? weft::DType::kFloat32
                                                                : weft::DType::kBFloat16));
+}
+
+void BM_WeightLayout(benchmark::State& state) {
+  using dnnl::memory;
+  constexpr std::int64_t kRows = 512, kIn = 256, kOut = 1408;
+  const auto type = state.range(1) == 0 ? memory::data_type::f32 : memory::data_type::bf16;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  omp_set_num_threads(1);
+  const memory::desc x_desc({kRows, kIn}, type, memory::dims{kIn, 1});
+  const memory::desc w_plain({kIn, kOut}, type, memory::dims{1, kIn});  // W (out, in), read as W^T
+  const memory::desc y_desc({kRows, kOut}, memory::data_type::f32, memory::dims{kOut, 1});
+  const memory::desc w_any({kIn, kOut}, type, memory::format_tag::any);
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(x_desc, state.range(0) == 0 ? w_plain : w_any, y_desc), engine);
+  std::vector<std::uint32_t> x(kRows * kIn, 0x3f003f00u), w(kIn * kOut, 0x3e803e80u);
+  std::vector<float> y(kRows * kOut);
+  memory x_mem(x_desc, engine, x.data()), y_mem(y_desc, engine, y.data());
+  memory w_mem(w_plain, engine, w.data());
+  if (state.range(0) == 1) {
+    memory blocked(pd.weights_desc(), engine);
+    dnnl::reorder(w_mem, blocked).execute(stream, w_mem, blocked);
+    w_mem = blocked;
+  }
+  const dnnl::matmul product(pd);
+  for (auto _ : state) {
+    product.execute(stream,
+                    {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(product_flops(kRows, kOut, kIn, state), benchmark::Counter::kIsRate);
 }
 
 void BM_OpenBlasSgemm(benchmark::State& state) {
@@ -305,6 +344,11 @@ const std::vector<Registration>& benchmarks() {
       {"BM_Matmul", BM_Matmul,
        [](benchmark::internal::Benchmark* b) {
          b->ArgsProduct({{256, 1024}, {0, 1}});
+       },
+       false},
+      {"BM_WeightLayout", BM_WeightLayout,
+       [](benchmark::internal::Benchmark* b) {
+         b->ArgsProduct({{0, 1}, {0, 1}});
        },
        false},
       {"BM_OpenBlasSgemm", BM_OpenBlasSgemm,
