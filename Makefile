@@ -24,8 +24,8 @@ test: build
 	@ctest --test-dir $(BUILD) -j$(CTEST_JOBS) --output-on-failure --no-tests=error
 
 # The concurrency tests (label "race") again under ThreadSanitizer. Not part of make test:
-# its build and run took 6.5 of make test's 20 minutes on 2 cores (session 14), over CI's
-# 15; run it before committing concurrent code.
+# its build and run take about 6.5 minutes on 2 cores; run it before committing concurrent
+# code.
 RACE_TARGETS := future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test tcp_transport_test hierarchical_engine_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test tensor_parallel_test context_parallel_test
 race: deps build/tsan/build.ninja
 	@cmake --build build/tsan --target $(RACE_TARGETS) -- --quiet

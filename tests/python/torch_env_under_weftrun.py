@@ -1,4 +1,4 @@
-"""A PyTorch program under weftrun, as under torchrun (issue 21):
+"""A PyTorch program under weftrun, as under torchrun:
 
     weftrun --nproc-per-node 3 /usr/bin/python3 tests/python/torch_env_under_weftrun.py
 
