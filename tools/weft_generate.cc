@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
     const weft::train::Config config = weft::train::parse_config(
         weft::train::read_manifest(dir).config, "the configuration in " + dir + "/manifest.json");
     if (dtype.empty()) dtype = config.training.mixed_precision_param;
-    weft::nn::set_matmul_dtype(dtype == "bfloat16" ? weft::DType::kBFloat16
-                                                   : weft::DType::kFloat32);
+    weft::nn::set_matmul_dtype(weft::parse_dtype(dtype));
     weft::nn::Llama model(config.model);
     weft::train::load_model(dir, model);
     std::cout << weft::train::generate(model, prompt, o) << std::endl;

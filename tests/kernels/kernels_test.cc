@@ -146,6 +146,33 @@ TEST_P(RmsNormTest, MatchesTheFormulaAndItsGradients) {
   EXPECT_EQ(dw2, dw);
 }
 
+// Mixed precision's kernels write bfloat16 for the products: bitwise the float32 kernel's
+// result rounded to nearest even (they compute the same float32 lanes), hence within bf16's
+// rounding, a relative 2^-8, of the plain double loop.
+void expect_bfloat16_of(const std::vector<float>& f32, const BFloat16* got, const Vec& exact,
+                        const char* what) {
+  for (std::size_t i = 0; i < f32.size(); ++i) {
+    ASSERT_EQ(got[i].bits, BFloat16(f32[i]).bits) << what << " " << i;
+    ASSERT_NEAR(float(got[i]), exact[i], std::abs(exact[i]) / 256 + 1e-30) << what << " " << i;
+  }
+}
+
+std::vector<float> floats_of(const Vec& v) { return {v.begin(), v.end()}; }
+
+TEST_P(RmsNormTest, BFloat16OutputIsTheFloat32OneRounded) {
+  const std::int64_t rows = 5, dim = 37;  // whole vectors of every width and a rest
+  const Vec x = random_vec(rows * dim, 1, 3.0), w = random_vec(dim, 2);
+  Vec exact(x.size()), rstd_exact(rows);
+  rmsnorm_forward(x.data(), w.data(), exact.data(), rstd_exact.data(), rows, dim, 1e-5);
+  const auto xf = floats_of(x), wf = floats_of(w);
+  std::vector<float> y(x.size()), rstd(rows), rstd16(rows);
+  rmsnorm_forward(xf.data(), wf.data(), y.data(), rstd.data(), rows, dim, 1e-5);
+  std::vector<BFloat16> y16(x.size());
+  rmsnorm_forward(xf.data(), wf.data(), y16.data(), rstd16.data(), rows, dim, 1e-5);
+  expect_bfloat16_of(y, y16.data(), exact, "y");
+  EXPECT_EQ(rstd16, rstd);
+}
+
 TEST_P(RopeTest, RotatesPairsAndItsBackwardIsTheTranspose) {
   const std::int64_t b = 2, t = 5, h = 3, d = 8;
   const double theta = 10000.0;
@@ -210,6 +237,28 @@ TEST_P(SwigluTest, Gradients) {
   swiglu_backward(r.data(), da.data(), db.data(), n);
   expect_gradient(a, da, loss, "swiglu da");
   expect_gradient(bb, db, loss, "swiglu db");
+}
+
+// The fused w1|w3 layout (a and b the two halves of each row), rows of a width with a rest.
+TEST_P(SwigluTest, BFloat16OutputsAreTheFloat32OnesRounded) {
+  const std::int64_t rows = 4, cols = 37, stride = 2 * cols;
+  const Vec ab = random_vec(rows * stride, 1, 2.0), dh = random_vec(rows * cols, 2);
+  Vec h_exact(rows * cols), dab_exact = ab;
+  swiglu_forward(ab.data(), ab.data() + cols, h_exact.data(), rows, cols, stride);
+  swiglu_backward(dh.data(), dab_exact.data(), dab_exact.data() + cols, rows, cols, stride);
+  std::vector<float> abf = floats_of(ab), h(rows * cols), dab = abf;
+  swiglu_forward(abf.data(), abf.data() + cols, h.data(), rows, cols, stride);
+  swiglu_backward(floats_of(dh).data(), dab.data(), dab.data() + cols, rows, cols, stride);
+
+  std::vector<BFloat16> h16(rows * cols);
+  swiglu_forward(abf.data(), abf.data() + cols, h16.data(), rows, cols, stride);
+  expect_bfloat16_of(h, h16.data(), h_exact, "h");
+  std::vector<float> dhf = floats_of(dh);
+  const BFloat16* dab16 =
+      swiglu_backward_bf16(dhf.data(), abf.data(), abf.data() + cols, rows, cols, stride);
+  EXPECT_EQ(static_cast<const void*>(dab16), static_cast<const void*>(dhf.data()));
+  expect_bfloat16_of(dab, dab16, dab_exact, "da|db");
+  EXPECT_EQ(abf, floats_of(ab));  // a and b left as they are
 }
 
 TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                  dtype.c_str());
     return 2;
   }
-  weft::nn::set_matmul_dtype(dtype == "bfloat16" ? weft::DType::kBFloat16 : weft::DType::kFloat32);
+  weft::nn::set_matmul_dtype(weft::parse_dtype(dtype));
   if (argc >= 3 && std::string(argv[2]) != "best") {
     // That target's kernels; exit 77 (ctest's skip) where this CPU lacks it.
     const auto targets = weft::simd::supported_targets();

@@ -217,10 +217,12 @@ TEST(MixedPrecisionTest, LinearIsFloat32LinearOnRoundedOperands) {
 }
 
 // The whole model in mixed precision follows float32: the loss within bf16's rounding, every
-// gradient close, and the weights, gradients and activations still float32.
+// gradient close, the weights and gradients still float32, and less activation memory (the
+// norms' and SwiGLU's outputs kept in bf16 for the products that read them).
 TEST(MixedPrecisionTest, LlamaFollowsFloat32) {
   const Batch b = batch(3, 8, 11, 4);
   double losses[2];
+  std::int64_t activations[2];
   std::vector<std::vector<float>> grads[2];
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     MatmulDtype dtype(bf16 == 1 ? DType::kBFloat16 : DType::kFloat32);
@@ -228,6 +230,7 @@ TEST(MixedPrecisionTest, LlamaFollowsFloat32) {
     model.init_weights(11);
     model.parameters().zero_grad();
     losses[bf16] = model.forward(b.tokens.data(), b.targets.data(), 3, 8);
+    activations[bf16] = model.activation_bytes();
     model.backward();
     for (const auto& p : model.parameters().all()) {
       EXPECT_EQ(p->grad.dtype(), DType::kFloat32);
@@ -235,6 +238,9 @@ TEST(MixedPrecisionTest, LlamaFollowsFloat32) {
     }
   }
   EXPECT_NE(losses[0], losses[1]);  // the products did run in bf16
+  // Per block 2 norm outputs of dim and SwiGLU's of hidden, at 2 bytes instead of 4.
+  const LlamaConfig c = tiny();
+  EXPECT_EQ(activations[0] - activations[1], c.n_layers * 3 * 8 * (2 * c.dim + c.hidden_dim()) * 2);
   EXPECT_NEAR(losses[1], losses[0], 1e-2 * losses[0]);
   for (std::size_t p = 0; p < grads[0].size(); ++p) {
     double norm = 0, diff = 0;

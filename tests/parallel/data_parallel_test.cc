@@ -347,8 +347,8 @@ TEST_F(DataParallelTest, DdpEqualsOneProcess) {
   expect_parity({.replicate = 2, .micro = 3}, "DDP 2 ranks, 3 accumulated micro-batches");
 }
 
-// mixed_precision_reduce = bfloat16: DDP, FSDP (every mode) and HSDP reduce bf16 gradients,
-// half the bytes. Each rank's gradients and their sum are rounded to bf16 once per step, so
+// mixed_precision_reduce = bfloat16: DDP, FSDP (every mode) and HSDP reduce bf16 gradients.
+// Each rank's gradients and their sum are rounded to bf16 once per step, so
 // the losses leave float32 reduction's 1e-8 (the bf16 reduction did run) and stay within 3e-4
 // of one process over the 20 steps.
 TEST_F(DataParallelTest, GradientsReducedInBFloat16FollowOneProcess) {

@@ -30,6 +30,16 @@ std::string error_of(const std::function<void()>& f) {
   return "no error";
 }
 
+// A dtype's name parses back to it (the configs' and tools' dtype keys); others name the choices.
+TEST(DTypeTest, NamesParseBack) {
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+                  DType::kUInt8, DType::kInt32, DType::kInt64}) {
+    EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  }
+  EXPECT_THAT([] { parse_dtype("bf16"); },
+              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("bfloat16")));
+}
+
 TEST(TensorTest, ZerosAreContiguousAlignedAndZero) {
   Tensor t = Tensor::zeros({3, 5});
   EXPECT_EQ(t.shape(), (Shape{3, 5}));

@@ -2,8 +2,10 @@
 
 #include <bit>
 #include <cmath>
+#include <string>
 
 #include "weft/base/check.h"
+#include "weft/base/error.h"
 
 namespace weft {
 
@@ -106,6 +108,17 @@ std::string_view dtype_name(DType dtype) {
       return "int64";
   }
   return "unknown";
+}
+
+DType parse_dtype(std::string_view name) {
+  constexpr DType kAll[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                            DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64};
+  std::string names;
+  for (DType d : kAll) {
+    if (dtype_name(d) == name) return d;
+    names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
+  }
+  throw InvalidArgument("no dtype is named \"" + std::string(name) + "\"; the names: " + names);
 }
 
 bool is_floating(DType dtype) {

@@ -38,6 +38,8 @@ struct BFloat16 {
 
 std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
+// The DType dtype_name() names so; another name throws InvalidArgument listing them.
+DType parse_dtype(std::string_view name);
 bool is_floating(DType dtype);
 
 // The DType of a C++ element type: dtype_of<float>() == DType::kFloat32.

@@ -6,38 +6,21 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/bf16-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 using simd::HWY_NAMESPACE::ForVectors;
 
-// Round to nearest even on the bits: add 0x7fff plus the lowest kept bit, keep the top half.
-// Highway's own DemoteTo to bfloat16 truncates on some targets, so the rounding is spelled out;
-// NaNs are kept quiet NaNs (the add could carry one into the infinities).
+// The rounding (nearest even, NaN kept) is internal/bf16-inl.h's, which the kernels that write
+// bfloat16 share.
 void ToBFloat16Range(const float* x, std::uint16_t* y, std::int64_t n) {
-  ForVectors<float>(n, [&](auto d, std::int64_t i) {
-    const hn::RebindToUnsigned<decltype(d)> du;
-    const hn::RebindToSigned<decltype(d)> di;
-    const auto v = hn::LoadU(d, x + i);
-    const auto bits = hn::BitCast(du, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
-    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(lsb, hn::Set(du, 0x7fff))));
-    const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40));
-    const auto nan = hn::RebindMask(du, hn::IsNaN(v));
-    const auto top = hn::IfThenElse(nan, quiet, rounded);
-    hn::StoreU(hn::DemoteTo(hn::Rebind<std::uint16_t, decltype(d)>(), hn::BitCast(di, top)),
-               hn::Rebind<std::uint16_t, decltype(d)>(), y + i);
-  });
+  ForVectors<float>(n, [&](auto d, std::int64_t i) { StoreBF16(d, hn::LoadU(d, x + i), y + i); });
 }
 
 void ToFloatRange(const std::uint16_t* x, float* y, std::int64_t n) {
-  ForVectors<float>(n, [&](auto d, std::int64_t i) {
-    const hn::RebindToUnsigned<decltype(d)> du;
-    const auto half = hn::LoadU(hn::Rebind<std::uint16_t, decltype(d)>(), x + i);
-    hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, half))), d, y + i);
-  });
+  ForVectors<float>(n, [&](auto d, std::int64_t i) { hn::StoreU(LoadBF16(d, x + i), d, y + i); });
 }
 
 }  // namespace weft::kernels::HWY_NAMESPACE

@@ -1,5 +1,5 @@
 // float32 <-> bfloat16 conversions over arrays: the bf16 copies that mixed-precision training
-// gives the matrix products (weights after each optimizer step, activations as they are read).
+// gives the matrix products (weights and float32 inputs, as each product runs).
 // Rounding is to nearest even and a NaN stays a NaN, exactly as BFloat16(float) does
 // (weft/base/dtype.h), on every vector target. Both run on the calling thread alone (callers
 // split large arrays between threads themselves).

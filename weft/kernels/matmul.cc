@@ -31,9 +31,11 @@ CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 // ---- float32 and bfloat16: oneDNN --------------------------------------------------------
 
+// Never destroyed: the kernels' pool threads keep primitives and streams of it in their
+// thread_local caches, destroyed at their exit, after the statics of this file would be.
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  static const auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
 }
 
 // Debian's oneDNN runs on OpenMP: a product would start a team of one thread per core on
@@ -69,7 +71,17 @@ memory::desc matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool 
 
 std::string describe(const ProductKey& key) {
   return std::to_string(key.m) + " x " + std::to_string(key.n) + " x " + std::to_string(key.k) +
-         (key.bf16 ? " bfloat16" : " float32") + " product";
+         (key.bf16 ? " bfloat16" : " float32") + " product (A" + (key.trans_a ? "^T" : "") +
+         " row stride " + std::to_string(key.lda) + ", B" + (key.trans_b ? "^T" : "") +
+         " row stride " + std::to_string(key.ldb) + ", C row stride " + std::to_string(key.ldc) +
+         ", alpha " + std::to_string(key.alpha) + ", beta " + std::to_string(key.beta) + ")";
+}
+
+// What a oneDNN failure says: the product, and how to see what oneDNN tried.
+Error onednn_error(const char* what, const ProductKey& key, const dnnl::error& e) {
+  return Error(std::string("oneDNN ") + what + " the " + describe(key) + ": " + e.what() +
+               ". Run again with ONEDNN_VERBOSE=1 to see the implementation it chose; "
+               "ONEDNN_MAX_CPU_ISA=AVX2 rules out the newer instruction sets.");
 }
 
 Product make_product(const ProductKey& key) {
@@ -93,7 +105,7 @@ Product make_product(const ProductKey& key) {
             memory(b, cpu_engine(), DNNL_MEMORY_NONE), memory(c, cpu_engine(), DNNL_MEMORY_NONE),
             memory(pd.scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE)};
   } catch (const dnnl::error& e) {
-    throw Error("oneDNN cannot make the " + describe(key) + ": " + e.what());
+    throw onednn_error("cannot make", key, e);
   }
 }
 
@@ -132,20 +144,20 @@ void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) 
     return;
   }
   run_products_on_this_thread();
-  thread_local dnnl::stream stream(cpu_engine());
-  Product& p = product(key);
-  p.a.set_data_handle(const_cast<void*>(a));
-  p.b.set_data_handle(const_cast<void*>(b));
-  p.c.set_data_handle(c);
-  p.scratch.set_data_handle(scratch(p.scratch.get_desc().get_size()));
   try {
+    thread_local dnnl::stream stream(cpu_engine());
+    Product& p = product(key);
+    p.a.set_data_handle(const_cast<void*>(a));
+    p.b.set_data_handle(const_cast<void*>(b));
+    p.c.set_data_handle(c);
+    p.scratch.set_data_handle(scratch(p.scratch.get_desc().get_size()));
     p.matmul.execute(stream, {{DNNL_ARG_SRC, p.a},
                               {DNNL_ARG_WEIGHTS, p.b},
                               {DNNL_ARG_DST, p.c},
                               {DNNL_ARG_SCRATCHPAD, p.scratch}});
     stream.wait();
   } catch (const dnnl::error& e) {
-    throw Error("oneDNN failed to run the " + describe(key) + ": " + e.what());
+    throw onednn_error("failed to run", key, e);
   }
 }
 

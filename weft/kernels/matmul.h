@@ -12,10 +12,18 @@
 // split the work into fixed blocks (linear_*) and each block is one single-threaded oneDNN call,
 // so that results do not depend on the thread count.
 //
-// Thread-safety: any thread may call any function here at any time. Each thread keeps its own
-// oneDNN primitives, made once per shape on the thread's first product of that shape, and its
-// own scratch space for them (the largest any of its products asked for).
-// Errors: a product oneDNN cannot make throws weft::Error naming the shape.
+// Thread-safety: any thread may call any function here at any time. Each thread keeps, until
+// it exits, its own oneDNN primitives (made once per shape on the thread's first product of
+// that shape, at most 256), its own scratch space for them and, where bf16 is emulated, its
+// float32 copies of the operands (each the largest it needed).
+// Side effect: a thread's first float32 or bfloat16 product sets its OpenMP thread count to
+// one (omp_set_num_threads; Debian's oneDNN runs on OpenMP), for good: a program that also
+// runs OpenMP code of its own on that thread (PyTorch in the same process) gets one thread
+// there, until it sets its own count again.
+// k == 0 gives C = beta * C (a and b not read); m or n == 0 does nothing. Row strides are at
+// least the rows' widths.
+// Errors: a product oneDNN cannot make or run throws weft::Error naming the shape, the
+// strides and what to try.
 #pragma once
 
 #include <cstdint>

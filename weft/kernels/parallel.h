@@ -1,6 +1,6 @@
 // The cores weft's own kernels use within one process, through weft's ThreadPoolExecutor
-// (OpenBLAS keeps its own threads: blas.h). One by default: a rank per core is the common
-// case, and a rank that owns several cores says so (weft-train's training.threads).
+// (the matrix products run on the calling thread: matmul.h). One by default: a rank per core is the
+// common case, and a rank that owns several cores says so (weft-train's training.threads).
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/bf16-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -19,12 +20,13 @@ using simd::HWY_NAMESPACE::LaneSum;
 
 // The per-row loops of a share of rows (or of columns, for dw), their sums in fixed lanes
 // (weft/base/simd-inl.h): as single running sums they were chains of dependent additions.
-template <class T>
-void forward_rows(const T* x, const T* w, T* y, T* rstd, std::int64_t first, std::int64_t end,
+// Y: T, or bfloat16's bits (mixed precision, T float).
+template <class T, class Y>
+void forward_rows(const T* x, const T* w, Y* y, T* rstd, std::int64_t first, std::int64_t end,
                   std::int64_t dim, double eps) {
   for (std::int64_t r = first; r < end; ++r) {
     const T* xr = x + r * dim;
-    T* yr = y + r * dim;
+    Y* yr = y + r * dim;
     const T sum_sq = LaneSum<T>(dim, [&](auto d, std::int64_t j) {
       const auto v = hn::LoadU(d, xr + j);
       return hn::Mul(v, v);
@@ -32,8 +34,8 @@ void forward_rows(const T* x, const T* w, T* y, T* rstd, std::int64_t first, std
     const T s = static_cast<T>(
         1.0 / std::sqrt(static_cast<double>(sum_sq) / static_cast<double>(dim) + eps));
     ForVectors<T>(dim, [&](auto d, std::int64_t j) {
-      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, xr + j), hn::Set(d, s)), hn::LoadU(d, w + j)), d,
-                 yr + j);
+      StoreAs(d, hn::Mul(hn::Mul(hn::LoadU(d, xr + j), hn::Set(d, s)), hn::LoadU(d, w + j)),
+              yr + j);
     });
     rstd[r] = s;
   }
@@ -96,6 +98,11 @@ WEFT_RMSNORM(float, F32)
 WEFT_RMSNORM(double, F64)
 #undef WEFT_RMSNORM
 
+void ForwardRowsBF16(const float* x, const float* w, std::uint16_t* y, float* rstd,
+                     std::int64_t first, std::int64_t end, std::int64_t dim, double eps) {
+  forward_rows(x, w, y, rstd, first, end, dim, eps);
+}
+
 }  // namespace weft::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -111,12 +118,21 @@ HWY_EXPORT(BackwardRowsF32);
 HWY_EXPORT(BackwardRowsF64);
 HWY_EXPORT(AccumulateDwF32);
 HWY_EXPORT(AccumulateDwF64);
+HWY_EXPORT(ForwardRowsBF16);
 
 template <class T>
 void rmsnorm_forward(const T* x, const T* w, T* y, T* rstd, std::int64_t rows, std::int64_t dim,
                      double eps) {
   parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
     WEFT_DISPATCH_BY_TYPE(T, ForwardRows, x, w, y, rstd, first, end, dim, eps);
+  });
+}
+
+void rmsnorm_forward(const float* x, const float* w, BFloat16* y, float* rstd, std::int64_t rows,
+                     std::int64_t dim, double eps) {
+  auto* y16 = reinterpret_cast<std::uint16_t*>(y);
+  parallel_for(rows, 64, [&](std::int64_t first, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(ForwardRowsBF16)(x, w, y16, rstd, first, end, dim, eps);
   });
 }
 

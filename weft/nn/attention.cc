@@ -63,7 +63,8 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
   return {batch, seq / 2, config_.n_heads, config_.n_kv_heads, hd_};
 }
 
-void Attention::forward(const float* x, float* out, std::int64_t batch, std::int64_t seq,
+template <ProductOperand X>
+void Attention::forward(const X* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
   const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
   const kernels::AttentionShape shape = attention_shape(batch, seq);
@@ -87,7 +88,8 @@ void Attention::forward(const float* x, float* out, std::int64_t batch, std::int
   wo_.forward(att, out, rows, accumulate);
 }
 
-void Attention::backward(const float* dout, const float* x, float* dx, std::int64_t batch,
+template <ProductOperand X>
+void Attention::backward(const float* dout, const X* x, float* dx, std::int64_t batch,
                          std::int64_t seq, DeferredWeightGrads* deferred) {
   backward_input(dout, dx, batch, seq, deferred);
   backward_weight(x, batch * seq, deferred);
@@ -123,11 +125,21 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
   wqkv_.backward_input(dq, dx, rows);
 }
 
-void Attention::backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
+template <ProductOperand X>
+void Attention::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                 bool copy_x) {
   // dqkv_ is scratch that the next backward overwrites.
   wqkv_.backward_weight(dqkv_.data<float>(), x, rows, deferred, /*copy_dy=*/true, copy_x);
 }
+
+#define WEFT_ATTENTION_INPUT(X)                                                                 \
+  template void Attention::forward(const X*, float*, std::int64_t, std::int64_t, bool);         \
+  template void Attention::backward(const float*, const X*, float*, std::int64_t, std::int64_t, \
+                                    DeferredWeightGrads*);                                      \
+  template void Attention::backward_weight(const X*, std::int64_t, DeferredWeightGrads*, bool);
+WEFT_ATTENTION_INPUT(float)
+WEFT_ATTENTION_INPUT(BFloat16)
+#undef WEFT_ATTENTION_INPUT
 
 void Attention::forward_cached(const float* x, float* residual, std::int64_t n,
                                std::int64_t position, LayerCache& cache) {

@@ -33,19 +33,22 @@ class Attention {
   // x and out: [batch * seq, dim]; the output (this rank's heads' share of it under tensor
   // parallelism) is written to out, or added to it inside the output projection's product
   // when accumulate (the block's residual stream). Keeps q, k, v, the attention output and
-  // lse for backward.
-  void forward(const float* x, float* out, std::int64_t batch, std::int64_t seq, bool accumulate);
+  // lse for backward. x is float32, or bfloat16 (the norm's output in mixed precision).
+  template <ProductOperand X>
+  void forward(const X* x, float* out, std::int64_t batch, std::int64_t seq, bool accumulate);
   // dx ([batch * seq, dim]) is overwritten (this rank's heads' share of it under tensor
   // parallelism); x is the forward's input.
   // With `deferred`, the weight gradients are recorded there instead (DeferredWeightGrads).
-  void backward(const float* dout, const float* x, float* dx, std::int64_t batch, std::int64_t seq,
+  template <ProductOperand X>
+  void backward(const float* dout, const X* x, float* dx, std::int64_t batch, std::int64_t seq,
                 DeferredWeightGrads* deferred = nullptr);
   // backward in two halves: everything but wq|wk|wv's weight gradient (which needs x), then
   // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
   // copy_x: x may change before a deferred gradient runs.
   void backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                       DeferredWeightGrads* deferred = nullptr);
-  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
+  template <ProductOperand X>
+  void backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
                        bool copy_x = false);
   // Inference: x [n, dim] are positions cache.length .. + n of one sequence; their keys and
   // values are appended to `cache` and each attends to every cached position up to itself;

@@ -12,15 +12,24 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
       w13_(w13_weight_),
       w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {}
 
-void FeedForward::forward(const float* x, float* out, std::int64_t rows, bool accumulate) {
+// In mixed precision SwiGLU writes its output, and its backward the gradient of w1|w3's output,
+// as bfloat16 for the products that read them: neither is made again from float32.
+template <ProductOperand X>
+void FeedForward::forward(const X* x, float* out, std::int64_t rows, bool accumulate) {
   float* ab = ensure(ab_, {rows, 2 * hidden_});
-  float* g = ensure(g_, {rows, hidden_});
+  ensure_operand(g_, {rows, hidden_});
   w13_.forward(x, ab, rows);
-  kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
-  w2_.forward(g, out, rows, accumulate);
+  if (g_.dtype() == DType::kBFloat16) {
+    kernels::swiglu_forward(ab, ab + hidden_, g_.data<BFloat16>(), rows, hidden_, 2 * hidden_);
+    w2_.forward(g_.data<BFloat16>(), out, rows, accumulate);
+  } else {
+    kernels::swiglu_forward(ab, ab + hidden_, g_.data<float>(), rows, hidden_, 2 * hidden_);
+    w2_.forward(g_.data<float>(), out, rows, accumulate);
+  }
 }
 
-void FeedForward::backward(const float* dout, const float* x, float* dx, std::int64_t rows,
+template <ProductOperand X>
+void FeedForward::backward(const float* dout, const X* x, float* dx, std::int64_t rows,
                            DeferredWeightGrads* deferred) {
   backward_input(dout, dx, rows, deferred);
   backward_weight(x, rows, deferred);
@@ -29,22 +38,52 @@ void FeedForward::backward(const float* dout, const float* x, float* dx, std::in
 void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows,
                                  DeferredWeightGrads* deferred) {
   float* dg = ensure(dg_, {rows, hidden_});
-  float* ab = ab_.data<float>();
-  if (deferred == nullptr) {
-    w2_.backward(dout, g_.data<float>(), dg, rows);
-  } else {  // dout is the block's gradient buffer, which backward goes on to change
-    w2_.backward_input(dout, dg, rows);
-    w2_.backward_weight(dout, g_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
+  if (g_.dtype() == DType::kBFloat16) {
+    w2_backward(dout, g_.data<BFloat16>(), dg, rows, deferred);
+    // dg_ becomes the bfloat16 gradient of w1|w3's output; ab_ is left as it is.
+    const BFloat16* dab = kernels::swiglu_backward_bf16(
+        dg, ab_.data<float>(), ab_.data<float>() + hidden_, rows, hidden_, 2 * hidden_);
+    w13_.backward_input(dab, dx, rows);
+  } else {
+    w2_backward(dout, g_.data<float>(), dg, rows, deferred);
+    float* ab = ab_.data<float>();
+    kernels::swiglu_backward(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);  // ab becomes dab
+    w13_.backward_input(ab, dx, rows);
   }
-  kernels::swiglu_backward(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);  // ab becomes dab
-  w13_.backward_input(ab, dx, rows);
 }
 
-void FeedForward::backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
-                                  bool copy_x) {
-  // ab_ holds the gradient of w1|w3's output until the next forward.
-  w13_.backward_weight(ab_.data<float>(), x, rows, deferred, /*copy_dy=*/false, copy_x);
+template <class G>
+void FeedForward::w2_backward(const float* dout, const G* g, float* dg, std::int64_t rows,
+                              DeferredWeightGrads* deferred) {
+  if (deferred == nullptr) {
+    w2_.backward(dout, g, dg, rows);
+  } else {  // dout is the block's gradient buffer, which backward goes on to change
+    w2_.backward_input(dout, dg, rows);
+    w2_.backward_weight(dout, g, rows, deferred, /*copy_dy=*/true, false);
+  }
 }
+
+template <ProductOperand X>
+void FeedForward::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
+                                  bool copy_x) {
+  // The gradient of w1|w3's output stays in ab_ (float32) or dg_ (bfloat16) until the next
+  // forward, or backward.
+  if (g_.dtype() == DType::kBFloat16) {
+    const auto* dab = reinterpret_cast<const BFloat16*>(dg_.data<float>());
+    w13_.backward_weight(dab, x, rows, deferred, /*copy_dy=*/deferred != nullptr, copy_x);
+  } else {
+    w13_.backward_weight(ab_.data<float>(), x, rows, deferred, /*copy_dy=*/false, copy_x);
+  }
+}
+
+#define WEFT_FEED_FORWARD_INPUT(X)                                                  \
+  template void FeedForward::forward(const X*, float*, std::int64_t, bool);         \
+  template void FeedForward::backward(const float*, const X*, float*, std::int64_t, \
+                                      DeferredWeightGrads*);                        \
+  template void FeedForward::backward_weight(const X*, std::int64_t, DeferredWeightGrads*, bool);
+WEFT_FEED_FORWARD_INPUT(float)
+WEFT_FEED_FORWARD_INPUT(BFloat16)
+#undef WEFT_FEED_FORWARD_INPUT
 
 void FeedForward::release() { ab_ = g_ = Tensor(); }
 

@@ -18,31 +18,43 @@ class FeedForward {
               std::int64_t hidden, int parts = 1, int part = 0);
   // Writes the output (this rank's share of it under tensor parallelism) to out [rows, dim],
   // or adds it inside w2's product when accumulate (the block's residual stream).
-  void forward(const float* x, float* out, std::int64_t rows, bool accumulate);
+  // x is float32, or bfloat16 (the norm's output in mixed precision).
+  template <ProductOperand X>
+  void forward(const X* x, float* out, std::int64_t rows, bool accumulate);
   // dx overwritten (this rank's share under tensor parallelism); x is the forward's input.
   // Consumes what forward kept (w1 x | w3 x become their gradients): one backward per
   // forward.
   // With `deferred`, the weight gradients are recorded there instead (DeferredWeightGrads).
-  void backward(const float* dout, const float* x, float* dx, std::int64_t rows,
+  template <ProductOperand X>
+  void backward(const float* dout, const X* x, float* dx, std::int64_t rows,
                 DeferredWeightGrads* deferred = nullptr);
   // backward in two halves: everything but w1|w3's weight gradient (which needs x), then
   // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
   // copy_x: x may change before a deferred gradient runs.
   void backward_input(const float* dout, float* dx, std::int64_t rows,
                       DeferredWeightGrads* deferred = nullptr);
-  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
+  template <ProductOperand X>
+  void backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred = nullptr,
                        bool copy_x = false);
   std::int64_t activation_bytes() const { return bytes_of({&ab_, &g_}); }
   void append_saved(std::vector<Tensor*>& saved) { saved.insert(saved.end(), {&ab_, &g_}); }
   void release();
 
  private:
+  template <class G>
+  void w2_backward(const float* dout, const G* g, float* dg, std::int64_t rows,
+                   DeferredWeightGrads* deferred);
+
   std::int64_t hidden_;  // this rank's
   // w1 and w3 are stacked in one weight: one product gives both halves of each row.
   Parameter w13_weight_;
   Linear w13_, w2_;
-  Tensor ab_, g_;  // [w1 x | w3 x] and silu(w1 x) * w3 x: kept by forward for backward
-  Tensor dg_;      // backward's scratch (it turns ab_ into the gradient of w13's output)
+  // [w1 x | w3 x] and silu(w1 x) * w3 x (bfloat16 in mixed precision): kept by forward for
+  // backward.
+  Tensor ab_, g_;
+  // backward's scratch: the gradient of g, then that of w13's output (in float32 it goes into
+  // ab_ instead; in mixed precision it is bfloat16, over dg_'s bytes).
+  Tensor dg_;
 };
 
 }  // namespace weft::nn

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "weft/kernels/convert.h"
@@ -33,8 +35,9 @@ const BFloat16* bf16_copy(const float* x, std::int64_t n, Copy role) {
 
 void set_matmul_dtype(DType dtype) {
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
-    throw InvalidArgument("Linear's products run in float32 or bfloat16, not " +
-                          std::string(dtype_name(dtype)));
+    throw InvalidArgument(
+        "Linear's products (training.mixed_precision_param) run in float32 or bfloat16, not " +
+        std::string(dtype_name(dtype)));
   }
   g_matmul_dtype.store(dtype);
 }
@@ -44,6 +47,21 @@ DType matmul_dtype() { return g_matmul_dtype.load(); }
 float* ensure(Tensor& t, const Shape& shape) {
   if (!t.defined() || t.shape() != shape || t.dtype() != DType::kFloat32) t = Tensor::zeros(shape);
   return t.data<float>();
+}
+
+BFloat16* ensure_bf16(Tensor& t, const Shape& shape) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != DType::kBFloat16) {
+    t = Tensor::zeros(shape, DType::kBFloat16);
+  }
+  return t.data<BFloat16>();
+}
+
+void ensure_operand(Tensor& t, const Shape& shape) {
+  if (matmul_dtype() == DType::kBFloat16) {
+    ensure_bf16(t, shape);
+  } else {
+    ensure(t, shape);
+  }
 }
 
 std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors) {
@@ -59,60 +77,92 @@ Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, 
 Linear::Linear(Parameter& shared)
     : weight_(shared), in_(shared.value.size(1)), out_(shared.value.size(0)) {}
 
-void Linear::forward(const float* x, float* y, std::int64_t rows, bool accumulate) const {
-  if (matmul_dtype() == DType::kBFloat16) {
-    kernels::linear_forward(bf16_copy(x, rows * in_, Copy::kInput),
-                            bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), y,
-                            rows, in_, out_, accumulate);
-    return;
-  }
-  kernels::linear_forward(x, weight_.value.data<float>(), y, rows, in_, out_, accumulate);
+namespace {
+
+// The operand as bfloat16: itself when a kernel wrote it so, else the calling thread's copy.
+const BFloat16* as_bf16(const float* x, std::int64_t n, Copy role) { return bf16_copy(x, n, role); }
+const BFloat16* as_bf16(const BFloat16* x, std::int64_t, Copy) { return x; }
+
+// Whether a product with these operands runs in float32: all of them float32, and so the mode.
+template <class... Operands>
+constexpr bool all_float32 = (std::is_same_v<Operands, float> && ...);
+
+template <class T>
+Tensor copy_of(const T* data, std::int64_t rows, std::int64_t cols) {
+  Tensor t = Tensor::zeros({rows, cols}, dtype_of<T>());
+  std::memcpy(t.data<T>(), data, static_cast<std::size_t>(rows * cols) * sizeof(T));
+  return t;
 }
 
-void Linear::backward(const float* dy, const float* x, float* dx, std::int64_t rows,
-                      bool accumulate_dx) {
-  if (matmul_dtype() == DType::kBFloat16) {
-    backward_bf16(dy, x, dx, rows, accumulate_dx, true);
-    return;
+}  // namespace
+
+template <ProductOperand X>
+void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) const {
+  const float* w = weight_.value.data<float>();
+  if constexpr (all_float32<X>) {
+    if (matmul_dtype() == DType::kFloat32) {
+      kernels::linear_forward(x, w, y, rows, in_, out_, accumulate);
+      return;
+    }
   }
-  kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), dx,
-                                  weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
+  kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput),
+                          bf16_copy(w, out_ * in_, Copy::kWeight), y, rows, in_, out_, accumulate);
 }
 
-void Linear::backward_input(const float* dy, float* dx, std::int64_t rows) const {
-  if (matmul_dtype() == DType::kBFloat16) {
-    backward_bf16(dy, nullptr, dx, rows, false, false);
-    return;
+// In bfloat16, dy is made bfloat16 once for both halves.
+template <ProductOperand Dy, ProductOperand X>
+void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bool accumulate_dx) {
+  if constexpr (all_float32<Dy, X>) {
+    if (matmul_dtype() == DType::kFloat32) {
+      kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), dx,
+                                      weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
+      return;
+    }
   }
-  kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows, in_,
-                                  out_);
+  const BFloat16* dy16 = as_bf16(dy, rows * out_, Copy::kGradient);
+  if (dx != nullptr) input_grad_bf16(dy16, dx, rows, accumulate_dx);
+  weight_grad_bf16(dy16, as_bf16(x, rows * in_, Copy::kInput), rows);
 }
 
-void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows) {
-  if (matmul_dtype() == DType::kBFloat16) {
-    backward_bf16(dy, x, nullptr, rows, false, true);
-    return;
+template <ProductOperand Dy>
+void Linear::backward_input(const Dy* dy, float* dx, std::int64_t rows) const {
+  if constexpr (all_float32<Dy>) {
+    if (matmul_dtype() == DType::kFloat32) {
+      kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows,
+                                      in_, out_);
+      return;
+    }
   }
-  kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), nullptr,
-                                  weight_.grad.data<float>(), rows, in_, out_);
+  input_grad_bf16(as_bf16(dy, rows * out_, Copy::kGradient), dx, rows, false);
 }
 
-// dy is made bf16 once for both halves; W only for dx, x only for dW.
-void Linear::backward_bf16(const float* dy, const float* x, float* dx, std::int64_t rows,
-                           bool accumulate_dx, bool weight_grad) const {
-  const BFloat16* dy16 = bf16_copy(dy, rows * out_, Copy::kGradient);
-  if (dx != nullptr) {
-    kernels::linear_backward<BFloat16>(
-        dy16, nullptr, bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), dx,
-        nullptr, rows, in_, out_, accumulate_dx);
+template <ProductOperand Dy, ProductOperand X>
+void Linear::backward_weight(const Dy* dy, const X* x, std::int64_t rows) {
+  if constexpr (all_float32<Dy, X>) {
+    if (matmul_dtype() == DType::kFloat32) {
+      kernels::linear_backward<float>(dy, x, nullptr, nullptr, weight_.grad.data<float>(), rows,
+                                      in_, out_);
+      return;
+    }
   }
-  if (weight_grad) {
-    kernels::linear_backward<BFloat16>(dy16, bf16_copy(x, rows * in_, Copy::kInput), nullptr,
-                                       nullptr, weight_.grad.data<float>(), rows, in_, out_);
-  }
+  weight_grad_bf16(as_bf16(dy, rows * out_, Copy::kGradient), as_bf16(x, rows * in_, Copy::kInput),
+                   rows);
 }
 
-void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows,
+void Linear::input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows,
+                             bool accumulate) const {
+  kernels::linear_backward<BFloat16>(
+      dy, nullptr, bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), dx, nullptr,
+      rows, in_, out_, accumulate);
+}
+
+void Linear::weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows) {
+  kernels::linear_backward<BFloat16>(dy, x, nullptr, nullptr, weight_.grad.data<float>(), rows, in_,
+                                     out_);
+}
+
+template <ProductOperand Dy, ProductOperand X>
+void Linear::backward_weight(const Dy* dy, const X* x, std::int64_t rows,
                              DeferredWeightGrads* deferred, bool copy_dy, bool copy_x) {
   if (deferred == nullptr) {
     backward_weight(dy, x, rows);
@@ -121,32 +171,25 @@ void Linear::backward_weight(const float* dy, const float* x, std::int64_t rows,
   }
 }
 
-namespace {
-
-Tensor copy_of(const float* data, std::int64_t rows, std::int64_t cols) {
-  Tensor t = Tensor::zeros({rows, cols});
-  std::memcpy(t.data<float>(), data, static_cast<std::size_t>(rows * cols) * sizeof(float));
-  return t;
-}
-
-}  // namespace
-
-void DeferredWeightGrads::add(Linear& layer, const float* dy, const float* x, std::int64_t rows,
+template <ProductOperand Dy, ProductOperand X>
+void DeferredWeightGrads::add(Linear& layer, const Dy* dy, const X* x, std::int64_t rows,
                               bool copy_dy, bool copy_x) {
   Task t{&layer, dy, x, rows, {}, {}};
   if (copy_dy) {
     t.dy_copy = copy_of(dy, rows, layer.out());
-    t.dy = t.dy_copy.data<float>();
+    t.dy = t.dy_copy.data<Dy>();
   }
   if (copy_x) {
     t.x_copy = copy_of(x, rows, layer.in());
-    t.x = t.x_copy.data<float>();
+    t.x = t.x_copy.data<X>();
   }
   tasks_.push_back(std::move(t));
 }
 
 void DeferredWeightGrads::run() {
-  for (const Task& t : tasks_) t.layer->backward_weight(t.dy, t.x, t.rows);
+  for (const Task& t : tasks_) {
+    std::visit([&](auto dy, auto x) { t.layer->backward_weight(dy, x, t.rows); }, t.dy, t.x);
+  }
   tasks_.clear();
 }
 
@@ -155,6 +198,23 @@ std::int64_t DeferredWeightGrads::bytes() const {
   for (const Task& t : tasks_) n += bytes_of({&t.dy_copy, &t.x_copy});
   return n;
 }
+
+#define WEFT_LINEAR_OPERANDS(Dy, X)                                                               \
+  template void Linear::backward<Dy, X>(const Dy*, const X*, float*, std::int64_t, bool);         \
+  template void Linear::backward_weight<Dy, X>(const Dy*, const X*, std::int64_t);                \
+  template void Linear::backward_weight<Dy, X>(const Dy*, const X*, std::int64_t,                 \
+                                               DeferredWeightGrads*, bool, bool);                 \
+  template void DeferredWeightGrads::add<Dy, X>(Linear&, const Dy*, const X*, std::int64_t, bool, \
+                                                bool);
+WEFT_LINEAR_OPERANDS(float, float)
+WEFT_LINEAR_OPERANDS(float, BFloat16)
+WEFT_LINEAR_OPERANDS(BFloat16, float)
+WEFT_LINEAR_OPERANDS(BFloat16, BFloat16)
+#undef WEFT_LINEAR_OPERANDS
+template void Linear::forward<float>(const float*, float*, std::int64_t, bool) const;
+template void Linear::forward<BFloat16>(const BFloat16*, float*, std::int64_t, bool) const;
+template void Linear::backward_input<float>(const float*, float*, std::int64_t) const;
+template void Linear::backward_input<BFloat16>(const BFloat16*, float*, std::int64_t) const;
 
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
                      std::int64_t dim, Sharding sharding)
@@ -174,6 +234,10 @@ RMSNorm::RMSNorm(ParameterList& params, const std::string& name, std::int64_t di
     : weight_(params.add(name + ".weight", {dim})), dim_(dim), eps_(eps) {}
 
 void RMSNorm::forward(const float* x, float* y, float* rstd, std::int64_t rows) const {
+  kernels::rmsnorm_forward(x, weight_.value.data<float>(), y, rstd, rows, dim_, eps_);
+}
+
+void RMSNorm::forward(const float* x, BFloat16* y, float* rstd, std::int64_t rows) const {
   kernels::rmsnorm_forward(x, weight_.value.data<float>(), y, rstd, rows, dim_, eps_);
 }
 

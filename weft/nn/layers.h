@@ -3,9 +3,11 @@
 // back from the caller (the caller keeps what it saved) and accumulates parameter gradients.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "weft/nn/parameter.h"
@@ -14,16 +16,34 @@ namespace weft::nn {
 
 // The operand type of every Linear's matrix products, process-wide: kFloat32 (the default),
 // or kBFloat16 for mixed precision (TorchTitan's mixed_precision_param = "bfloat16"): each
-// product reads bfloat16 copies of its weight and its input, made as it runs (round to
-// nearest even), and accumulates and writes float32. Weights, gradients, the optimizer's state,
-// activations and every other kernel stay float32. Set it before a model runs, not while one
-// does; anything but those two dtypes throws InvalidArgument.
+// product reads bfloat16 weights and inputs and accumulates and writes float32. The weight is
+// rounded to nearest even as the product runs; an input is read as it is when a kernel wrote
+// it in bfloat16 (the norms, SwiGLU and its backward, in mixed precision), else rounded too.
+// Weights, gradients, the optimizer's state and the residual stream stay float32. Set it
+// before a model runs, not while one does; anything but those two dtypes throws
+// InvalidArgument.
 void set_matmul_dtype(DType dtype);
 DType matmul_dtype();
+
+// The rows a product reads: float32, or bfloat16 that a kernel wrote for it. A bfloat16
+// operand makes the product a bfloat16 one whatever matmul_dtype() says.
+template <class T>
+concept ProductOperand = std::same_as<T, float> || std::same_as<T, BFloat16>;
 
 // Makes `t` a zero-filled float32 tensor of `shape` unless it already is one of that shape
 // (activation buffers reused across steps).
 float* ensure(Tensor& t, const Shape& shape);
+// The same for a bfloat16 tensor.
+BFloat16* ensure_bf16(Tensor& t, const Shape& shape);
+// ensure() in float32, or ensure_bf16() when matmul_dtype() is bfloat16: a kernel's output that
+// only products read.
+void ensure_operand(Tensor& t, const Shape& shape);
+// f(t's elements) for a float32 or bfloat16 tensor (a product's operand made by ensure_operand).
+template <class F>
+decltype(auto) visit_operand(const Tensor& t, F&& f) {
+  if (t.dtype() == DType::kBFloat16) return f(static_cast<const BFloat16*>(t.data<BFloat16>()));
+  return f(static_cast<const float*>(t.data<float>()));
+}
 // Bytes of the tensors that are defined (activation memory).
 std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors);
 
@@ -37,16 +57,17 @@ class Linear;
 // micro-batch's saved activations, which the pipeline keeps until its W).
 class DeferredWeightGrads {
  public:
-  void add(Linear& layer, const float* dy, const float* x, std::int64_t rows, bool copy_dy,
-           bool copy_x);
+  template <ProductOperand Dy, ProductOperand X>
+  void add(Linear& layer, const Dy* dy, const X* x, std::int64_t rows, bool copy_dy, bool copy_x);
   void run();  // computes every recorded product and forgets them
   bool empty() const { return tasks_.empty(); }
   std::int64_t bytes() const;  // of the copies
 
  private:
+  using Rows = std::variant<const float*, const BFloat16*>;
   struct Task {
     Linear* layer;
-    const float *dy, *x;
+    Rows dy, x;
     std::int64_t rows;
     Tensor dy_copy, x_copy;
   };
@@ -63,24 +84,29 @@ class Linear {
   // layer reuses the token embedding); gradients from both uses add up in its grad.
   explicit Linear(Parameter& shared);
   // y[rows, out] = x[rows, in] W^T, or y += x W^T when accumulate.
-  void forward(const float* x, float* y, std::int64_t rows, bool accumulate = false) const;
+  template <ProductOperand X>
+  void forward(const X* x, float* y, std::int64_t rows, bool accumulate = false) const;
   // dx[rows, in] = dy W (skipped when dx is null; accumulated when accumulate_dx), dW += dy^T x.
-  void backward(const float* dy, const float* x, float* dx, std::int64_t rows,
-                bool accumulate_dx = false);
+  template <ProductOperand Dy, ProductOperand X>
+  void backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bool accumulate_dx = false);
   // The two halves of backward, dx and then dW, for callers that move dx between them.
-  void backward_input(const float* dy, float* dx, std::int64_t rows) const;
-  void backward_weight(const float* dy, const float* x, std::int64_t rows);
+  template <ProductOperand Dy>
+  void backward_input(const Dy* dy, float* dx, std::int64_t rows) const;
+  template <ProductOperand Dy, ProductOperand X>
+  void backward_weight(const Dy* dy, const X* x, std::int64_t rows);
   // backward_weight now, or recorded in `deferred` when it is not null (copy_dy, copy_x: the
   // operands that may change before it runs).
-  void backward_weight(const float* dy, const float* x, std::int64_t rows,
-                       DeferredWeightGrads* deferred, bool copy_dy, bool copy_x);
+  template <ProductOperand Dy, ProductOperand X>
+  void backward_weight(const Dy* dy, const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
+                       bool copy_dy, bool copy_x);
   Parameter& weight() const { return weight_; }
   std::int64_t in() const { return in_; }    // this rank's
   std::int64_t out() const { return out_; }  // this rank's
 
  private:
-  void backward_bf16(const float* dy, const float* x, float* dx, std::int64_t rows,
-                     bool accumulate_dx, bool weight_grad) const;
+  // The bfloat16 products, dy already bfloat16.
+  void input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows, bool accumulate) const;
+  void weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows);
 
   Parameter& weight_;
   std::int64_t in_, out_;
@@ -105,8 +131,10 @@ class Embedding {
 class RMSNorm {
  public:
   RMSNorm(ParameterList& params, const std::string& name, std::int64_t dim, double eps);
-  // Saves rstd[rows] for backward.
+  // Saves rstd[rows] for backward. y in bfloat16: for a product that reads it (mixed
+  // precision), computed in float32.
   void forward(const float* x, float* y, float* rstd, std::int64_t rows) const;
+  void forward(const float* x, BFloat16* y, float* rstd, std::int64_t rows) const;
   // dx overwritten, or added to when accumulate_dx; the weight's gradient is added to dweight
   // (the weight's grad when null).
   void backward(const float* dy, const float* x, const float* rstd, float* dx, std::int64_t rows,

@@ -286,7 +286,7 @@ void Llama::head_forward(float* x, std::int64_t rows) {
   const float* xn_rows = xn;
   if (tp_->plan().sequence_sharded()) {  // kept for the output layer's backward
     float* full = ensure(xn_full_, {rows, dim});
-    tp_->group().all_gather(xn, full, local * dim);
+    tp_->group().all_gather(xn, full, local * dim, DType::kFloat32);
     xn_rows = full;
   }
   float* logits = ensure(logits_, {rows, output_->out()});
@@ -306,7 +306,7 @@ double Llama::loss_forward(std::int64_t rows) {
   const std::int64_t shard = output_->out(), first = tp_->plan().rank() * shard;
   if (!tp_->plan().loss_parallel) {
     float* gathered = ensure(gathered_logits_, {tp_->plan().size(), rows, shard});
-    tp_->group().all_gather(logits, gathered, rows * shard);
+    tp_->group().all_gather(logits, gathered, rows * shard, DType::kFloat32);
     float* all = ensure(all_logits_, {rows, config_.vocab_size});
     for (int r = 0; r < tp_->plan().size(); ++r) {
       for (std::int64_t i = 0; i < rows; ++i) {

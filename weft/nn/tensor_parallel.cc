@@ -1,6 +1,7 @@
 #include "weft/nn/tensor_parallel.h"
 
 #include <string>
+#include <type_traits>
 
 #include "weft/base/error.h"
 #include "weft/kernels/parallel.h"
@@ -34,15 +35,28 @@ std::int64_t TensorParallelContext::local_rows(std::int64_t rows) const {
   return rows / tp_.size();
 }
 
-const float* TensorParallelContext::gather(const float* x, std::int64_t rows, std::int64_t dim,
-                                           int slot) {
+namespace {
+
+template <class T>
+T* ensure_as(Tensor& t, const Shape& shape) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return ensure_bf16(t, shape);
+  } else {
+    return ensure(t, shape);
+  }
+}
+
+}  // namespace
+
+template <class T>
+const T* TensorParallelContext::gather(const T* x, std::int64_t rows, std::int64_t dim, int slot) {
   if (!tp_.sequence_sharded()) return x;
-  float* full = ensure(gathered_[slot], {rows, dim});
-  tp_.group->all_gather(x, full, local_rows(rows) * dim);
+  T* full = ensure_as<T>(gathered_[slot], {rows, dim});
+  tp_.group->all_gather(x, full, local_rows(rows) * dim, dtype_of<T>());
   return full;
 }
 
-const float* TensorParallelContext::Transfer::wait() {
+const void* TensorParallelContext::Transfer::wait() {
   if (pending_) pending_->wait();
   pending_.reset();
   if (then_) then_();
@@ -50,13 +64,24 @@ const float* TensorParallelContext::Transfer::wait() {
   return result_;
 }
 
-TensorParallelContext::Transfer TensorParallelContext::gather_async(const float* x,
-                                                                    std::int64_t rows,
+template <class T>
+TensorParallelContext::Transfer TensorParallelContext::gather_async(const T* x, std::int64_t rows,
                                                                     std::int64_t dim, int slot) {
   if (!tp_.sequence_sharded()) return {nullptr, x, nullptr};
-  float* full = ensure(gathered_[slot], {rows, dim});
-  return {tp_.group->all_gather_async(x, full, local_rows(rows) * dim), full, nullptr};
+  T* full = ensure_as<T>(gathered_[slot], {rows, dim});
+  return {tp_.group->all_gather_async(x, full, local_rows(rows) * dim, dtype_of<T>()), full,
+          nullptr};
 }
+
+template const float* TensorParallelContext::gather(const float*, std::int64_t, std::int64_t, int);
+template const BFloat16* TensorParallelContext::gather(const BFloat16*, std::int64_t, std::int64_t,
+                                                       int);
+template TensorParallelContext::Transfer TensorParallelContext::gather_async(const float*,
+                                                                             std::int64_t,
+                                                                             std::int64_t, int);
+template TensorParallelContext::Transfer TensorParallelContext::gather_async(const BFloat16*,
+                                                                             std::int64_t,
+                                                                             std::int64_t, int);
 
 TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* partial,
                                                                     std::int64_t rows,

@@ -40,8 +40,9 @@ class TensorParallelGroup {
   // In place, every rank gets the same result.
   virtual void all_reduce_sum(float* data, std::int64_t n) = 0;
   virtual void all_reduce_max(float* data, std::int64_t n) = 0;
-  // out[size() * n]: rank r's in[n] at out[r * n].
-  virtual void all_gather(const float* in, float* out, std::int64_t n) = 0;
+  // out[size() * n]: rank r's in[n] at out[r * n], n elements of `dtype` (float32, or bfloat16
+  // activations in mixed precision).
+  virtual void all_gather(const void* in, void* out, std::int64_t n, DType dtype) = 0;
   // out[n] = the sum over ranks of their in[rank() * n, + n).
   virtual void reduce_scatter(const float* in, float* out, std::int64_t n) = 0;
 
@@ -53,8 +54,8 @@ class TensorParallelGroup {
     virtual void wait() = 0;
   };
   virtual std::unique_ptr<Pending> all_reduce_sum_async(float* data, std::int64_t n) = 0;
-  virtual std::unique_ptr<Pending> all_gather_async(const float* in, float* out,
-                                                    std::int64_t n) = 0;
+  virtual std::unique_ptr<Pending> all_gather_async(const void* in, void* out, std::int64_t n,
+                                                    DType dtype) = 0;
   virtual std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
                                                         std::int64_t n) = 0;
 };
@@ -83,24 +84,27 @@ class TensorParallelContext {
   std::int64_t local_rows(std::int64_t rows) const;
   // x [local_rows, dim] as the whole [rows, dim]: x itself unless sequence-sharded, else all
   // ranks' rows gathered into buffer `slot` (0 or 1; valid until the next gather there).
-  const float* gather(const float* x, std::int64_t rows, std::int64_t dim, int slot);
+  // T: float, or BFloat16 (a norm's output in mixed precision: half the bytes).
+  template <class T>
+  const T* gather(const T* x, std::int64_t rows, std::int64_t dim, int slot);
   // gather() and reduce() (without accumulate) started, finished by wait() (which returns
-  // the gathered rows; null for a reduction). Overlap: backward starts the gather of a
-  // region's input and the reduction of its input gradient, and computes the weight
+  // the gathered rows, of gather_async's T; null for a reduction). Overlap: backward starts the
+  // gather of a region's input and the reduction of its input gradient, and computes the weight
   // gradient while they travel.
   class Transfer {
    public:
-    Transfer(std::unique_ptr<TensorParallelGroup::Pending> pending, const float* result,
+    Transfer(std::unique_ptr<TensorParallelGroup::Pending> pending, const void* result,
              std::function<void()> then)
         : pending_(std::move(pending)), result_(result), then_(std::move(then)) {}
-    const float* wait();
+    const void* wait();
 
    private:
     std::unique_ptr<TensorParallelGroup::Pending> pending_;
-    const float* result_ = nullptr;
+    const void* result_ = nullptr;
     std::function<void()> then_;
   };
-  Transfer gather_async(const float* x, std::int64_t rows, std::int64_t dim, int slot);
+  template <class T>
+  Transfer gather_async(const T* x, std::int64_t rows, std::int64_t dim, int slot);
   Transfer reduce_async(float* partial, std::int64_t rows, std::int64_t dim, float* out);
   // A [rows, dim] buffer for a row-parallel product's partial sums.
   float* partial(std::int64_t rows, std::int64_t dim);

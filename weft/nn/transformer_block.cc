@@ -13,20 +13,24 @@ std::string prefix(int layer, const char* part) {
 // A tensor-parallel region's backward: the output gradient gathered (sequence parallelism),
 // the input gradient computed and its reduction started, and the weight gradient of the
 // column-parallel product computed while that reduction, and the gather of the region's
-// input it needs, travel. dh gets this rank's rows of the input gradient.
+// input it needs, travel. dh gets this rank's rows of the input gradient. The input is the
+// norm's output, float32 or bfloat16 (mixed precision, gathered as such).
 // A deferred weight gradient copies the gathered input, a buffer the next gather reuses.
 template <class Region>
 void region_backward(TensorParallelContext& tp, Region& region, float* dx, const Tensor& input,
                      float* dh, std::int64_t batch, std::int64_t seq, std::int64_t dim,
                      DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq;
-  const float* dout = tp.gather(dx, rows, dim, 1);
-  TensorParallelContext::Transfer x = tp.gather_async(input.data<float>(), rows, dim, 0);
-  float* part = tp.partial(rows, dim);
-  region.backward_input(dout, part, batch, seq, deferred);
-  TensorParallelContext::Transfer reduced = tp.reduce_async(part, rows, dim, dh);
-  region.backward_weight(x.wait(), rows, deferred, tp.plan().sequence_sharded());
-  reduced.wait();
+  const float* dout = tp.gather(static_cast<const float*>(dx), rows, dim, 1);
+  visit_operand(input, [&](auto* mine) {
+    TensorParallelContext::Transfer x = tp.gather_async(mine, rows, dim, 0);
+    float* part = tp.partial(rows, dim);
+    region.backward_input(dout, part, batch, seq, deferred);
+    TensorParallelContext::Transfer reduced = tp.reduce_async(part, rows, dim, dh);
+    region.backward_weight(static_cast<decltype(mine)>(x.wait()), rows, deferred,
+                           tp.plan().sequence_sharded());
+    reduced.wait();
+  });
 }
 
 // The feed-forward's backward as region_backward calls it.
@@ -36,8 +40,8 @@ struct FeedForwardRegion {
                       DeferredWeightGrads* deferred) {
     ffn.backward_input(dout, dx, batch * seq, deferred);
   }
-  void backward_weight(const float* x, std::int64_t rows, DeferredWeightGrads* deferred,
-                       bool copy_x) {
+  template <class X>
+  void backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred, bool copy_x) {
     ffn.backward_weight(x, rows, deferred, copy_x);
   }
 };
@@ -65,28 +69,41 @@ void TransformerBlock::forward(float* x, std::int64_t batch, std::int64_t seq) {
 
 // x += attention(attention_norm(x)), x += ffn(ffn_norm(x)). In one process each output is
 // added inside its last product; under tensor parallelism each region sees the whole rows
-// (gathered when sequence-parallel) and its partial output is summed across the group.
+// (gathered when sequence-parallel) and its partial output is summed across the group. In
+// mixed precision the norms write bfloat16, which the products read (and the gathers move).
 void TransformerBlock::run_forward(float* x, std::int64_t batch, std::int64_t seq) {
   const std::int64_t rows = batch * seq, local = tp_.local_rows(rows);
-  float* h1 = ensure(h1_, {local, dim_});
-  attention_norm_.forward(x, h1, ensure(rstd1_, {local}), local);
-  if (tp_.enabled()) {
-    float* part = tp_.partial(rows, dim_);
-    attention_.forward(tp_.gather(h1, rows, dim_, 0), part, batch, seq, /*accumulate=*/false);
-    tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
-  } else {
-    attention_.forward(h1, x, batch, seq, /*accumulate=*/true);
-  }
+  norm_forward(attention_norm_, x, h1_, ensure(rstd1_, {local}), local);
+  visit_operand(h1_, [&](auto* h1) {
+    if (tp_.enabled()) {
+      float* part = tp_.partial(rows, dim_);
+      attention_.forward(tp_.gather(h1, rows, dim_, 0), part, batch, seq, /*accumulate=*/false);
+      tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
+    } else {
+      attention_.forward(h1, x, batch, seq, /*accumulate=*/true);
+    }
+  });
   std::memcpy(ensure(x2_, {local, dim_}), x,
               static_cast<std::size_t>(local * dim_) * sizeof(float));
-  float* h2 = ensure(h2_, {local, dim_});
-  ffn_norm_.forward(x, h2, ensure(rstd2_, {local}), local);
-  if (tp_.enabled()) {
-    float* part = tp_.partial(rows, dim_);
-    feed_forward_.forward(tp_.gather(h2, rows, dim_, 0), part, rows, /*accumulate=*/false);
-    tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
+  norm_forward(ffn_norm_, x, h2_, ensure(rstd2_, {local}), local);
+  visit_operand(h2_, [&](auto* h2) {
+    if (tp_.enabled()) {
+      float* part = tp_.partial(rows, dim_);
+      feed_forward_.forward(tp_.gather(h2, rows, dim_, 0), part, rows, /*accumulate=*/false);
+      tp_.reduce(part, rows, dim_, x, /*accumulate=*/true);
+    } else {
+      feed_forward_.forward(h2, x, rows, /*accumulate=*/true);
+    }
+  });
+}
+
+void TransformerBlock::norm_forward(const RMSNorm& norm, const float* x, Tensor& out, float* rstd,
+                                    std::int64_t rows) {
+  ensure_operand(out, {rows, dim_});
+  if (out.dtype() == DType::kBFloat16) {
+    norm.forward(x, out.data<BFloat16>(), rstd, rows);
   } else {
-    feed_forward_.forward(h2, x, rows, /*accumulate=*/true);
+    norm.forward(x, out.data<float>(), rstd, rows);
   }
 }
 
@@ -120,14 +137,14 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq,
     FeedForwardRegion region{feed_forward_};
     region_backward(tp_, region, dx, h2_, dh, batch, seq, dim_, deferred);
   } else {
-    feed_forward_.backward(dx, h2_.data<float>(), dh, rows, deferred);
+    visit_operand(h2_, [&](auto* h2) { feed_forward_.backward(dx, h2, dh, rows, deferred); });
   }
   ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
                      /*accumulate_dx=*/true, partial_norms ? dnorm + dim_ : nullptr);
   if (tp_.enabled()) {
     region_backward(tp_, attention_, dx, h1_, dh, batch, seq, dim_, deferred);
   } else {
-    attention_.backward(dx, h1_.data<float>(), dh, batch, seq, deferred);
+    visit_operand(h1_, [&](auto* h1) { attention_.backward(dx, h1, dh, batch, seq, deferred); });
   }
   attention_norm_.backward(dh, input_.data<float>(), rstd1_.data<float>(), dx, local,
                            /*accumulate_dx=*/true, dnorm);

@@ -49,6 +49,9 @@ class TransformerBlock {
 
  private:
   void run_forward(float* x, std::int64_t batch, std::int64_t seq);
+  // norm(x) into `out`, made float32 or (mixed precision) bfloat16 for the products.
+  void norm_forward(const RMSNorm& norm, const float* x, Tensor& out, float* rstd,
+                    std::int64_t rows);
   void release();
 
   std::int64_t dim_;

@@ -9,6 +9,7 @@
 #include "weft/base/error.h"
 #include "weft/kernels/convert.h"
 #include "weft/kernels/elementwise.h"
+#include "weft/kernels/parallel.h"
 #include "weft/parallel/checks.h"
 
 namespace weft::parallel {
@@ -61,12 +62,31 @@ struct FullyShardedDataParallel::Unit {
 // A unit's gradients on their way through reduce_scatter into the gradient shards.
 struct FullyShardedDataParallel::Reduction {
   Unit* unit;
-  std::vector<float> send, recv;
-  std::vector<BFloat16> send16, recv16;  // what is reduced when the reduce dtype is bf16
+  // float32: send and recv are reduced. bfloat16: send is rounded into send16 and given back,
+  // and recv16 is received; both hold two bf16 values to a float (pooled float buffers).
+  std::vector<float> send, recv, send16, recv16;
   std::shared_ptr<dist::Work> work;
 };
 
 namespace {
+
+// A pooled float buffer as the bfloat16 array it holds (two values to a float).
+BFloat16* bf16_in(std::vector<float>& buffer) { return reinterpret_cast<BFloat16*>(buffer.data()); }
+dist::Buffer bf16_buffer(std::vector<float>& buffer, std::int64_t n) {
+  return dist::Buffer(buffer.data(), static_cast<std::size_t>(n), DType::kBFloat16);
+}
+
+// into[i] += x[i], x widened in slices that stay in L1.
+void add_widened(const BFloat16* x, float* into, std::int64_t n) {
+  kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
+    float wide[1024];
+    for (std::int64_t i = first; i < end; i += 1024) {
+      const std::int64_t len = std::min<std::int64_t>(1024, end - i);
+      kernels::to_float(x + i, wide, len);
+      for (std::int64_t j = 0; j < len; ++j) into[i + j] += wide[j];
+    }
+  });
+}
 
 void add_distinct(std::vector<Storage*>& storages, Storage* s) {
   if (std::find(storages.begin(), storages.end(), s) == storages.end()) storages.push_back(s);
@@ -323,9 +343,9 @@ void FullyShardedDataParallel::after_backward(int model_unit) {
 void FullyShardedDataParallel::start_reduction(Unit& u) {
   auto r = std::make_unique<Reduction>();
   r->unit = &u;
-  r->send = take_buffer(static_cast<std::size_t>(u.size * ranks_));  // the padding stays zero
-  r->recv = take_buffer(static_cast<std::size_t>(u.size));
-  count_unsharded(bytes_of(u.size * (ranks_ + 1)));
+  const std::size_t full = static_cast<std::size_t>(u.size * ranks_);
+  r->send = take_buffer(full);  // the padding stays zero
+  count_unsharded(bytes_of(u.size * ranks_));
   for (const Piece& p : u.pieces) {
     p.pack(p.param->grad.data<float>(), r->send.data(), u.size, ranks_);
   }
@@ -334,13 +354,18 @@ void FullyShardedDataParallel::start_reduction(Unit& u) {
     count_unsharded(-u.full_bytes);
   }
   if (reduce_dtype_ == DType::kBFloat16) {
-    r->send16.resize(r->send.size());
-    r->recv16.resize(r->recv.size());
+    r->send16 = take_buffer((full + 1) / 2);
+    r->recv16 = take_buffer((static_cast<std::size_t>(u.size) + 1) / 2);
     count_unsharded(bytes_of(u.size * (ranks_ + 1)) / 2);
-    kernels::to_bfloat16_threaded(r->send.data(), r->send16.data(),
-                                  static_cast<std::int64_t>(r->send.size()));
-    r->work = shard_.reduce_scatter_async(r->recv16, r->send16);
+    kernels::to_bfloat16_threaded(r->send.data(), bf16_in(r->send16),
+                                  static_cast<std::int64_t>(full));
+    give_back(std::move(r->send));
+    count_unsharded(-bytes_of(u.size * ranks_));
+    r->work = shard_.reduce_scatter_async(bf16_buffer(r->recv16, u.size),
+                                          bf16_buffer(r->send16, u.size * ranks_));
   } else {
+    r->recv = take_buffer(static_cast<std::size_t>(u.size));
+    count_unsharded(bytes_of(u.size));
     r->work = shard_.reduce_scatter_async(r->recv, r->send);
   }
   reductions_.push_back(std::move(r));
@@ -353,14 +378,17 @@ void FullyShardedDataParallel::finish_reduction() {
   std::unique_ptr<Reduction> r = std::move(reductions_.front());
   reductions_.pop_front();
   r->work->wait();
-  if (reduce_dtype_ == DType::kBFloat16) {
-    kernels::to_float_threaded(r->recv16.data(), r->recv.data(),
-                               static_cast<std::int64_t>(r->recv.size()));
-    count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)) / 2);
-  }
   float* into = grads_.data() + r->unit->offset;
-  for (std::size_t i = 0; i < r->recv.size(); ++i) into[i] += r->recv[i];
-  count_unsharded(-bytes_of(r->unit->size * (ranks_ + 1)));
+  const std::int64_t size = r->unit->size;
+  if (reduce_dtype_ == DType::kBFloat16) {
+    add_widened(bf16_in(r->recv16), into, size);
+    count_unsharded(-bytes_of(size * (ranks_ + 1)) / 2);
+    give_back(std::move(r->send16));
+    give_back(std::move(r->recv16));
+    return;
+  }
+  for (std::int64_t i = 0; i < size; ++i) into[i] += r->recv[static_cast<std::size_t>(i)];
+  count_unsharded(-bytes_of(size * (ranks_ + 1)));
   give_back(std::move(r->send));
   give_back(std::move(r->recv));
 }
@@ -379,11 +407,12 @@ void FullyShardedDataParallel::reduce_across_replicas() {
     replicate_->all_reduce(grads_);
     return;
   }
-  std::vector<BFloat16> grads16(grads_.size());
   const auto n = static_cast<std::int64_t>(grads_.size());
-  kernels::to_bfloat16_threaded(grads_.data(), grads16.data(), n);
-  replicate_->all_reduce(grads16);
-  kernels::to_float_threaded(grads16.data(), grads_.data(), n);
+  std::vector<float> grads16 = take_buffer((grads_.size() + 1) / 2);
+  kernels::to_bfloat16_threaded(grads_.data(), bf16_in(grads16), n);
+  replicate_->all_reduce(bf16_buffer(grads16, n));
+  kernels::to_float_threaded(bf16_in(grads16), grads_.data(), n);
+  give_back(std::move(grads16));
 }
 
 void FullyShardedDataParallel::init_weights(std::uint64_t seed) {

@@ -61,9 +61,10 @@ struct ParallelOptions {
   ShardingMode fsdp_mode = ShardingMode::kFullShard;
   std::size_t bucket_bytes = std::size_t{25} << 20;  // DDP's buckets
   // The gradients' dtype in DDP's all-reduce, FSDP's reduce-scatter and HSDP's all-reduce
-  // across replicas (TorchTitan's mixed_precision_reduce): kFloat32, or kBFloat16 (half the
-  // bytes; each rank's gradients rounded to bf16 before the sum, summed in float32, the sum
-  // rounded to bf16 and widened back). Gradients are float32 before and after.
+  // across replicas (TorchTitan's mixed_precision_reduce): kFloat32, or kBFloat16 (each rank's
+  // gradients rounded to bf16 before the sum, summed in float32, the sum rounded to bf16 and
+  // widened back; half the bytes where the group's engine sums bf16 itself, the mpi backend's).
+  // Gradients are float32 before and after.
   DType reduce_dtype = DType::kFloat32;
   bool sequence_parallel = true;                                   // with tp > 1
   bool loss_parallel = true;                                       // with tp > 1

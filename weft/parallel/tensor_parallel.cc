@@ -12,6 +12,10 @@ dist::Buffer floats(const float* data, std::int64_t n) {
   return dist::Buffer(const_cast<float*>(data), static_cast<std::size_t>(n), DType::kFloat32);
 }
 
+dist::Buffer elements(const void* data, std::int64_t n, DType dtype) {
+  return dist::Buffer(const_cast<void*>(data), static_cast<std::size_t>(n), dtype);
+}
+
 }  // namespace
 
 void ProcessGroupTensorParallel::all_reduce_sum(float* data, std::int64_t n) {
@@ -22,8 +26,11 @@ void ProcessGroupTensorParallel::all_reduce_max(float* data, std::int64_t n) {
   add_seconds(seconds_, [&] { group_.all_reduce(floats(data, n), dist::ReduceOp::kMax); });
 }
 
-void ProcessGroupTensorParallel::all_gather(const float* in, float* out, std::int64_t n) {
-  add_seconds(seconds_, [&] { group_.all_gather(floats(out, n * group_.size()), floats(in, n)); });
+void ProcessGroupTensorParallel::all_gather(const void* in, void* out, std::int64_t n,
+                                            DType dtype) {
+  add_seconds(seconds_, [&] {
+    group_.all_gather(elements(out, n * group_.size(), dtype), elements(in, n, dtype));
+  });
 }
 
 void ProcessGroupTensorParallel::reduce_scatter(const float* in, float* out, std::int64_t n) {
@@ -61,9 +68,10 @@ std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::al
 }
 
 std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::all_gather_async(
-    const float* in, float* out, std::int64_t n) {
+    const void* in, void* out, std::int64_t n, DType dtype) {
   return std::make_unique<Started>(
-      *this, group_.all_gather_async(floats(out, n * group_.size()), floats(in, n)));
+      *this,
+      group_.all_gather_async(elements(out, n * group_.size(), dtype), elements(in, n, dtype)));
 }
 
 std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::reduce_scatter_async(

@@ -17,10 +17,11 @@ class ProcessGroupTensorParallel : public nn::TensorParallelGroup {
   int size() const override { return group_.size(); }
   void all_reduce_sum(float* data, std::int64_t n) override;
   void all_reduce_max(float* data, std::int64_t n) override;
-  void all_gather(const float* in, float* out, std::int64_t n) override;
+  void all_gather(const void* in, void* out, std::int64_t n, DType dtype) override;
   void reduce_scatter(const float* in, float* out, std::int64_t n) override;
   std::unique_ptr<Pending> all_reduce_sum_async(float* data, std::int64_t n) override;
-  std::unique_ptr<Pending> all_gather_async(const float* in, float* out, std::int64_t n) override;
+  std::unique_ptr<Pending> all_gather_async(const void* in, void* out, std::int64_t n,
+                                            DType dtype) override;
   std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
                                                 std::int64_t n) override;
   // Wall time spent blocked in the collectives above (in the blocking ones, and in waits for

@@ -72,14 +72,16 @@ const std::vector<Field>& fields() {
                  "one)",
                  1, 1024),
       WEFT_FIELD(training, mixed_precision_param,
-                 "the operand type of the matrix products: bfloat16 (bf16 copies of weights and "
-                 "inputs, float32 accumulation; weights, gradients, optimizer state and every "
-                 "other kernel stay float32) or float32",
+                 "the operand type of the matrix products: bfloat16 (bf16 weights and inputs, "
+                 "float32 accumulation; the norms and SwiGLU write bf16 for the products; "
+                 "weights, gradients, optimizer state, the residual stream and every reduction "
+                 "stay float32) or float32",
                  -INFINITY, INFINITY, {"float32", "bfloat16"}),
       WEFT_FIELD(training, mixed_precision_reduce,
                  "the gradients' dtype in the data-parallel reductions (DDP's all-reduce, FSDP's "
-                 "reduce-scatter, HSDP's all-reduce): float32, or bfloat16 (half the bytes; "
-                 "gradients stay float32 on each side)",
+                 "reduce-scatter, HSDP's all-reduce): float32, or bfloat16 (half the bytes "
+                 "on the mpi backend; shm, tcp and auto sum 16-bit floats in float32 copies, so "
+                 "there it saves nothing; gradients stay float32 on each side)",
                  -INFINITY, INFINITY, {"float32", "bfloat16"}),
       WEFT_FIELD(training, on_nonfinite,
                  "a step whose loss or gradient norm is NaN or infinite: stop (an error naming "

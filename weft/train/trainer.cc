@@ -45,8 +45,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
   // weft splits the work between the threads itself; each product runs on one of them.
-  nn::set_matmul_dtype(config_.training.mixed_precision_param == "bfloat16" ? DType::kBFloat16
-                                                                            : DType::kFloat32);
+  nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
@@ -115,8 +114,7 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   }
   options.fsdp_mode = parallel::parse_sharding_mode(p.fsdp_mode);
   options.bucket_bytes = static_cast<std::size_t>(p.bucket_size_mb * (1 << 20));
-  options.reduce_dtype =
-      config.training.mixed_precision_reduce == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
+  options.reduce_dtype = parse_dtype(config.training.mixed_precision_reduce);
   options.sequence_parallel = p.enable_sequence_parallel;
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config.optimizer;
