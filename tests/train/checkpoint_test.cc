@@ -112,6 +112,24 @@ TEST_F(CheckpointTest, DamagedCheckpointFallsBackToTheOneBefore) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses()[i], whole[i + 2]) << i;
 }
 
+// A run that fell back from a damaged newest checkpoint saves steps below it: pruning counts
+// only the checkpoints that load, so keep_latest 1 keeps the run's last save (and the
+// damaged one, untouched), and the next resume finds it.
+TEST_F(CheckpointTest, PruningPassesByACheckpointThatCannotLoad) {
+  train(config(6, {{"checkpoint.keep_latest", "3"}}));
+  flip_last_byte(step_dir(6) + "/rank-00000.safetensors");
+  Config c = config(5, {{"checkpoint.keep_latest", "1"}, {"checkpoint.resume", "true"}});
+  Trainer(c, log_).run();
+  EXPECT_THAT(log_.str(), HasSubstr("resumed from " + step_dir(4)));
+  EXPECT_EQ(complete_checkpoints(folder()), (std::vector<std::string>{step_dir(5), step_dir(6)}));
+  // The next run falls back to step 5 again; saved again, step 6 is good and counted.
+  log_.str("");
+  Trainer(config(6, {{"checkpoint.keep_latest", "1"}, {"checkpoint.resume", "true"}}), log_).run();
+  EXPECT_THAT(log_.str(), HasSubstr("resumed from " + step_dir(5) + " at step 5"));
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(6)});
+  EXPECT_NO_THROW(read_manifest(step_dir(6)));
+}
+
 TEST_F(CheckpointTest, NoUsableCheckpointIsAnError) {
   train(config(4));
   flip_last_byte(step_dir(2) + "/rank-00000.safetensors");
@@ -219,24 +237,56 @@ void plant_nan(const std::string& dir, const std::string& tensor) {
   checkpoint::write_text_file(dir + "/manifest.json", checkpoint::to_json(m));
 }
 
-// NaN weights make a NaN loss at the first step: training stops naming it, before the
-// optimizer step, and saves and prunes nothing; with on_nonfinite = "skip" it goes on.
-TEST_F(CheckpointTest, NonFiniteLossStopsBeforeAnythingIsSaved) {
-  train(config(2, {{"checkpoint.keep_latest", "1"}}));
-  plant_nan(step_dir(2), "model.norm.weight");
+// A checkpoint holding a NaN (its checksums made to agree, as a diverged run's would) is
+// refused at load like a damaged one: resume falls back to the one before and trains on.
+TEST_F(CheckpointTest, NonFiniteCheckpointFallsBack) {
+  train(config(4, {{"checkpoint.keep_latest", "2"}}));
+  plant_nan(step_dir(4), "optim.exp_avg_sq.layers.0.attention.wo.weight");
+  Config c = config(6, {{"checkpoint.keep_latest", "1"}, {"checkpoint.resume", "true"}});
+  Trainer(c, log_).run();
+  EXPECT_THAT(log_.str(), HasSubstr("optim.exp_avg_sq.layers.0.attention.wo.weight holds nan"));
+  EXPECT_THAT(log_.str(), HasSubstr("the run that saved it had diverged"));
+  EXPECT_THAT(log_.str(), HasSubstr("resumed from " + step_dir(2) + " at step 2"));
+  EXPECT_EQ(complete_checkpoints(folder()), (std::vector<std::string>{step_dir(6)}));
+}
+
+// A state that turned non-finite while the loss stayed finite (here a NaN in a row of the
+// token embedding that no batch reads) is not saved: training stops naming it, and the
+// checkpoint before it is kept.
+TEST_F(CheckpointTest, NonFiniteStateIsNotSaved) {
+  Trainer t(config(6, {{"checkpoint.keep_latest", "1"}}), log_);
+  t.run_until(2);
+  t.model().parameters().at("tok_embeddings.weight").value.data<float>()[0] =
+      std::numeric_limits<float>::quiet_NaN();  // token 0 (NUL) is not in the text
   try {
-    Config c = config(6, {{"checkpoint.keep_latest", "1"}, {"checkpoint.resume", "true"}});
-    Trainer(c, log_).run();
+    t.run();
+    ADD_FAILURE() << "saved a NaN";
+  } catch (const NonFiniteError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("step 4: rank 0's model.tok_embeddings.weight holds nan"));
+    EXPECT_THAT(e.what(), HasSubstr("step 4 was not saved"));
+  }
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)});
+}
+
+// NaN weights make a NaN loss: training stops naming it, before the optimizer step, and saves
+// and prunes nothing; with on_nonfinite = "skip" it goes on.
+TEST_F(CheckpointTest, NonFiniteLossStopsBeforeAnythingIsSaved) {
+  auto poisoned = [&](const Config& c) {
+    auto t = std::make_unique<Trainer>(c, log_);
+    t->run_until(2);
+    t->model().parameters().at("norm.weight").value.data<float>()[0] =
+        std::numeric_limits<float>::quiet_NaN();
+    return t;
+  };
+  try {
+    poisoned(config(6, {{"checkpoint.keep_latest", "1"}}))->run();
     ADD_FAILURE() << "trained on NaN weights";
   } catch (const NonFiniteError& e) {
     EXPECT_THAT(e.what(), HasSubstr("step 3: loss nan"));
     EXPECT_THAT(e.what(), HasSubstr("saved nothing"));
   }
   EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(2)});
-  Config skip = config(4, {{"checkpoint.enable", "false"},
-                           {"checkpoint.resume", "true"},
-                           {"training.on_nonfinite", "skip"}});
-  Trainer(skip, log_).run();
+  poisoned(config(4, {{"checkpoint.enable", "false"}, {"training.on_nonfinite", "skip"}}))->run();
   EXPECT_THAT(log_.str(), HasSubstr("step 4: loss nan, gradient norm nan: not finite; the "
                                     "optimizer step is skipped"));
 }

@@ -76,6 +76,7 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[training]\nseq_len = 512\n"), HasSubstr("exceeds model.max_seq_len"));
   EXPECT_THAT(config_error("[parallelism]\ncontext_parallel_degree = 3\n"),
               HasSubstr("does not split into 2 x parallelism.context_parallel_degree = 6 equal"));
+  EXPECT_EQ(load_config("", {{"training.seq_len", "31"}}).training.seq_len, 31);  // no CP: any
   EXPECT_THAT(config_error("[training\n"), HasSubstr("line 1"));
   EXPECT_THAT(config_error("[training]\nvalidation_fraction = 0.0\n"),
               HasSubstr("validation.enable = true needs a validation split"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,21 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Every rank's `mine`, in rank order (a collective over `group`; null: one process).
+// "" when every element of `values` is finite, else which piece holds what where.
+std::string first_nonfinite(const std::vector<Tensor>& values,
+                            const std::vector<parallel::StatePiece>& layout) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float* v = values[i].data<float>();
+    const float* end = v + values[i].numel();
+    const float* at = std::find_if(v, end, [](float x) { return !std::isfinite(x); });
+    if (at != end) {
+      return layout[i].name + " holds " + std::to_string(*at) + " at element " +
+             std::to_string(at - v) + " of this rank's piece";
+    }
+  }
+  return "";
+}
+
 std::vector<std::string> gather_strings(dist::ProcessGroup* group, const std::string& mine) {
   if (group == nullptr) return {mine};
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(group->size()));
@@ -119,6 +135,9 @@ std::string Checkpointer::try_load(const std::string& dir, std::vector<Tensor>& 
     manifest = read_manifest(dir);
     check_compatible(manifest, model_.model().whole_parameters(), true, dir);
     values = read_pieces(dir, manifest, layout_, &bytes_read_);
+    if (const std::string bad = first_nonfinite(values, layout_); !bad.empty()) {
+      return "C" + bad + " (its checksums agree: the run that saved it had diverged)";
+    }
     return "";
   } catch (const checkpoint::IncompatibleCheckpoint& e) {
     return std::string("I") + e.what();
@@ -171,7 +190,8 @@ std::optional<TrainState> Checkpointer::resume() {
         "rank " + std::to_string(bad - errors.begin()) + ": " + bad->substr(1);
     if ((*bad)[0] == 'I') throw checkpoint::IncompatibleCheckpoint(message);
     log_("checkpoint " + *dir + " cannot be used (" + message +
-         "); falling back to the one before it");
+         "); falling back to the one before it (this one is kept, and pruning passes it by)");
+    unusable_.insert(*dir);
     failures += "\n  " + *dir + ": " + message;
   }
   throw checkpoint::CheckpointError("none of the " + std::to_string(dirs.size()) +
@@ -194,6 +214,7 @@ void Checkpointer::save(const TrainState& state) {
   job->tmp = (folder / tmp_name).string();
   // The staging copy: the buffers of the previous save (finished above) are reused.
   model_.copy_state(staging_);
+  refuse_nonfinite(state.step);
   for (std::size_t i = 0; i < staging_.size(); ++i) {
     if (writes_[i])
       job->pieces.push_back({layout_[i].name, {layout_[i].offsets, layout_[i].sizes}, staging_[i]});
@@ -295,7 +316,8 @@ std::string Checkpointer::commit(const Job& job, const std::vector<std::string>&
         written_.second = std::max(written_.second, f.bytes);
       }
       commit_checkpoint(job.tmp, job.dir, m);
-      prune_checkpoints(config_.checkpoint.folder, config_.checkpoint.keep_latest);
+      unusable_.erase(job.dir);  // a failed one saved again is good now
+      prune_checkpoints(config_.checkpoint.folder, config_.checkpoint.keep_latest, unusable_);
       return "";
     }
   } catch (const std::exception& e) {
@@ -307,6 +329,23 @@ std::string Checkpointer::commit(const Job& job, const std::vector<std::string>&
     // Left for the next start-up's pruning; the error that matters is the one reported.
   }
   return "checkpoint " + job.dir + " not saved (the previous checkpoints are intact): " + error;
+}
+
+// Training can make a weight or a moment non-finite while the step's loss and gradient norm
+// stay finite (a NaN in a moment, a row the batch never reads): such a state would pass every
+// checksum and be saved, and pruning would then remove the good checkpoints before it.
+void Checkpointer::refuse_nonfinite(std::int64_t step) {
+  const std::vector<std::string> found =
+      gather_strings(world_.get(), first_nonfinite(staging_, layout_));
+  const auto bad =
+      std::find_if(found.begin(), found.end(), [](const std::string& e) { return !e.empty(); });
+  if (bad == found.end()) return;
+  throw NonFiniteError("step " + std::to_string(step) + ": rank " +
+                       std::to_string(bad - found.begin()) + "'s " + *bad +
+                       ", so training stopped and step " + std::to_string(step) +
+                       " was not saved (the newest checkpoint in " + config_.checkpoint.folder +
+                       " is the last good state). Resume from it with a lower optimizer.lr or "
+                       "training.max_norm");
 }
 
 void Checkpointer::poll() {

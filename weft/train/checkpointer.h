@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct TrainState {
   double lr = 0;                   // of the last step
 };
 
+// A step's loss or gradient norm was NaN or infinite (training.on_nonfinite = "stop"), or the
+// state about to be saved holds a NaN or an infinity.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 class Checkpointer {
  public:
   // Collective over `world` (null: one process), before any training. With
@@ -49,14 +57,16 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Collective. Loads the newest complete checkpoint under checkpoint.folder whose every
-  // piece this layout needs reads back and verifies, falling back to older ones (and saying
-  // why); nullopt, said in the log, when there is none. IncompatibleCheckpoint (another model)
-  // and a folder whose checkpoints all fail are errors on every rank.
+  // piece this layout needs reads back, verifies and is finite, falling back to older ones
+  // (and saying why); nullopt, said in the log, when there is none. IncompatibleCheckpoint
+  // (another model) and a folder whose checkpoints all fail are errors on every rank. The
+  // checkpoints that failed are left in place and never counted or removed by pruning.
   std::optional<TrainState> resume();
 
   // Collective. Saves the state after `state.step`: the pieces are copied before this returns;
   // with async_mode "async" they are written in the background (a save still in flight is
-  // waited for first). CheckpointError (every rank) when a save fails.
+  // waited for first). CheckpointError (every rank) when a save fails; NonFiniteError (every
+  // rank, nothing saved or pruned) when a piece holds a NaN or an infinity.
   void save(const TrainState& state);
   // Collective, once per step: a background save that has finished on every rank is
   // reported (its error thrown on every rank). Cheap: one small all-reduce while a save is in
@@ -75,6 +85,8 @@ class Checkpointer {
   std::string try_load(const std::string& dir, std::vector<Tensor>& values,
                        checkpoint::Manifest& manifest);
   void report(const std::string& outcome, const std::string& what);
+  // NonFiniteError on every rank when a staged piece holds a NaN or an infinity.
+  void refuse_nonfinite(std::int64_t step);
 
   const Config& config_;
   std::shared_ptr<dist::ProcessGroup> world_, group_;  // group_: the saves' own (async)
@@ -86,6 +98,7 @@ class Checkpointer {
   std::vector<bool> writes_;                  // which of them this rank writes
   std::vector<Tensor> staging_;          // their copies for the save in flight, kept for the next
   std::map<std::string, Shape> shapes_;  // every tensor's whole shape
+  std::set<std::string> unusable_;       // the checkpoints resume() could not load
   std::unique_ptr<FolderLock> lock_;     // rank 0, with checkpoint.enable
   std::future<std::string> in_flight_;   // the background save's outcome
   std::string in_flight_dir_;

@@ -211,13 +211,17 @@ void commit_checkpoint(const std::string& tmp, const std::string& final_dir,
   checkpoint::rename_durably(tmp, final_dir);
 }
 
-void prune_checkpoints(const std::string& folder, std::int64_t keep) {
+void prune_checkpoints(const std::string& folder, std::int64_t keep,
+                       const std::set<std::string>& unusable) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     if (leftover(entry)) checkpoint::remove_tree(entry.path().string());
   }
   if (keep <= 0) return;
-  const std::vector<std::string> all = complete_checkpoints(folder);
+  std::vector<std::string> all;
+  for (const std::string& dir : complete_checkpoints(folder)) {
+    if (!unusable.count(dir)) all.push_back(dir);
+  }
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     const std::string doomed = hidden_sibling(all[i], ".removing");
     checkpoint::rename_durably(all[i], doomed);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,8 +68,11 @@ void commit_checkpoint(const std::string& tmp, const std::string& final_dir,
 // Removes all but the newest `keep` complete checkpoints under `folder` (keep 0: none
 // removed), each renamed out of the step-directory namespace first so that a crash while
 // removing leaves no half-deleted checkpoint behind; and what earlier crashes left: the
-// temporary directories of saves and removals, empty step directories.
-void prune_checkpoints(const std::string& folder, std::int64_t keep);
+// temporary directories of saves and removals, empty step directories. The directories in
+// `unusable` (checkpoints that failed to load: damaged, or holding non-finite values) are
+// neither counted nor removed, so that the good ones kept are `keep` good ones.
+void prune_checkpoints(const std::string& folder, std::int64_t keep,
+                       const std::set<std::string>& unusable = {});
 
 // The checkpoint folder of one run: created if missing, checked writable, and locked
 // (flock, released when the process exits however it exits) with the holder's pid and host

@@ -440,7 +440,7 @@ void check_whole(const Config& c) {
                       ": the pipeline streams whole micro-batches");
   }
   const std::int64_t chunks = 2 * c.parallelism.context_parallel_degree;
-  if (c.training.seq_len % chunks != 0) {
+  if (c.parallelism.context_parallel_degree > 1 && c.training.seq_len % chunks != 0) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +
                       " does not split into 2 x parallelism.context_parallel_degree = " +
                       std::to_string(chunks) + " equal chunks (context parallelism)");

@@ -23,12 +23,6 @@
 
 namespace weft::train {
 
-// A step's loss or gradient norm was NaN or infinite (training.on_nonfinite = "stop").
-class NonFiniteError : public Error {
- public:
-  using Error::Error;
-};
-
 // What parallel::parallelize gets from `config` ([parallelism], and the optimizer) for a job
 // of `world_size` ranks; ConfigError when the degrees do not fit it.
 parallel::ParallelOptions parallel_options(const Config& config, int world_size);
