@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help, or a usage error (CLI11's own codes are 100+)
   }
   try {
     if (*inspect_cmd) inspect(checkpoint, list);

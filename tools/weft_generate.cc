@@ -7,6 +7,7 @@
 // is used; any layout weft-train saved from (docs/CHECKPOINTS.md). Exit codes: 0 printed the text;
 // 2 bad arguments; 1 the checkpoint cannot be used.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -41,7 +42,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help, or a usage error (CLI11's own codes are 100+)
+  }
+  if (!std::isfinite(o.temperature)) {  // CLI::Range lets a NaN through
+    std::fprintf(stderr, "weft-generate: --temperature: %g is not a number from 0 to 100\n",
+                 o.temperature);
+    return 2;
   }
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path

@@ -100,6 +100,16 @@ class CollectivesTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             dist.all_gather(parts[:-1], mine)
 
+    def test_a_timeout_that_is_not_a_positive_number_is_refused(self):
+        x = np.ones(4, np.float32)
+        for bad in (-1, 0, float("nan"), float("inf")):
+            with self.assertRaises(ValueError):
+                dist.all_reduce(x, timeout=bad)
+            with self.assertRaises(ValueError):
+                WORLD.timeout = bad
+        dist.all_reduce(x)  # the group is as it was
+        self.assertTrue(np.all(x == SIZE))
+
     def test_all_gather_and_all_gather_v(self):
         out = np.zeros((SIZE, 3), np.float64)
         dist.all_gather(out, np.full(3, RANK, np.float64))

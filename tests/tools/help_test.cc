@@ -1,5 +1,5 @@
-// The tools' --help, run as the real binaries: every option and configuration key is listed
-// with its type, its default and what it means.
+// The tools' --help and usage errors, run as the real binaries: every option and configuration key
+// is listed with its type, its default and what it means; a usage error exits with 2.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -163,6 +163,24 @@ TEST(HelpTest, WeftGenerateShowsEveryOptionsDefault) {
                                       {"--top-k", "]=" + streamed(o.top_k)},
                                       {"--seed", "UINT=" + streamed(o.seed)},
                                       {"--dtype", "bfloat16}"}});
+}
+
+// A usage error is exit code 2 with one line saying what is wrong, on every tool (CLI11's
+// own codes are 100 and up); a NaN is not a temperature.
+TEST(HelpTest, UsageErrorsExitWithTwo) {
+  const std::vector<std::vector<std::string>> wrong = {
+      {WEFT_TRAIN_TOOL, "--config"},
+      {WEFT_GENERATE_TOOL, "--checkpoint", "x", "--temperature", "nan"},
+      {WEFT_GENERATE_TOOL, "--checkpoint", "x", "--top-k", "-1"},
+      {WEFT_CKPT_TOOL, "inspect"},
+      {WEFT_CKPT_TOOL, "frobnicate", "x"}};
+  for (const auto& argv : wrong) {
+    const Finished f = test::run(argv);
+    EXPECT_EQ(f.code, 2) << argv[0] << " " << argv[1] << ": " << f.err;
+    EXPECT_THAT(f.err, Not(IsEmpty())) << argv[0];
+  }
+  EXPECT_THAT(test::run({WEFT_GENERATE_TOOL, "--checkpoint", "x", "--temperature", "nan"}).err,
+              HasSubstr("--temperature: nan is not a number from 0 to 100"));
 }
 
 TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {

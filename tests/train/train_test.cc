@@ -59,6 +59,23 @@ class TrainTest : public testing::Test {
   const fs::path& dir_ = tmp_.path();
 };
 
+// A model whose state is larger than the machine (about 825 GB here) is refused with the
+// numbers before anything is initialised, where it used to grow until the kernel killed it.
+// (Its tensors are mapped but never touched: they cost no memory.)
+TEST_F(TrainTest, AModelTooBigForTheMachineIsRefusedBeforeItGrows) {
+  auto overrides = small(1);
+  overrides.insert(overrides.end(), {{"model.dim", "8192"}, {"model.n_layers", "64"}});
+  std::ostringstream out;
+  try {
+    Trainer(load_config("", overrides), out);
+    ADD_FAILURE() << "a model of 825 GB was built";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the model does not fit: a rank holds"));
+    EXPECT_THAT(e.what(), HasSubstr("B parameters in all"));
+    EXPECT_THAT(e.what(), HasSubstr("model.dim, model.n_layers"));
+  }
+}
+
 TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[training]\nstepz = 3\n"),
               HasSubstr("unknown key training.stepz; [training] has: batch_size, seq_len, steps"));

@@ -1,8 +1,18 @@
 #include "weft/base/deadline.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "weft/base/error.h"
 
 namespace weft {
+
+Seconds checked_timeout(Seconds timeout, const char* what) {
+  if (timeout.count() > 0 && std::isfinite(timeout.count())) return timeout;
+  throw InvalidArgument(std::string(what) + ": a timeout is a positive, finite number of " +
+                        "seconds; got " + std::to_string(timeout.count()));
+}
 
 Deadline Deadline::after(std::optional<Seconds> timeout) {
   if (!timeout) return never();

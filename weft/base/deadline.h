@@ -15,6 +15,11 @@ namespace weft {
 using Seconds = std::chrono::duration<double>;
 using Clock = std::chrono::steady_clock;
 
+// `timeout` when it is a positive, finite number of seconds; otherwise InvalidArgument saying
+// `what` it was given for (a NaN or a negative timeout would make every wait fail at once, or
+// never).
+Seconds checked_timeout(Seconds timeout, const char* what);
+
 class Deadline {
  public:
   // A deadline that never passes.

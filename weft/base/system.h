@@ -2,11 +2,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace weft {
 
 // CPUs this process may run on (its affinity mask, so taskset and cgroup cpusets are
 // honoured), at least 1.
 std::size_t available_cores();
+
+// Bytes of memory the process can still take without swapping: the kernel's MemAvailable
+// (/proc/meminfo), or less where the process's cgroup (v2) limits it (memory.max less
+// memory.current); -1 when neither can be read.
+std::int64_t available_memory_bytes();
 
 }  // namespace weft

@@ -227,7 +227,8 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   context.world_size = options.world_size >= 0 ? options.world_size
                        : launched              ? launched->world_size
                                                : -1;
-  context.timeout = options.timeout.value_or(kDefaultTimeout);
+  context.timeout =
+      checked_timeout(options.timeout.value_or(kDefaultTimeout), "init_process_group's timeout");
   if (!backend.empty()) {  // an unknown name fails before rendezvous
     const auto named = find_backend(backend);
     if (!named.traits.uses_store) return named.factory(context);

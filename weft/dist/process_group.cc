@@ -128,6 +128,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
     throw InvalidArgument("dist::ProcessGroup: rank " + std::to_string(global) +
                           " is not among the group's members");
   }
+  checked_timeout(options_.timeout, "dist::ProcessGroup's timeout");
   rank_ = static_cast<int>(it - members_.begin());
   engine_ =
       backend_->make_engine(members_, world, [this](std::int64_t mine) { return agree(mine); });
@@ -179,6 +180,7 @@ Seconds ProcessGroup::timeout() const {
 }
 
 void ProcessGroup::set_timeout(Seconds timeout) {
+  checked_timeout(timeout, "ProcessGroup::set_timeout");
   std::lock_guard lock(mu_);
   options_.timeout = timeout;
 }
@@ -192,6 +194,8 @@ template <class Body>
 std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
                                           std::optional<internal::CallSignature> signature,
                                           Body body, int p2p_peer, bool p2p_send) {
+  // Checked before anything changes: a refused call leaves the group as it was.
+  if (options.timeout) checked_timeout(*options.timeout, "the operation's timeout");
   std::unique_lock lock(mu_);
   if (!broken_.empty()) {
     throw GroupBroken("dist::" + std::string(op_name(op)) + " on " + describe() +
@@ -210,8 +214,7 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
     work = std::make_shared<Work>(state->get_future());
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
-  const Seconds timeout = options.timeout.value_or(options_.timeout);
-  OpRun run{op, seq, timeout, std::move(signature)};
+  OpRun run{op, seq, options.timeout.value_or(options_.timeout), std::move(signature)};
   ++lane.outstanding;
   if (run_here) {
     lane.inline_running = true;

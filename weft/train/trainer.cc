@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "weft/base/simd.h"
+#include "weft/base/system.h"
+#include "weft/dist/launch_env.h"
 #include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
 
@@ -48,6 +50,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
+  refuse_what_cannot_fit(parallel_->memory(), false);
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank.
   parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
@@ -127,6 +130,11 @@ void Trainer::setup_parallelism() {
   // Every group the mesh and the checkpointer make inherits the world's timeout.
   if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
   const parallel::ParallelOptions options = parallel_options(config_, world_size_);
+  // Before the layout allocates anything: the least any rank can hold, the whole state
+  // (values, gradients, two moments) spread as far as the layout spreads it.
+  const parallel::ParallelDims& d = options.dims;
+  refuse_what_cannot_fit({.parameters = 16 * model_.whole_numel() / (d.dp_shard * d.tp * d.pp)},
+                         true);
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
     parallel_ = parallel::parallelize(model_, mesh_.get(), options);
@@ -154,6 +162,34 @@ void Trainer::save() {
                   static_cast<long long>(state_.step), checkpointer_->last_stall_seconds());
     metrics_->log_line(line);
   }
+}
+
+// Before anything is initialised (which is when the parameters' pages are touched): a model
+// whose state does not fit would otherwise grow until the kernel kills the rank, saying
+// nothing. Collective, so that every rank gives the same error.
+void Trainer::refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const {
+  const std::int64_t state = held.parameters + held.gradients + held.optimizer;
+  const auto launched = dist::launch_environment();
+  const std::int64_t here = launched ? launched->local_world_size : world_size_;
+  const std::int64_t available = available_memory_bytes();
+  // This rank's shortfall, and each figure for the message (the worst rank's).
+  std::vector<std::int64_t> worst{available < 0 ? 0 : here * state - available, state, here,
+                                  available};
+  if (world_) world_->all_reduce(worst, dist::ReduceOp::kMax);
+  if (worst[0] <= 0) return;
+  const auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+  char text[640];
+  std::snprintf(text, sizeof(text),
+                "the model does not fit: a rank holds %s%.1f GiB of parameters, gradients and "
+                "optimizer state (%.2fB parameters in all; activations come on top), %.1f GiB "
+                "for the %lld rank%s on this host, which has %.1f GiB available. Make the model "
+                "smaller (model.dim, model.n_layers), or spread its state over more ranks and "
+                "hosts (parallelism.data_parallel_shard_degree, tensor_parallel_degree, "
+                "pipeline_parallel_degree)",
+                at_least ? "at least " : "", gib(worst[1]),
+                static_cast<double>(model_.whole_numel()) / 1e9, gib(worst[1] * worst[2]),
+                static_cast<long long>(worst[2]), worst[2] == 1 ? "" : "s", gib(worst[3]));
+  throw ConfigError(text);
 }
 
 void Trainer::log_parallelism(bool at_end) {

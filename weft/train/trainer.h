@@ -51,6 +51,9 @@ class Trainer {
   double train_step();
   double validate();
   void setup_parallelism();
+  // ConfigError (every rank) when the state the ranks on one host hold (`held` per rank; at
+  // least that, before the layout is made) exceeds its memory.
+  void refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const;
   void resume();
   void save();
   // A step with a non-finite loss or gradient norm: logs and returns (skip) or throws.
