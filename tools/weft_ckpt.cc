@@ -75,6 +75,20 @@ void verify(const std::string& given) {
 
 // Hugging Face's layout: model.safetensors, or model-0000k-of-0000n.safetensors and
 // model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map": {name: file}}).
+// What an earlier consolidate into `out` wrote (one file, or shards and their index), so that
+// a loader never finds both forms, or shards of two runs: only weft-ckpt's own file names.
+void remove_earlier_output(const std::string& out) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = name.starts_with("model-") && name.find("-of-") != std::string::npos &&
+                       name.ends_with(".safetensors");
+    if (shard || name == "model.safetensors" || name == "model.safetensors.index.json") {
+      fs::remove(entry.path());
+    }
+  }
+}
+
 void consolidate(const std::string& given, const std::string& out, double max_shard_mb,
                  bool with_optimizer) {
   const std::string dir = weft::train::checkpoint_directory(given);
@@ -94,6 +108,7 @@ void consolidate(const std::string& given, const std::string& out, double max_sh
     total += bytes_of(t);
   }
   ckpt::make_directories(out);
+  remove_earlier_output(out);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     char name[64];
@@ -124,7 +139,6 @@ void consolidate(const std::string& given, const std::string& out, double max_sh
     const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
                                           {"weight_map", weight_map}};
     const std::string path = (fs::path(out) / "model.safetensors.index.json").string();
-    fs::remove(path);
     ckpt::write_text_file(path, index.dump(2) + "\n");
     std::printf("wrote %s\n", path.c_str());
   }

@@ -96,6 +96,15 @@ TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
     const auto f = checkpoint::load_safetensors(tmp_.file("shards/" + file.get<std::string>()));
     EXPECT_EQ(f.at(name).to_vector<float>(), model.parameters().at(name).value.to_vector<float>());
   }
+
+  // Into a folder an earlier consolidate wrote: its files go first, never both forms at once.
+  ASSERT_EQ(ckpt("consolidate --max-shard-mb 0.05 " + step2() + " " + tmp_.file("hf")).code, 0);
+  EXPECT_FALSE(fs::exists(tmp_.file("hf/model.safetensors")));
+  ASSERT_EQ(ckpt("consolidate " + step2() + " " + tmp_.file("hf")).code, 0);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp_.file("hf")))
+    left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"model.safetensors"});
 }
 
 // The earlier format: step-<N>/checkpoint.safetensors with every tensor whole.
