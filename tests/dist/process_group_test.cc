@@ -349,6 +349,23 @@ TEST(ProcessGroupTest, MissingRankTimesOutNamingIt) {
   EXPECT_THAT(all, HasSubstr("rank 2 had not arrived"));
 }
 
+// In a subgroup the errors name ranks by their place in the group and by their global rank
+// (the numbers weftrun's lines and the world's errors use).
+TEST(ProcessGroupTest, SubgroupTimeoutNamesGlobalRanks) {
+  run_threads(3, [](ProcessGroup& pg) {
+    auto upper = pg.new_group({1, 2});
+    if (pg.rank() != 1) return;  // global rank 2 never joins the subgroup's all-reduce
+    std::vector<float> v(4, 1.0f);
+    try {
+      upper->all_reduce(v, ReduceOp::kSum, {.timeout = 0.5s});
+      ADD_FAILURE() << "should have timed out";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("rank 0 (global rank 1) of 2"));
+      EXPECT_THAT(e.what(), HasSubstr("rank 1 (global rank 2) had not arrived"));
+    }
+  });
+}
+
 TEST(ProcessGroupTest, BrokenGroupSaysSoOnEveryLaterCall) {
   run_threads(2, [](ProcessGroup& pg) {
     std::vector<int> v(1);

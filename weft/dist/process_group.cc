@@ -187,7 +187,7 @@ void ProcessGroup::set_timeout(Seconds timeout) {
 
 std::string ProcessGroup::describe() const {
   return "group '" + options_.name + "' (backend " + std::string(backend_->name()) + ", rank " +
-         std::to_string(rank_) + " of " + std::to_string(size()) + ")";
+         rank_name(rank_) + " of " + std::to_string(size()) + ")";
 }
 
 template <class Body>
@@ -340,7 +340,15 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
 
 std::string ProcessGroup::group_rank_of(int global) const {
   const auto it = std::find(members_.begin(), members_.end(), global);
-  return std::to_string(it - members_.begin());
+  return rank_name(static_cast<int>(it - members_.begin()));
+}
+
+// In a subgroup a rank's number is its place in the group; the global one is what weftrun's
+// lines and the other groups' errors say.
+std::string ProcessGroup::rank_name(int group_rank) const {
+  const int global = members_[static_cast<std::size_t>(group_rank)];
+  if (global == group_rank) return std::to_string(group_rank);
+  return std::to_string(group_rank) + " (global rank " + std::to_string(global) + ")";
 }
 
 std::string ProcessGroup::waited_for(int global_peer) const {
@@ -358,7 +366,7 @@ std::string ProcessGroup::missing_ranks(Tag op_tag, int global_peer) const {
     return "waiting for rank " + group_rank_of(global_peer) + ", whose own peers may be late";
   }
   std::string list;
-  for (int r : *missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  for (int r : *missing) list += (list.empty() ? "" : ", ") + rank_name(r);
   return (missing->size() == 1 ? "rank " : "ranks ") + list + " had not arrived";
 }
 

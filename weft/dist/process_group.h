@@ -285,7 +285,8 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& group_ranks, std::string name,
                                               std::uint32_t index);
   std::string describe() const;
-  std::string group_rank_of(int global) const;
+  std::string group_rank_of(int global) const;  // rank_name of the member `global`
+  std::string rank_name(int group_rank) const;
   std::string waited_for(int global_peer) const;
   std::string missing_ranks(Tag op_tag, int global_peer) const;
 
