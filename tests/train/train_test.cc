@@ -99,6 +99,11 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[parallelism]\ncontext_parallel_degree = 3\n"),
               HasSubstr("does not split into 2 x parallelism.context_parallel_degree = 6 equal"));
   EXPECT_EQ(load_config("", {{"training.seq_len", "31"}}).training.seq_len, 31);  // no CP: any
+  auto on_dev_zero = small(1);
+  on_dev_zero.push_back({"training.dataset_path", "/dev/zero"});
+  std::ostringstream out;
+  EXPECT_THAT([&] { Trainer(load_config("", on_dev_zero), out); },
+              testing::ThrowsMessage<ConfigError>(HasSubstr("is not a regular file")));
   EXPECT_THAT(config_error("[training\n"), HasSubstr("line 1"));
   EXPECT_THAT(config_error("[training]\nvalidation_fraction = 0.0\n"),
               HasSubstr("validation.enable = true needs a validation split"));

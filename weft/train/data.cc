@@ -2,9 +2,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "weft/base/system.h"
 #include "weft/tensor/random.h"
 #include "weft/train/config.h"
 
@@ -23,8 +25,37 @@ std::string decode(const std::vector<std::int32_t>& tokens) {
   return text;
 }
 
+namespace {
+
+// The whole file is read and held as tokens (the bytes, their int32 tokens and the two splits'
+// copies): a device such as /dev/zero, or a file larger than memory, would grow the process
+// until the kernel killed it.
+constexpr std::int64_t kBytesHeldPerByte = 1 + 2 * sizeof(std::int32_t);
+
+void check_readable_whole(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) return;  // the open below says why
+  if (!std::filesystem::is_regular_file(status)) {
+    throw ConfigError("training.dataset_path = '" + path +
+                      "' is not a regular file (a device, a pipe or a directory): weft-train "
+                      "reads the whole dataset into memory; give a text file");
+  }
+  const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
+  const std::int64_t available = available_memory_bytes();
+  if (!ec && available >= 0 && size * kBytesHeldPerByte > available) {
+    throw ConfigError("training.dataset_path = '" + path + "' has " + std::to_string(size) +
+                      " bytes; weft-train holds " + std::to_string(kBytesHeldPerByte) +
+                      " bytes per byte of text and this host has " + std::to_string(available) +
+                      " bytes available: give a smaller file");
+  }
+}
+
+}  // namespace
+
 TextDataset::TextDataset(const std::string& path, double validation_fraction,
                          std::int64_t seq_len) {
+  check_readable_whole(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError("training.dataset_path = '" + path + "' cannot be read: " +
