@@ -34,22 +34,38 @@ std::int64_t meminfo_bytes(const std::string& key) {
   return -1;
 }
 
-// A cgroup v2 file of this process's group read as a number; -1 if absent or "max".
-std::int64_t cgroup_number(const std::string& file) {
+// The path of a cgroup v2 file of this process's group; "" when it has none.
+std::string cgroup_file(const std::string& file) {
   std::ifstream self("/proc/self/cgroup");
   std::string line;
   while (std::getline(self, line)) {
-    if (line.rfind("0::", 0) != 0) continue;
-    std::ifstream in("/sys/fs/cgroup" + line.substr(3) + "/" + file);
-    std::string text;
-    if (!(in >> text) || text == "max") return -1;
-    try {
-      return std::stoll(text);
-    } catch (const std::exception&) {
-      return -1;
-    }
+    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3) + "/" + file;
   }
-  return -1;
+  return "";
+}
+
+// A cgroup file read as a number; -1 if absent or "max".
+std::int64_t cgroup_number(const std::string& file) {
+  std::ifstream in(cgroup_file(file));
+  std::string text;
+  if (!(in >> text) || text == "max") return -1;
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The page cache the kernel can reclaim from the cgroup (memory.stat's inactive_file, as the
+// kubelet counts it), which memory.current includes.
+std::int64_t cgroup_reclaimable() {
+  std::ifstream in(cgroup_file("memory.stat"));
+  std::string key;
+  std::int64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "inactive_file") return value;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -58,7 +74,7 @@ std::int64_t available_memory_bytes() {
   std::int64_t available = meminfo_bytes("MemAvailable");
   const std::int64_t limit = cgroup_number("memory.max"), used = cgroup_number("memory.current");
   if (limit >= 0 && used >= 0) {
-    const std::int64_t left = std::max<std::int64_t>(0, limit - used);
+    const std::int64_t left = std::max<std::int64_t>(0, limit - used + cgroup_reclaimable());
     available = available < 0 ? left : std::min(available, left);
   }
   return available;

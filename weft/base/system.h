@@ -12,7 +12,7 @@ std::size_t available_cores();
 
 // Bytes of memory the process can still take without swapping: the kernel's MemAvailable
 // (/proc/meminfo), or less where the process's cgroup (v2) limits it (memory.max less
-// memory.current); -1 when neither can be read.
+// memory.current, plus the page cache it can reclaim); -1 when neither can be read.
 std::int64_t available_memory_bytes();
 
 }  // namespace weft

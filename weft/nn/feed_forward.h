@@ -22,8 +22,8 @@ class FeedForward {
   template <ProductOperand X>
   void forward(const X* x, float* out, std::int64_t rows, bool accumulate);
   // dx overwritten (this rank's share under tensor parallelism); x is the forward's input.
-  // Consumes what forward kept (w1 x | w3 x become their gradients): one backward per
-  // forward.
+  // Consumes what forward kept (in float32 w1 x | w3 x become their gradients; in mixed
+  // precision the gradients go into backward's scratch): one backward per forward.
   // With `deferred`, the weight gradients are recorded there instead (DeferredWeightGrads).
   template <ProductOperand X>
   void backward(const float* dout, const X* x, float* dx, std::int64_t rows,

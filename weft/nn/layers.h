@@ -1,5 +1,6 @@
 // The building blocks with parameters: Linear (no bias, as Llama's), Embedding and RMSNorm.
-// Each works on row-major float32 rows; forward reads its input, backward gets the input
+// Each works on row-major float32 rows (Linear's inputs may be bfloat16 in mixed precision,
+// and RMSNorm writes them so); forward reads its input, backward gets the input
 // back from the caller (the caller keeps what it saved) and accumulates parameter gradients.
 #pragma once
 

@@ -20,7 +20,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Every rank's `mine`, in rank order (a collective over `group`; null: one process).
 // "" when every element of `values` is finite, else which piece holds what where.
 std::string first_nonfinite(const std::vector<Tensor>& values,
                             const std::vector<parallel::StatePiece>& layout) {
@@ -36,6 +35,7 @@ std::string first_nonfinite(const std::vector<Tensor>& values,
   return "";
 }
 
+// Every rank's `mine`, in rank order (a collective over `group`; null: one process).
 std::vector<std::string> gather_strings(dist::ProcessGroup* group, const std::string& mine) {
   if (group == nullptr) return {mine};
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(group->size()));

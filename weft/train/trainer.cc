@@ -131,10 +131,13 @@ void Trainer::setup_parallelism() {
   if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
   const parallel::ParallelOptions options = parallel_options(config_, world_size_);
   // Before the layout allocates anything: the least any rank can hold, the whole state
-  // (values, gradients, two moments) spread as far as the layout spreads it.
+  // (values, gradients, two moments) spread as far as the layout spreads it (FSDP shards over
+  // dp_shard x cp). The memory available is read now, before any rank's layout takes some
+  // (the check's all-reduce waits for every rank's reading), and kept for the second check.
   const parallel::ParallelDims& d = options.dims;
-  refuse_what_cannot_fit({.parameters = 16 * model_.whole_numel() / (d.dp_shard * d.tp * d.pp)},
-                         true);
+  const std::int64_t spread = d.dp_shard * (d.dp_shard > 1 ? d.cp : 1) * d.tp * d.pp;
+  available_at_start_ = available_memory_bytes();
+  refuse_what_cannot_fit({.parameters = 16 * model_.whole_numel() / spread}, true);
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
     parallel_ = parallel::parallelize(model_, mesh_.get(), options);
@@ -164,14 +167,15 @@ void Trainer::save() {
   }
 }
 
-// Before anything is initialised (which is when the parameters' pages are touched): a model
-// whose state does not fit would otherwise grow until the kernel kills the rank, saying
-// nothing. Collective, so that every rank gives the same error.
+// Before the weights are initialised (which is when most pages are touched; FSDP's shards are
+// zero-filled as the layout is made): a model whose state does not fit would otherwise grow
+// until the kernel kills the rank, saying nothing. Collective, so that every rank gives the
+// same error.
 void Trainer::refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const {
   const std::int64_t state = held.parameters + held.gradients + held.optimizer;
   const auto launched = dist::launch_environment();
   const std::int64_t here = launched ? launched->local_world_size : world_size_;
-  const std::int64_t available = available_memory_bytes();
+  const std::int64_t available = available_at_start_;
   // This rank's shortfall, and each figure for the message (the worst rank's).
   std::vector<std::int64_t> worst{available < 0 ? 0 : here * state - available, state, here,
                                   available};

@@ -73,6 +73,7 @@ class Trainer {
   DataLoader train_loader_;
   TrainState state_;
   double peak_gflops_ = 0;
+  std::int64_t available_at_start_ = -1;  // the host's memory before the layout took any
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
   std::unique_ptr<parallel::ParallelModel> parallel_;
