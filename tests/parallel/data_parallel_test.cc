@@ -279,7 +279,9 @@ double worst_relative(const std::vector<double>& got, const std::vector<double>&
 // (the products are summed in two halves), and single tensors of the debug model's last layer
 // reach 1.3e-5 while one step's gradients agree to 8e-7 (tensor_parallel_test).
 constexpr double kTolerance = 1e-6, kParameterTolerance = 1e-5;
-constexpr double kMixedPrecisionTolerance = 1e-4;  // the parity matrix in bf16 (below)
+// The parity matrix in bf16 (below): CP's blocks round attention's P against their own
+// maximum, one process against the row's, and reach 8.5e-5.
+constexpr double kMixedPrecisionTolerance = 2e-4;
 
 // Losses, the validation loss and the final parameters of `got` against `want`; prints the
 // largest differences (docs/PARALLELISM.md records them) and whether the losses were bitwise.

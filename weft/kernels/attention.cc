@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "weft/base/check.h"
+#include "weft/kernels/internal/attention_blocks.h"
 #include "weft/kernels/internal/attention_tiles.h"
 #include "weft/kernels/internal/softmax_rows.h"
 #include "weft/kernels/parallel.h"
@@ -13,71 +13,19 @@
 namespace weft::kernels {
 namespace {
 
-// Tiles of 64 queries (forward) or 64 keys (backward), each against blocks of up to 256 of
-// the other side: a causal row of up to 256 keys needs no rescaling of the running softmax,
-// while a block's scores (64 KiB in float) stay in L2. Memory stays linear in the sequence:
-// no seq x seq matrix, and the forward's running softmax carries across key blocks when the
-// sequence is longer than one. The tiles' products are internal/attention_tiles.h's, which
-// skip the masked pairs; each head's keys (and values, for the backward) are transposed once
-// into a [head_dim, seq] panel for them.
-constexpr std::int64_t kTile = 64;
-constexpr std::int64_t kBlock = 256;
-
-// The shape with its defaults filled in (strides packed, kv_seq = seq), checked.
-AttentionShape resolved(AttentionShape s) {
-  WEFT_CHECK_GT(s.kv_heads, 0);
-  WEFT_CHECK_EQ(s.heads % s.kv_heads, 0);
-  if (s.q_stride == 0) s.q_stride = s.heads * s.head_dim;
-  if (s.kv_stride == 0) s.kv_stride = s.kv_heads * s.head_dim;
-  if (s.kv_seq == 0) s.kv_seq = s.seq;
-  // Every query sees key 0 (the first products overwrite dq), and every key is seen by some
-  // query (the first products overwrite dk and dv).
-  WEFT_CHECK_GE(s.causal_offset, 0);
-  WEFT_CHECK_LE(s.kv_seq, s.seq + s.causal_offset);
-  return s;
-}
-
-// Tiles and blocks start on panel boundaries of the transposed keys and values, and a block's
-// scores are written in whole panels.
-static_assert(kTile % internal::kTilePanel<float> == 0 &&
-              kBlock % internal::kTilePanel<float> == 0);
-static_assert(kTile % internal::kTilePanel<double> == 0 &&
-              kBlock % internal::kTilePanel<double> == 0);
-
-// The strided views of one (batch, query head) pair: q (and dq) rows q_stride apart, k and v
-// (and dk, dv) rows kv_stride apart, out and dout rows o_stride apart.
-template <class T>
-struct HeadView {
-  std::int64_t q_offset, kv_offset, o_offset, q_stride, kv_stride, o_stride;
-  HeadView(const AttentionShape& s, std::int64_t b, std::int64_t h)  // s resolved()
-      : q_stride(s.q_stride), kv_stride(s.kv_stride), o_stride(s.heads * s.head_dim) {
-    q_offset = b * s.seq * q_stride + h * s.head_dim;
-    kv_offset = b * s.kv_seq * kv_stride + (h / (s.heads / s.kv_heads)) * s.head_dim;
-    o_offset = b * s.seq * o_stride + h * s.head_dim;
-  }
-};
-
-// Causal mask of a block of scores (rows ld apart), with the tiles' convention
-// (internal/attention_tiles.h): row r sees column c when c <= r + diagonal; the others
-// become -inf. Blocks that lie wholly below the diagonal are left as they are.
-template <class T>
-void mask_tile(T* scores, std::int64_t ld, std::int64_t rows, std::int64_t cols,
-               std::int64_t diagonal) {
-  for (std::int64_t r = 0; r < rows && r + diagonal + 1 < cols; ++r) {
-    for (std::int64_t c = std::max<std::int64_t>(0, r + diagonal + 1); c < cols; ++c) {
-      scores[r * ld + c] = -std::numeric_limits<T>::infinity();
-    }
-  }
-}
+using internal::HeadView;
+using internal::kBlock;
+using internal::kTile;
+using internal::mask_tile;
+using internal::resolved;
 
 // One query tile [i0, i0 + rows) against the key blocks it may see, with a running softmax:
 // per row the maximum m and the sum l of exp(score - m) so far, the output accumulated
 // unnormalised and rescaled whenever m grows (only between blocks, so never when the whole
 // causal row fits one block).
 template <class T>
-void forward_tile(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* kt,
-                  const T* v, T* out, T* lse, std::int64_t i0, std::int64_t rows, T* scores,
-                  T* acc) {
+void forward_tile(const AttentionShape& s, const HeadView& at, const T* q, const T* kt, const T* v,
+                  T* out, T* lse, std::int64_t i0, std::int64_t rows, T* scores, T* acc) {
   const std::int64_t d = s.head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   T m[kTile], l[kTile];
@@ -123,7 +71,7 @@ struct BackwardScratch {
 // first head (`first_in_group`; the group's other heads add to them). buf.kt and buf.vt hold the
 // head's keys and values transposed; delta_bh is rowsum(dO * O) per query.
 template <class T>
-void backward_head(const AttentionShape& s, const HeadView<T>& at, const T* q, const T* k,
+void backward_head(const AttentionShape& s, const HeadView& at, const T* q, const T* k,
                    const T* dout, const T* lse_bh, const T* delta_bh, T* dq, T* dk, T* dv,
                    bool first_in_group, BackwardScratch<T>& buf) {
   const std::int64_t d = s.head_dim, ldt = internal::panel_padded<T>(s.kv_seq);
@@ -174,7 +122,7 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
     std::vector<T> kt(static_cast<std::size_t>(s.head_dim * internal::panel_padded<T>(s.kv_seq)));
     std::int64_t packed = -1;  // the (batch, key/value head) whose keys kt holds
     for (std::int64_t bh = first; bh < end; ++bh) {
-      const HeadView<T> at(s, bh / s.heads, bh % s.heads);
+      const HeadView at(s, bh / s.heads, bh % s.heads);
       if (bh / group != packed) {
         internal::pack_transposed(k + at.kv_offset, at.kv_stride, s.kv_seq, s.head_dim, kt.data(),
                                   internal::panel_padded<T>(s.kv_seq));
@@ -218,15 +166,15 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
     BackwardScratch<T> scratch(s);
     for (std::int64_t bg = first; bg < end; ++bg) {
       const std::int64_t b = bg / s.kv_heads, first_head = (bg % s.kv_heads) * group;
-      const HeadView<T> kv(s, b, first_head);
+      const HeadView kv(s, b, first_head);
       internal::pack_transposed(k + kv.kv_offset, kv.kv_stride, s.kv_seq, s.head_dim,
                                 scratch.kt.data(), internal::panel_padded<T>(s.kv_seq));
       internal::pack_transposed(v + kv.kv_offset, kv.kv_stride, s.kv_seq, s.head_dim,
                                 scratch.vt.data(), internal::panel_padded<T>(s.kv_seq));
       for (std::int64_t h = first_head; h < first_head + group; ++h) {
         const std::int64_t bh = b * s.heads + h;
-        backward_head(s, HeadView<T>(s, b, h), q, k, dout, lse + bh * s.seq,
-                      delta.data() + bh * s.seq, dq, dk, dv, h == first_head, scratch);
+        backward_head(s, HeadView(s, b, h), q, k, dout, lse + bh * s.seq, delta.data() + bh * s.seq,
+                      dq, dk, dv, h == first_head, scratch);
       }
     }
   });

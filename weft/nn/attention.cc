@@ -7,6 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/rope.h"
 
 namespace weft::nn {
@@ -63,29 +64,66 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
   return {batch, seq / 2, config_.n_heads, config_.n_kv_heads, hd_};
 }
 
+// In mixed precision the projection's float32 output is scratch (the backward's dqkv_, which
+// the backward overwrites) and qkv_ keeps it rotated and rounded to bfloat16, which the
+// attention kernels read: half the bytes kept, and under context parallelism sent.
 template <ProductOperand X>
 void Attention::forward(const X* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
-  const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape = attention_shape(batch, seq);
-  float* q = ensure(qkv_, {rows, width});
-  float* k = q + config_.n_heads * hd;
-  float* v = k + config_.n_kv_heads * hd;
-  float* att = ensure(att_, {rows, config_.n_heads * hd});
+  const std::int64_t rows = batch * seq, width = qkv_width();
+  float* att = ensure(att_, {rows, config_.n_heads * hd_});
   float* lse = ensure(lse_, {batch, config_.n_heads, seq});
-  wqkv_.forward(x, q, rows);
+  const bool mixed = matmul_dtype() == DType::kBFloat16;
+  float* qkv = ensure(mixed ? dqkv_ : qkv_, {rows, width});
+  wqkv_.forward(x, qkv, rows);
+  rotate(qkv, batch, seq, /*backward=*/false);
+  if (mixed) {
+    BFloat16* rounded = ensure_bf16(qkv_, {rows, width});
+    kernels::to_bfloat16_threaded(qkv, rounded, rows * width);
+    attend(rounded, att, lse, batch, seq);
+  } else {
+    attend(qkv, att, lse, batch, seq);
+  }
+  wo_.forward(att, out, rows, accumulate);
+}
+
+// RoPE on q's and k's heads (k's follow q's in each fused row: one pass rotates both), each
+// context-parallel chunk at its own position.
+void Attention::rotate(float* qkv, std::int64_t batch, std::int64_t seq, bool backward) {
+  const std::int64_t heads = config_.n_heads + config_.n_kv_heads;
   if (ring()) {
-    const RingShape ring = ring_shape(batch, seq);
-    rope_chunks(*cp_, ring, config_.rope_theta, q, /*backward=*/false);
-    ring_attention_forward(*cp_, ring, q, att, lse, ring_);
-    wo_.forward(att, out, rows, accumulate);
+    rope_chunks(*cp_, ring_shape(batch, seq), config_.rope_theta, qkv, backward);
+  } else if (backward) {
+    kernels::rope_backward(qkv, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
+  } else {
+    kernels::rope_forward(qkv, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
+  }
+}
+
+template <class T>
+void Attention::attend(const T* qkv, float* att, float* lse, std::int64_t batch, std::int64_t seq) {
+  if (ring()) {
+    ring_attention_forward(*cp_, ring_shape(batch, seq), qkv, att, lse, ring_);
     return;
   }
-  // k's heads follow q's in each fused row: one pass rotates both.
-  kernels::rope_forward(q, batch, seq, config_.n_heads + config_.n_kv_heads, hd, config_.rope_theta,
-                        0, width);
-  kernels::attention_forward(shape, q, k, v, att, lse);
-  wo_.forward(att, out, rows, accumulate);
+  const T* k = qkv + config_.n_heads * hd_;
+  kernels::attention_forward(attention_shape(batch, seq), qkv, k, k + config_.n_kv_heads * hd_, att,
+                             lse);
+}
+
+template <class T>
+void Attention::attend_backward(const T* qkv, const float* datt, float* dqkv, std::int64_t batch,
+                                std::int64_t seq) {
+  const float* att = att_.data<float>();
+  const float* lse = lse_.data<float>();
+  if (ring()) {
+    ring_attention_backward(*cp_, ring_shape(batch, seq), qkv, att, datt, lse, dqkv, ring_);
+    return;
+  }
+  const T* k = qkv + config_.n_heads * hd_;
+  float* dk = dqkv + config_.n_heads * hd_;
+  kernels::attention_backward(attention_shape(batch, seq), qkv, k, k + config_.n_kv_heads * hd_,
+                              att, datt, lse, dqkv, dk, dk + config_.n_kv_heads * hd_);
 }
 
 template <ProductOperand X>
@@ -97,32 +135,22 @@ void Attention::backward(const float* dout, const X* x, float* dx, std::int64_t 
 
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
-  const std::int64_t rows = batch * seq, hd = hd_, width = qkv_width();
-  const kernels::AttentionShape shape = attention_shape(batch, seq);
-  float* datt = ensure(datt_, {rows, config_.n_heads * hd});
-  float* dq = ensure(dqkv_, {rows, width});
-  float* dk = dq + config_.n_heads * hd;
-  float* dv = dk + config_.n_kv_heads * hd;
-  const float* q = qkv_.data<float>();
-  const float* k = q + config_.n_heads * hd;
-  const float* v = k + config_.n_kv_heads * hd;
+  const std::int64_t rows = batch * seq;
+  float* datt = ensure(datt_, {rows, config_.n_heads * hd_});
+  float* dqkv = ensure(dqkv_, {rows, qkv_width()});
   if (deferred == nullptr) {
     wo_.backward(dout, att_.data<float>(), datt, rows);
   } else {  // dout is the block's gradient buffer, which backward goes on to change
     wo_.backward_input(dout, datt, rows);
     wo_.backward_weight(dout, att_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
   }
-  if (ring()) {
-    const RingShape ring = ring_shape(batch, seq);
-    ring_attention_backward(*cp_, ring, q, att_.data<float>(), datt, lse_.data<float>(), dq, ring_);
-    rope_chunks(*cp_, ring, config_.rope_theta, dq, /*backward=*/true);
+  if (qkv_.dtype() == DType::kBFloat16) {
+    attend_backward(qkv_.data<BFloat16>(), datt, dqkv, batch, seq);
   } else {
-    kernels::attention_backward(shape, q, k, v, att_.data<float>(), datt, lse_.data<float>(), dq,
-                                dk, dv);
-    kernels::rope_backward(dq, batch, seq, config_.n_heads + config_.n_kv_heads, hd,
-                           config_.rope_theta, 0, width);
+    attend_backward(qkv_.data<float>(), datt, dqkv, batch, seq);
   }
-  wqkv_.backward_input(dq, dx, rows);
+  rotate(dqkv, batch, seq, /*backward=*/true);
+  wqkv_.backward_input(dqkv, dx, rows);
 }
 
 template <ProductOperand X>

@@ -68,6 +68,14 @@ class Attention {
   kernels::AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;
   bool ring() const { return cp_ != nullptr && cp_->enabled(); }
   RingShape ring_shape(std::int64_t batch, std::int64_t seq) const;
+  void rotate(float* qkv, std::int64_t batch, std::int64_t seq, bool backward);
+  // Attention of the fused q|k|v rows (float32, or bfloat16 in mixed precision) into att_ and
+  // lse_, and its backward into the fused gradient rows.
+  template <class T>
+  void attend(const T* qkv, float* att, float* lse, std::int64_t batch, std::int64_t seq);
+  template <class T>
+  void attend_backward(const T* qkv, const float* datt, float* dqkv, std::int64_t batch,
+                       std::int64_t seq);
 
   AttentionConfig config_;  // this rank's heads
   std::int64_t hd_;         // head dimension
@@ -75,9 +83,10 @@ class Attention {
   // (wqkv_), generation the parts (wq_, wk_, wv_: its keys and values go to the cache).
   Parameter qkv_weight_;
   Linear wqkv_, wq_, wk_, wv_, wo_;
-  Tensor qkv_, att_, lse_;  // kept by forward: q|k|v rows after RoPE, attention output
-  Tensor q_;                // generation's queries
-  Tensor dqkv_, datt_;      // backward's scratch
+  // Kept by forward: q|k|v rows after RoPE (bfloat16 in mixed precision), attention output.
+  Tensor qkv_, att_, lse_;
+  Tensor q_;            // generation's queries
+  Tensor dqkv_, datt_;  // backward's scratch
   const ContextParallel* cp_;
   RingScratch ring_;
 };

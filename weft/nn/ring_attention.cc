@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #include "weft/base/check.h"
 #include "weft/kernels/attention.h"
@@ -38,11 +39,12 @@ kernels::AttentionShape block_shape(const RingShape& s, int q_chunk, int kv_chun
 }
 
 // This rank's keys and values, out of the fused rows into a block of their own.
-void pack_keys_values(const RingShape& s, const float* qkv, float* kv) {
+template <class T>
+void pack_keys_values(const RingShape& s, const T* qkv, T* kv) {
   const ChunkAt at{s};
   const std::int64_t rows = s.batch * 2 * s.chunk, q_width = at.out_width();
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* from = qkv + r * s.width() + q_width;
+    const T* from = qkv + r * s.width() + q_width;
     std::copy(from, from + at.kv_width(), kv + r * at.kv_width());
   }
 }
@@ -55,8 +57,9 @@ int holder_at(const ContextParallel& cp, int step) {
 // This rank's two query chunks against `holder`'s two chunks of keys and values (`keys`, a
 // packed block), merged into out and lse. The first block of every query chunk is the rank's
 // own chunk 0 (chunk `rank`, which comes before both of its query chunks): written in place.
-void attend(const ContextParallel& cp, const RingShape& s, const float* qkv, const float* keys,
-            int holder, float* out, float* lse, RingScratch& scratch) {
+template <class T>
+void attend(const ContextParallel& cp, const RingShape& s, const T* qkv, const T* keys, int holder,
+            float* out, float* lse, RingScratch& scratch) {
   const ChunkAt at{s};
   float* part = ensure(scratch.part, {at.rows(), at.out_width()});
   float* part_lse = ensure(scratch.part_lse, {s.batch, s.heads, s.chunk});
@@ -65,7 +68,7 @@ void attend(const ContextParallel& cp, const RingShape& s, const float* qkv, con
       const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
       if (kv_chunk > q_chunk) continue;  // wholly above the diagonal
       const bool first = holder == cp.rank() && kv_local == 0;
-      const float* k = keys + at.row(kv_local) * at.kv_width();
+      const T* k = keys + at.row(kv_local) * at.kv_width();
       float* o = out + at.row(q_local) * at.out_width();
       float* l = lse + at.lse(q_local);
       kernels::attention_forward(block_shape(s, q_chunk, kv_chunk),
@@ -80,9 +83,10 @@ void attend(const ContextParallel& cp, const RingShape& s, const float* qkv, con
 
 // The backward of attend(): dq added to q's columns of dqkv, the gradients of `holder`'s keys
 // and values added to `grads` (a packed block).
-void attend_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
-                     const float* keys, int holder, const float* out, const float* dout,
-                     const float* lse, float* dqkv, float* grads, RingScratch& scratch) {
+template <class T>
+void attend_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const T* keys,
+                     int holder, const float* out, const float* dout, const float* lse, float* dqkv,
+                     float* grads, RingScratch& scratch) {
   const ChunkAt at{s};
   // One block's gradients, in the strides the kernel writes them: q's rows as wide as qkv's.
   float* grad_q = ensure(scratch.grad_q, {at.rows(), s.width()});
@@ -92,7 +96,7 @@ void attend_backward(const ContextParallel& cp, const RingShape& s, const float*
       const int q_chunk = cp.chunk(q_local), kv_chunk = cp.chunk_of(holder, kv_local);
       if (kv_chunk > q_chunk) continue;
       const std::int64_t q_row = at.row(q_local), kv_row = at.row(kv_local);
-      const float* k = keys + kv_row * at.kv_width();
+      const T* k = keys + kv_row * at.kv_width();
       kernels::attention_backward(block_shape(s, q_chunk, kv_chunk), qkv + q_row * s.width(), k,
                                   k + s.kv_heads * s.head_dim, out + q_row * at.out_width(),
                                   dout + q_row * at.out_width(), lse + at.lse(q_local), grad_q,
@@ -128,17 +132,48 @@ std::int64_t block_size(const RingShape& s) {
   return s.batch * 2 * s.chunk * 2 * s.kv_heads * s.head_dim;
 }
 
+template <class T>
+T* ensure_as(Tensor& t, std::int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return ensure_bf16(t, {n});
+  } else {
+    return ensure(t, {n});
+  }
+}
+
+// Blocks of keys and values travel as they are stored: bfloat16 ones as their bytes, in
+// float-sized words (the shift and the gather copy them, never add; a block's element count
+// is even).
+template <class T>
+float* words(T* p) {
+  return reinterpret_cast<float*>(p);
+}
+template <class T>
+std::int64_t word_count(std::int64_t n) {
+  return n * static_cast<std::int64_t>(sizeof(T)) / static_cast<std::int64_t>(sizeof(float));
+}
+
+template <class T>
+std::unique_ptr<ContextParallelGroup::Pending> shift(const ContextParallel& cp, T* send, T* recv,
+                                                     std::int64_t n) {
+  return cp.group->ring_shift_async(words(send), words(recv), word_count<T>(n), kKeysValues);
+}
+
+template <class T>
+void gather(const ContextParallel& cp, T* own, T* all, std::int64_t n) {
+  cp.group->all_gather(words(own), words(all), word_count<T>(n));
+}
+
 // The ring: cp steps, each computing against the block held while the next one arrives.
-void ring_forward(const ContextParallel& cp, const RingShape& s, const float* qkv, float* out,
+template <class T>
+void ring_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, float* out,
                   float* lse, RingScratch& scratch) {
   const std::int64_t block = block_size(s);
-  float* kv[2] = {ensure(scratch.kv[0], {block}), ensure(scratch.kv[1], {block})};
+  T* kv[2] = {ensure_as<T>(scratch.kv[0], block), ensure_as<T>(scratch.kv[1], block)};
   pack_keys_values(s, qkv, kv[0]);
   for (int step = 0; step < cp.size(); ++step) {
     std::unique_ptr<ContextParallelGroup::Pending> next;
-    if (step + 1 < cp.size()) {
-      next = cp.group->ring_shift_async(kv[step % 2], kv[(step + 1) % 2], block, kKeysValues);
-    }
+    if (step + 1 < cp.size()) next = shift(cp, kv[step % 2], kv[(step + 1) % 2], block);
     attend(cp, s, qkv, kv[step % 2], holder_at(cp, step), out, lse, scratch);
     if (next) next->wait();
   }
@@ -147,19 +182,17 @@ void ring_forward(const ContextParallel& cp, const RingShape& s, const float* qk
 // The keys and values go around again, each block's gradients travelling with it; after the
 // last step one more shift brings each block's gradients to the rank that owns it, which
 // holds its own in dkv[size % 2] then.
-void ring_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
-                   const float* out, const float* dout, const float* lse, float* dqkv,
-                   RingScratch& scratch) {
+template <class T>
+void ring_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const float* out,
+                   const float* dout, const float* lse, float* dqkv, RingScratch& scratch) {
   const std::int64_t block = block_size(s);
-  float* kv[2] = {ensure(scratch.kv[0], {block}), ensure(scratch.kv[1], {block})};
+  T* kv[2] = {ensure_as<T>(scratch.kv[0], block), ensure_as<T>(scratch.kv[1], block)};
   float* dkv[2] = {ensure(scratch.dkv[0], {block}), ensure(scratch.dkv[1], {block})};
   pack_keys_values(s, qkv, kv[0]);
   std::fill(dkv[0], dkv[0] + block, 0.0f);
   for (int step = 0; step < cp.size(); ++step) {
     std::unique_ptr<ContextParallelGroup::Pending> next_kv;
-    if (step + 1 < cp.size()) {
-      next_kv = cp.group->ring_shift_async(kv[step % 2], kv[(step + 1) % 2], block, kKeysValues);
-    }
+    if (step + 1 < cp.size()) next_kv = shift(cp, kv[step % 2], kv[(step + 1) % 2], block);
     attend_backward(cp, s, qkv, kv[step % 2], holder_at(cp, step), out, dout, lse, dqkv,
                     dkv[step % 2], scratch);
     const auto shifted =
@@ -173,29 +206,31 @@ void ring_backward(const ContextParallel& cp, const RingShape& s, const float* q
 // All-gather: every rank's block at once, then the same blocks in the ring's order (so the
 // forward gives the ring's bits); in backward the blocks' key and value gradients are summed
 // onto their owners by one reduce-scatter.
-void gathered_forward(const ContextParallel& cp, const RingShape& s, const float* qkv, float* out,
+template <class T>
+void gathered_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, float* out,
                       float* lse, RingScratch& scratch) {
   const std::int64_t block = block_size(s);
-  float* own = ensure(scratch.kv[0], {block});
-  float* all = ensure(scratch.kv[1], {cp.size() * block});
+  T* own = ensure_as<T>(scratch.kv[0], block);
+  T* all = ensure_as<T>(scratch.kv[1], cp.size() * block);
   pack_keys_values(s, qkv, own);
-  cp.group->all_gather(own, all, block);
+  gather(cp, own, all, block);
   for (int step = 0; step < cp.size(); ++step) {
     const int holder = holder_at(cp, step);
     attend(cp, s, qkv, all + holder * block, holder, out, lse, scratch);
   }
 }
 
-void gathered_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+template <class T>
+void gathered_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
                        const float* out, const float* dout, const float* lse, float* dqkv,
                        RingScratch& scratch) {
   const std::int64_t block = block_size(s);
-  float* own = ensure(scratch.kv[0], {block});
-  float* all = ensure(scratch.kv[1], {cp.size() * block});
+  T* own = ensure_as<T>(scratch.kv[0], block);
+  T* all = ensure_as<T>(scratch.kv[1], cp.size() * block);
   float* grads = ensure(scratch.dkv[1], {cp.size() * block});
   float* own_grads = ensure(scratch.dkv[0], {block});
   pack_keys_values(s, qkv, own);
-  cp.group->all_gather(own, all, block);
+  gather(cp, own, all, block);
   std::fill(grads, grads + cp.size() * block, 0.0f);
   for (int step = 0; step < cp.size(); ++step) {
     const int holder = holder_at(cp, step);
@@ -208,8 +243,9 @@ void gathered_backward(const ContextParallel& cp, const RingShape& s, const floa
 
 }  // namespace
 
-void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const float* qkv,
-                            float* out, float* lse, RingScratch& scratch) {
+template <class T>
+void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, float* out,
+                            float* lse, RingScratch& scratch) {
   WEFT_CHECK(cp.enabled());
   if (cp.exchange == KeyValueExchange::kAllGather) {
     gathered_forward(cp, s, qkv, out, lse, scratch);
@@ -218,7 +254,8 @@ void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const
   }
 }
 
-void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+template <class T>
+void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
                              const float* out, const float* dout, const float* lse, float* dqkv,
                              RingScratch& scratch) {
   WEFT_CHECK(cp.enabled());
@@ -229,6 +266,16 @@ void ring_attention_backward(const ContextParallel& cp, const RingShape& s, cons
     ring_backward(cp, s, qkv, out, dout, lse, dqkv, scratch);
   }
 }
+
+#define WEFT_RING_ATTENTION(T)                                                                     \
+  template void ring_attention_forward(const ContextParallel&, const RingShape&, const T*, float*, \
+                                       float*, RingScratch&);                                      \
+  template void ring_attention_backward(const ContextParallel&, const RingShape&, const T*,        \
+                                        const float*, const float*, const float*, float*,          \
+                                        RingScratch&);
+WEFT_RING_ATTENTION(float)
+WEFT_RING_ATTENTION(BFloat16)
+#undef WEFT_RING_ATTENTION
 
 void rope_chunks(const ContextParallel& cp, const RingShape& s, double theta, float* qkv,
                  bool backward) {

@@ -7,8 +7,8 @@
 // rows are one [batch, chunk] block for the kernels): qkv [2, batch, chunk, width], the fused
 // q|k|v rows after RoPE (q's heads, then k's, then v's); out [2, batch, chunk, heads *
 // head_dim]; lse [2, batch, heads, chunk]. Per ring step a rank sends and receives one block
-// of keys and values, 2 * batch * chunk * 2 * kv_heads * head_dim floats (in backward also
-// their gradients).
+// of keys and values, 2 * batch * chunk * 2 * kv_heads * head_dim elements of qkv's type
+// (bfloat16 in mixed precision), in backward also their gradients (float32).
 #pragma once
 
 #include <cstdint>
@@ -29,11 +29,14 @@ struct RingScratch {
   Tensor kv[2], dkv[2], part, part_lse, grad_q, grad_kv;
 };
 
-void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const float* qkv,
-                            float* out, float* lse, RingScratch& scratch);
+// qkv float32, or bfloat16 (kernels/attention.h's mixed-precision kernels).
+template <class T>
+void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, float* out,
+                            float* lse, RingScratch& scratch);
 // dqkv [batch, 2 * chunk, width] is overwritten with the gradients of q, k and v (before RoPE's
 // backward); out and lse are the forward's.
-void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const float* qkv,
+template <class T>
+void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
                              const float* out, const float* dout, const float* lse, float* dqkv,
                              RingScratch& scratch);
 

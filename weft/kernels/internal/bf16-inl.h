@@ -25,17 +25,22 @@ HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The bfloat16 bits of each float32 lane, rounded, in the low half of an unsigned lane.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE void StoreBF16(D /*d*/, V v, std::uint16_t* HWY_RESTRICT p) {
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> BF16Bits(D /*d*/, V v) {
   const hn::RebindToUnsigned<D> du;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<std::uint16_t, D> d16;
   const auto bits = hn::BitCast(du, v);
   const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
   const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(lsb, hn::Set(du, 0x7fff))));
   const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40));
-  const auto top = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, top)), d16, p);
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreBF16(D d, V v, std::uint16_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<std::uint16_t, D> d16;
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, BF16Bits(d, v))), d16, p);
 }
 
 template <class D>
