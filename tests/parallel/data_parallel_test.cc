@@ -192,7 +192,7 @@ struct Layout {
   bool activation_checkpointing = false;
   bool sequence_parallel = true, loss_parallel = true;
   nn::KeyValueExchange cp_exchange = nn::KeyValueExchange::kRing;
-  DType reduce_dtype = DType::kFloat32;
+  DType reduce_dtype = DType::kFloat32, param_dtype = DType::kFloat32;
   nn::LlamaConfig model = config();
 };
 
@@ -217,6 +217,7 @@ RunResult parallel_run(const Layout& layout) {
                                  .fsdp_mode = layout.mode,
                                  .bucket_bytes = layout.bucket_bytes,
                                  .reduce_dtype = layout.reduce_dtype,
+                                 .param_dtype = layout.param_dtype,
                                  .sequence_parallel = layout.sequence_parallel,
                                  .loss_parallel = layout.loss_parallel,
                                  .cp_exchange = layout.cp_exchange,
@@ -280,7 +281,7 @@ double worst_relative(const std::vector<double>& got, const std::vector<double>&
 // reach 1.3e-5 while one step's gradients agree to 8e-7 (tensor_parallel_test).
 constexpr double kTolerance = 1e-6, kParameterTolerance = 1e-5;
 // The parity matrix in bf16 (below): CP's blocks round attention's P against their own
-// maximum, one process against the row's, and reach 8.5e-5.
+// maximum, one process against the row's, and reach 7.5e-5.
 constexpr double kMixedPrecisionTolerance = 2e-4;
 
 // Losses, the validation loss and the final parameters of `got` against `want`; prints the
@@ -367,6 +368,38 @@ TEST_F(DataParallelTest, GradientsReducedInBFloat16FollowOneProcess) {
     EXPECT_GT(worst, 1e-7) << name;
     EXPECT_LT(worst, 3e-4) << name;
     std::printf("%s: largest relative loss difference %.1e\n", name.c_str(), worst);
+  }
+}
+
+// mixed_precision_param = bfloat16 under FSDP: each rank rounds its shard of the weights only
+// products read and gathers bf16 (half their bytes); the products round the gathered float32
+// weights to the same bf16 values, so a run is bitwise the float32 gather's: every mode,
+// HSDP, and pipelined with tensor parallelism.
+TEST_F(DataParallelTest, ParametersGatheredInBFloat16AreBitwiseTheFloat32Gathers) {
+  struct MixedPrecision {
+    MixedPrecision() { nn::set_matmul_dtype(DType::kBFloat16); }
+    ~MixedPrecision() { nn::set_matmul_dtype(DType::kFloat32); }
+  } mixed;
+  const std::vector<std::pair<std::string, Layout>> layouts = {
+      {"FSDP 2 full_shard", {.shard = 2}},
+      {"FSDP 3 zero2", {.shard = 3, .mode = ShardingMode::kZero2}},
+      {"FSDP 2 zero1", {.shard = 2, .mode = ShardingMode::kZero1}},
+      {"HSDP 2x2", {.replicate = 2, .shard = 2}},
+      {"PP 2 1F1B x FSDP 2 x TP 2",
+       {.pp = 2, .shard = 2, .tp = 2, .pipeline = {.schedule = "1F1B", .microbatches = 2}}},
+  };
+  for (auto [name, layout] : layouts) {
+    const RunResult float32 = parallel_run(layout);
+    layout.param_dtype = DType::kBFloat16;
+    const RunResult bf16 = parallel_run(layout);
+    EXPECT_EQ(bf16.losses, float32.losses) << name;
+    EXPECT_EQ(bf16.validation, float32.validation) << name;
+    ASSERT_EQ(bf16.params.size(), float32.params.size()) << name;
+    for (std::size_t i = 0; i < bf16.params.size(); ++i) {
+      EXPECT_EQ(bf16.params[i].second.to_vector<float>(),
+                float32.params[i].second.to_vector<float>())
+          << name << ": " << bf16.params[i].first;
+    }
   }
 }
 
@@ -854,7 +887,8 @@ TEST(FsdpTest, FullStateMovesBetweenRankCountsAndModes) {
 // data-parallel rank's batch in 2, or 3 where it holds 3 sequences: in the pipeline's
 // micro-batches, or accumulated). Prints the table docs/PARALLELISM.md shows.
 //
-// Run twice: in float32, and in mixed precision (the products on bf16 operands) against one
+// Run twice: in float32, and in mixed precision (the products on bf16 operands, FSDP gathering
+// their weights in bf16) against one
 // mixed-precision process. Layouts then differ by more than the reductions' order: a weight or
 // activation that differs in its last float32 bits between layouts can round to a different
 // bf16 value, a relative step of 2^-8 in that one operand.
@@ -897,7 +931,7 @@ TEST_P(ParityMatrixTest, EveryCombinationEqualsOneProcess) {
   std::map<int, RunResult> references;  // by micro-batch count
   std::printf("| layout | ranks | largest relative loss difference |\n|---|---|---|\n");
   const auto run = [&](const std::vector<const Choice*>& chosen) {
-    Layout l{.model = model};
+    Layout l{.param_dtype = GetParam(), .model = model};
     std::string name;
     for (const Choice* c : chosen) {
       c->apply(l);

@@ -38,7 +38,8 @@ template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out,
                         const T* dout, const T* lse, T* dq, T* dk, T* dv);
 
-// Mixed precision: q, k and v in bfloat16 (head_dim, q_stride and kv_stride even), the rest
+// Mixed precision: q, k and v in bfloat16 (head_dim, q_stride and kv_stride even), and the
+// backward's out (the forward's output, rounded: what the output projection reads); the rest
 // float32. The four products read bfloat16, P and dS rounded to nearest even, and accumulate
 // in float32 (kernels/internal/attention_tiles_bf16.h: AVX512_BF16's dot product where the CPU
 // has it, the same bits elsewhere); the softmax, lse, delta and the gradients' sums over tiles
@@ -46,7 +47,7 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
 void attention_forward(const AttentionShape& s, const BFloat16* q, const BFloat16* k,
                        const BFloat16* v, float* out, float* lse);
 void attention_backward(const AttentionShape& s, const BFloat16* q, const BFloat16* k,
-                        const BFloat16* v, const float* out, const float* dout, const float* lse,
+                        const BFloat16* v, const BFloat16* out, const float* dout, const float* lse,
                         float* dq, float* dk, float* dv);
 
 // Folds a block's attention into a running one, for the same queries against more keys:

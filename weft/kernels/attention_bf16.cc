@@ -11,6 +11,7 @@
 
 #include "weft/base/check.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/internal/attention_blocks.h"
 #include "weft/kernels/internal/attention_tiles_bf16.h"
 #include "weft/kernels/internal/softmax_rows.h"
@@ -171,15 +172,17 @@ void attention_forward(const AttentionShape& shape, const BFloat16* q, const BFl
 }
 
 void attention_backward(const AttentionShape& shape, const BFloat16* q, const BFloat16* k,
-                        const BFloat16* v, const float* out, const float* dout, const float* lse,
+                        const BFloat16* v, const BFloat16* out, const float* dout, const float* lse,
                         float* dq, float* dk, float* dv) {
   const AttentionShape s = resolved(shape);
   const std::int64_t group = s.heads / s.kv_heads, d = s.head_dim;
+  // delta = rowsum(dO * O) per (batch, head, query), O widened a token's row at a time.
   std::vector<float> delta(size(s.batch * s.heads * s.seq));
   parallel_for(s.batch * s.seq, 64, [&](std::int64_t first, std::int64_t end) {
-    std::vector<float> dots(size(s.heads));
+    std::vector<float> dots(size(s.heads)), o(size(s.heads * d));
     for (std::int64_t t = first; t < end; ++t) {
-      internal::row_dots(out + t * s.heads * d, dout + t * s.heads * d, d, s.heads, d, dots.data());
+      to_float(out + t * s.heads * d, o.data(), s.heads * d);
+      internal::row_dots(o.data(), dout + t * s.heads * d, d, s.heads, d, dots.data());
       for (std::int64_t h = 0; h < s.heads; ++h)
         delta[size((t / s.seq * s.heads + h) * s.seq + t % s.seq)] = dots[size(h)];
     }

@@ -37,7 +37,9 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
       wk_(params.at(prefix + ".wk.weight")),
       wv_(params.at(prefix + ".wv.weight")),
       wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
-      cp_(cp) {}
+      cp_(cp) {
+  for (Linear* l : {&wq_, &wk_, &wv_}) l->weight().product_operand = true;
+}
 
 std::int64_t Attention::qkv_width() const {
   return (config_.n_heads + 2 * config_.n_kv_heads) * hd_;
@@ -66,25 +68,30 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
 
 // In mixed precision the projection's float32 output is scratch (the backward's dqkv_, which
 // the backward overwrites) and qkv_ keeps it rotated and rounded to bfloat16, which the
-// attention kernels read: half the bytes kept, and under context parallelism sent.
+// attention kernels read: half the bytes kept, and under context parallelism sent. The
+// attention's output is rounded once too (into att_, through the scratch datt_), for the
+// output projection's two products and the backward's delta.
 template <ProductOperand X>
 void Attention::forward(const X* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
-  const std::int64_t rows = batch * seq, width = qkv_width();
-  float* att = ensure(att_, {rows, config_.n_heads * hd_});
+  const std::int64_t rows = batch * seq, width = qkv_width(), att_width = config_.n_heads * hd_;
   float* lse = ensure(lse_, {batch, config_.n_heads, seq});
   const bool mixed = matmul_dtype() == DType::kBFloat16;
   float* qkv = ensure(mixed ? dqkv_ : qkv_, {rows, width});
+  float* att = ensure(mixed ? datt_ : att_, {rows, att_width});
   wqkv_.forward(x, qkv, rows);
   rotate(qkv, batch, seq, /*backward=*/false);
-  if (mixed) {
-    BFloat16* rounded = ensure_bf16(qkv_, {rows, width});
-    kernels::to_bfloat16_threaded(qkv, rounded, rows * width);
-    attend(rounded, att, lse, batch, seq);
-  } else {
+  if (!mixed) {
     attend(qkv, att, lse, batch, seq);
+    wo_.forward(att, out, rows, accumulate);
+    return;
   }
-  wo_.forward(att, out, rows, accumulate);
+  BFloat16* rounded = ensure_bf16(qkv_, {rows, width});
+  kernels::to_bfloat16_threaded(qkv, rounded, rows * width);
+  attend(static_cast<const BFloat16*>(rounded), att, lse, batch, seq);
+  BFloat16* att16 = ensure_bf16(att_, {rows, att_width});
+  kernels::to_bfloat16_threaded(att, att16, rows * att_width);
+  wo_.forward(static_cast<const BFloat16*>(att16), out, rows, accumulate);
 }
 
 // RoPE on q's and k's heads (k's follow q's in each fused row: one pass rotates both), each
@@ -114,7 +121,7 @@ void Attention::attend(const T* qkv, float* att, float* lse, std::int64_t batch,
 template <class T>
 void Attention::attend_backward(const T* qkv, const float* datt, float* dqkv, std::int64_t batch,
                                 std::int64_t seq) {
-  const float* att = att_.data<float>();
+  const T* att = att_.data<T>();
   const float* lse = lse_.data<float>();
   if (ring()) {
     ring_attention_backward(*cp_, ring_shape(batch, seq), qkv, att, datt, lse, dqkv, ring_);
@@ -133,31 +140,46 @@ void Attention::backward(const float* dout, const X* x, float* dx, std::int64_t 
   backward_weight(x, batch * seq, deferred);
 }
 
+// In mixed precision qkv_ is spent once attention's backward has read it: it becomes the
+// bfloat16 gradient of the projection's output, rounded once for both halves of its backward.
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
-  const std::int64_t rows = batch * seq;
+  const std::int64_t rows = batch * seq, width = qkv_width();
   float* datt = ensure(datt_, {rows, config_.n_heads * hd_});
-  float* dqkv = ensure(dqkv_, {rows, qkv_width()});
-  if (deferred == nullptr) {
-    wo_.backward(dout, att_.data<float>(), datt, rows);
-  } else {  // dout is the block's gradient buffer, which backward goes on to change
-    wo_.backward_input(dout, datt, rows);
-    wo_.backward_weight(dout, att_.data<float>(), rows, deferred, /*copy_dy=*/true, false);
-  }
-  if (qkv_.dtype() == DType::kBFloat16) {
-    attend_backward(qkv_.data<BFloat16>(), datt, dqkv, batch, seq);
-  } else {
+  float* dqkv = ensure(dqkv_, {rows, width});
+  visit_operand(att_, [&](auto* att) {
+    if (deferred == nullptr) {
+      wo_.backward(dout, att, datt, rows);
+    } else {  // dout is the block's gradient buffer, which backward goes on to change
+      wo_.backward_input(dout, datt, rows);
+      wo_.backward_weight(dout, att, rows, deferred, /*copy_dy=*/true, false);
+    }
+  });
+  if (qkv_.dtype() != DType::kBFloat16) {
     attend_backward(qkv_.data<float>(), datt, dqkv, batch, seq);
+    rotate(dqkv, batch, seq, /*backward=*/true);
+    wqkv_.backward_input(dqkv, dx, rows);
+    return;
   }
+  attend_backward(static_cast<const BFloat16*>(qkv_.data<BFloat16>()), datt, dqkv, batch, seq);
   rotate(dqkv, batch, seq, /*backward=*/true);
-  wqkv_.backward_input(dqkv, dx, rows);
+  BFloat16* dqkv16 = qkv_.data<BFloat16>();
+  kernels::to_bfloat16_threaded(dqkv, dqkv16, rows * width);
+  wqkv_.backward_input(static_cast<const BFloat16*>(dqkv16), dx, rows);
 }
 
 template <ProductOperand X>
 void Attention::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                 bool copy_x) {
-  // dqkv_ is scratch that the next backward overwrites.
-  wqkv_.backward_weight(dqkv_.data<float>(), x, rows, deferred, /*copy_dy=*/true, copy_x);
+  // The gradient of the projection's output: dqkv_ (float32) or qkv_ (bfloat16), scratch that
+  // the next forward or backward overwrites.
+  if (qkv_.dtype() == DType::kBFloat16) {
+    const BFloat16* dqkv = qkv_.data<BFloat16>();
+    wqkv_.backward_weight(dqkv, x, rows, deferred, /*copy_dy=*/true, copy_x);
+  } else {
+    const float* dqkv = dqkv_.data<float>();
+    wqkv_.backward_weight(dqkv, x, rows, deferred, /*copy_dy=*/true, copy_x);
+  }
 }
 
 #define WEFT_ATTENTION_INPUT(X)                                                                 \

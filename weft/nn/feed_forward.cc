@@ -10,7 +10,10 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
       w13_weight_(params.stack({{prefix + ".w1.weight", hidden_}, {prefix + ".w3.weight", hidden_}},
                                dim, prefix + ".w13.weight", Sharding{0, parts, part})),
       w13_(w13_weight_),
-      w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {}
+      w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {
+  for (const char* part_name : {".w1.weight", ".w3.weight"})
+    params.at(prefix + part_name).product_operand = true;
+}
 
 // In mixed precision SwiGLU writes its output, and its backward the gradient of w1|w3's output,
 // as bfloat16 for the products that read them: neither is made again from float32.

@@ -72,7 +72,9 @@ std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors) {
 
 Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
                Sharding sharding)
-    : Linear(params.add(name + ".weight", {out, in}, sharding)) {}
+    : Linear(params.add(name + ".weight", {out, in}, sharding)) {
+  weight_.product_operand = true;
+}
 
 Linear::Linear(Parameter& shared)
     : weight_(shared), in_(shared.value.size(1)), out_(shared.value.size(0)) {}

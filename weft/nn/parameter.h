@@ -29,6 +29,9 @@ struct Parameter {
   Tensor grad;       // same shape; accumulated by backward, zeroed by zero_grad()
   Sharding sharding;
   Shape full_shape;  // the whole parameter's
+  // Read only by matrix products (a Linear's own weight, not a tied embedding): under mixed
+  // precision FSDP may gather it in bf16, which the products round it to anyway.
+  bool product_operand = false;
 
   bool sharded() const { return sharding.dim >= 0 && sharding.parts > 1; }
   // Where this rank's slice starts along sharding.dim of the whole parameter.

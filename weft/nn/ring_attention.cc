@@ -85,7 +85,7 @@ void attend(const ContextParallel& cp, const RingShape& s, const T* qkv, const T
 // and values added to `grads` (a packed block).
 template <class T>
 void attend_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const T* keys,
-                     int holder, const float* out, const float* dout, const float* lse, float* dqkv,
+                     int holder, const T* out, const float* dout, const float* lse, float* dqkv,
                      float* grads, RingScratch& scratch) {
   const ChunkAt at{s};
   // One block's gradients, in the strides the kernel writes them: q's rows as wide as qkv's.
@@ -183,7 +183,7 @@ void ring_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, f
 // last step one more shift brings each block's gradients to the rank that owns it, which
 // holds its own in dkv[size % 2] then.
 template <class T>
-void ring_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const float* out,
+void ring_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const T* out,
                    const float* dout, const float* lse, float* dqkv, RingScratch& scratch) {
   const std::int64_t block = block_size(s);
   T* kv[2] = {ensure_as<T>(scratch.kv[0], block), ensure_as<T>(scratch.kv[1], block)};
@@ -221,9 +221,8 @@ void gathered_forward(const ContextParallel& cp, const RingShape& s, const T* qk
 }
 
 template <class T>
-void gathered_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
-                       const float* out, const float* dout, const float* lse, float* dqkv,
-                       RingScratch& scratch) {
+void gathered_backward(const ContextParallel& cp, const RingShape& s, const T* qkv, const T* out,
+                       const float* dout, const float* lse, float* dqkv, RingScratch& scratch) {
   const std::int64_t block = block_size(s);
   T* own = ensure_as<T>(scratch.kv[0], block);
   T* all = ensure_as<T>(scratch.kv[1], cp.size() * block);
@@ -256,7 +255,7 @@ void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const
 
 template <class T>
 void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
-                             const float* out, const float* dout, const float* lse, float* dqkv,
+                             const T* out, const float* dout, const float* lse, float* dqkv,
                              RingScratch& scratch) {
   WEFT_CHECK(cp.enabled());
   zero_q_columns(s, dqkv);
@@ -271,7 +270,7 @@ void ring_attention_backward(const ContextParallel& cp, const RingShape& s, cons
   template void ring_attention_forward(const ContextParallel&, const RingShape&, const T*, float*, \
                                        float*, RingScratch&);                                      \
   template void ring_attention_backward(const ContextParallel&, const RingShape&, const T*,        \
-                                        const float*, const float*, const float*, float*,          \
+                                        const T*, const float*, const float*, float*,              \
                                         RingScratch&);
 WEFT_RING_ATTENTION(float)
 WEFT_RING_ATTENTION(BFloat16)

@@ -29,7 +29,8 @@ struct RingScratch {
   Tensor kv[2], dkv[2], part, part_lse, grad_q, grad_kv;
 };
 
-// qkv float32, or bfloat16 (kernels/attention.h's mixed-precision kernels).
+// qkv float32, or bfloat16 (kernels/attention.h's mixed-precision kernels; the backward's out,
+// the forward's output, is then bfloat16 too).
 template <class T>
 void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const T* qkv, float* out,
                             float* lse, RingScratch& scratch);
@@ -37,7 +38,7 @@ void ring_attention_forward(const ContextParallel& cp, const RingShape& s, const
 // backward); out and lse are the forward's.
 template <class T>
 void ring_attention_backward(const ContextParallel& cp, const RingShape& s, const T* qkv,
-                             const float* out, const float* dout, const float* lse, float* dqkv,
+                             const T* out, const float* dout, const float* lse, float* dqkv,
                              RingScratch& scratch);
 
 // RoPE on this rank's rows of qkv (q's and k's heads), each chunk at its global position.

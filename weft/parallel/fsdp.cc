@@ -10,15 +10,23 @@
 #include "weft/kernels/convert.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/kernels/parallel.h"
+#include "weft/nn/layers.h"
 #include "weft/parallel/checks.h"
 
 namespace weft::parallel {
 
 // One parameter's place in its unit. Rank r holds rows [r * shard_rows, ...) of it, rows_of(r)
 // of them, at `offset` in its block of the unit; the block is laid out alike on every rank.
+//
+// In a bfloat16 gather (set_param_dtype) a rank's block is laid out anew: the bf16 pieces
+// (the weights only products read) first, two to a float-sized word, then the others in
+// float32; `packed` is a piece's place there, in bf16 elements for the first and in words for
+// the others.
 struct FullyShardedDataParallel::Piece {
   nn::Parameter* param;
   std::int64_t rows, cols, shard_rows, offset;
+  bool bf16 = false;
+  std::int64_t packed = 0;
 
   std::int64_t rows_of(int rank) const {
     return std::clamp<std::int64_t>(rows - rank * shard_rows, 0, shard_rows);
@@ -55,7 +63,11 @@ struct FullyShardedDataParallel::Unit {
   std::int64_t full_bytes = 0;          // bytes of the full parameters (and of the grads)
   bool current = true;                  // the full parameters are resident and up to date
   bool in_backward = false;             // pipelined: between its first and last backward
+  std::int64_t packed_size = 0;         // words of a rank's block in a bfloat16 gather
+  bool has_bf16 = false;                // a piece that a bfloat16 gather rounds
   std::vector<float> gathered;          // every rank's block, while a gather is in flight
+  std::vector<float> packed;            // this rank's block rounded, for a bfloat16 gather
+  bool gathered_bf16 = false;           // the gather in flight is a bfloat16 one
   std::shared_ptr<dist::Work> gather;
 };
 
@@ -161,6 +173,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Llama& model, dist::Proce
   for (auto& u : units_) {
     u->offset = shard_size_;
     shard_size_ += u->size;
+    lay_out_bf16_gather(*u);
   }
   values_.assign(static_cast<std::size_t>(shard_size_), 0.0f);
   grads_.assign(values_.size(), 0.0f);
@@ -230,12 +243,47 @@ void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
   unsharded_peak_ = std::max(unsharded_peak_, unsharded_);
 }
 
+void FullyShardedDataParallel::lay_out_bf16_gather(Unit& u) {
+  std::int64_t halves = 0, words = 0;
+  for (Piece& p : u.pieces) {
+    p.bf16 = p.param->product_operand;
+    u.has_bf16 = u.has_bf16 || p.bf16;
+    p.packed = p.bf16 ? halves : words;
+    (p.bf16 ? halves : words) += p.size();
+  }
+  const std::int64_t first = (halves + 1) / 2;  // the float32 pieces start after the bf16 ones
+  for (Piece& p : u.pieces) p.packed += p.bf16 ? 0 : first;
+  u.packed_size = first + words;
+}
+
+// This rank's block into u.packed: the bf16 pieces rounded, the others copied.
+void FullyShardedDataParallel::pack_bf16(Unit& u) {
+  u.packed = take_buffer(static_cast<std::size_t>(u.packed_size));
+  const float* block = values_.data() + u.offset;
+  for (const Piece& p : u.pieces) {
+    if (p.bf16) {
+      kernels::to_bfloat16(block + p.offset, bf16_in(u.packed) + p.packed, p.size());
+    } else {
+      std::copy(block + p.offset, block + p.offset + p.size(), u.packed.data() + p.packed);
+    }
+  }
+}
+
 void FullyShardedDataParallel::start_gather(Unit& u) {
   if (u.current || u.gather) return;
-  u.gathered = take_buffer(static_cast<std::size_t>(u.size * ranks_));
-  count_unsharded(bytes_of(u.size * ranks_));
-  u.gather = shard_.all_gather_async(
-      u.gathered, std::span<float>(values_.data() + u.offset, static_cast<std::size_t>(u.size)));
+  // Only while the products read bf16: float32 products would read the rounded weights.
+  u.gathered_bf16 =
+      param_dtype_ == DType::kBFloat16 && u.has_bf16 && nn::matmul_dtype() == DType::kBFloat16;
+  const std::int64_t block = u.gathered_bf16 ? u.packed_size : u.size;
+  u.gathered = take_buffer(static_cast<std::size_t>(block * ranks_));
+  count_unsharded(bytes_of(block * ranks_));
+  std::span<float> mine(values_.data() + u.offset, static_cast<std::size_t>(u.size));
+  if (u.gathered_bf16) {
+    pack_bf16(u);
+    count_unsharded(bytes_of(block));
+    mine = u.packed;
+  }
+  u.gather = shard_.all_gather_async(u.gathered, mine);
 }
 
 void FullyShardedDataParallel::finish_gather(Unit& u) {
@@ -247,10 +295,29 @@ void FullyShardedDataParallel::finish_gather(Unit& u) {
     for (Storage* s : u.values) s->restore();
     count_unsharded(u.full_bytes);
   }
+  const std::int64_t block = u.gathered_bf16 ? u.packed_size : u.size;
   for (const Piece& p : u.pieces) {
-    p.unpack(u.gathered.data(), p.param->value.data<float>(), u.size, ranks_);
+    float* full = p.param->value.data<float>();
+    if (!u.gathered_bf16) {
+      p.unpack(u.gathered.data(), full, u.size, ranks_);
+      continue;
+    }
+    for (int r = 0; r < ranks_; ++r) {  // widened: the products round them back to the same bf16
+      const float* from = u.gathered.data() + r * block;
+      const std::int64_t n = p.rows_of(r) * p.cols;
+      if (n == 0) continue;
+      if (p.bf16) {
+        kernels::to_float(reinterpret_cast<const BFloat16*>(from) + p.packed, full + p.first(r), n);
+      } else {
+        std::copy(from + p.packed, from + p.packed + n, full + p.first(r));
+      }
+    }
   }
-  count_unsharded(-bytes_of(u.size * ranks_));
+  if (u.gathered_bf16) {
+    count_unsharded(-bytes_of(block));
+    give_back(std::move(u.packed));
+  }
+  count_unsharded(-bytes_of(block * ranks_));
   give_back(std::move(u.gathered));
   u.current = true;
 }
@@ -391,6 +458,14 @@ void FullyShardedDataParallel::finish_reduction() {
   count_unsharded(-bytes_of(size * (ranks_ + 1)));
   give_back(std::move(r->send));
   give_back(std::move(r->recv));
+}
+
+void FullyShardedDataParallel::set_param_dtype(DType dtype) {
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
+    throw InvalidArgument("FSDP gathers parameters in float32 or bfloat16, not " +
+                          std::string(dtype_name(dtype)));
+  }
+  param_dtype_ = dtype;
 }
 
 void FullyShardedDataParallel::set_reduce_dtype(DType dtype) {

@@ -20,6 +20,8 @@
 //   (the next unit's gather is started while the current one computes) and frees them after
 //   each; zero1 and zero2 keep the full parameters and refresh each unit from the updated
 //   shards by an all-gather before its first forward after a step.
+// - Under mixed precision (set_param_dtype) the weights only products read are gathered in
+//   bf16, half their bytes, with the same results.
 // - HSDP: with a `replicate` group, each shard's gradients are also summed across the
 //   replicas holding the same shard, so replicas stay identical.
 // - The optimizer (AdamW, element-wise) updates the shards; clipping sums the squared norm of
@@ -95,6 +97,15 @@ class FullyShardedDataParallel {
   // or kBFloat16 (ParallelOptions::reduce_dtype); InvalidArgument otherwise. Set before the
   // first backward.
   void set_reduce_dtype(DType dtype);
+  // The dtype the weights that only matrix products read (nn::Parameter::product_operand)
+  // are gathered in (TorchTitan's mixed_precision_param): kFloat32 (the default), or
+  // kBFloat16 under mixed precision (while nn::matmul_dtype() is bf16; float32 gathers
+  // otherwise): each rank rounds its shard of them to bf16 and the all-gather moves half their
+  // bytes; they are widened into the model's float32 tensors, which the products round to the
+  // same bf16, so results are bitwise a float32 gather's.
+  // Other parameters (norms, the embedding) are gathered in float32 either way.
+  // InvalidArgument for other dtypes.
+  void set_param_dtype(DType dtype);
   void hold_reductions(bool held) { held_ = held; }
   // Pipelined: reduces and frees every unit whose reduction was held (zero bubble: after the
   // step's last W, when the weight gradients are final).
@@ -152,6 +163,8 @@ class FullyShardedDataParallel {
   void pipelined_before_backward(Unit& u);
   void pipelined_after_backward(int model_unit);
   void end_backward(Unit& u);
+  void lay_out_bf16_gather(Unit& u);
+  void pack_bf16(Unit& u);
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void free_parameters(Unit& u);
@@ -167,14 +180,15 @@ class FullyShardedDataParallel {
   dist::ProcessGroup& shard_;
   dist::ProcessGroup* replicate_;
   ShardingMode mode_;
-  DType reduce_dtype_ = DType::kFloat32;
+  DType reduce_dtype_ = DType::kFloat32, param_dtype_ = DType::kFloat32;
   nn::AdamWOptions options_;
   int ranks_, rank_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] the root, [1 + l] block l
   std::int64_t shard_size_ = 0;               // elements of every unit's shard, this rank
   std::vector<float> values_, grads_, exp_avg_, exp_avg_sq_;  // this rank's shards
   std::deque<std::unique_ptr<Reduction>> reductions_;
-  static constexpr std::size_t kSpareBuffers = 6;  // two gathers and two reductions in flight
+  // Two gathers (each with its rounded block in bf16) and two reductions in flight.
+  static constexpr std::size_t kSpareBuffers = 8;
   std::vector<std::vector<float>> spare_;
   int hooks_ = -1;
   bool syncing_ = false, pipelined_ = false, held_ = false;

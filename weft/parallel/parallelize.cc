@@ -144,6 +144,7 @@ class Sharded : public DataParallel {
       : fsdp_(model, shard, replicate, options.fsdp_mode, options.optimizer) {
     fsdp_.set_pipelined(options.dims.pp > 1);
     fsdp_.set_reduce_dtype(options.reduce_dtype);
+    fsdp_.set_param_dtype(options.param_dtype);
   }
   void init_weights(std::uint64_t seed) override { fsdp_.init_weights(seed); }
   void zero_grad() override { fsdp_.zero_grad(); }

@@ -66,6 +66,10 @@ struct ParallelOptions {
   // widened back; half the bytes where the group's engine sums bf16 itself, the mpi backend's).
   // Gradients are float32 before and after.
   DType reduce_dtype = DType::kFloat32;
+  // The dtype FSDP gathers the weights only products read in (TorchTitan's
+  // mixed_precision_param; FullyShardedDataParallel::set_param_dtype): kFloat32, or kBFloat16
+  // under mixed precision (half the bytes, the same results).
+  DType param_dtype = DType::kFloat32;
   bool sequence_parallel = true;                                   // with tp > 1
   bool loss_parallel = true;                                       // with tp > 1
   nn::KeyValueExchange cp_exchange = nn::KeyValueExchange::kRing;  // with cp > 1

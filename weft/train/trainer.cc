@@ -118,6 +118,7 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   options.fsdp_mode = parallel::parse_sharding_mode(p.fsdp_mode);
   options.bucket_bytes = static_cast<std::size_t>(p.bucket_size_mb * (1 << 20));
   options.reduce_dtype = parse_dtype(config.training.mixed_precision_reduce);
+  options.param_dtype = parse_dtype(config.training.mixed_precision_param);
   options.sequence_parallel = p.enable_sequence_parallel;
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config.optimizer;
