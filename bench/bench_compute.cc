@@ -15,8 +15,9 @@
 //   BM_ScoresTile/i,  one tile product of attention's, unmasked, with the tile's operands in
 //   BM_PvTile/i       cache: S = Q K^T (64 x 256 x 64) and P V (64 x 64 x 256), through
 //                     oneDNN (i = 0) and through weft's own tiles (i = 1)
-//   BM_Attention*     weft's causal attention at the debug model's shape (batch 8, sequence
-//                     256, 4 heads of 64, fused q|k|v rows); FLOP/s counts the causal pairs
+//   BM_Attention*/t   weft's causal attention at the debug model's shape (batch 8, sequence
+//                     256, 4 heads of 64, fused q|k|v rows), float32 (t = 0) or on bfloat16
+//                     q|k|v (t = 1, mixed precision's); FLOP/s counts the causal pairs
 //   BM_Linear/i       the debug model's q|k|v projection (2048 tokens, 256 -> 768), forward
 //                     and backward: weft's linear_* in fixed blocks of rows (i = 0), against
 //                     the same three products as one call each (i = 1), and linear_* in
@@ -241,14 +242,32 @@ struct DebugAttention {
   std::vector<float> out = std::vector<float>(dout.size());
   std::vector<float> lse = std::vector<float>(kBatch * kHeads * kSeq);
   std::vector<float> dqkv = std::vector<float>(qkv.size());
-  const float* q() const { return qkv.data(); }
-  const float* k() const { return qkv.data() + kHeads * kHeadDim; }
-  const float* v() const { return qkv.data() + 2 * kHeads * kHeadDim; }
-  void forward() { weft::kernels::attention_forward(shape, q(), k(), v(), out.data(), lse.data()); }
-  void backward() {
+  std::vector<weft::BFloat16> qkv16 = std::vector<weft::BFloat16>(qkv.begin(), qkv.end());
+  std::vector<weft::BFloat16> out16;  // the output rounded, as the model keeps it
+  template <class T>
+  static const T* heads(const std::vector<T>& rows, int part) {
+    return rows.data() + part * kHeads * kHeadDim;
+  }
+  void forward(bool bf16) {
+    if (bf16) {
+      weft::kernels::attention_forward(shape, heads(qkv16, 0), heads(qkv16, 1), heads(qkv16, 2),
+                                       out.data(), lse.data());
+    } else {
+      weft::kernels::attention_forward(shape, heads(qkv, 0), heads(qkv, 1), heads(qkv, 2),
+                                       out.data(), lse.data());
+    }
+  }
+  void backward(bool bf16) {
     float* dq = dqkv.data();
-    weft::kernels::attention_backward(shape, q(), k(), v(), out.data(), dout.data(), lse.data(), dq,
-                                      dq + kHeads * kHeadDim, dq + 2 * kHeads * kHeadDim);
+    float* dk = dq + kHeads * kHeadDim;
+    float* dv = dk + kHeads * kHeadDim;
+    if (bf16) {
+      weft::kernels::attention_backward(shape, heads(qkv16, 0), heads(qkv16, 1), heads(qkv16, 2),
+                                        out16.data(), dout.data(), lse.data(), dq, dk, dv);
+    } else {
+      weft::kernels::attention_backward(shape, heads(qkv, 0), heads(qkv, 1), heads(qkv, 2),
+                                        out.data(), dout.data(), lse.data(), dq, dk, dv);
+    }
   }
   // One product over the causal (query, key) pairs: 2 * head_dim FLOPs per pair.
   static double product_flops() {
@@ -258,7 +277,7 @@ struct DebugAttention {
 
 void BM_AttentionForward(benchmark::State& state) {
   DebugAttention a;
-  for (auto _ : state) a.forward();
+  for (auto _ : state) a.forward(state.range(0) == 1);
   state.counters["FLOP/s"] = benchmark::Counter(
       2 * DebugAttention::product_flops() * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
@@ -267,8 +286,9 @@ void BM_AttentionForward(benchmark::State& state) {
 // Five products: P recomputed, dV, dP, dQ, dK.
 void BM_AttentionBackward(benchmark::State& state) {
   DebugAttention a;
-  a.forward();
-  for (auto _ : state) a.backward();
+  a.forward(state.range(0) == 1);
+  a.out16 = std::vector<weft::BFloat16>(a.out.begin(), a.out.end());
+  for (auto _ : state) a.backward(state.range(0) == 1);
   state.counters["FLOP/s"] = benchmark::Counter(
       5 * DebugAttention::product_flops() * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
@@ -336,9 +356,11 @@ struct Registration {
 };
 
 const std::vector<Registration>& benchmarks() {
-  auto ms = [](benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMillisecond); };
   auto us = [](benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMicrosecond); };
   auto both = [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1); };
+  auto ms_both = [](benchmark::internal::Benchmark* b) {
+    b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+  };
   static const std::vector<Registration> all = {
       {"BM_FmaPeak", BM_FmaPeak, [](benchmark::internal::Benchmark*) {}},
       {"BM_Matmul", BM_Matmul,
@@ -355,8 +377,8 @@ const std::vector<Registration>& benchmarks() {
        [](benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(1024); }, false},
       {"BM_ScoresTile", BM_ScoresTile, both},
       {"BM_PvTile", BM_PvTile, both},
-      {"BM_AttentionForward", BM_AttentionForward, ms},
-      {"BM_AttentionBackward", BM_AttentionBackward, ms},
+      {"BM_AttentionForward", BM_AttentionForward, ms_both},
+      {"BM_AttentionBackward", BM_AttentionBackward, ms_both},
       {"BM_Linear", BM_Linear,
        [](benchmark::internal::Benchmark* b) {
          b->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
