@@ -222,6 +222,28 @@ TEST_P(RopeTest, FloatVectorsAndRestMatchThePairLoop) {
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << i;
 }
 
+// Mixed precision: the rotation of q's and k's heads and the rest of the fused row (v's heads)
+// written out of place in bfloat16 are bitwise rope_forward (rope_backward) in place, then
+// rounded; the input is left as it was. head_dim 20 (a vector and a rest on AVX2), 24 columns of
+// v (a vector and a scalar rest).
+TEST_P(RopeTest, BFloat16OutputIsTheFloat32OneRounded) {
+  const std::int64_t b = 2, t = 9, h = 3, d = 20, width = h * d + 24, first = 3;
+  std::vector<float> x(static_cast<std::size_t>(b * t * width));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.91 * i) * 3);
+  for (const bool backward : {false, true}) {
+    std::vector<float> want = x;
+    const auto in_place = backward ? rope_backward<float> : rope_forward<float>;
+    in_place(want.data(), b, t, h, d, 10000.0, first, width);
+    const std::vector<float> before = x;
+    std::vector<BFloat16> got(x.size());
+    const auto bf16 = backward ? rope_backward_bf16 : rope_forward_bf16;
+    bf16(x.data(), got.data(), b, t, h, d, 10000.0, first, width);
+    ASSERT_EQ(x, before);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(got[i].bits, BFloat16(want[i]).bits) << (backward ? "backward " : "forward ") << i;
+  }
+}
+
 TEST_P(SwigluTest, Gradients) {
   const std::int64_t n = 50;
   Vec a = random_vec(n, 1, 2.0), bb = random_vec(n, 2), r = random_vec(n, 3);
@@ -286,6 +308,37 @@ TEST_P(CrossEntropyTest, MatchesLogSoftmaxAndItsGradient) {
 
 // Loss parallel: two uneven shards of the vocabulary, combined as the model combines them
 // across ranks (max of the maxima, sum of the sums), give the whole rows' losses and gradient.
+// Mixed precision: the gradients written in bfloat16 are bitwise the float32 ones rounded,
+// the whole rows' and a shard's (vocab 37: vectors of every width and a rest; targets inside
+// and outside the shard).
+TEST_P(CrossEntropyTest, BFloat16GradientsAreTheFloat32OnesRounded) {
+  const std::int64_t n = 5, vocab = 37, first = 10, shard = 21;
+  const std::vector<float> logits = random_vec<float>(n * vocab, 3, 3.0);
+  const std::vector<std::int32_t> targets{0, 36, 12, 30, 10};
+  std::vector<float> want(logits.size());
+  cross_entropy_backward(logits.data(), targets.data(), n, vocab, 0.25, want.data());
+  std::vector<BFloat16> got(logits.size());
+  cross_entropy_backward(logits.data(), targets.data(), n, vocab, 0.25, got.data());
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i].bits, BFloat16(want[i]).bits) << i;
+
+  std::vector<float> columns(static_cast<std::size_t>(n * shard)), shift(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::copy_n(logits.begin() + i * vocab + first, shard, columns.begin() + i * shard);
+    double sum = 0, max = -1e30;
+    for (std::int64_t j = 0; j < vocab; ++j) max = std::max<double>(max, logits[i * vocab + j]);
+    for (std::int64_t j = 0; j < vocab; ++j) sum += std::exp(logits[i * vocab + j] - max);
+    shift[i] = static_cast<float>(max + std::log(sum));
+  }
+  std::vector<float> want_shard(columns.size());
+  std::vector<BFloat16> got_shard(columns.size());
+  cross_entropy_shard_backward(columns.data(), targets.data(), n, vocab, first, shard, shift.data(),
+                               0.25, want_shard.data());
+  cross_entropy_shard_backward(columns.data(), targets.data(), n, vocab, first, shard, shift.data(),
+                               0.25, got_shard.data());
+  for (std::size_t i = 0; i < want_shard.size(); ++i)
+    ASSERT_EQ(got_shard[i].bits, BFloat16(want_shard[i]).bits) << "shard " << i;
+}
+
 TEST_P(CrossEntropyTest, ShardsCombineToTheWholeRows) {
   const std::int64_t n = 5, vocab = 37, split = 16;
   Vec logits = random_vec(n * vocab, 4, 3.0);

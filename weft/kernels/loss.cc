@@ -4,11 +4,15 @@
 #include "weft/kernels/loss.h"
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "weft/base/dtype.h"
 #include "weft/base/simd-inl.h"
+#include "weft/kernels/internal/bf16-inl.h"
 #include "weft/kernels/internal/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -39,19 +43,34 @@ void forward_rows(const T* logits, const std::int32_t* targets, std::int64_t fir
   }
 }
 
-template <class T>
+// The target's gradient: (softmax - 1) * scale = e * scale - scale. In float it is the stored
+// e * scale less scale; rounded to bfloat16 (O = its bits), the unrounded product is computed
+// again in one lane (FastExp gives each lane the same bits whatever the vector's width).
+template <class T, class O>
+HWY_INLINE void subtract_target(const T* row, std::int64_t t, T shift, T scale, O* dr) {
+  if constexpr (std::is_same_v<O, std::uint16_t>) {
+    const hn::CappedTag<T, 1> d1;
+    const auto e = FastExp(d1, hn::Sub(hn::Set(d1, row[t]), hn::Set(d1, shift)));
+    dr[t] = BFloat16(hn::GetLane(hn::Mul(e, hn::Set(d1, scale))) - scale).bits;
+  } else {
+    dr[t] -= scale;
+  }
+}
+
+// dlogits in T, or in bfloat16 (O = std::uint16_t, its bits) for the output layer's products.
+template <class T, class O>
 void backward_rows(const T* logits, const std::int32_t* targets, std::int64_t first,
-                   std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {
+                   std::int64_t end, std::int64_t vocab, T scale, O* dlogits) {
   for (std::int64_t i = first; i < end; ++i) {
     const T* row = logits + i * vocab;
-    T* dr = dlogits + i * vocab;
+    O* dr = dlogits + i * vocab;
     const auto [max, lse] = log_sum_exp(row, vocab);
     const T shift = max + lse;
     ForVectors<T>(vocab, [&](auto d, std::int64_t j) {
       const auto e = FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, shift)));
-      hn::StoreU(hn::Mul(e, hn::Set(d, scale)), d, dr + j);
+      StoreAs(d, hn::Mul(e, hn::Set(d, scale)), dr + j);
     });
-    dr[targets[i]] -= scale;
+    subtract_target(row, targets[i], shift, scale, dr);
   }
 }
 
@@ -76,19 +95,19 @@ void shard_sums_rows(const T* logits, const std::int32_t* targets, std::int64_t 
   }
 }
 
-template <class T>
+template <class T, class O>
 void shard_backward_rows(const T* logits, const std::int32_t* targets, std::int64_t first_row,
                          std::int64_t end, std::int64_t first, std::int64_t shard, const T* shift,
-                         T scale, T* dlogits) {
+                         T scale, O* dlogits) {
   for (std::int64_t i = first_row; i < end; ++i) {
     const T* row = logits + i * shard;
-    T* dr = dlogits + i * shard;
+    O* dr = dlogits + i * shard;
     ForVectors<T>(shard, [&](auto d, std::int64_t j) {
       const auto e = FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, shift[i])));
-      hn::StoreU(hn::Mul(e, hn::Set(d, scale)), d, dr + j);
+      StoreAs(d, hn::Mul(e, hn::Set(d, scale)), dr + j);
     });
     const std::int64_t t = targets[i] - first;
-    if (t >= 0 && t < shard) dr[t] -= scale;
+    if (t >= 0 && t < shard) subtract_target(row, t, shift[i], scale, dr);
   }
 }
 
@@ -121,6 +140,16 @@ WEFT_LOSS(float, F32)
 WEFT_LOSS(double, F64)
 #undef WEFT_LOSS
 
+void BackwardRowsBF16(const float* logits, const std::int32_t* targets, std::int64_t first,
+                      std::int64_t end, std::int64_t vocab, float scale, std::uint16_t* dlogits) {
+  backward_rows(logits, targets, first, end, vocab, scale, dlogits);
+}
+void ShardBackwardRowsBF16(const float* logits, const std::int32_t* targets, std::int64_t first_row,
+                           std::int64_t end, std::int64_t first, std::int64_t shard,
+                           const float* shift, float scale, std::uint16_t* dlogits) {
+  shard_backward_rows(logits, targets, first_row, end, first, shard, shift, scale, dlogits);
+}
+
 }  // namespace weft::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -141,6 +170,33 @@ HWY_EXPORT(ShardSumsRowsF32);
 HWY_EXPORT(ShardSumsRowsF64);
 HWY_EXPORT(ShardBackwardRowsF32);
 HWY_EXPORT(ShardBackwardRowsF64);
+HWY_EXPORT(BackwardRowsBF16);
+HWY_EXPORT(ShardBackwardRowsBF16);
+
+namespace {
+std::uint16_t* bits_of(BFloat16* p) { return reinterpret_cast<std::uint16_t*>(p); }
+}  // namespace
+
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, std::int64_t n,
+                            std::int64_t vocab, double dloss, BFloat16* dlogits) {
+  const auto scale = static_cast<float>(dloss);
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
+  parallel_for(n, 16, [&](std::int64_t first, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(BackwardRowsBF16)
+    (logits, targets, first, end, vocab, scale, bits_of(dlogits));
+  });
+}
+
+void cross_entropy_shard_backward(const float* logits, const std::int32_t* targets, std::int64_t n,
+                                  std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                                  const float* shift, double dloss, BFloat16* dlogits) {
+  internal::check_ids(targets, n, vocab, "cross_entropy: target");
+  const auto scale = static_cast<float>(dloss);
+  parallel_for(n, 16, [&](std::int64_t first_row, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(ShardBackwardRowsBF16)
+    (logits, targets, first_row, end, first, shard, shift, scale, bits_of(dlogits));
+  });
+}
 
 template <class T>
 double cross_entropy_forward(const T* logits, const std::int32_t* targets, std::int64_t n,

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "weft/base/dtype.h"
+
 namespace weft::kernels {
 
 // Per-row losses into losses[n]; returns their sum (in double).
@@ -35,5 +37,13 @@ template <class T>
 void cross_entropy_shard_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
                                   std::int64_t vocab, std::int64_t first, std::int64_t shard,
                                   const T* shift, double dloss, T* dlogits);
+
+// Mixed precision: the same gradients written in bfloat16, for the output layer's products
+// that read them (computed in float32, then rounded: bitwise the float32 kernels' rounded).
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, std::int64_t n,
+                            std::int64_t vocab, double dloss, BFloat16* dlogits);
+void cross_entropy_shard_backward(const float* logits, const std::int32_t* targets, std::int64_t n,
+                                  std::int64_t vocab, std::int64_t first, std::int64_t shard,
+                                  const float* shift, double dloss, BFloat16* dlogits);
 
 }  // namespace weft::kernels

@@ -13,6 +13,7 @@
 #include "hwy/highway.h"
 #include "weft/base/check.h"
 #include "weft/base/simd.h"
+#include "weft/kernels/internal/bf16-inl.h"
 #include "weft/kernels/parallel.h"
 
 #if HWY_ONCE
@@ -102,6 +103,40 @@ void rotate_rows(T* x, const T* cos, const T* sin, std::int64_t first, std::int6
   }
 }
 
+// Mixed precision: rotate_rows' rotation of the first `heads` heads of each row of x, and the
+// rest of the row (up to row_width) as it is, all written to y rounded to bfloat16 (rows
+// row_width apart); x is left as it was. The same arithmetic, then StoreBF16's rounding.
+void RotateRowsBF16(const float* x, std::uint16_t* y, const float* cos, const float* sin,
+                    std::int64_t first, std::int64_t end, std::int64_t seq, std::int64_t heads,
+                    std::int64_t head_dim, std::int64_t row_width, float sign) {
+  const hn::ScalableTag<float> d;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto signv = hn::Set(d, sign);
+  for (std::int64_t bt = first; bt < end; ++bt) {
+    const float* c = cos + (bt % seq) * head_dim;
+    const float* s = sin + (bt % seq) * head_dim;
+    const float* row = x + bt * row_width;
+    std::uint16_t* out = y + bt * row_width;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* v = row + h * head_dim;
+      std::uint16_t* o = out + h * head_dim;
+      std::int64_t j = 0;
+      for (; w >= 2 && j + w <= head_dim; j += w) {
+        const auto vj = hn::LoadU(d, v + j);
+        const auto partner = hn::Mul(hn::Reverse2(d, vj), hn::Mul(hn::LoadU(d, s + j), signv));
+        StoreBF16(d, hn::Add(hn::Mul(vj, hn::LoadU(d, c + j)), partner), o + j);
+      }
+      for (; j < head_dim; j += 2) {
+        o[j] = BFloat16(v[j] * c[j] + v[j + 1] * (s[j] * sign)).bits;
+        o[j + 1] = BFloat16(v[j + 1] * c[j + 1] + v[j] * (s[j + 1] * sign)).bits;
+      }
+    }
+    std::int64_t j = heads * head_dim;
+    for (; j + w <= row_width; j += w) StoreBF16(d, hn::LoadU(d, row + j), out + j);
+    for (; j < row_width; ++j) out[j] = BFloat16(row[j]).bits;
+  }
+}
+
 #define WEFT_ROPE(T, S)                                                                      \
   void RotateRows##S(T* x, const T* cos, const T* sin, std::int64_t first, std::int64_t end, \
                      std::int64_t seq, std::int64_t heads, std::int64_t head_dim,            \
@@ -120,6 +155,7 @@ namespace weft::kernels {
 
 HWY_EXPORT(RotateRowsF32);
 HWY_EXPORT(RotateRowsF64);
+HWY_EXPORT(RotateRowsBF16);
 
 namespace {
 
@@ -136,7 +172,34 @@ void rotate(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads, std:
   });
 }
 
+// rotate() into bfloat16 rows.
+void rotate_bf16(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq,
+                 std::int64_t heads, std::int64_t head_dim, double theta,
+                 std::int64_t first_position, std::int64_t row_width, float sign) {
+  WEFT_CHECK_EQ(head_dim % 2, 0);
+  WEFT_CHECK_GE(row_width, heads * head_dim);
+  const auto table = table_for<float>(seq, head_dim, theta, first_position);
+  auto* bits = reinterpret_cast<std::uint16_t*>(y);
+  parallel_for(batch * seq, 64, [&](std::int64_t first, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(RotateRowsBF16)
+    (x, bits, table->cos.data(), table->sin.data(), first, end, seq, heads, head_dim, row_width,
+     sign);
+  });
+}
+
 }  // namespace
+
+void rope_forward_bf16(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq,
+                       std::int64_t heads, std::int64_t head_dim, double theta,
+                       std::int64_t first_position, std::int64_t row_width) {
+  rotate_bf16(x, y, batch, seq, heads, head_dim, theta, first_position, row_width, 1.0f);
+}
+
+void rope_backward_bf16(const float* dx, BFloat16* dy, std::int64_t batch, std::int64_t seq,
+                        std::int64_t heads, std::int64_t head_dim, double theta,
+                        std::int64_t first_position, std::int64_t row_width) {
+  rotate_bf16(dx, dy, batch, seq, heads, head_dim, theta, first_position, row_width, -1.0f);
+}
 
 template <class T>
 void rope_forward(T* x, std::int64_t batch, std::int64_t seq, std::int64_t heads,

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "weft/base/dtype.h"
+
 namespace weft::kernels {
 
 template <class T>
@@ -19,5 +21,17 @@ template <class T>
 void rope_backward(T* dx, std::int64_t batch, std::int64_t seq, std::int64_t heads,
                    std::int64_t head_dim, double theta, std::int64_t first_position = 0,
                    std::int64_t row_stride = 0);
+
+// Mixed precision, out of place: y = x with the rotation (forward: +angle, backward: -angle)
+// applied to the first `heads` heads of each row and the rest of the row (v's heads in a fused
+// q|k|v row) as it is, rounded to bfloat16: bitwise rope_forward (rope_backward) in place and
+// then each element rounded to nearest even. x and y rows are row_width elements apart
+// (row_width >= heads * head_dim); x is not changed.
+void rope_forward_bf16(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq,
+                       std::int64_t heads, std::int64_t head_dim, double theta,
+                       std::int64_t first_position, std::int64_t row_width);
+void rope_backward_bf16(const float* dx, BFloat16* dy, std::int64_t batch, std::int64_t seq,
+                        std::int64_t heads, std::int64_t head_dim, double theta,
+                        std::int64_t first_position, std::int64_t row_width);
 
 }  // namespace weft::kernels

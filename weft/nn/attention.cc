@@ -80,14 +80,14 @@ void Attention::forward(const X* x, float* out, std::int64_t batch, std::int64_t
   float* qkv = ensure(mixed ? dqkv_ : qkv_, {rows, width});
   float* att = ensure(mixed ? datt_ : att_, {rows, att_width});
   wqkv_.forward(x, qkv, rows);
-  rotate(qkv, batch, seq, /*backward=*/false);
   if (!mixed) {
+    rotate(qkv, batch, seq, /*backward=*/false);
     attend(qkv, att, lse, batch, seq);
     wo_.forward(att, out, rows, accumulate);
     return;
   }
   BFloat16* rounded = ensure_bf16(qkv_, {rows, width});
-  kernels::to_bfloat16_threaded(qkv, rounded, rows * width);
+  rotate(qkv, rounded, batch, seq, /*backward=*/false);
   attend(static_cast<const BFloat16*>(rounded), att, lse, batch, seq);
   BFloat16* att16 = ensure_bf16(att_, {rows, att_width});
   kernels::to_bfloat16_threaded(att, att16, rows * att_width);
@@ -104,6 +104,19 @@ void Attention::rotate(float* qkv, std::int64_t batch, std::int64_t seq, bool ba
     kernels::rope_backward(qkv, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
   } else {
     kernels::rope_forward(qkv, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
+  }
+}
+
+// rotate() and the rounding to bfloat16 of every column in one pass, x unchanged.
+void Attention::rotate(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq,
+                       bool backward) {
+  const std::int64_t heads = config_.n_heads + config_.n_kv_heads;
+  if (ring()) {
+    rope_chunks_bf16(*cp_, ring_shape(batch, seq), config_.rope_theta, x, y, backward);
+  } else if (backward) {
+    kernels::rope_backward_bf16(x, y, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
+  } else {
+    kernels::rope_forward_bf16(x, y, batch, seq, heads, hd_, config_.rope_theta, 0, qkv_width());
   }
 }
 
@@ -162,9 +175,8 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
     return;
   }
   attend_backward(static_cast<const BFloat16*>(qkv_.data<BFloat16>()), datt, dqkv, batch, seq);
-  rotate(dqkv, batch, seq, /*backward=*/true);
   BFloat16* dqkv16 = qkv_.data<BFloat16>();
-  kernels::to_bfloat16_threaded(dqkv, dqkv16, rows * width);
+  rotate(dqkv, dqkv16, batch, seq, /*backward=*/true);
   wqkv_.backward_input(static_cast<const BFloat16*>(dqkv16), dx, rows);
 }
 

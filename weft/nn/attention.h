@@ -69,6 +69,7 @@ class Attention {
   bool ring() const { return cp_ != nullptr && cp_->enabled(); }
   RingShape ring_shape(std::int64_t batch, std::int64_t seq) const;
   void rotate(float* qkv, std::int64_t batch, std::int64_t seq, bool backward);
+  void rotate(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq, bool backward);
   // Attention of the fused q|k|v rows (float32, or bfloat16 in mixed precision) into att_ and
   // lse_, and its backward into the fused gradient rows.
   template <class T>

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "weft/base/error.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/loss.h"
 #include "weft/nn/parameter.h"
 #include "weft/tensor/random.h"
@@ -333,7 +335,9 @@ double Llama::loss_forward(std::int64_t rows) {
   return total;
 }
 
-void Llama::loss_backward(std::int64_t rows, double scale, float* dlogits) {
+// dlogits in float32, or in bfloat16 for the output layer's products under mixed precision.
+template <class G>
+void Llama::loss_backward(std::int64_t rows, double scale, G* dlogits) {
   const float* logits = logits_.data<float>();
   if (!tp_->enabled()) {
     kernels::cross_entropy_backward(logits, targets_.data(), rows, config_.vocab_size, scale,
@@ -351,8 +355,12 @@ void Llama::loss_backward(std::int64_t rows, double scale, float* dlogits) {
   kernels::cross_entropy_backward(static_cast<const float*>(all), targets_.data(), rows,
                                   config_.vocab_size, scale, all);
   for (std::int64_t i = 0; i < rows; ++i) {
-    std::memcpy(dlogits + i * shard, all + i * config_.vocab_size + first,
-                static_cast<std::size_t>(shard) * sizeof(float));
+    const float* mine = all + i * config_.vocab_size + first;
+    if constexpr (std::is_same_v<G, BFloat16>) {
+      kernels::to_bfloat16(mine, dlogits + i * shard, shard);
+    } else {
+      std::memcpy(dlogits + i * shard, mine, static_cast<std::size_t>(shard) * sizeof(float));
+    }
   }
 }
 
@@ -387,15 +395,23 @@ void Llama::head_backward(float* dx, double loss_scale, std::int64_t rows,
   const int last = static_cast<int>(config_.n_layers);
   const std::int64_t dim = config_.dim, local = tp_->local_rows(rows);
   call(&UnitHooks::before_backward, last, false);
-  float* dlogits = ensure(dlogits_, {rows, output_->out()});
-  loss_backward(rows, loss_scale / static_cast<double>(rows), dlogits);
+  ensure_operand(dlogits_, {rows, output_->out()});
   float* dxn = ensure(dxn_, {rows, dim});
   const float* xn = tp_->plan().sequence_sharded() ? xn_full_.data<float>() : xn_.data<float>();
-  if (deferred == nullptr) {
-    output_->backward(dlogits, xn, dxn, rows);
-  } else {  // dlogits is scratch; xn is kept with the activations
-    output_->backward_input(dlogits, dxn, rows);
-    output_->backward_weight(dlogits, xn, rows, deferred, /*copy_dy=*/true, false);
+  const double scale = loss_scale / static_cast<double>(rows);
+  auto output_backward = [&](auto* dlogits) {
+    loss_backward(rows, scale, dlogits);
+    if (deferred == nullptr) {
+      output_->backward(dlogits, xn, dxn, rows);
+    } else {  // dlogits is scratch; xn is kept with the activations
+      output_->backward_input(dlogits, dxn, rows);
+      output_->backward_weight(dlogits, xn, rows, deferred, /*copy_dy=*/true, false);
+    }
+  };
+  if (dlogits_.dtype() == DType::kBFloat16) {
+    output_backward(dlogits_.data<BFloat16>());
+  } else {
+    output_backward(dlogits_.data<float>());
   }
   if (tp_->enabled()) {
     float* dxn_local = ensure(dxn_local_, {local, dim});

@@ -177,7 +177,8 @@ class Llama {
                      DeferredWeightGrads* deferred);
   void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
   double loss_forward(std::int64_t rows);
-  void loss_backward(std::int64_t rows, double scale, float* dlogits);
+  template <class G>
+  void loss_backward(std::int64_t rows, double scale, G* dlogits);
   void norm_backward(const float* dxn, float* dx, std::int64_t local);
 
   LlamaConfig config_;

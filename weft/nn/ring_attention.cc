@@ -292,4 +292,15 @@ void rope_chunks(const ContextParallel& cp, const RingShape& s, double theta, fl
   }
 }
 
+void rope_chunks_bf16(const ContextParallel& cp, const RingShape& s, double theta, const float* qkv,
+                      BFloat16* out, bool backward) {
+  const ChunkAt at{s};
+  for (int local = 0; local < 2; ++local) {
+    const std::int64_t offset = at.row(local) * s.width(), position = cp.chunk(local) * s.chunk;
+    const auto rope = backward ? kernels::rope_backward_bf16 : kernels::rope_forward_bf16;
+    rope(qkv + offset, out + offset, s.batch, s.chunk, s.heads + s.kv_heads, s.head_dim, theta,
+         position, s.width());
+  }
+}
+
 }  // namespace weft::nn

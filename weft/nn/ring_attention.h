@@ -44,5 +44,8 @@ void ring_attention_backward(const ContextParallel& cp, const RingShape& s, cons
 // RoPE on this rank's rows of qkv (q's and k's heads), each chunk at its global position.
 void rope_chunks(const ContextParallel& cp, const RingShape& s, double theta, float* qkv,
                  bool backward);
+// The same into bfloat16 rows (every column rounded; kernels::rope_forward_bf16), qkv unchanged.
+void rope_chunks_bf16(const ContextParallel& cp, const RingShape& s, double theta, const float* qkv,
+                      BFloat16* out, bool backward);
 
 }  // namespace weft::nn

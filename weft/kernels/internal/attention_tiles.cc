@@ -7,6 +7,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "weft/kernels/internal/tile_loops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -116,41 +117,9 @@ HWY_INLINE void transposed_block(const T* p, std::int64_t ldp, const T* b, std::
       store_or_add(dt, acc[i][q], accumulate, o + (k0 + i) * ldo + x0 + q * w);
 }
 
-// block.template operator()<NV>(x0) for the last chunk of d: NV == rest vectors.
-template <int NV, class Block>
-HWY_INLINE void rest_of_vectors(std::int64_t rest, std::int64_t x0, Block& block) {
-  if constexpr (NV > 0) {
-    if (rest == NV) {
-      block.template operator()<NV>(x0);
-    } else {
-      rest_of_vectors<NV - 1>(rest, x0, block);
-    }
-  }
-}
-
-// Calls block.template operator()<NV>(x0) over d in chunks of up to kMaxVectors vectors, up
-// to the last whole vector (the caller does the rest of d in scalars).
-template <class T, class Block>
-HWY_INLINE void over_vectors(std::int64_t d, Block&& block) {
-  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
-  std::int64_t x0 = 0;
-  for (; x0 + kMaxVectors * w <= d; x0 += kMaxVectors * w)
-    block.template operator()<kMaxVectors>(x0);
-  rest_of_vectors<kMaxVectors - 1>((d - x0) / w, x0, block);
-}
-
-// Calls block.template operator()<R>(r) for the blocks of R rows in [begin, end), then the
-// rest in at most one block each of R / 2, R / 4, ..., 1 rows.
-template <int R, class Block>
-HWY_INLINE void over_row_blocks(std::int64_t begin, std::int64_t end, Block&& block) {
-  for (; begin + R <= end; begin += R) block.template operator()<R>(begin);
-  if constexpr (R > 1) over_row_blocks<R / 2>(begin, end, block);
-}
-
-// The visible end (exclusive) of a block's columns: those of its last row, within [0, cols].
-HWY_INLINE std::int64_t visible_end(std::int64_t last_row, std::int64_t diagonal,
-                                    std::int64_t cols) {
-  return std::clamp<std::int64_t>(last_row + diagonal + 1, 0, cols);
+template <class T>
+std::int64_t lanes() {
+  return static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
 }
 
 template <class T>
@@ -223,11 +192,11 @@ void rows_times_tile(const T* p, std::int64_t ldp, const T* v, std::int64_t ldv,
                      T* o, std::int64_t ldo) {
   over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t r) HWY_ATTR {
     const std::int64_t end = visible_end(r + R - 1, diagonal, cols);
-    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
+    over_vectors<kMaxVectors>(d, lanes<T>(), [&]<int NV>(std::int64_t x0) HWY_ATTR {
       rows_block<T, R, NV>(p, ldp, v, ldv, r, end, x0, accumulate, o, ldo);
     });
   });
-  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
+  const std::int64_t w = lanes<T>();
   for (std::int64_t r = 0; r < rows; ++r) {  // the last d % w columns
     const std::int64_t end = visible_end(r, diagonal, cols);
     for (std::int64_t x = d - d % w; x < d; ++x) {
@@ -246,11 +215,11 @@ void tile_transposed_times_rows(const T* p, std::int64_t ldp, const T* b, std::i
   auto first_row = [&](std::int64_t k) { return std::clamp<std::int64_t>(k - diagonal, 0, rows); };
   over_row_blocks<kRows>(0, cols, [&]<int R>(std::int64_t k) HWY_ATTR {
     const std::int64_t begin = first_row(k);
-    over_vectors<T>(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
+    over_vectors<kMaxVectors>(d, lanes<T>(), [&]<int NV>(std::int64_t x0) HWY_ATTR {
       transposed_block<T, R, NV>(p, ldp, b, ldb, k, begin, rows, x0, accumulate, o, ldo);
     });
   });
-  const auto w = static_cast<std::int64_t>(hn::Lanes(Tag<T>()));
+  const std::int64_t w = lanes<T>();
   for (std::int64_t k = 0; k < cols; ++k) {  // the last d % w columns of o
     for (std::int64_t x = d - d % w; x < d; ++x) {
       T sum = 0;

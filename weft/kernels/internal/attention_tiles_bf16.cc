@@ -11,6 +11,7 @@
 #include "hwy/highway.h"
 #include "weft/kernels/internal/attention_tiles.h"
 #include "weft/kernels/internal/bf16-inl.h"
+#include "weft/kernels/internal/tile_loops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
@@ -146,37 +147,6 @@ HWY_INLINE void pairs_block(const std::uint32_t* a, std::int64_t lda, const std:
   }
 }
 
-template <int R, class Block>
-HWY_INLINE void over_row_blocks(std::int64_t begin, std::int64_t end, Block&& block) {
-  for (; begin + R <= end; begin += R) block.template operator()<R>(begin);
-  if constexpr (R > 1) over_row_blocks<R / 2>(begin, end, block);
-}
-
-template <int NV, class Block>
-HWY_INLINE void rest_of_vectors(std::int64_t rest, std::int64_t x0, Block& block) {
-  if constexpr (NV > 0) {
-    if (rest == NV) {
-      block.template operator()<NV>(x0);
-    } else {
-      rest_of_vectors<NV - 1>(rest, x0, block);
-    }
-  }
-}
-
-// block<NV>(x0) over d's whole vectors in chunks of up to kMaxVectors.
-template <class Block>
-HWY_INLINE void over_vectors(std::int64_t d, Block&& block) {
-  const std::int64_t w = lanes();
-  std::int64_t x0 = 0;
-  for (; x0 + kMaxVectors * w <= d; x0 += kMaxVectors * w)
-    block.template operator()<kMaxVectors>(x0);
-  rest_of_vectors<kMaxVectors - 1>((d - x0) / w, x0, block);
-}
-
-inline std::int64_t visible_end(std::int64_t last_row, std::int64_t diagonal, std::int64_t cols) {
-  return std::clamp<std::int64_t>(last_row + diagonal + 1, 0, cols);
-}
-
 // The product of a's words [rows][...] and b's [...][d], row block by row block, each over
 // its words [range(i).first, range(i).second) for a block starting at row i: vectors, then
 // the last d % lanes columns in scalars.
@@ -186,7 +156,7 @@ void pairs_product(const std::uint32_t* a, std::int64_t lda, const std::uint32_t
                    bool accumulate, float* o, std::int64_t ldo) {
   over_row_blocks<kRows>(0, rows, [&]<int R>(std::int64_t i) HWY_ATTR {
     const std::pair<std::int64_t, std::int64_t> words = range(i, R);
-    over_vectors(d, [&]<int NV>(std::int64_t x0) HWY_ATTR {
+    over_vectors<kMaxVectors>(d, lanes(), [&]<int NV>(std::int64_t x0) HWY_ATTR {
       pairs_block<Dot, R, NV>(a, lda, b, ldb, i, words.first, words.second, x0, accumulate, o, ldo);
     });
   });
