@@ -24,6 +24,10 @@
 //                     bfloat16 (i = 2)
 //   BM_PackKeys       one head's keys transposed for the score tiles (256 x 64)
 //   BM_Rope           RoPE over the debug model's q and k, in their fused rows
+//   BM_RmsNorm/t      RMSNorm's forward and SwiGLU's forward and backward at llama_512's
+//   BM_Swiglu/t       shapes (2048 rows of 512; of 2 x 1408), writing float32 (t = 0), the
+//                     bfloat16 the products read in mixed precision (t = 1), or float32 then
+//                     rounded to bfloat16 in a second pass (t = 2)
 //
 //   build/release/bench/bench_compute --benchmark_repetitions=3
 //   --benchmark_report_aggregates_only=true
@@ -79,9 +83,12 @@ HWY_AFTER_NAMESPACE();
 
 #include "weft/base/simd.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/convert.h"
 #include "weft/kernels/internal/attention_tiles.h"
 #include "weft/kernels/matmul.h"
+#include "weft/kernels/rmsnorm.h"
 #include "weft/kernels/rope.h"
+#include "weft/kernels/swiglu.h"
 
 namespace bench {
 HWY_EXPORT(FmaChains);
@@ -348,6 +355,62 @@ void BM_Rope(benchmark::State& state) {
   }
 }
 
+// The element-wise kernels around llama_512's products (2048 rows), writing float32 (t = 0) or
+// the bfloat16 that mixed precision's products read (t = 1).
+constexpr std::int64_t kLlamaRows = 2048, kLlamaDim = 512, kLlamaHidden = 1408;
+
+void BM_RmsNorm(benchmark::State& state) {
+  const auto x = random_floats(kLlamaRows * kLlamaDim, 1), w = random_floats(kLlamaDim, 2);
+  std::vector<float> y(x.size()), rstd(kLlamaRows);
+  std::vector<weft::BFloat16> y16(x.size());
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      weft::kernels::rmsnorm_forward(x.data(), w.data(), y16.data(), rstd.data(), kLlamaRows,
+                                     kLlamaDim, 1e-5);
+    } else {
+      weft::kernels::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kLlamaRows,
+                                     kLlamaDim, 1e-5);
+      if (state.range(0) == 2)
+        weft::kernels::to_bfloat16(y.data(), y16.data(), kLlamaRows * kLlamaDim);
+    }
+    benchmark::DoNotOptimize(rstd.data());
+  }
+}
+
+// Forward and backward of w1|w3's fused rows [a | b]; the float32 backward overwrites a and b,
+// the bf16 one dh: each iteration starts from copies made outside the timing.
+void BM_Swiglu(benchmark::State& state) {
+  const auto ab = random_floats(kLlamaRows * 2 * kLlamaHidden, 1),
+             dh = random_floats(kLlamaRows * kLlamaHidden, 2);
+  std::vector<float> h(dh.size()), ab_work, dh_work;
+  std::vector<weft::BFloat16> h16(dh.size());
+  const bool bf16 = state.range(0) == 1;
+  for (auto _ : state) {
+    state.PauseTiming();
+    ab_work = ab;
+    dh_work = dh;
+    state.ResumeTiming();
+    float* a = ab_work.data();
+    if (bf16) {
+      weft::kernels::swiglu_forward(a, a + kLlamaHidden, h16.data(), kLlamaRows, kLlamaHidden,
+                                    2 * kLlamaHidden);
+      benchmark::DoNotOptimize(weft::kernels::swiglu_backward_bf16(
+          dh_work.data(), a, a + kLlamaHidden, kLlamaRows, kLlamaHidden, 2 * kLlamaHidden));
+    } else {
+      weft::kernels::swiglu_forward(a, a + kLlamaHidden, h.data(), kLlamaRows, kLlamaHidden,
+                                    2 * kLlamaHidden);
+      weft::kernels::swiglu_backward(dh_work.data(), a, a + kLlamaHidden, kLlamaRows, kLlamaHidden,
+                                     2 * kLlamaHidden);
+      if (state.range(0) == 2) {  // what the products read, rounded afterwards
+        weft::kernels::to_bfloat16(h.data(), h16.data(), kLlamaRows * kLlamaHidden);
+        weft::kernels::to_bfloat16(a, reinterpret_cast<weft::BFloat16*>(dh_work.data()),
+                                   kLlamaRows * 2 * kLlamaHidden);
+      }
+    }
+    benchmark::DoNotOptimize(a);
+  }
+}
+
 struct Registration {
   const char* name;
   void (*run)(benchmark::State&);
@@ -358,6 +421,9 @@ struct Registration {
 const std::vector<Registration>& benchmarks() {
   auto us = [](benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMicrosecond); };
   auto both = [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1); };
+  auto us_three = [](benchmark::internal::Benchmark* b) {
+    b->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+  };
   auto ms_both = [](benchmark::internal::Benchmark* b) {
     b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
   };
@@ -386,6 +452,8 @@ const std::vector<Registration>& benchmarks() {
        false},
       {"BM_PackKeys", BM_PackKeys, us},
       {"BM_Rope", BM_Rope, us},
+      {"BM_RmsNorm", BM_RmsNorm, us_three},
+      {"BM_Swiglu", BM_Swiglu, us_three},
   };
   return all;
 }
