@@ -19,21 +19,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class T>
 using Tag = hn::CappedTag<T, 64 / sizeof(T)>;
 
-// Register blocks sized to the target's vector registers (16 on SSE4 and AVX2, 32 on AVX-512
-// and NEON), so that the accumulators and the loaded vectors stay in registers with enough
-// independent FMAs in flight to cover their latency. Each divides the tiles' 64 rows: a
-// one-row block (2 to 4 chains of dependent FMAs) runs at a fraction of the speed.
-// - scores: kScoreRows rows by two vectors (8 x 2 accumulators with 32 registers, 4 x 2
-//   with 16);
-// - the others: kRows rows by up to kMaxVectors vectors of d (4 x 4, or 4 x 3: on AVX2 the
-//   P V tile ran at 52 GFLOP/s with 4 x 2 and 64-72 with 4 x 3, bench_compute's BM_PvTile).
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // AVX2, SSE4, EMU128
-constexpr int kRegisters = 16;
-#else
-constexpr int kRegisters = 32;
-#endif
-constexpr int kScoreRows = kRegisters == 32 ? 8 : 4;
-constexpr int kRows = 4;
+// The products other than scores: kRows rows by up to kMaxVectors vectors of d (4 x 4, or
+// 4 x 3: on AVX2 the P V tile ran at 52 GFLOP/s with 4 x 2 and 64-72 with 4 x 3,
+// bench_compute's BM_PvTile).
 constexpr int kMaxVectors = kRegisters == 32 ? 4 : 3;
 
 template <class D, class V>

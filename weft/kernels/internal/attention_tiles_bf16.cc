@@ -75,16 +75,8 @@ using Vdpbf16ps = TwoMultiplyAdds;
 constexpr bool kHasInstruction = false;
 #endif
 
-// Register blocks as attention_tiles.cc's: 8 x 2 score accumulators with 32 vector registers,
-// 4 x 2 with 16; the other products 4 rows by 4 vectors of d (4 x 2 with 16 registers: the
-// emulation holds both halves of each right-hand vector).
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // AVX2, SSE4, EMU128
-constexpr int kRegisters = 16;
-#else
-constexpr int kRegisters = 32;
-#endif
-constexpr int kScoreRows = kRegisters == 32 ? 8 : 4;
-constexpr int kRows = 4;
+// The products other than scores: 4 rows by 4 vectors of d with 32 registers, by 2 with 16
+// (the emulation holds both halves of each right-hand vector).
 constexpr int kMaxVectors = kRegisters == 32 ? 4 : 2;
 
 std::int64_t lanes() { return static_cast<std::int64_t>(hn::Lanes(Tag())); }
@@ -213,19 +205,6 @@ const std::uint32_t* as_words(const BFloat16* p) {
 
 bool HasInstruction() { return kHasInstruction; }
 
-void RoundRows(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
-               BFloat16* dst, std::int64_t ld_dst) {
-  const Tag dt;
-  const std::int64_t w = lanes();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    auto* out = reinterpret_cast<std::uint16_t*>(dst + r * ld_dst);
-    std::int64_t c = 0;
-    for (; c + w <= cols; c += w) StoreBF16(dt, hn::LoadU(dt, src + r * ld + c), out + c);
-    for (; c < cols; ++c) dst[r * ld_dst + c] = BFloat16(src[r * ld + c]);
-    if (cols % 2 != 0) out[cols] = 0;
-  }
-}
-
 // words[j][c] pairs src[2j][c] and src[2j + 1][c] rounded: round_transposed_pairs' first half.
 void RoundRowPairs(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                    std::uint32_t* dst, std::int64_t ld_dst) {
@@ -283,11 +262,11 @@ HWY_AFTER_NAMESPACE();
 
 #include "weft/base/check.h"
 #include "weft/base/simd.h"
+#include "weft/kernels/convert.h"
 
 namespace weft::kernels::internal {
 
 HWY_EXPORT(HasInstruction);
-HWY_EXPORT(RoundRows);
 HWY_EXPORT(RoundRowPairs);
 HWY_EXPORT(ScoresTileBF16);
 HWY_EXPORT(RowsTimesTileBF16);
@@ -336,7 +315,10 @@ void pack_transposed_pairs(const BFloat16* src, std::int64_t ld, std::int64_t n,
 
 void round_rows(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                 BFloat16* dst, std::int64_t ld_dst) {
-  HWY_DYNAMIC_DISPATCH(RoundRows)(src, ld, rows, cols, dst, ld_dst);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    to_bfloat16(src + r * ld, dst + r * ld_dst, cols);
+    if (cols % 2 != 0) dst[r * ld_dst + cols] = BFloat16();  // the last word's partner
+  }
 }
 
 // Rounded in pairs of rows, then the words transposed (in a thread's own buffer: the kernels'

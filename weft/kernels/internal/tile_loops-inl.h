@@ -16,6 +16,20 @@
 HWY_BEFORE_NAMESPACE();
 namespace weft::kernels::HWY_NAMESPACE {
 
+// Register blocks sized to the target's vector registers (16 on SSE4 and AVX2, 32 on AVX-512
+// and NEON), so that the accumulators and the loaded vectors stay in registers with enough
+// independent FMAs in flight to cover their latency. Each divides the tiles' 64 rows: a
+// one-row block (2 to 4 chains of dependent FMAs) runs at a fraction of the speed. Scores:
+// kScoreRows rows by two vectors (8 x 2 accumulators with 32 registers, 4 x 2 with 16); the
+// other products kRows rows by as many vectors of d as each source's kMaxVectors says.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // AVX2, SSE4, EMU128
+inline constexpr int kRegisters = 16;
+#else
+inline constexpr int kRegisters = 32;
+#endif
+inline constexpr int kScoreRows = kRegisters == 32 ? 8 : 4;
+inline constexpr int kRows = 4;
+
 // block.template operator()<NV>(x0) for the last chunk of d: NV == rest vectors.
 template <int NV, class Block>
 HWY_INLINE void rest_of_vectors(std::int64_t rest, std::int64_t x0, Block& block) {
