@@ -256,7 +256,9 @@ void ScoresTileBF16(const BFloat16* a, std::int64_t lda, const std::uint32_t* bt
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__)
 #include <cpuid.h>
+#endif
 
 #include <vector>
 
