@@ -1,0 +1,69 @@
+// weft-tokenizer as docs/DATA.md shows it: train a SentencePiece model on a corpus, look at
+// it, encode and decode a file back to the same bytes; and its errors' exit codes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace weft {
+namespace {
+
+using testing::HasSubstr;
+
+test::Finished tokenizer(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{WEFT_TOKENIZER_TOOL};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run(argv, {}, Seconds(60));
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return std::move(s).str();
+}
+
+TEST(WeftTokenizerTest, TrainInfoEncodeDecode) {
+  test::TempDir dir;
+  const std::string corpus = WEFT_SOURCE_DIR "/data/tinyshakespeare.txt";
+  auto trained = tokenizer({"train", "--input", corpus, "--vocab-size", "1000", "--model-type",
+                            "bpe", "--output", dir.file("shakespeare")});
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  EXPECT_THAT(trained.out, HasSubstr("shakespeare.model"));
+  auto info = tokenizer({"info", "--tokenizer", dir.file("shakespeare.model")});
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("vocabulary 1000, bos 1, eos 2"));
+
+  auto encoded = tokenizer({"encode", "--tokenizer", dir.file("shakespeare.model"), "--input",
+                            corpus, "--output", dir.file("ids.txt"), "--stats"});
+  ASSERT_EQ(encoded.code, 0) << encoded.err;
+  EXPECT_THAT(encoded.err, HasSubstr("MB/s"));
+  auto decoded = tokenizer({"decode", "--tokenizer", dir.file("shakespeare.model"), "--input",
+                            dir.file("ids.txt"), "--output", dir.file("back.txt")});
+  ASSERT_EQ(decoded.code, 0) << decoded.err;
+  EXPECT_EQ(read(dir.file("back.txt")), read(corpus));
+  EXPECT_LT(read(dir.file("ids.txt")).size(), read(corpus).size() * 2);
+}
+
+TEST(WeftTokenizerTest, ErrorsSayWhatIsWrong) {
+  test::TempDir dir;
+  auto missing = tokenizer({"info", "--tokenizer", dir.file("nope.json")});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("does not exist"));
+  std::ofstream(dir.file("ids.txt")) << "104 105 300\n";
+  auto beyond = tokenizer({"decode", "--input", dir.file("ids.txt")});  // bytes: 0-255
+  EXPECT_EQ(beyond.code, 2);
+  EXPECT_THAT(beyond.err, HasSubstr("300"));
+  std::ofstream(dir.file("words.txt")) << "104 hi\n";
+  auto word = tokenizer({"decode", "--input", dir.file("words.txt")});
+  EXPECT_EQ(word.code, 2);
+  EXPECT_THAT(word.err, HasSubstr("\"hi\" is not a token id"));
+  EXPECT_EQ(tokenizer({"train", "--input", "x"}).code, 2);  // --output is required
+}
+
+}  // namespace
+}  // namespace weft
