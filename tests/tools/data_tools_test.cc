@@ -1,8 +1,10 @@
-// weft-tokenizer as docs/DATA.md shows it: train a SentencePiece model on a corpus, look at
-// it, encode and decode a file back to the same bytes; and its errors' exit codes.
+// weft-tokenizer and weft-data as docs/DATA.md shows them: train a SentencePiece model on a
+// corpus, look at it, encode and decode a file back to the same bytes, tokenize JSONL into
+// shards and inspect them; and the tools' errors and exit codes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -14,11 +16,15 @@ namespace {
 
 using testing::HasSubstr;
 
-test::Finished tokenizer(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{WEFT_TOKENIZER_TOOL};
+test::Finished tool(const char* path, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{path};
   argv.insert(argv.end(), args.begin(), args.end());
   return test::run(argv, {}, Seconds(60));
 }
+test::Finished tokenizer(const std::vector<std::string>& args) {
+  return tool(WEFT_TOKENIZER_TOOL, args);
+}
+test::Finished data(const std::vector<std::string>& args) { return tool(WEFT_DATA_TOOL, args); }
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -63,6 +69,31 @@ TEST(WeftTokenizerTest, ErrorsSayWhatIsWrong) {
   EXPECT_EQ(word.code, 2);
   EXPECT_THAT(word.err, HasSubstr("\"hi\" is not a token id"));
   EXPECT_EQ(tokenizer({"train", "--input", "x"}).code, 2);  // --output is required
+}
+
+TEST(WeftDataTest, TokenizeAndInspect) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("corpus"));
+  {
+    std::ofstream a(dir.file("corpus/part-0.jsonl"));
+    for (int i = 0; i < 50; ++i) a << "{\"text\": \"ROMEO: line " << i << "\"}\n";
+  }
+  auto made = data({"tokenize", "--input", dir.file("corpus"), "--output", dir.file("shards"),
+                    "--validation-fraction", "0.1", "--workers", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("50 documents"));
+  auto shown = data({"inspect", dir.file("shards")});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("validation: 1 file"));
+  EXPECT_THAT(shown.out, HasSubstr("begins: ROMEO: line 0ROMEO: line"));  // bytes: no EOS
+
+  std::ofstream(dir.file("corpus/part-1.jsonl")) << "{\"text\": \"ok\"}\n{\"txt\": \"no\"}\n";
+  auto bad = data({"tokenize", "--input", dir.file("corpus"), "--output", dir.file("bad")});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("part-1.jsonl, line 2: no \"text\" string field"));
+  auto zero = data({"tokenize", "--input", "/dev/zero", "--output", dir.file("zero")});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("not a regular file"));
 }
 
 }  // namespace
