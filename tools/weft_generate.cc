@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "weft/base/simd.h"
+#include "weft/data/tokenizer.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
 #include "weft/train/generate.h"
@@ -27,11 +28,11 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--prompt", prompt, "the text to continue");
   app.add_option("--max-new-tokens", o.max_new_tokens,
-                 "bytes to generate (fewer if the model's max_seq_len comes first)")
+                 "tokens to generate (fewer at EOS or the model's max_seq_len)")
       ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--temperature", o.temperature, "softmax temperature; 0: the most likely byte")
+  app.add_option("--temperature", o.temperature, "softmax temperature; 0: the most likely token")
       ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "sample among the k most likely bytes; 0: among all")
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens; 0: among all")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--seed", o.seed, "random seed: the same seed gives the same text");
   std::string dtype;
@@ -58,7 +59,9 @@ int main(int argc, char** argv) {
     weft::nn::set_matmul_dtype(weft::parse_dtype(dtype));
     weft::nn::Llama model(config.model);
     weft::train::load_model(dir, model);
-    std::cout << weft::train::generate(model, prompt, o) << std::endl;
+    const auto tokenizer =
+        weft::data::load_tokenizer(config.tokenizer.path, config.tokenizer.encoding);
+    std::cout << weft::train::generate(model, *tokenizer, prompt, o) << std::endl;
   } catch (const weft::InvalidArgument& e) {  // a bad prompt or checkpoint path
     std::fprintf(stderr, "weft-generate: %s\n", e.what());
     return 2;

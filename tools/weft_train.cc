@@ -1,4 +1,5 @@
-// weft-train: trains a Llama on a text file from a TOML configuration (docs/TRAINING.md).
+// weft-train: trains a Llama on a text file or token shards from a TOML configuration
+// (docs/TRAINING.md, docs/DATA.md).
 //
 //   weft-train --config configs/debug.toml [--section.key value ...]
 //   weftrun --nproc-per-node 2 weft-train --config configs/debug.toml   (data parallel)
@@ -61,7 +62,8 @@ std::string keys_help() {
 
 int main(int argc, char** argv) {
   CLI::App app(
-      "weft-train: trains a Llama on a text file (docs/TRAINING.md).\n"
+      "weft-train: trains a Llama on a text file or token shards (docs/TRAINING.md, "
+      "docs/DATA.md).\n"
       "Any configuration key can be overridden as --section.key value, e.g.\n"
       "  weft-train --config configs/debug.toml --training.steps 100 --optimizer.lr 1e-3",
       "weft-train");

@@ -39,7 +39,10 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(model, n_heads, "attention heads; the head size dim/n_heads must be even", 1),
       WEFT_FIELD(model, n_kv_heads,
                  "key/value heads (grouped-query attention), dividing n_heads; 0: n_heads", 0),
-      WEFT_FIELD(model, vocab_size, "output classes; the tokens are bytes 0-255", 256),
+      WEFT_FIELD(model, vocab_size,
+                 "output classes: at least the tokenizer's vocabulary; 0: exactly the "
+                 "tokenizer's (256 for bytes)",
+                 0),
       WEFT_FIELD(model, multiple_of,
                  "the feed-forward hidden size (2/3 of 4*dim) is rounded up to a multiple of this",
                  1),
@@ -52,17 +55,26 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(model, norm_eps, "added to the mean square in RMSNorm", 1e-12, 1.0),
       WEFT_FIELD(model, tie_embeddings,
                  "the output layer reuses tok_embeddings.weight instead of a matrix of its own"),
+      WEFT_FIELD(tokenizer, path,
+                 "bytes (token = byte), a tokenizer.json, a SentencePiece .model or a tiktoken "
+                 "rank file (docs/DATA.md)"),
+      WEFT_FIELD(tokenizer, encoding,
+                 "a tiktoken rank file's encoding (llama3, cl100k_base, o200k_base, r50k_base); "
+                 "empty: by its rank count"),
       WEFT_FIELD(training, batch_size, "sequences per micro-batch on each data-parallel rank", 1),
-      WEFT_FIELD(training, seq_len, "tokens (bytes) per sequence; at most model.max_seq_len", 1),
+      WEFT_FIELD(training, seq_len, "tokens per sequence; at most model.max_seq_len", 1),
       WEFT_FIELD(training, steps, "optimizer steps to train; the schedule spans them", 1),
       WEFT_FIELD(training, seed, "seeds the initial weights and the order of the batches", 0),
       WEFT_FIELD(training, max_norm,
                  "clips the gradients to this global L2 norm; 0: no clipping (still logged)", 0),
       WEFT_FIELD(training, gradient_accumulation_steps,
                  "micro-batches whose gradients are summed into each optimizer step", 1),
-      WEFT_FIELD(training, dataset_path, "the text file to train on, read as bytes"),
+      WEFT_FIELD(training, dataset_path,
+                 "a text file (tokenized at start-up), or a folder of token shards that "
+                 "weft-data tokenize wrote (docs/DATA.md)"),
       WEFT_FIELD(training, validation_fraction,
-                 "the end of the text held out for validation; 0 needs validation.enable = false",
+                 "the end of a text file held out for validation (token shards have their own "
+                 "split); 0 needs validation.enable = false",
                  0.0, 0.5),
       WEFT_FIELD(training, activation_checkpointing,
                  "keep only each block's input and run its forward again in backward (less "
@@ -230,7 +242,7 @@ const Field& find_field(const std::string& section, const std::string& key,
   if (!known_section) {
     throw ConfigError(
         where + "unknown section [" + section +
-        "]; sections are model, training, "
+        "]; sections are model, tokenizer, training, "
         "optimizer, lr_scheduler, checkpoint, metrics, validation, parallelism, comm");
   }
   throw ConfigError(where + "unknown key " + section + "." + key + "; [" + section +
@@ -418,7 +430,9 @@ void set_from_string(const Field& f, Config& c, const std::string& value,
 
 void check_whole(const Config& c) {
   try {
-    c.model.validate();
+    nn::LlamaConfig model = c.model;
+    if (model.vocab_size == 0) model.vocab_size = 1;  // 0: the tokenizer's, known once loaded
+    model.validate();
   } catch (const InvalidArgument& e) {
     throw ConfigError(e.what());
   }

@@ -93,8 +93,16 @@ struct CommConfig {
   double train_timeout_seconds = 100;  // every collective after it
 };
 
+// The tokenizer (docs/DATA.md): "bytes", a tokenizer.json, a SentencePiece .model or a
+// tiktoken rank file (`encoding` names a rank file's pattern when its size does not).
+struct TokenizerConfig {
+  std::string path = "bytes";
+  std::string encoding;
+};
+
 struct Config {
   nn::LlamaConfig model;
+  TokenizerConfig tokenizer;
   TrainingConfig training;
   nn::AdamWOptions optimizer;
   nn::LrSchedule lr_scheduler;  // lr comes from [optimizer], total_steps from [training]

@@ -35,14 +35,18 @@ std::int32_t sample(const float* logits, std::int64_t vocab, const SamplingOptio
 
 }  // namespace
 
-std::string generate(nn::Llama& model, const std::string& prompt, const SamplingOptions& options) {
-  const std::vector<std::int32_t> tokens = encode(prompt);
+std::string generate(nn::Llama& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                     const SamplingOptions& options) {
+  std::vector<std::int32_t> tokens;
+  if (auto bos = tokenizer.bos_id()) tokens.push_back(*bos);
+  tokenizer.encode(prompt, tokens);
   const std::int64_t max_len = model.config().max_seq_len;
-  if (tokens.empty() || static_cast<std::int64_t>(tokens.size()) > max_len) {
+  if (prompt.empty() || static_cast<std::int64_t>(tokens.size()) > max_len) {
     throw InvalidArgument("generate: the prompt must have 1 to " + std::to_string(max_len) +
-                          " bytes (the model's max_seq_len), it has " +
+                          " tokens (the model's max_seq_len), it has " +
                           std::to_string(tokens.size()));
   }
+  const std::optional<std::int32_t> eos = tokenizer.eos_id();
   nn::KVCache cache = model.make_cache();
   const float* logits =
       model.forward_cached(tokens.data(), static_cast<std::int64_t>(tokens.size()), cache);
@@ -51,11 +55,12 @@ std::string generate(nn::Llama& model, const std::string& prompt, const Sampling
   for (std::int64_t i = 0; i < options.max_new_tokens; ++i) {
     const std::int32_t next = sample(logits, model.config().vocab_size, options,
                                      philox_uniform(key, static_cast<std::uint64_t>(i)));
+    if (next == eos) break;
     out.push_back(next);
     if (cache.length >= max_len) break;
     logits = model.forward_cached(&next, 1, cache);
   }
-  return prompt + decode(out);
+  return prompt + tokenizer.decode(out);
 }
 
 }  // namespace weft::train

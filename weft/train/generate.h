@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "weft/data/tokenizer.h"
 #include "weft/nn/llama.h"
 
 namespace weft::train {
@@ -15,8 +16,11 @@ struct SamplingOptions {
   std::uint64_t seed = 0;
 };
 
-// The prompt followed by what the model writes after it, byte by byte, stopping at the model's
-// max_seq_len. Throws InvalidArgument for an empty prompt or one longer than max_seq_len.
-std::string generate(nn::Llama& model, const std::string& prompt, const SamplingOptions& options);
+// The prompt followed by what the model writes after it, a token at a time, through the
+// run's tokenizer: the prompt is BOS (where the tokenizer has one) and its tokens; writing
+// stops at EOS, after max_new_tokens, or at the model's max_seq_len. Throws InvalidArgument
+// for an empty prompt or one longer than max_seq_len.
+std::string generate(nn::Llama& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                     const SamplingOptions& options);
 
 }  // namespace weft::train

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -100,14 +101,17 @@ void MetricsLogger::log_step(const StepMetrics& m) {
   }
 }
 
-void MetricsLogger::log_validation(std::int64_t step, double loss) {
+void MetricsLogger::log_validation(std::int64_t step, double loss, double bytes_per_token) {
   clear_bar();
+  const double bpb = loss / std::numbers::ln2 / bytes_per_token;
   char line[128];
-  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f",
-                static_cast<long long>(step), loss);
+  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f  bpb: %.4f",
+                static_cast<long long>(step), loss, bpb);
   out_ << line << std::endl;
-  if (jsonl_.is_open())
-    jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}}.dump() << std::endl;
+  if (jsonl_.is_open()) {
+    jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}, {"val_bpb", bpb}}.dump()
+           << std::endl;
+  }
 }
 
 void MetricsLogger::log_line(const std::string& line) {

@@ -32,7 +32,9 @@ class MetricsLogger {
   MetricsLogger(std::ostream& out, bool terminal, const std::string& jsonl_path,
                 std::int64_t total_steps);
   void log_step(const StepMetrics& m);
-  void log_validation(std::int64_t step, double loss);
+  // The loss (nats per token) and bits per byte of text, which runs with different tokenizers
+  // compare by: loss / ln 2 / bytes_per_token.
+  void log_validation(std::int64_t step, double loss, double bytes_per_token);
   void log_line(const std::string& line);                           // a message between steps
   void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
   void finish();

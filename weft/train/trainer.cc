@@ -33,19 +33,48 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+std::unique_ptr<data::Tokenizer> run_tokenizer(const Config& c) {
+  try {
+    return data::load_tokenizer(c.tokenizer.path, c.tokenizer.encoding);
+  } catch (const data::TokenizerError& e) {
+    throw ConfigError("tokenizer.path = '" + c.tokenizer.path + "': " + e.what());
+  }
+}
+
+// model.vocab_size 0 is the tokenizer's; a smaller one than the tokenizer's cannot be.
+Config with_vocabulary(Config c, const data::Tokenizer& tok) {
+  if (c.model.vocab_size == 0) c.model.vocab_size = tok.vocab_size();
+  if (c.model.vocab_size < tok.vocab_size()) {
+    throw ConfigError("model.vocab_size = " + std::to_string(c.model.vocab_size) +
+                      " is smaller than the tokenizer's vocabulary (" + tok.describe() +
+                      "): set it to 0 (the tokenizer's) or at least " +
+                      std::to_string(tok.vocab_size()));
+  }
+  return c;
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                  std::shared_ptr<dist::ProcessGroup> world)
-    : config_(std::move(config)),
+    : tokenizer_(run_tokenizer(config)),
+      config_(with_vocabulary(std::move(config), *tokenizer_)),
       world_(std::move(world)),
       out_(world_ && world_->rank() != 0 ? null_out_ : out),
       terminal_(terminal),
-      data_(config_.training.dataset_path, config_.training.validation_fraction,
-            config_.training.seq_len),
+      data_(config_.training.dataset_path, *tokenizer_, config_.training.validation_fraction,
+            config_.training.seq_len, config_.model.vocab_size),
       model_(config_.model),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
+  if (config_.validation.enable && data_.validation().size() <= config_.training.seq_len) {
+    throw ConfigError("training.dataset_path = '" + config_.training.dataset_path + "' has " +
+                      std::to_string(data_.validation().size()) +
+                      " validation tokens, too few for a sequence of training.seq_len = " +
+                      std::to_string(config_.training.seq_len) +
+                      ": give more (training.validation_fraction, or weft-data tokenize "
+                      "--validation-fraction) or set validation.enable = false");
+  }
   // weft splits the work between the threads itself; each product runs on one of them.
   nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
   kernels::set_threads(static_cast<int>(config_.training.threads));
@@ -309,7 +338,8 @@ void Trainer::run_until(std::int64_t stop) {
     if (every(state_.step, config_.metrics.log_freq, last)) log_step(loss, grad_norm, lr, seconds);
     if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
       last_validation_ = validate();
-      metrics_->log_validation(state_.step, *last_validation_);
+      metrics_->log_validation(state_.step, *last_validation_,
+                               data_.validation().bytes_per_token());
     }
     checkpointer_->poll();  // a background save's outcome, once it is known everywhere
     if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();

@@ -1,6 +1,6 @@
-// The training loop of weft-train: Llama on a text file, AdamW with clipping, gradient
-// accumulation and the learning-rate schedule, validation, metrics, checkpoints and
-// resumption; under weftrun (WORLD_SIZE > 1) parallel over the job's ranks as [parallelism]
+// The training loop of weft-train: Llama on a tokenized dataset (docs/DATA.md), AdamW with
+// clipping, gradient accumulation and the learning-rate schedule, validation, metrics, checkpoints
+// and resumption; under weftrun (WORLD_SIZE > 1) parallel over the job's ranks as [parallelism]
 // says: tensor parallelism, and DDP, FSDP (ZeRO-1/2/3) or HSDP, composed on one device mesh
 // by parallel::parallelize (docs/PARALLELISM.md). The constructor checks everything it can
 // (configuration, data file, checkpoint to resume) before anything is written.
@@ -11,6 +11,7 @@
 #include <ostream>
 #include <vector>
 
+#include "weft/data/tokenizer.h"
 #include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
@@ -62,13 +63,14 @@ class Trainer {
   void log_step(double loss, double grad_norm, double lr, double seconds);
   bool root() const { return !world_ || world_->rank() == 0; }
 
+  std::unique_ptr<data::Tokenizer> tokenizer_;  // before config_: it sets model.vocab_size
   Config config_;
   std::shared_ptr<dist::ProcessGroup> world_;
   int dp_rank_ = 0, dp_size_ = 1, world_size_ = 1;
   std::ostream null_out_{nullptr};
   std::ostream& out_;
   bool terminal_;
-  TextDataset data_;
+  Dataset data_;
   nn::Llama model_;
   DataLoader train_loader_;
   TrainState state_;
