@@ -19,6 +19,7 @@
 #include "weft/base/simd.h"
 #include "weft/dist/init.h"
 #include "weft/dist/launch_env.h"
+#include "weft/train/describe.h"
 #include "weft/train/trainer.h"
 
 namespace {
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
       "weft-train");
   std::string config_path;
   app.add_option("--config", config_path, "TOML configuration, e.g. configs/debug.toml");
+  bool describe_only = false;
+  app.add_flag("--describe", describe_only,
+               "print the model's parameter count and shapes and the mesh, allocating nothing, "
+               "and exit (any size: configs/llama3_405b.toml)");
   app.allow_extras();
   app.get_formatter()->column_width(kHelpColumn);
   app.footer(keys_help());
@@ -80,6 +85,10 @@ int main(int argc, char** argv) {
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
+    if (describe_only) {
+      std::fputs(weft::train::describe(config).c_str(), stdout);
+      return 0;
+    }
     // Started by weftrun, mpirun or srun with several ranks: the job's world group (shm on
     // one host unless WEFT_BACKEND names another).
     std::shared_ptr<weft::dist::ProcessGroup> world;

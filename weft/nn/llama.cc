@@ -43,8 +43,51 @@ double init_std(const std::string& name, const LlamaConfig& c) {
 }  // namespace
 
 std::int64_t LlamaConfig::hidden_dim() const {
-  const std::int64_t hidden = 2 * (4 * dim) / 3;
+  std::int64_t hidden = 2 * (4 * dim) / 3;
+  if (ffn_dim_multiplier > 0) {
+    hidden = static_cast<std::int64_t>(ffn_dim_multiplier * static_cast<double>(hidden));
+  }
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+std::vector<std::pair<std::string, Shape>> LlamaConfig::parameter_shapes() const {
+  const std::int64_t q = dim / n_heads * n_heads, kv = dim / n_heads * kv_heads();
+  const std::int64_t hidden = hidden_dim();
+  std::vector<std::pair<std::string, Shape>> shapes = {{"tok_embeddings.weight", {vocab_size, dim}},
+                                                       {"norm.weight", {dim}}};
+  if (!tie_embeddings) shapes.emplace_back("output.weight", Shape{vocab_size, dim});
+  for (std::int64_t l = 0; l < n_layers; ++l) {
+    const std::string layer = "layers." + std::to_string(l) + ".";
+    for (auto& [name, shape] :
+         std::vector<std::pair<std::string, Shape>>{{"attention_norm.weight", {dim}},
+                                                    {"ffn_norm.weight", {dim}},
+                                                    {"attention.wq.weight", {q, dim}},
+                                                    {"attention.wk.weight", {kv, dim}},
+                                                    {"attention.wv.weight", {kv, dim}},
+                                                    {"attention.wo.weight", {dim, q}},
+                                                    {"feed_forward.w1.weight", {hidden, dim}},
+                                                    {"feed_forward.w3.weight", {hidden, dim}},
+                                                    {"feed_forward.w2.weight", {dim, hidden}}}) {
+      shapes.emplace_back(layer + name, shape);
+    }
+  }
+  return shapes;
+}
+
+std::int64_t LlamaConfig::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& [name, shape] : parameter_shapes()) n += shape_numel(shape);
+  return n;
+}
+
+double LlamaConfig::flops_per_token(std::int64_t seq) const {
+  double products = 0;
+  for (const auto& [name, shape] : parameter_shapes()) {
+    if (shape.size() == 2 && name != "tok_embeddings.weight")
+      products += static_cast<double>(shape_numel(shape));
+  }
+  if (tie_embeddings) products += static_cast<double>(dim * vocab_size);
+  return 6.0 * products + 12.0 * static_cast<double>(n_layers * dim * seq);
 }
 
 void LlamaConfig::validate() const {
@@ -91,12 +134,7 @@ Llama::Llama(const LlamaConfig& config)
       stages_{{0, static_cast<int>(config_.n_layers)}} {
   build();
   whole_numel_ = params_.numel();
-  for (const auto& p : params_.all()) {
-    whole_parameters_.emplace_back(p->name, p->full_shape);
-    if (p->value.ndim() == 2 && p->name != "tok_embeddings.weight")
-      whole_matmul_numel_ += p->value.numel();
-  }
-  if (config_.tie_embeddings) whole_matmul_numel_ += config_.dim * config_.vocab_size;
+  for (const auto& p : params_.all()) whole_parameters_.emplace_back(p->name, p->full_shape);
 }
 
 void Llama::apply_tensor_parallel(TensorParallel tp) {
@@ -498,9 +536,6 @@ std::int64_t Llama::activation_bytes() const {
   return n;
 }
 
-double Llama::flops_per_token(std::int64_t seq) const {
-  return 6.0 * static_cast<double>(whole_matmul_numel_) +
-         12.0 * static_cast<double>(config_.n_layers * config_.dim * seq);
-}
+double Llama::flops_per_token(std::int64_t seq) const { return config_.flops_per_token(seq); }
 
 }  // namespace weft::nn

@@ -29,14 +29,24 @@ struct LlamaConfig {
   std::int64_t n_kv_heads = 0;  // 0: as many as n_heads (no grouping)
   std::int64_t vocab_size = 256;
   std::int64_t multiple_of = 32;  // the feed-forward hidden size is rounded up to this
+  double ffn_dim_multiplier = 0;  // scales the feed-forward hidden size first; 0: none
   std::int64_t max_seq_len = 256;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tie_embeddings = false;  // the output layer reuses tok_embeddings.weight
 
   std::int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  // Llama's: 2/3 of 4 * dim, rounded up to a multiple of multiple_of.
+  // Llama's: 2/3 of 4 * dim, times ffn_dim_multiplier (truncated) when set, rounded up to a
+  // multiple of multiple_of.
   std::int64_t hidden_dim() const;
+  // The whole model's parameters, names and shapes in the order Llama registers them
+  // (TorchTitan's names), and their sum: computed, nothing allocated (a 405B model's description).
+  std::vector<std::pair<std::string, Shape>> parameter_shapes() const;
+  std::int64_t parameter_count() const;
+  // Training FLOP per token at sequence length `seq`: 6 per weight of the matrix products
+  // (the output layer's included, the embedding's lookup not) and attention's 12 x n_layers x
+  // dim x seq (TorchTitan's count).
+  double flops_per_token(std::int64_t seq) const;
   // Throws InvalidArgument naming the field when the sizes do not fit together.
   void validate() const;
   // Throws InvalidArgument naming every size that `degree` tensor-parallel ranks cannot split
@@ -188,7 +198,7 @@ class Llama {
   std::optional<Embedding> tok_embeddings_;
   std::vector<LayerRange> stages_;
   std::vector<std::unique_ptr<TransformerBlock>> layers_;  // [n_layers]; null where not held
-  std::int64_t whole_numel_ = 0, whole_matmul_numel_ = 0;
+  std::int64_t whole_numel_ = 0;
   std::vector<std::pair<std::string, Shape>> whole_parameters_;
   std::optional<RMSNorm> norm_;
   std::optional<Linear> output_;

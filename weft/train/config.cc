@@ -46,6 +46,10 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(model, multiple_of,
                  "the feed-forward hidden size (2/3 of 4*dim) is rounded up to a multiple of this",
                  1),
+      WEFT_FIELD(model, ffn_dim_multiplier,
+                 "scales the feed-forward hidden size before the rounding (Llama 3: 1.3 for 8B "
+                 "and 70B, 1.2 for 405B); 0: none",
+                 0.0, 100.0),
       WEFT_FIELD(model, max_seq_len,
                  "the longest sequence the model takes: training.seq_len, or prompt and generation",
                  1),
