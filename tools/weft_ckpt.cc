@@ -3,8 +3,9 @@
 //
 //   weft-ckpt inspect checkpoints/debug              the newest checkpoint: step, mesh, tensors
 //   weft-ckpt verify checkpoints/debug/step-00000100 every file and checksum
-//   weft-ckpt consolidate checkpoints/debug out/     one Hugging Face style safetensors file
-//             [--max-shard-mb 500] [--optimizer]     or model-0000k-of-0000n + index.json
+//   weft-ckpt consolidate checkpoints/debug out/     the model as Hugging Face's Llama: config.json
+//             [--max-shard-mb 500] [--dtype bfloat16]  and model.safetensors (or shards + index)
+//             [--names weft [--optimizer]]           weft's names and layout (AdamW's moments too)
 //   weft-ckpt convert old/checkpoint.safetensors checkpoints/debug [--data-parallel N]
 //
 // A checkpoint is a step directory or a folder (its newest complete checkpoint). Exit codes:
@@ -15,13 +16,17 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "weft/checkpoint/file_io.h"
 #include "weft/checkpoint/safetensors.h"
+#include "weft/data/tokenizer.h"
+#include "weft/kernels/convert.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/config.h"
+#include "weft/train/hf_llama.h"
 
 namespace {
 
@@ -83,16 +88,65 @@ void remove_earlier_output(const std::string& out) {
     const std::string name = entry.path().filename().string();
     const bool shard = name.starts_with("model-") && name.find("-of-") != std::string::npos &&
                        name.ends_with(".safetensors");
-    if (shard || name == "model.safetensors" || name == "model.safetensors.index.json") {
+    if (shard || name == "model.safetensors" || name == "model.safetensors.index.json" ||
+        name == "config.json") {
       fs::remove(entry.path());
     }
   }
 }
 
-void consolidate(const std::string& given, const std::string& out, double max_shard_mb,
-                 bool with_optimizer) {
+struct ConsolidateOptions {
+  double max_shard_mb = 5000;
+  bool with_optimizer = false;
+  std::string names = "hf";  // hf: Hugging Face's names and rotary layout; weft: as saved
+  std::string dtype = "float32";
+};
+
+// A tensor as consolidate writes it: renamed and its q/k rows permuted for Hugging Face,
+// rounded to bf16 when asked.
+ckpt::NamedTensor output_tensor(const std::string& tensor, const weft::Tensor& value,
+                                const weft::nn::LlamaConfig& model, const ConsolidateOptions& o) {
+  // PyTorch's state_dict names for the model; the moments keep their prefix.
+  const std::string name = tensor.rfind("model.", 0) == 0 ? tensor.substr(6) : tensor;
+  ckpt::NamedTensor out{name, value};
+  if (o.names == "hf")
+    out = {weft::train::hf_name(name), weft::train::to_hf_layout(name, value, model)};
+  if (o.dtype == "bfloat16") {
+    weft::Tensor rounded = weft::Tensor::zeros(value.shape(), weft::DType::kBFloat16);
+    const weft::Tensor whole = out.tensor.contiguous();
+    weft::kernels::to_bfloat16(whole.data<float>(), rounded.data<weft::BFloat16>(), whole.numel());
+    out.tensor = rounded;
+  }
+  return out;
+}
+
+// config.json for Hugging Face, with BOS and EOS where the run's tokenizer can be loaded.
+void write_hf_config(const std::string& out, const weft::train::Config& config,
+                     const std::string& dtype) {
+  std::optional<std::int32_t> bos, eos;
+  try {
+    const auto tok = weft::data::load_tokenizer(config.tokenizer.path, config.tokenizer.encoding);
+    bos = tok->bos_id();
+    eos = tok->eos_id();
+  } catch (const weft::data::TokenizerError&) {
+    // Not here (a checkpoint moved to another machine): the ids are optional in config.json.
+  }
+  const std::string path = (fs::path(out) / "config.json").string();
+  ckpt::write_text_file(path, weft::train::hf_config(config.model, dtype, bos, eos).dump(2) + "\n");
+  std::printf("wrote %s\n", path.c_str());
+}
+
+void consolidate(const std::string& given, const std::string& out, const ConsolidateOptions& o) {
   const std::string dir = weft::train::checkpoint_directory(given);
   const ckpt::Manifest m = weft::train::read_manifest(dir);
+  if (o.with_optimizer && o.names == "hf") {
+    throw weft::InvalidArgument(
+        "AdamW's moments have no Hugging Face names: give --names weft with --optimizer");
+  }
+  const weft::train::Config config =
+      weft::train::parse_config(m.config, "the configuration in " + dir + "/manifest.json");
+  const double max_shard_mb = o.max_shard_mb;
+  const bool with_optimizer = o.with_optimizer;
   // The tensors, grouped into files of at most max_shard_mb (a larger tensor alone).
   std::vector<std::vector<std::string>> groups(1);
   std::uint64_t in_group = 0, total = 0;
@@ -125,11 +179,8 @@ void consolidate(const std::string& given, const std::string& out, double max_sh
     const std::vector<weft::Tensor> values = weft::train::read_pieces(dir, m, layout);
     std::vector<ckpt::NamedTensor> named;
     for (std::size_t i = 0; i < layout.size(); ++i) {
-      // PyTorch's state_dict names for the model; the moments keep their prefix.
-      const std::string& tensor = layout[i].name;
-      const std::string key = tensor.rfind("model.", 0) == 0 ? tensor.substr(6) : tensor;
-      named.push_back({key, values[i]});
-      weight_map[key] = name;
+      named.push_back(output_tensor(layout[i].name, values[i], config.model, o));
+      weight_map[named.back().name] = name;
     }
     ckpt::save_safetensors((fs::path(out) / name).string(), named,
                            {{"format", "pt"}, {"step", std::to_string(m.step)}});
@@ -142,6 +193,7 @@ void consolidate(const std::string& given, const std::string& out, double max_sh
     ckpt::write_text_file(path, index.dump(2) + "\n");
     std::printf("wrote %s\n", path.c_str());
   }
+  if (o.names == "hf") write_hf_config(out, config, o.dtype);
 }
 
 std::int64_t metadata_int(const ckpt::SafetensorsFile& file, const std::string& key,
@@ -204,8 +256,8 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
   std::string checkpoint, out, old;
-  bool list = false, with_optimizer = false;
-  double max_shard_mb = 5000;
+  bool list = false;
+  ConsolidateOptions consolidating;
   int data_parallel = 0;
   auto* inspect_cmd = app.add_subcommand("inspect", "step, mesh, files and sizes of a checkpoint");
   inspect_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
@@ -216,14 +268,22 @@ int main(int argc, char** argv) {
       ->required();
   auto* consolidate_cmd = app.add_subcommand(
       "consolidate",
-      "the whole model as Hugging Face style safetensors (one file, or shards with "
-      "model.safetensors.index.json)");
+      "the whole model as Hugging Face's Llama: config.json and safetensors (one file, or "
+      "shards with model.safetensors.index.json)");
   consolidate_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
       ->required();
   consolidate_cmd->add_option("out", out, "the folder to write into")->required();
-  consolidate_cmd->add_option("--max-shard-mb", max_shard_mb, "largest file, in MiB")
+  consolidate_cmd->add_option("--max-shard-mb", consolidating.max_shard_mb, "largest file, in MiB")
       ->check(CLI::Range(0.001, 1e9));
-  consolidate_cmd->add_flag("--optimizer", with_optimizer, "AdamW's moments too");
+  consolidate_cmd
+      ->add_option("--names", consolidating.names,
+                   "hf: Hugging Face's names and rotary layout, and config.json; weft: "
+                   "weft's names and layout, as saved")
+      ->check(CLI::IsMember({"hf", "weft"}));
+  consolidate_cmd->add_option("--dtype", consolidating.dtype, "the weights' dtype in the files")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  consolidate_cmd->add_flag("--optimizer", consolidating.with_optimizer,
+                            "AdamW's moments too (with --names weft)");
   auto* convert_cmd = app.add_subcommand(
       "convert", "a single-file checkpoint (weft-train before distributed checkpoints) into one");
   convert_cmd->add_option("file", old, "its checkpoint.safetensors")->required();
@@ -242,7 +302,7 @@ int main(int argc, char** argv) {
   try {
     if (*inspect_cmd) inspect(checkpoint, list);
     if (*verify_cmd) verify(checkpoint);
-    if (*consolidate_cmd) consolidate(checkpoint, out, max_shard_mb, with_optimizer);
+    if (*consolidate_cmd) consolidate(checkpoint, out, consolidating);
     if (*convert_cmd) convert(old, out, data_parallel);
   } catch (const weft::InvalidArgument& e) {
     std::fprintf(stderr, "weft-ckpt: %s\n", e.what());

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "tests/support/temp_dir.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/train/checkpointing.h"
+#include "weft/train/hf_llama.h"
 #include "weft/train/trainer.h"
 
 namespace weft::train {
@@ -82,8 +84,14 @@ TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
   nn::Llama model(config(4).model);
   load_model(step2(), model);
   ASSERT_EQ(one.tensors.size(), model.parameters().all().size());
-  for (const auto& [name, value] : model.parameters().state_dict())
-    EXPECT_EQ(one.at(name).to_vector<float>(), value.to_vector<float>()) << name;
+  for (const auto& [name, value] : model.parameters().state_dict()) {
+    EXPECT_EQ(one.at(hf_name(name)).to_vector<float>(),
+              to_hf_layout(name, value, model.config()).to_vector<float>())
+        << name;
+  }
+  std::ifstream config_json(tmp_.file("hf/config.json"));
+  const nn::LlamaConfig hf = from_hf_config(nlohmann::json::parse(config_json), "config.json");
+  EXPECT_EQ(hf.parameter_shapes(), model.config().parameter_shapes());
 
   const test::Finished sharded =
       ckpt("consolidate --max-shard-mb 0.05 " + step2() + " " + tmp_.file("shards"));
@@ -94,8 +102,18 @@ TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
   EXPECT_EQ(index["metadata"]["total_size"].get<std::int64_t>(), 4 * model.parameters().numel());
   for (const auto& [name, file] : index["weight_map"].items()) {
     const auto f = checkpoint::load_safetensors(tmp_.file("shards/" + file.get<std::string>()));
-    EXPECT_EQ(f.at(name).to_vector<float>(), model.parameters().at(name).value.to_vector<float>());
+    const std::string weft = *weft_name(name);
+    EXPECT_EQ(
+        f.at(name).to_vector<float>(),
+        to_hf_layout(weft, model.parameters().at(weft).value, model.config()).to_vector<float>());
   }
+  // weft's own names and layout, AdamW's moments too.
+  ASSERT_EQ(ckpt("consolidate --names weft --optimizer " + step2() + " " + tmp_.file("w")).code, 0);
+  const auto own = checkpoint::load_safetensors(tmp_.file("w/model.safetensors"));
+  EXPECT_EQ(own.at("layers.0.attention.wq.weight").to_vector<float>(),
+            model.parameters().at("layers.0.attention.wq.weight").value.to_vector<float>());
+  EXPECT_NO_THROW(own.at("optim.exp_avg.norm.weight"));
+  EXPECT_EQ(ckpt("consolidate --optimizer " + step2() + " " + tmp_.file("x")).code, 2);
 
   // Into a folder an earlier consolidate wrote: its files go first, never both forms at once.
   ASSERT_EQ(ckpt("consolidate --max-shard-mb 0.05 " + step2() + " " + tmp_.file("hf")).code, 0);
@@ -104,7 +122,44 @@ TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp_.file("hf")))
     left.push_back(e.path().filename().string());
-  EXPECT_EQ(left, std::vector<std::string>{"model.safetensors"});
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"config.json", "model.safetensors"}));
+}
+
+// Hugging Face's layout and back: a run started from a consolidated folder
+// (checkpoint.initial_load_path) holds the checkpoint's weights bitwise, from one file or
+// shards; in bf16, the weights rounded.
+TEST_F(WeftCkptTest, RunsStartFromConsolidatedFoldersBitwise) {
+  nn::Llama saved(config(4).model);
+  load_model(step2(), saved);
+  ASSERT_EQ(ckpt("consolidate --max-shard-mb 0.05 " + step2() + " " + tmp_.file("hf")).code, 0);
+  ASSERT_EQ(ckpt("consolidate --dtype bfloat16 " + step2() + " " + tmp_.file("bf16")).code, 0);
+  for (const char* folder : {"hf", "bf16"}) {
+    std::ostringstream log;
+    Trainer fresh(config(4, {{"checkpoint.enable", "false"},
+                             {"checkpoint.initial_load_path", tmp_.file(folder)}}),
+                  log);
+    EXPECT_THAT(log.str(), HasSubstr("loaded the initial weights from " + tmp_.file(folder)));
+    for (const auto& [name, value] : saved.parameters().state_dict()) {
+      std::vector<float> want = value.to_vector<float>();
+      if (std::string(folder) == "bf16") {
+        for (float& w : want) w = static_cast<float>(BFloat16(w));
+      }
+      EXPECT_EQ(fresh.model().parameters().at(name).value.to_vector<float>(), want)
+          << folder << ": " << name;
+    }
+  }
+  // Another model than the folder's: every differing field named.
+  try {
+    Trainer(config(4, {{"model.n_layers", "3"},
+                       {"model.dim", "64"},
+                       {"checkpoint.initial_load_path", tmp_.file("hf")}}),
+            std::cout);
+    ADD_FAILURE() << "loaded another model's weights";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.dim 64 (the folder: 32)"));
+    EXPECT_THAT(e.what(), HasSubstr("model.n_layers 3 (the folder: 2)"));
+  }
 }
 
 // The earlier format: step-<N>/checkpoint.safetensors with every tensor whole.

@@ -134,6 +134,10 @@ const std::vector<Field>& fields() {
                  "async: the saving step copies its state and training continues while a "
                  "background thread writes it; disabled: the step waits for the write",
                  -INFINITY, INFINITY, {"disabled", "async"}),
+      WEFT_FIELD(checkpoint, initial_load_path,
+                 "a Hugging Face folder (config.json and safetensors) whose weights the run "
+                 "starts from instead of the random init, unless it resumes (fine-tuning; "
+                 "docs/CHECKPOINTS.md); empty: none"),
       WEFT_FIELD(metrics, log_freq, "steps between logged steps; the last step is always logged",
                  1),
       WEFT_FIELD(metrics, jsonl_path,

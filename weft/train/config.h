@@ -50,6 +50,7 @@ struct CheckpointConfig {
   bool resume = false;                  // continue from the newest checkpoint in `folder`
   std::int64_t keep_latest = 0;         // 0 keeps every checkpoint
   std::string async_mode = "disabled";  // TorchTitan's: disabled, async
+  std::string initial_load_path;        // a Hugging Face folder the run starts from
 };
 
 struct MetricsConfig {

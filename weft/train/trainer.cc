@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "weft/base/simd.h"
@@ -12,6 +13,7 @@
 #include "weft/dist/launch_env.h"
 #include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
+#include "weft/train/hf_llama.h"
 
 namespace weft::train {
 namespace {
@@ -92,6 +94,9 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                                                    }
                                                  });
   if (config_.checkpoint.resume) resume();
+  if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
+    load_initial_weights(config_.checkpoint.initial_load_path);
+  }
   parallel_->check_replicas_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
   const DType products = nn::matmul_dtype();
@@ -262,6 +267,31 @@ double Trainer::train_step() {
   }
   parallel_->finish_sync();
   return parallel_->sum_over_data(loss);
+}
+
+void Trainer::load_initial_weights(const std::string& folder) {
+  const std::vector<parallel::StatePiece> layout = parallel_->state_layout();
+  std::vector<Tensor> values;
+  parallel_->copy_state(values);
+  std::multimap<std::string, std::size_t> pieces;  // "model.<parameter>" -> its pieces here
+  for (std::size_t i = 0; i < layout.size(); ++i) pieces.emplace(layout[i].name, i);
+  std::int64_t tensors = 0;
+  read_hf_model(folder, config_.model, [&](const std::string& name, const Tensor& whole) {
+    ++tensors;
+    const auto [first, last] = pieces.equal_range("model." + name);
+    for (auto it = first; it != last; ++it) {
+      const parallel::StatePiece& p = layout[it->second];
+      Tensor box = whole;
+      for (std::size_t d = 0; d < p.sizes.size(); ++d) {
+        box = box.narrow(static_cast<int>(d), p.offsets[d], p.sizes[d]);
+      }
+      values[it->second].copy_from(box.contiguous());
+    }
+  });
+  parallel_->load_state_values(values, 0);
+  // Before the metrics logger exists (as the resume's lines).
+  out_ << "loaded the initial weights from " << folder << " (Hugging Face layout, " << tensors
+       << " tensors)" << std::endl;
 }
 
 double Trainer::validate() {

@@ -56,6 +56,8 @@ class Trainer {
   // least that, before the layout is made) exceeds its memory.
   void refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const;
   void resume();
+  // checkpoint.initial_load_path's weights into this rank's pieces (a fresh run only).
+  void load_initial_weights(const std::string& folder);
   void save();
   // A step with a non-finite loss or gradient norm: logs and returns (skip) or throws.
   void skip_or_stop(double loss, double grad_norm) const;
