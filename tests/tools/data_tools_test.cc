@@ -96,5 +96,27 @@ TEST(WeftDataTest, TokenizeAndInspect) {
   EXPECT_THAT(zero.err, HasSubstr("not a regular file"));
 }
 
+// configs/shakespeare_bpe.toml as its comment says to run it: the tokenizer trained on the
+// corpus, then the model (two steps here), its vocabulary the tokenizer's.
+TEST(WeftDataTest, SmallRealConfigurationRunsAsDocumented) {
+  test::TempDir dir;
+  const std::string corpus = WEFT_SOURCE_DIR "/data/tinyshakespeare.txt";
+  auto trained = tokenizer({"train", "--input", corpus, "--vocab-size", "8000", "--model-type",
+                            "bpe", "--output", dir.file("shakespeare_bpe8k")});
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  auto run = tool(WEFT_TRAIN_TOOL,
+                  {"--config", WEFT_SOURCE_DIR "/configs/shakespeare_bpe.toml", "--tokenizer.path",
+                   dir.file("shakespeare_bpe8k.model"), "--training.dataset_path", corpus,
+                   "--training.steps", "2", "--validation.freq", "2", "--checkpoint.folder",
+                   dir.file("ckpt"), "--metrics.peak_gflops", "100"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("model: 31.79M parameters"));  // with 8,000 tokens
+  EXPECT_THAT(run.out, HasSubstr("step: 2  validation loss: "));
+  auto sample = tool(WEFT_GENERATE_TOOL, {"--checkpoint", dir.file("ckpt"), "--prompt",
+                                          "ROMEO:", "--max-new-tokens", "5"});
+  ASSERT_EQ(sample.code, 0) << sample.err;
+  EXPECT_THAT(sample.out, testing::StartsWith("ROMEO:"));
+}
+
 }  // namespace
 }  // namespace weft

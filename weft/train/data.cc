@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "weft/base/system.h"
+#include "weft/data/token_shards.h"
 #include "weft/tensor/random.h"
 #include "weft/train/config.h"
 

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "weft/data/token_shards.h"
 #include "weft/data/tokenizer.h"
 
 namespace weft::train {

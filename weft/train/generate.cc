@@ -60,7 +60,11 @@ std::string generate(nn::Llama& model, const data::Tokenizer& tokenizer, const s
     if (cache.length >= max_len) break;
     logits = model.forward_cached(&next, 1, cache);
   }
-  return prompt + tokenizer.decode(out);
+  // Decoded with the prompt's tokens, not after its text: SentencePiece drops the space that
+  // starts a decoded sequence ("_why" alone decodes to "why"), which the prompt's context keeps.
+  std::vector<std::int32_t> text(tokens.begin() + (tokenizer.bos_id() ? 1 : 0), tokens.end());
+  text.insert(text.end(), out.begin(), out.end());
+  return tokenizer.decode(text);
 }
 
 }  // namespace weft::train

@@ -18,8 +18,9 @@ struct SamplingOptions {
 
 // The prompt followed by what the model writes after it, a token at a time, through the
 // run's tokenizer: the prompt is BOS (where the tokenizer has one) and its tokens; writing
-// stops at EOS, after max_new_tokens, or at the model's max_seq_len. Throws InvalidArgument
-// for an empty prompt or one longer than max_seq_len.
+// stops at EOS, after max_new_tokens, or at the model's max_seq_len; the prompt's tokens and
+// the new ones are decoded together. Throws InvalidArgument for an empty prompt or one longer
+// than max_seq_len.
 std::string generate(nn::Llama& model, const data::Tokenizer& tokenizer, const std::string& prompt,
                      const SamplingOptions& options);
 
