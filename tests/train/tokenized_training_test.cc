@@ -135,6 +135,32 @@ TEST_F(TokenizedTrainingTest, ShardsTrainLikeTheTextAndResumeBitwise) {
   EXPECT_EQ(resumed.losses()[1], b.losses()[3]);
 }
 
+// nanoGPT's train.bin and val.bin (raw uint16, no header, no dataset.json) train like the text
+// they hold; their bytes of text are unknown, so validation prints no bits per byte.
+TEST_F(TokenizedTrainingTest, NanoGptTokenFilesTrainLikeTheText) {
+  std::ifstream in(kData, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto cut = static_cast<std::size_t>(static_cast<double>(text.size()) * 0.9);
+  fs::create_directories(tmp_.file("nanogpt"));
+  auto write_u16 = [&](const std::string& name, std::string_view bytes) {
+    std::string raw;
+    for (char c : bytes) raw += {c, '\0'};
+    std::ofstream(tmp_.file("nanogpt/" + name), std::ios::binary) << raw;
+  };
+  write_u16("train.bin", std::string_view(text).substr(0, cut));
+  write_u16("val.bin", std::string_view(text).substr(cut));
+  auto files = small(4), plain = small(4);
+  files.emplace_back("training.dataset_path", tmp_.file("nanogpt"));
+  std::ostringstream log_files, log_text;
+  Trainer a(load_config("", files), log_files), b(load_config("", plain), log_text);
+  a.run();
+  b.run();
+  EXPECT_EQ(a.losses(), b.losses());
+  EXPECT_EQ(a.last_validation_loss(), b.last_validation_loss());
+  EXPECT_THAT(log_files.str(), HasSubstr("step: 4  validation loss: "));
+  EXPECT_THAT(log_files.str(), testing::Not(HasSubstr("bpb")));
+}
+
 TEST_F(TokenizedTrainingTest, MismatchesAreRefusedBeforeTraining) {
   EXPECT_THAT(error_of({{"tokenizer.path", dir_->file("shk.model")}}),
               HasSubstr("model.vocab_size = 256 is smaller than the tokenizer's vocabulary"));
@@ -149,7 +175,7 @@ TEST_F(TokenizedTrainingTest, MismatchesAreRefusedBeforeTraining) {
   EXPECT_THAT(error_of({{"training.dataset_path", "/dev/zero"}}),
               HasSubstr("not a regular file or a folder"));
   EXPECT_THAT(error_of({{"training.dataset_path", dir_->path().string()}}),
-              HasSubstr("without dataset.json"));
+              HasSubstr("neither dataset.json nor token files named *train*.bin"));
   // A shard holding an id beyond the vocabulary: named with its file and offset.
   fs::copy(dir_->file("bytes_shards"), tmp_.file("bad"));
   {

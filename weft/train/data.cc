@@ -1,5 +1,6 @@
 #include "weft/train/data.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -41,8 +42,8 @@ class ShardTokens final : public TokenSource {
  public:
   ShardTokens(const std::vector<std::string>& files, std::int64_t text_bytes, std::int64_t vocab)
       : stream_(files, data::TokenDtype::kUint16), vocab_(vocab) {
-    bytes_per_token_ = stream_.size() == 0
-                           ? 1
+    bytes_per_token_ = stream_.size() == 0 || text_bytes <= 0
+                           ? 0
                            : static_cast<double>(text_bytes) / static_cast<double>(stream_.size());
   }
   std::int64_t size() const override { return stream_.size(); }
@@ -100,19 +101,47 @@ std::vector<std::int32_t> checked_encode(const data::Tokenizer& tok, std::string
   return ids;
 }
 
-nlohmann::json read_index(const std::string& folder) {
-  const std::string path = (fs::path(folder) / "dataset.json").string();
+nlohmann::json read_index(const std::string& path) {
   std::ifstream in(path);
-  if (!in) {
-    throw ConfigError(key_is(folder) +
-                      " is a folder without dataset.json: give a text file, or "
-                      "a folder that weft-data tokenize wrote");
-  }
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(path + " is not valid JSON: " + e.what());
   }
+}
+
+std::unique_ptr<ShardTokens> shard_split(const std::string& folder,
+                                         const std::vector<std::string>& files,
+                                         std::int64_t text_bytes, std::int64_t vocab) {
+  try {
+    return std::make_unique<ShardTokens>(files, text_bytes, vocab);
+  } catch (const data::DataError& e) {
+    throw ConfigError(key_is(folder) + ": " + e.what());
+  }
+}
+
+// A folder of token files without dataset.json, as llm.c (fineweb_train_000001.bin, with its
+// header) and nanoGPT (train.bin, val.bin: raw uint16) write them: the files whose names say
+// "train" and "val". The bytes of text are unknown: no bits per byte.
+std::pair<std::vector<std::string>, std::vector<std::string>> splits_by_name(
+    const std::string& folder) {
+  std::vector<std::string> train, validation;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !name.ends_with(".bin")) continue;
+    (name.find("val") != std::string::npos ? validation : train).push_back(entry.path().string());
+  }
+  std::erase_if(train, [](const std::string& f) {
+    return fs::path(f).filename().string().find("train") == std::string::npos;
+  });
+  if (train.empty()) {
+    throw ConfigError(key_is(folder) +
+                      " has neither dataset.json nor token files named *train*.bin: give a text "
+                      "file, a folder weft-data tokenize wrote, or llm.c's or nanoGPT's shards");
+  }
+  std::sort(train.begin(), train.end());
+  std::sort(validation.begin(), validation.end());
+  return {train, validation};
 }
 
 }  // namespace
@@ -126,8 +155,8 @@ Dataset::Dataset(const std::string& path, const data::Tokenizer& tokenizer,
                       " cannot be read: it does not exist (run from the project's "
                       "root, or give the path)");
   }
-  if (fs::is_directory(status)) {
-    const nlohmann::json index = read_index(path);
+  if (fs::is_directory(status) && fs::exists(fs::path(path) / "dataset.json")) {
+    const nlohmann::json index = read_index((fs::path(path) / "dataset.json").string());
     const std::int64_t made_with = index.value("vocab_size", std::int64_t{0});
     if (made_with != tokenizer.vocab_size()) {
       throw ConfigError(key_is(path) + " was tokenized with " +
@@ -139,16 +168,17 @@ Dataset::Dataset(const std::string& path, const data::Tokenizer& tokenizer,
       std::vector<std::string> files;
       for (const auto& f : index[name]["files"])
         files.push_back((fs::path(path) / f.get<std::string>()).string());
-      try {
-        return std::make_unique<ShardTokens>(
-            files, index[name].value("text_bytes", std::int64_t{0}), vocab_size);
-      } catch (const data::DataError& e) {
-        throw ConfigError(key_is(path) + ": " + e.what());
-      }
+      return shard_split(path, files, index[name].value("text_bytes", std::int64_t{0}), vocab_size);
     };
     train_ = split("train");
     validation_ = split("validation");
     description_ = path + ": token shards, " + std::to_string(train_->size()) + " train and " +
+                   std::to_string(validation_->size()) + " validation tokens";
+  } else if (fs::is_directory(status)) {
+    const auto [train, validation] = splits_by_name(path);
+    train_ = shard_split(path, train, 0, vocab_size);
+    validation_ = shard_split(path, validation, 0, vocab_size);
+    description_ = path + ": token files, " + std::to_string(train_->size()) + " train and " +
                    std::to_string(validation_->size()) + " validation tokens";
   } else if (fs::is_regular_file(status)) {
     const std::string text = read_text_file(path);
@@ -163,8 +193,6 @@ Dataset::Dataset(const std::string& path, const data::Tokenizer& tokenizer,
                                        static_cast<std::int64_t>(text.size() - cut));
     description_ = path + ": " + std::to_string(text.size()) + " bytes, " +
                    std::to_string(train_->size() + validation_->size()) + " tokens";
-    if (validation_fraction == 0)
-      validation_ = std::make_unique<MemoryTokens>(std::vector<std::int32_t>{}, 0);
   } else {
     throw ConfigError(key_is(path) +
                       " is not a regular file or a folder (a device, a pipe or a "

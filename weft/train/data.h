@@ -5,8 +5,9 @@
 // any data-parallel degree.
 //
 // A dataset is a text file, tokenized at start-up with the run's tokenizer (the last
-// validation_fraction of its bytes held out), or a folder of token shards that weft-data
-// tokenize wrote (memory-mapped, any size; its own validation split). docs/DATA.md.
+// validation_fraction of its bytes held out), or a folder of token shards, memory-mapped, any
+// size, with its own validation split: one weft-data tokenize wrote (dataset.json), or
+// llm.c's or nanoGPT's (*train*.bin and *val*.bin). docs/DATA.md.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@
 
 namespace weft::train {
 
-// A split's tokens, and the bytes of text each stands for on average (for bits per byte).
+// A split's tokens, and the bytes of text each stands for on average (for bits per byte; 0
+// when unknown: token files made elsewhere).
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
@@ -28,7 +30,7 @@ class TokenSource {
   double bytes_per_token() const { return bytes_per_token_; }
 
  protected:
-  double bytes_per_token_ = 1;
+  double bytes_per_token_ = 0;
 };
 
 class Dataset {

@@ -103,15 +103,19 @@ void MetricsLogger::log_step(const StepMetrics& m) {
 
 void MetricsLogger::log_validation(std::int64_t step, double loss, double bytes_per_token) {
   clear_bar();
-  const double bpb = loss / std::numbers::ln2 / bytes_per_token;
   char line[128];
-  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f  bpb: %.4f",
-                static_cast<long long>(step), loss, bpb);
-  out_ << line << std::endl;
-  if (jsonl_.is_open()) {
-    jsonl_ << nlohmann::json{{"step", step}, {"val_loss", loss}, {"val_bpb", bpb}}.dump()
-           << std::endl;
+  std::snprintf(line, sizeof(line), "step: %lld  validation loss: %.4f",
+                static_cast<long long>(step), loss);
+  nlohmann::json record{{"step", step}, {"val_loss", loss}};
+  std::string text = line;
+  if (bytes_per_token > 0) {  // unknown for token files made elsewhere
+    const double bpb = loss / std::numbers::ln2 / bytes_per_token;
+    std::snprintf(line, sizeof(line), "  bpb: %.4f", bpb);
+    text += line;
+    record["val_bpb"] = bpb;
   }
+  out_ << text << std::endl;
+  if (jsonl_.is_open()) jsonl_ << record.dump() << std::endl;
 }
 
 void MetricsLogger::log_line(const std::string& line) {

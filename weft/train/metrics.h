@@ -33,7 +33,7 @@ class MetricsLogger {
                 std::int64_t total_steps);
   void log_step(const StepMetrics& m);
   // The loss (nats per token) and bits per byte of text, which runs with different tokenizers
-  // compare by: loss / ln 2 / bytes_per_token.
+  // compare by: loss / ln 2 / bytes_per_token (left out when bytes_per_token is 0: unknown).
   void log_validation(std::int64_t step, double loss, double bytes_per_token);
   void log_line(const std::string& line);                           // a message between steps
   void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
