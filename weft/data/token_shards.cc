@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,10 @@
 #include "weft/base/unique_fd.h"
 
 namespace weft::data {
+
+// The format is little-endian; tokens are copied as this host stores them.
+static_assert(std::endian::native == std::endian::little,
+              "token shards assume a little-endian host");
 
 namespace {
 
@@ -53,20 +58,18 @@ ShardWriter::~ShardWriter() {
 
 void ShardWriter::append(const std::int32_t* ids, std::size_t n) {
   const std::int64_t limit = dtype_ == TokenDtype::kUint16 ? 65535 : INT32_MAX;
-  for (std::size_t i = 0; i < n; ++i) {
+  const std::size_t width = dtype_ == TokenDtype::kUint16 ? 2 : 4;
+  const std::size_t at = buffer_.size();
+  buffer_.resize(at + n * width);
+  char* out = buffer_.data() + at;
+  for (std::size_t i = 0; i < n; ++i, out += width) {
     if (ids[i] < 0 || ids[i] > limit) {
+      buffer_.resize(at);
       throw DataError(path_ + ": token id " + std::to_string(ids[i]) + " does not fit its " +
                       (dtype_ == TokenDtype::kUint16 ? "uint16" : "uint32") + " tokens");
     }
-    if (dtype_ == TokenDtype::kUint16) {
-      const auto v = static_cast<std::uint16_t>(ids[i]);
-      buffer_.insert(buffer_.end(), reinterpret_cast<const char*>(&v),
-                     reinterpret_cast<const char*>(&v) + 2);
-    } else {
-      const auto v = static_cast<std::uint32_t>(ids[i]);
-      buffer_.insert(buffer_.end(), reinterpret_cast<const char*>(&v),
-                     reinterpret_cast<const char*>(&v) + 4);
-    }
+    const auto v = static_cast<std::uint32_t>(ids[i]);  // little-endian: the low bytes first
+    std::memcpy(out, &v, width);
   }
   tokens_ += static_cast<std::int64_t>(n);
   if (buffer_.size() >= (4 << 20)) flush();

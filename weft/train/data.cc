@@ -26,7 +26,7 @@ class MemoryTokens final : public TokenSource {
  public:
   MemoryTokens(std::vector<std::int32_t> ids, std::int64_t text_bytes) : ids_(std::move(ids)) {
     bytes_per_token_ =
-        ids_.empty() ? 1 : static_cast<double>(text_bytes) / static_cast<double>(ids_.size());
+        ids_.empty() ? 0 : static_cast<double>(text_bytes) / static_cast<double>(ids_.size());
   }
   std::int64_t size() const override { return static_cast<std::int64_t>(ids_.size()); }
   void read(std::int64_t start, std::int64_t n, std::int32_t* out) const override {

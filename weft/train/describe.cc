@@ -21,18 +21,12 @@ std::string count(double n) {
   return text;
 }
 
-std::string shape_text(const Shape& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 // One line per tensor outside the layers, then one per tensor of a layer for all of them.
 std::string parameters_of(const nn::LlamaConfig& m) {
   std::string out;
   auto line = [&](const std::string& name, const Shape& s, const char* each) {
     char text[200];
-    std::snprintf(text, sizeof(text), "  %-44s %-16s %s%s\n", name.c_str(), shape_text(s).c_str(),
+    std::snprintf(text, sizeof(text), "  %-44s %-16s %s%s\n", name.c_str(), shape_string(s).c_str(),
                   count(static_cast<double>(shape_numel(s))).c_str(), each);
     out += text;
   };
