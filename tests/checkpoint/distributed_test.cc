@@ -197,9 +197,34 @@ TEST_F(DistributedCheckpointTest, ManifestRoundTripsAndRejectsWhatIsWrong) {
   Manifest step = m;
   step.step = -5;
   EXPECT_THAT(error(step), HasSubstr("at least 0"));
-  Manifest version = m;
-  version.version = 2;
-  EXPECT_THAT(error(version), HasSubstr("format version 2"));
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string changed = text;
+    const auto at = changed.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return changed.replace(at, from.size(), to);
+  };
+  const auto text_error = [&](const std::string& changed) {
+    try {
+      parse_manifest(changed, path);
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(text_error(replaced("\"version\": 2", "\"version\": 3")),
+              HasSubstr("format version 3"));
+  // The scalars carry no checksum of their own: the manifest's covers them.
+  const auto drawn = [](std::int64_t n) { return "\"samples_drawn\": " + std::to_string(n); };
+  EXPECT_THAT(text_error(replaced(drawn(m.samples_drawn), drawn(m.samples_drawn + 1))),
+              HasSubstr("checksum does not match"));
+  EXPECT_THAT(text_error(replaced("\"seed\": 0", "\"seed\": 1")),
+              HasSubstr("checksum does not match"));
+  // Version 1, written before the manifest had its own checksum, is still read.
+  std::string v1 = replaced("\"version\": 2", "\"version\": 1");
+  v1.erase(v1.find(",\n \"checksum\""), v1.rfind('}') - v1.find(",\n \"checksum\"") - 1);
+  EXPECT_EQ(text_error(v1), "no error");
+  EXPECT_THAT(text_error(replaced(",\n \"checksum\"", ",\n \"checksun\"")),
+              HasSubstr("has no 'checksum'"));
   Manifest world = m;
   world.world_size = 3;
   EXPECT_THAT(error(world), HasSubstr("a mesh of 2 ranks in a world of 3"));

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -173,6 +174,38 @@ TEST_P(FailureTest, MismatchedCollectivesFailOnEveryRank) {
   });
   EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << exits[0].code;
   EXPECT_TRUE(exits[1].exited && exits[1].code == 0) << exits[1].code;
+}
+
+// Ranks that name different roots: on shm and tcp a broadcast where every rank names itself
+// reads nothing from anyone, so only debug mode (WEFT_DIST_DEBUG=detail, which compares every
+// call's op, size, dtype, root and reduce op first) can tell; with it, every rank fails at
+// once with CollectiveMismatch naming each rank's call. The same for a reduce, which would
+// otherwise wait out its timeout at the roots.
+TEST_P(FailureTest, MismatchedRootsFailOnEveryRankInDebugMode) {
+  const std::string backend = GetParam();
+  for (const bool broadcast : {true, false}) {
+    const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+      ::setenv("WEFT_DIST_DEBUG", "detail", 1);
+      auto pg = init_process_group({.backend = backend, .timeout = Seconds(10)});
+      std::vector<float> v(4, 1.0f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        if (broadcast) {
+          pg->broadcast(v, rank);
+        } else {
+          pg->reduce(v, rank);
+        }
+      } catch (const CollectiveMismatch& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        const bool both = std::string(e.what()).find("root=0") != std::string::npos &&
+                          std::string(e.what()).find("root=1") != std::string::npos;
+        return both && std::chrono::steady_clock::now() - start < 5s ? 0 : 3;
+      }
+      return 2;
+    });
+    EXPECT_TRUE(exits[0].exited && exits[0].code == 0) << broadcast << " " << exits[0].code;
+    EXPECT_TRUE(exits[1].exited && exits[1].code == 0) << broadcast << " " << exits[1].code;
+  }
 }
 
 // Rank 1 never calls the collective (on shm it is stopped with SIGSTOP, and the harness

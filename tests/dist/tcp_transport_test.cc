@@ -229,5 +229,35 @@ TEST(TcpTransportTest, ListensOnIPv6Loopback) {
   EXPECT_EQ(got, pattern(64, 5));
 }
 
+// Connections that stay silent or send half a hello hold up nobody: each handshake runs on its
+// own, and past the bounds (64 pending, 16 from one address) the oldest pending one is closed.
+TEST(TcpTransportTest, SilentAndWrongConnectionsDoNotDelayTheRanks) {
+  auto store = new_store();
+  const TcpTransportOptions options{.token = "t", .connect_timeout = Seconds(20)};
+  auto rank0 = std::async(std::launch::async,
+                          [&] { return std::make_unique<TcpTransport>(0, 3, store, options); });
+  const std::string addr = store->get("tcp/addr/0");
+  const auto colon = addr.rfind(':');
+  const std::string host = addr.substr(0, colon);
+  const int port = std::stoi(addr.substr(colon + 1));
+  std::vector<net::Socket> strays;
+  for (int i = 0; i < 80; ++i) {
+    strays.push_back(net::Socket::connect(host, port, soon()));
+    if (i % 4 == 0) strays.back().send_all(pattern(7, i), soon());  // half a hello
+  }
+  const auto start = Clock::now();
+  auto rank1 = std::async(std::launch::async,
+                          [&] { return std::make_unique<TcpTransport>(1, 3, store, options); });
+  TcpTransport rank2(2, 3, store, options);
+  auto t0 = rank0.get();
+  auto t1 = rank1.get();
+  // One at a time, the first silent connection alone held the listener for 5 s.
+  EXPECT_LT(Clock::now() - start, Seconds(4));
+  rank2.send(0, 1, pattern(64, 5), soon());
+  std::vector<std::byte> got(64);
+  t0->recv(2, 1, got, soon());
+  EXPECT_EQ(got, pattern(64, 5));
+}
+
 }  // namespace
 }  // namespace weft::dist

@@ -11,7 +11,8 @@
 //   flaky             exits 3 in the first attempt (WEFT_RESTART_COUNT=0), then 0
 //   sleep             prints "ready pid=P" and sleeps
 //   ignore-term       ignores SIGTERM, prints "ready pid=P" and sleeps
-//   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none)
+//   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none), the
+//                     flight recorder's ring as "ring"
 //   cpus              prints how many CPUs it may run on (cpus=N) and the first (cpu=C)
 // Arguments after those are ignored: tests add a unique tag to find the processes later.
 #include <dirent.h>
@@ -105,6 +106,12 @@ int list_fds() {
     char target[256] = {};
     const std::string link = "/proc/self/fd/" + std::string(e->d_name);
     [[maybe_unused]] const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    const char* ring = std::getenv("WEFT_FLIGHT_RECORDER_FD");
+    if (ring != nullptr && std::atoi(ring) == fd &&
+        std::string(target).starts_with("/memfd:weft-flight-recorder")) {
+      fds += " ring";  // the flight recorder's, which weftrun hands every worker
+      continue;
+    }
     fds += ' ';
     fds += e->d_name;
     fds += "->";

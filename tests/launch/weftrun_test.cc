@@ -267,11 +267,17 @@ TEST(WeftrunTest, WorkersInheritNoStrayDescriptors) {
   // A descriptor the test leaks into weftrun on purpose: the workers must not see it.
   UniqueFd leaked(::dup(2));
   ASSERT_TRUE(leaked);
+  // Each keeps the flight recorder's ring, a memfd of its own, and nothing else.
   const Finished r = weftrun({"--nproc-per-node", "3", kWorker, "fds"});
-  leaked.reset();
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(lines_of(r.out),
-              UnorderedElementsAre("[0] fds= none", "[1] fds= none", "[2] fds= none"));
+              UnorderedElementsAre("[0] fds= ring", "[1] fds= ring", "[2] fds= ring"));
+  auto off = kCleanEnv;
+  off["WEFT_FLIGHT_RECORDER"] = "0";
+  const Finished unrecorded = weftrun({"--nproc-per-node", "2", kWorker, "fds"}, off);
+  leaked.reset();
+  ASSERT_EQ(unrecorded.code, 0) << unrecorded.err;
+  EXPECT_THAT(lines_of(unrecorded.out), UnorderedElementsAre("[0] fds= none", "[1] fds= none"));
 }
 
 // --bind-to core: one CPU per worker when there are enough, each a different one; none

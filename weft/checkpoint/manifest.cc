@@ -121,6 +121,22 @@ TensorEntry parse_tensor(const std::string& name, const json& j,
   return t;
 }
 
+// Of the manifest's text as written, without its "checksum" field (which comes last).
+std::uint64_t own_checksum(const json& without) {
+  const std::string text = without.dump(1);
+  return checksum(text.data(), text.size());
+}
+
+// Parsing and dumping again gives the text that was written: the fields keep their order,
+// and numbers and strings print as they did.
+void check_own_checksum(json j, const std::string& path) {
+  const std::uint64_t stated =
+      parse_checksum(field<std::string>(j, "checksum", "the manifest", path), path);
+  j.erase("checksum");
+  if (own_checksum(j) != stated)
+    bad(path, "its checksum does not match its text (changed or damaged after it was written)");
+}
+
 }  // namespace
 
 Box intersect(const Box& a, const Box& b) {
@@ -170,7 +186,7 @@ std::string to_json(const Manifest& m) {
   json mesh = json::array();
   for (const auto& [name, size] : m.mesh) mesh.push_back({name, size});
   const json j = {{"format", kFormat},
-                  {"version", m.version},
+                  {"version", kManifestVersion},
                   {"step", m.step},
                   {"optimizer_steps", m.optimizer_steps},
                   {"samples_drawn", m.samples_drawn},
@@ -181,7 +197,11 @@ std::string to_json(const Manifest& m) {
                   {"files", files},
                   {"tensors", tensors},
                   {"config", m.config}};
-  return j.dump(1) + "\n";
+  // The scalars (step, cursor, seed) and the config have no chunk checksum of their own: this
+  // one covers the whole text before it.
+  json with_checksum = j;
+  with_checksum["checksum"] = checksum_text(own_checksum(j));
+  return with_checksum.dump(1) + "\n";
 }
 
 Manifest parse_manifest(const std::string& text, const std::string& path) {
@@ -196,9 +216,10 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
         std::string("not a weft distributed checkpoint (no \"format\": \"") + kFormat + "\")");
   Manifest m;
   m.version = field<int>(j, "version", "the manifest", path);
-  if (m.version != kManifestVersion)
-    bad(path, "format version " + std::to_string(m.version) + "; this weft reads version " +
+  if (m.version != kManifestVersion && m.version != 1)
+    bad(path, "format version " + std::to_string(m.version) + "; this weft reads versions 1 and " +
                   std::to_string(kManifestVersion));
+  if (m.version >= 2) check_own_checksum(j, path);
   m.step = field<std::int64_t>(j, "step", "the manifest", path);
   m.optimizer_steps = field<std::int64_t>(j, "optimizer_steps", "the manifest", path);
   m.samples_drawn = field<std::int64_t>(j, "samples_drawn", "the manifest", path);

@@ -24,7 +24,8 @@ class IncompatibleCheckpoint : public CheckpointError {
   using CheckpointError::CheckpointError;
 };
 
-inline constexpr int kManifestVersion = 1;
+// Version 2 adds the manifest's own checksum; version 1 (without) is still read.
+inline constexpr int kManifestVersion = 2;
 inline constexpr char kManifestName[] = "manifest.json";
 
 // A box of a tensor: elements offsets[d] <= i[d] < offsets[d] + sizes[d] in every dimension.

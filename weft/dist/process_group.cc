@@ -117,7 +117,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
       members_(std::move(members)),
       rank_(-1),
       options_(std::move(options)),
-      id_(id) {
+      id_(id),
+      recorder_(recorder::FlightRecorder::process()),
+      recorder_group_(recorder::kMaxGroups) {
   collectives_.queue = std::make_unique<internal::OpQueue>();
   Promise<void> done;
   done.set_value();
@@ -132,6 +134,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
   rank_ = static_cast<int>(it - members_.begin());
   engine_ =
       backend_->make_engine(members_, world, [this](std::int64_t mine) { return agree(mine); });
+  if (world) recorder_.set_rank(global, transport().size());
+  recorder_group_ = recorder_.add_group(id_, options_.name, size(), rank_);
 }
 
 // An all-gather of one integer on the generic engine, for the backend while it builds this
@@ -214,7 +218,8 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
     work = std::make_shared<Work>(state->get_future());
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
-  OpRun run{op, seq, options.timeout.value_or(options_.timeout), std::move(signature)};
+  const std::uint64_t record = record_issue(op, seq, signature, p2p_peer);
+  OpRun run{op, seq, options.timeout.value_or(options_.timeout), std::move(signature), record};
   ++lane.outstanding;
   if (run_here) {
     lane.inline_running = true;
@@ -257,6 +262,23 @@ std::shared_ptr<Work> ProcessGroup::issue(Op op, OpOptions options,
     complete(state, error);
   });
   return work;
+}
+
+std::uint64_t ProcessGroup::record_issue(Op op, std::uint64_t seq,
+                                         const std::optional<internal::CallSignature>& signature,
+                                         int peer) {
+  if (!recorder_.enabled()) return recorder::kWriting;
+  recorder::OpInfo info{.group = recorder_group_, .seq = seq, .op = op_name(op)};
+  if (signature) {
+    info.count = signature->count;
+    info.dtype = signature->dtype;
+    info.root = signature->root;
+    if (signature->reduce) info.reduce = reduce_op_name(*signature->reduce);
+  } else {
+    info.collective = false;
+    info.peer = peer;
+  }
+  return recorder_.issued(info);
 }
 
 void ProcessGroup::finish_inline(Lane& lane) {
@@ -302,13 +324,20 @@ std::exception_ptr ProcessGroup::run_op(const OpRun& run, FunctionRef<void(const
   const bool collective = run.signature.has_value();
   const OpCall call{OpContext{collective_tag(id_, run.seq), Deadline::after_first_use(run.timeout)},
                     run.seq};
+  recorder_.started(run.record);
+  struct Recorded {  // finished, whichever way run_op leaves
+    recorder::FlightRecorder& recorder;
+    std::uint64_t id;
+    bool ok = false;
+    ~Recorded() { recorder.finished(id, ok); }
+  } recorded{recorder_, run.record};
   try {
     if (collective) engine_->note_arrival(call.op.tag);
     if (collective && internal::call_checks_enabled()) {
-      const Comm comm{transport(), members_, rank_, call.op.tag, call.op.deadline};
-      internal::check_call(comm, *run.signature, run.seq, options_.name);
+      internal::check_call(*engine_, call.op, size(), *run.signature, run.seq, options_.name);
     }
     body(call);
+    recorded.ok = true;
     return nullptr;
   } catch (const PeerTimeout& e) {
     std::ostringstream msg;

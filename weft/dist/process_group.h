@@ -51,6 +51,7 @@
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/work.h"
 #include "weft/exec/promise.h"
+#include "weft/recorder/flight_recorder.h"
 
 namespace weft::dist {
 
@@ -263,7 +264,10 @@ class ProcessGroup {
     std::uint64_t seq;
     Seconds timeout;
     std::optional<internal::CallSignature> signature;  // set for collectives
+    std::uint64_t record;                              // the flight recorder's id for it
   };
+  std::uint64_t record_issue(Op op, std::uint64_t seq,
+                             const std::optional<internal::CallSignature>& signature, int peer);
   std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
   void complete(Promise<void>& state, std::exception_ptr error);
   void finish_inline(Lane& lane);
@@ -295,7 +299,9 @@ class ProcessGroup {
   int rank_;
   GroupOptions options_;
 
-  std::uint32_t id_;  // distinguishes this group's messages from other groups'
+  std::uint32_t id_;                    // distinguishes this group's messages from other groups'
+  recorder::FlightRecorder& recorder_;  // this process's (weft/recorder/flight_recorder.h)
+  std::uint32_t recorder_group_;        // the group's index in its table
 
   mutable std::mutex mu_;        // guards the fields below, and makes issue order queue order
   std::uint64_t next_seq_ = 0;   // collective sequence number

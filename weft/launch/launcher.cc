@@ -14,6 +14,7 @@
 #include "weft/base/check.h"
 #include "weft/base/error.h"
 #include "weft/base/unique_fd.h"
+#include "weft/launch/internal/flight_rings.h"
 #include "weft/launch/internal/output_stream.h"
 #include "weft/launch/internal/signal_pipe.h"
 #include "weft/launch/internal/worker_group.h"
@@ -36,15 +37,18 @@ void ensure_standard_fds() {
   }
 }
 
-internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_count) {
+internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_count,
+                               const internal::FlightRings& rings) {
   const LaunchOptions& o = plan.options;
   std::vector<std::string> argv{o.program};
   argv.insert(argv.end(), o.args.begin(), o.args.end());
   internal::GroupSpec spec{.stop_grace = o.stop_grace};
   for (int local = 0; local < o.nproc_per_node; ++local) {
-    const EnvVars vars = worker_variables(plan, ports, local, restart_count);
+    EnvVars vars = worker_variables(plan, ports, local, restart_count);
+    const int ring = rings.fd(local);
+    if (ring >= 0) vars.emplace_back("WEFT_FLIGHT_RECORDER_FD", std::to_string(ring));
     const int cpu = plan.cpus.empty() ? -1 : plan.cpus[static_cast<std::size_t>(local)];
-    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars), cpu});
+    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars), cpu, ring});
     spec.ranks.push_back(o.node_rank * o.nproc_per_node + local);
   }
   return spec;
@@ -117,8 +121,16 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   const JobPorts ports = job_ports(plan, start_store(plan, start_rendezvous, store));
   const std::string n = std::to_string(options.nproc_per_node);
   for (int restart = 0;; ++restart) {
-    internal::WorkerGroup group(group_spec(plan, ports, restart), signals, out, err);
+    const internal::FlightRings rings(options.nproc_per_node);  // each attempt its own
+    const internal::GroupSpec spec = group_spec(plan, ports, restart, rings);
+    internal::WorkerGroup group(spec, signals, out, err);
     const GroupOutcome outcome = group.run();
+    if (outcome.kind == GroupOutcome::Kind::kFailed) {
+      for (const std::string& line :
+           rings.diagnose(spec.ranks, outcome.rank, outcome.status.describe())) {
+        err.log(line);
+      }
+    }
     switch (outcome.kind) {
       case GroupOutcome::Kind::kSucceeded:
         return 0;

@@ -13,6 +13,7 @@
 #include "weft/dist/launch_env.h"
 #include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
+#include "weft/recorder/flight_recorder.h"
 #include "weft/train/hf_llama.h"
 
 namespace weft::train {
@@ -343,6 +344,9 @@ void Trainer::run_until(std::int64_t stop) {
   stop = std::min(stop, last);
   double seconds_per_step = 0;
   while (state_.step < stop) {
+    // The flight recorder labels this step's collectives "step N" (weftrun names it when a
+    // rank stops the job).
+    const recorder::FlightRecorder::Site site("step " + std::to_string(state_.step + 1));
     const auto start = Clock::now();
     const double communication = parallel_->communication_seconds();
     const double loss = train_step();

@@ -4,8 +4,6 @@
 #include <string_view>
 #include <vector>
 
-#include "weft/dist/algorithms/collectives.h"
-
 namespace weft::dist::internal {
 namespace {
 
@@ -67,17 +65,17 @@ bool call_checks_enabled() {
   return enabled;
 }
 
-void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
-                const std::string& group) {
-  const auto n = static_cast<std::size_t>(comm.size());
+void check_call(CollectiveEngine& engine, const OpContext& op, int group_size,
+                const CallSignature& mine, std::uint64_t seq, const std::string& group) {
+  const auto n = static_cast<std::size_t>(group_size);
   WireSignature own = to_wire(mine, seq);
   std::vector<WireSignature> all(n);
   const std::size_t words = sizeof(WireSignature) / sizeof(std::uint64_t);
   static_assert(sizeof(WireSignature) % sizeof(std::uint64_t) == 0);
-  const Comm check{comm.transport, comm.members, comm.rank,
-                   comm.tag + static_cast<Tag>(kCheckStepBase), comm.deadline};
-  algorithms::all_gather_v(check, Buffer(all.data(), n * words, DType::kInt64),
-                           Buffer(&own, words, DType::kInt64), std::vector<std::size_t>(n, words));
+  // On the group's own engine (shm's step engine: one step), under a tag of its own.
+  engine.all_gather(Buffer(all.data(), n * words, DType::kInt64),
+                    Buffer(&own, words, DType::kInt64),
+                    OpContext{op.tag + static_cast<Tag>(kCheckStepBase), op.deadline});
   bool agree = true;
   for (const auto& w : all) agree = agree && same(w, all[0]);
   if (agree) return;

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "weft/dist/algorithms/comm.h"
 #include "weft/dist/buffer.h"
+#include "weft/dist/engine/collective_engine.h"
 #include "weft/dist/op.h"
 #include "weft/dist/reduce_op.h"
 
@@ -32,11 +32,12 @@ struct CallSignature {
 // True when WEFT_DIST_DEBUG=detail (read once per process).
 bool call_checks_enabled();
 
-// Exchanges `mine` with every rank of `comm` (on steps reserved for it) and throws
-// CollectiveMismatch on every rank if any rank's signature differs. Ranks at different
-// sequence numbers use different tags and never meet here: they time out instead, and the
-// timeout names the rank that had not arrived.
-void check_call(const Comm& comm, const CallSignature& mine, std::uint64_t seq,
-                const std::string& group);
+// Exchanges `mine` with every rank of the group (`group_size` ranks) through its `engine`, on a
+// tag of its own next to `op`'s, and throws CollectiveMismatch on every rank if any rank's
+// signature differs. Ranks at different sequence numbers use different tags and, on engines
+// that match messages by tag, never meet here: they time out instead, and the timeout names
+// the rank that had not arrived; shm's step engine compares the calls and fails at once.
+void check_call(CollectiveEngine& engine, const OpContext& op, int group_size,
+                const CallSignature& mine, std::uint64_t seq, const std::string& group);
 
 }  // namespace weft::dist::internal

@@ -53,6 +53,7 @@ struct ChildSetup {
   pid_t parent;
   int stdin_fd, stdout_fd, stderr_fd, status_fd;
   int cpu;
+  int inherit_fd;
 };
 
 // Runs in the forked child: only async-signal-safe calls, nothing allocated.
@@ -75,6 +76,7 @@ struct ChildSetup {
   // Descriptors the launcher inherited without close-on-exec are not the worker's
   // business (Python's close_fds does the same); status_fd must stay open until execve.
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (s.inherit_fd >= 3) ::fcntl(s.inherit_fd, F_SETFD, 0);
   ::execve(s.path, s.argv, s.envp);
   const int err = errno;
   [[maybe_unused]] const ssize_t n = ::write(s.status_fd, &err, sizeof(err));
@@ -125,9 +127,9 @@ WorkerProcess::Started WorkerProcess::start(const SpawnRequest& request) {
   const std::vector<char*> envp = c_strings(request.env);
   sigset_t old_mask;
   // The child restores old_mask, which fork_child fills before forking.
-  const ChildSetup setup{request.path.c_str(), argv.data(),   envp.data(),     &old_mask,
-                         ::getpid(),           null_in.get(), out.write.get(), err.write.get(),
-                         status.write.get(),   request.cpu};
+  const ChildSetup setup{request.path.c_str(), argv.data(),   envp.data(),       &old_mask,
+                         ::getpid(),           null_in.get(), out.write.get(),   err.write.get(),
+                         status.write.get(),   request.cpu,   request.inherit_fd};
   const pid_t pid = fork_child(setup, &old_mask);
   if (pid < 0) {
     throw SystemError("fork a worker (raise ulimit -u or lower --nproc-per-node)", errno);

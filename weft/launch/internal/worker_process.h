@@ -18,6 +18,7 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value"
   int cpu = -1;                   // the CPU to bind the worker to; -1: not bound
+  int inherit_fd = -1;            // a descriptor the worker keeps (its flight recorder's ring)
 };
 
 class WorkerProcess {

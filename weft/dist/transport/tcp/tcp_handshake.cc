@@ -1,8 +1,12 @@
 #include "weft/dist/transport/tcp/tcp_handshake.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include "weft/dist/errors.h"
+#include "weft/dist/transport/tcp/tcp_acceptor.h"
 #include "weft/dist/transport/tcp/tcp_transport.h"
 #include "weft/net/auth.h"
 
@@ -23,6 +27,7 @@ std::string addr_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
 
 // A stray or silent connection gets this long at most, so it cannot hold up the mesh.
 constexpr Seconds kHelloTimeout{5};
+constexpr std::chrono::milliseconds kAcceptPoll{10};
 
 Deadline earlier(const Deadline& a, const Deadline& b) { return a.when() < b.when() ? a : b; }
 
@@ -57,6 +62,26 @@ net::Socket dial(int rank, int peer, int world_size, store::Store& store, const 
                     " of this job");
   }
   return socket;
+}
+
+// A connection waiting on `listener`, after at most kAcceptPoll (an invalid Socket if none):
+// short, so that finished handshakes are taken soon.
+net::Socket next_connection(net::Listener& listener, const Deadline& deadline) {
+  pollfd p{.fd = listener.fd(), .events = POLLIN, .revents = 0};
+  const auto wait = std::min<Clock::duration>(deadline.remaining(), kAcceptPoll);
+  const int ready =
+      ::poll(&p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
+  return ready > 0 ? listener.try_accept() : net::Socket();
+}
+
+weft::TimeoutError not_reached(int rank, int world_size, const std::vector<net::Socket>& peers) {
+  std::string ranks;
+  for (int p = rank + 1; p < world_size; ++p) {
+    if (!peers[static_cast<std::size_t>(p)].valid()) ranks += " " + std::to_string(p);
+  }
+  return weft::TimeoutError("tcp transport: rank " + std::to_string(rank) +
+                            " was not reached in time by ranks" + ranks +
+                            "; check that they started, and the job token (WEFT_JOB_TOKEN)");
 }
 
 }  // namespace
@@ -113,25 +138,21 @@ std::vector<net::Socket> connect_mesh(int rank, int world_size, store::Store& st
   for (int p = 0; p < rank; ++p) {
     peers[static_cast<std::size_t>(p)] = dial(rank, p, world_size, store, options.token, deadline);
   }
+  // Higher ranks' handshakes run side by side (HandshakeAcceptor): a stray connection that
+  // stays silent cannot hold up the ranks behind it.
+  HandshakeAcceptor acceptor(rank, world_size, options.token);
   int missing = world_size - 1 - rank;
-  while (missing > 0) {
-    net::Socket socket;
-    try {
-      socket = listener.accept(deadline);
-    } catch (const weft::TimeoutError&) {
-      std::string ranks;
-      for (int p = rank + 1; p < world_size; ++p) {
-        if (!peers[static_cast<std::size_t>(p)].valid()) ranks += " " + std::to_string(p);
-      }
-      throw weft::TimeoutError("tcp transport: rank " + std::to_string(rank) +
-                               " was not reached in time by ranks" + ranks +
-                               "; check that they started, and the job token (WEFT_JOB_TOKEN)");
+  while (true) {
+    for (auto& [peer, socket] : acceptor.take_peers()) {
+      if (peers[static_cast<std::size_t>(peer)].valid()) continue;  // that rank is connected
+      peers[static_cast<std::size_t>(peer)] = std::move(socket);
+      --missing;
     }
-    const int peer = accept_peer(socket, rank, world_size, options.token,
-                                 earlier(deadline, Deadline::after(kHelloTimeout)));
-    if (peer < 0 || peers[static_cast<std::size_t>(peer)].valid()) continue;  // not a peer
-    peers[static_cast<std::size_t>(peer)] = std::move(socket);
-    --missing;
+    if (missing == 0) break;
+    if (deadline.expired()) throw not_reached(rank, world_size, peers);
+    if (net::Socket socket = next_connection(listener, deadline); socket.valid()) {
+      acceptor.start(std::move(socket), earlier(deadline, Deadline::after(kHelloTimeout)));
+    }
   }
   return peers;
 }

@@ -1,0 +1,76 @@
+// The flight recorder: this process's last operations on every process group (which
+// operation, group, sequence number, size, dtype, root, reduce op, the issuing thread's label,
+// state and times) in a ring (ring.h) that weftrun shares with the process. When a job fails
+// or times out, weftrun reads every rank's ring, whatever state the rank is in, and names the
+// rank that is behind or diverged (diagnosis.h).
+//
+// On when weftrun started the process (it passes the ring's memory as WEFT_FLIGHT_RECORDER_FD);
+// off otherwise, and with WEFT_FLIGHT_RECORDER=0. Recording takes no lock and no system call:
+// a few stores and two reads of the coarse clock per operation (docs/COLLECTIVES.md measures
+// it). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "weft/base/dtype.h"
+#include "weft/recorder/ring.h"
+
+namespace weft::recorder {
+
+// What is recorded when an operation is issued.
+struct OpInfo {
+  std::uint32_t group = kMaxGroups;  // FlightRecorder::add_group's index
+  std::uint64_t seq = 0;
+  std::string_view op;      // "all_reduce"
+  std::uint64_t count = 0;  // elements
+  DType dtype = DType::kUInt8;
+  int root = -1;
+  std::string_view reduce;  // "sum"; empty when it does not reduce
+  int peer = -1;            // point-to-point: the group rank on the other end
+  bool collective = true;
+};
+
+class FlightRecorder {
+ public:
+  // This process's recorder (disabled when weftrun did not start the process).
+  static FlightRecorder& process();
+
+  bool enabled() const { return ring_ != nullptr; }
+  // The process's job rank and world size, once its world group forms.
+  void set_rank(int rank, int world_size);
+  // Names a group in the ring's table; returns its index for OpInfo::group (kMaxGroups once
+  // the table is full: its operations are still recorded, without the name).
+  std::uint32_t add_group(std::uint32_t id, std::string_view name, int size, int rank);
+
+  // Records an operation as issued; returns its id for started() and finished(). Disabled:
+  // returns kWriting, which the others ignore.
+  std::uint64_t issued(const OpInfo& info);
+  void started(std::uint64_t id);
+  void finished(std::uint64_t id, bool ok);
+
+  // Labels the operations this thread issues while it lives ("DDP bucket 3", "FSDP gather
+  // layers.2"); nests, restoring the previous label.
+  class Site {
+   public:
+    explicit Site(std::string_view label);
+    ~Site();
+    Site(const Site&) = delete;
+    Site& operator=(const Site&) = delete;
+
+   private:
+    char saved_[sizeof(Record::site)];
+  };
+
+  // A recorder writing to `memory` (kRingBytes, zero-filled or a ring this process wrote), for
+  // tests; nullptr: disabled.
+  explicit FlightRecorder(void* memory);
+
+ private:
+  Record* record_of(std::uint64_t id) const;
+
+  RingHeader* ring_;
+  Record* records_;
+};
+
+}  // namespace weft::recorder

@@ -1,0 +1,78 @@
+// The flight recorder's ring as it lies in memory: a header (whose process, which groups) and
+// a ring of fixed-size records, one per operation, written by one process and read by another
+// (weftrun) through shared memory, so that the reader sees the ring of a process that is
+// running, stopped, deadlocked or dead. Plain data and atomics only; both sides are built from
+// this header, and the reader checks every count and index before using it (ring_reader.h).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace weft::recorder {
+
+inline constexpr std::uint64_t kRingMagic = 0x3152465446455757ull;  // "WWEFTFR1"
+inline constexpr std::uint32_t kRingVersion = 1;
+inline constexpr std::uint32_t kRingRecords = 4096;  // the last 4096 operations of the process
+inline constexpr std::uint32_t kMaxGroups = 64;      // groups named in the table; more count
+inline constexpr std::uint64_t kWriting = ~0ull;     // a record's id while it is being written
+
+// An operation's state, as its record says.
+enum class OpState : std::uint8_t { kIssued = 1, kStarted = 2, kCompleted = 3, kFailed = 4 };
+
+// A process group as this process knows it. Written once, before the group's first record.
+struct GroupSlot {
+  std::atomic<std::uint32_t> ready;  // 1 once the fields below are written
+  std::uint32_t id;                  // the group's id, the same on every member
+  std::int32_t size;                 // members
+  std::int32_t rank;                 // this process's rank in the group
+  char name[48];                     // "world", "dp_shard": NUL-terminated, truncated
+};
+
+// Text in a record: NUL-padded bytes held in atomic words, so that a reader copying a record
+// while it is rewritten reads stale or new words, never a torn value (flight_recorder.cc).
+template <std::size_t Bytes>
+struct Text {
+  static_assert(Bytes % 8 == 0);
+  std::atomic<std::uint64_t> words[Bytes / 8];
+};
+
+// One operation. Every field is an atomic (relaxed loads and stores cost what plain ones do
+// on x86-64): id is set to kWriting first and to the operation's id last, each field written
+// with release and read with acquire, so a reader that reads the same id before and after
+// copying a record has its issue fields whole (a seqlock without fences).
+struct Record {
+  std::atomic<std::uint64_t> id;         // the operation's number in this process (0, 1, ...)
+  std::atomic<std::uint64_t> seq;        // its sequence number in its group (collectives)
+  std::atomic<std::uint64_t> count;      // elements
+  std::atomic<std::uint32_t> group;      // index in the group table; kMaxGroups: not in the table
+  std::atomic<std::int32_t> root;        // -1: none
+  std::atomic<std::int32_t> peer;        // point-to-point: the group rank on the other end; else -1
+  std::atomic<std::uint8_t> dtype;       // weft::DType
+  std::atomic<std::uint8_t> collective;  // 1: a collective, 0: point-to-point
+  std::atomic<std::uint8_t> state;       // OpState
+  std::atomic<std::int64_t> issued_ns, started_ns, ended_ns;  // CLOCK_MONOTONIC_COARSE; 0: not yet
+  Text<24> op;                                                // "all_reduce"
+  Text<16> reduce;  // "sum"; empty when the operation does not reduce
+  Text<48> site;    // the issuing thread's label (FlightRecorder::Site)
+};
+
+struct RingHeader {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t records;                 // kRingRecords
+  std::atomic<std::int32_t> rank;        // the process's job rank; -1 until its world forms
+  std::atomic<std::int32_t> world_size;  // 0 until then
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint32_t> groups;  // group slots claimed
+  std::atomic<std::uint64_t> next;    // operations recorded so far: the next one's id
+  GroupSlot group[kMaxGroups];
+};
+
+// The ring's bytes: the header, then kRingRecords records.
+inline constexpr std::size_t kRingBytes = sizeof(RingHeader) + kRingRecords * sizeof(Record);
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+
+}  // namespace weft::recorder
