@@ -37,14 +37,15 @@ function(weft_cc_library name)
   set_property(GLOBAL APPEND PROPERTY WEFT_LIBRARIES ${target})
 endfunction()
 
-# weft_cc_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s] [COST s] [PREFIX p]): a
+# weft_cc_test(NAME SRCS ... DEPS ... LABELS ... [TIMEOUT s] [COST s] [PREFIX p] [SERIAL]): a
 # GoogleTest binary whose tests ctest discovers one by one, each carrying LABELS (unit,
 # multirank, multiproc, slow). COST, the seconds its longest test takes, makes ctest -j start
 # the binary's tests first: a clean clone has no timings from an earlier run, and a long test
 # started last would leave the other core idle while it finishes. PREFIX names the tests of a
-# second build of the same source apart ("debug_model.").
+# second build of the same source apart ("debug_model."). SERIAL runs each of its tests with no
+# other test beside it (what they measure is the machine's load).
 function(weft_cc_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT;COST;PREFIX" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "TIMEOUT;COST;PREFIX" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 60)
   endif()
@@ -73,6 +74,10 @@ function(weft_cc_test name)
   if(ARG_COST)
     file(APPEND ${labels_file}
       "  set_tests_properties(\${${name}_TESTS} PROPERTIES COST ${ARG_COST})\n")
+  endif()
+  if(ARG_SERIAL)
+    file(APPEND ${labels_file}
+      "  set_tests_properties(\${${name}_TESTS} PROPERTIES RUN_SERIAL TRUE)\n")
   endif()
   file(APPEND ${labels_file}
     "endif()\n")

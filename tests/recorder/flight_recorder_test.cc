@@ -111,8 +111,9 @@ TEST(FlightRecorderTest, AReaderSeesWholeRecordsWhileThreadsWrite) {
   for (auto& w : writers) w.join();
 }
 
-// Two ranks' rings, each with `ops` collectives on group "world" (id 0).
-std::vector<RankView> two_ranks(int ops0, int ops1) {
+// Two ranks' rings, each with `ops` collectives on group "world" (id 0), the last of the longer
+// one still running unless `all_done`.
+std::vector<RankView> two_ranks(int ops0, int ops1, bool all_done = false) {
   std::vector<RankView> views;
   for (int rank : {0, 1}) {
     Ring ring;
@@ -122,7 +123,7 @@ std::vector<RankView> two_ranks(int ops0, int ops1) {
       const FlightRecorder::Site site("step " + std::to_string(i));
       const std::uint64_t id = ring.recorder.issued(all_reduce(g, static_cast<std::uint64_t>(i)));
       ring.recorder.started(id);
-      if (i + 1 < std::max(ops0, ops1)) ring.recorder.finished(id, true);
+      if (all_done || i + 1 < std::max(ops0, ops1)) ring.recorder.finished(id, true);
     }
     views.push_back({rank, ring.read(), ""});
   }
@@ -154,6 +155,7 @@ TEST(DiagnosisTest, NamesTheFirstCollectiveWhereRanksDisagree) {
 TEST(DiagnosisTest, SaysWhenTheCollectivesAgreeAndWhenThereIsNothingToRead) {
   EXPECT_THAT(diagnose(two_ranks(3, 3), 0),
               ElementsAre(HasSubstr("every rank made the same collective calls")));
+  EXPECT_TRUE(diagnose(two_ranks(3, 3, /*all_done=*/true), 0).empty());  // stopped elsewhere
   auto views = two_ranks(3, 3);
   views[1].ring.reset();
   EXPECT_THAT(diagnose(views, 0), ElementsAre(HasSubstr("rank 1 recorded nothing")));

@@ -178,7 +178,14 @@ std::vector<std::string> diagnose(const std::vector<RankView>& ranks, std::int64
                       " recorded nothing (not a weft program, or it never started)");
     }
   }
-  if (lines.empty()) {
+  // Said only when some rank was still in (or failed in) a collective: otherwise the job
+  // stopped outside communication, which the ranks' own errors tell.
+  const auto unfinished = [](const RankView& r) {
+    return r.ring &&
+           std::any_of(r.ring->records.begin(), r.ring->records.end(),
+                       [](const OpRecord& op) { return op.state != OpState::kCompleted; });
+  };
+  if (lines.empty() && std::any_of(ranks.begin(), ranks.end(), unfinished)) {
     lines.push_back(
         "flight recorder: every rank made the same collective calls on every group, and each "
         "reached the same last one: the stop was not in a collective");

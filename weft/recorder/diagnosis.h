@@ -21,8 +21,8 @@ struct RankView {
 // One line per finding, the verdict first: ranks that called different collectives at the
 // same sequence number (diverged), else ranks behind the others on a group (named with their
 // last collective there and their status, the others with the one they wait in and for how
-// long), else that every rank's collectives match and completed; then each rank's last
-// point-to-point operation if it did not complete. `now_ns` is the coarse
+// long), else, when an operation did not complete, that every rank's collectives match; then
+// each rank's last point-to-point operation if it did not complete. `now_ns` is the coarse
 // monotonic clock's reading (CLOCK_MONOTONIC_COARSE) when the rings were read. Nothing when
 // no rank has a ring.
 std::vector<std::string> diagnose(const std::vector<RankView>& ranks, std::int64_t now_ns);

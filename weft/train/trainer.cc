@@ -322,6 +322,22 @@ void Trainer::log_step(double loss, double grad_norm, double lr, double seconds)
   metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, memory[0]});
 }
 
+// The ranks' seconds blocked in communication since the last logged step, gathered (one small
+// all-gather), name the rank the others keep waiting for. Only where every rank does the same
+// work: a pipeline's stages wait for each other by design.
+void Trainer::watch_stragglers() {
+  std::vector<double> mine{window_communication_};
+  const double seconds = window_seconds_;
+  const std::int64_t first = window_first_step_;
+  window_communication_ = window_seconds_ = 0;
+  window_first_step_ = state_.step + 1;
+  if (!world_ || world_->size() < 2 || config_.parallelism.pipeline_parallel_degree > 1) return;
+  std::vector<double> waits(static_cast<std::size_t>(world_->size()));
+  world_->all_gather(waits, mine);
+  const auto report = stragglers_.observe(waits, seconds, first, state_.step);
+  if (report && root()) metrics_->log_line(*report);
+}
+
 void Trainer::skip_or_stop(double loss, double grad_norm) const {
   char what[160];
   std::snprintf(what, sizeof(what), "step %lld: loss %g, gradient norm %g",
@@ -362,14 +378,20 @@ void Trainer::run_until(std::int64_t stop) {
       skip_or_stop(loss, grad_norm);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double blocked = parallel_->communication_seconds() - communication;
     step_seconds_ += seconds;
-    step_communication_ += parallel_->communication_seconds() - communication;
+    step_communication_ += blocked;
+    window_seconds_ += seconds;
+    window_communication_ += blocked;
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     ++state_.step;
     state_.samples_drawn = train_loader_.samples_drawn();
     state_.lr = lr;
     losses_.push_back(loss);
-    if (every(state_.step, config_.metrics.log_freq, last)) log_step(loss, grad_norm, lr, seconds);
+    if (every(state_.step, config_.metrics.log_freq, last)) {
+      log_step(loss, grad_norm, lr, seconds);
+      watch_stragglers();
+    }
     if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
       last_validation_ = validate();
       metrics_->log_validation(state_.step, *last_validation_,

@@ -21,6 +21,7 @@
 #include "weft/train/config.h"
 #include "weft/train/data.h"
 #include "weft/train/metrics.h"
+#include "weft/train/straggler.h"
 
 namespace weft::train {
 
@@ -63,6 +64,7 @@ class Trainer {
   void skip_or_stop(double loss, double grad_norm) const;
   void log_parallelism(bool at_end);  // the strategies and what each rank holds
   void log_step(double loss, double grad_norm, double lr, double seconds);
+  void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
 
   std::unique_ptr<data::Tokenizer> tokenizer_;  // before config_: it sets model.vocab_size
@@ -84,6 +86,10 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<double> losses_;
   double step_seconds_ = 0, step_communication_ = 0;  // this run's training steps
+  // Since the last logged step: for StragglerWatch.
+  double window_seconds_ = 0, window_communication_ = 0;
+  std::int64_t window_first_step_ = 1;
+  StragglerWatch stragglers_;
   std::optional<double> last_validation_;
 };
 
