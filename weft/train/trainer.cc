@@ -359,6 +359,7 @@ void Trainer::run_until(std::int64_t stop) {
   const std::int64_t last = config_.training.steps;
   stop = std::min(stop, last);
   double seconds_per_step = 0;
+  window_first_step_ = state_.step + 1;  // a resumed run's first window
   while (state_.step < stop) {
     // The flight recorder labels this step's collectives "step N" (weftrun names it when a
     // rank stops the job).
