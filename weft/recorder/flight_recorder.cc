@@ -43,11 +43,10 @@ void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
 }
 
 // The ring weftrun passes (WEFT_FLIGHT_RECORDER_FD: a memfd of kRingBytes it created and
-// zero-filled), mapped shared; nullptr when there is none, it is switched off, or it is not
-// what weftrun makes (then nothing is recorded rather than anything written to a stranger).
+// zero-filled), mapped shared; nullptr when there is none (weftrun decides whether to record)
+// or it is not what weftrun makes (then nothing is recorded rather than anything written to a
+// stranger).
 void* weftrun_ring() {
-  const char* off = std::getenv("WEFT_FLIGHT_RECORDER");
-  if (off != nullptr && std::string(off) == "0") return nullptr;
   const char* fd_text = std::getenv("WEFT_FLIGHT_RECORDER_FD");
   if (fd_text == nullptr) return nullptr;
   char* end = nullptr;

@@ -5,9 +5,9 @@
 // rank that is behind or diverged (diagnosis.h).
 //
 // On when weftrun started the process (it passes the ring's memory as WEFT_FLIGHT_RECORDER_FD);
-// off otherwise, and with WEFT_FLIGHT_RECORDER=0. Recording takes no lock and no system call:
-// a few stores and two reads of the coarse clock per operation (docs/COLLECTIVES.md measures
-// it). Thread-safe.
+// off otherwise (weftrun passes none with WEFT_FLIGHT_RECORDER=0). Recording takes no lock and
+// no system call: an atomic increment, a record's stores and three reads of the coarse clock
+// per operation (docs/PERFORMANCE.md measures it). Thread-safe.
 #pragma once
 
 #include <cstdint>

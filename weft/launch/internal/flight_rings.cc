@@ -48,7 +48,6 @@ std::vector<std::string> FlightRings::diagnose(const std::vector<int>& ranks, in
     recorder::RankView view{.rank = ranks[i]};
     try {
       view.ring = recorder::read_ring(maps_[i], recorder::kRingBytes);
-      if (view.ring->pid == 0) view.ring.reset();  // the worker never started recording
     } catch (const recorder::RingError&) {
       // the worker never wrote a ring (not a weft program), or wrote over it
     }
