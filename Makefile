@@ -55,7 +55,7 @@ build/asan/build.ninja:
 
 # The libFuzzer targets (tests/fuzz), built with clang and sanitizers, each run on its seed
 # corpus for FUZZ_SECONDS; a crash, leak or hang fails with the input kept in build/fuzz.
-FUZZ_TARGETS := store_request_fuzz tcp_frame_fuzz tcp_handshake_fuzz
+FUZZ_TARGETS := store_request_fuzz tcp_frame_fuzz tcp_handshake_fuzz flight_dump_fuzz
 FUZZ_SECONDS ?= 120
 fuzz: deps build/fuzz/build.ninja
 	@cmake --build build/fuzz --target $(FUZZ_TARGETS) -- --quiet

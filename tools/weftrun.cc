@@ -45,6 +45,7 @@ class Formatter : public CLI::Formatter {
 struct Flags {
   std::string token;
   double stop_grace = 5.0;
+  double exit_timeout = 300.0;
   CLI::Option* token_option = nullptr;
 };
 
@@ -84,6 +85,10 @@ void add_options(CLI::App& app, LaunchOptions& o, Flags& f) {
   app.add_option("--stop-grace", f.stop_grace,
                  "Seconds that workers being stopped get between SIGTERM (or\n"
                  "the forwarded signal) and SIGKILL (default 5)");
+  app.add_option("--exit-timeout", f.exit_timeout,
+                 "Seconds the other workers get to exit once one has exited 0;\n"
+                 "those still running then are taken as hung (in teardown) and\n"
+                 "stopped, and the job fails (default 300; 0: no limit)");
 }
 
 // Fills `options` from the command line; an exit code when weftrun should exit right away.
@@ -113,6 +118,7 @@ std::optional<int> parse(int argc, char** argv, LaunchOptions& options) {
   options.args.assign(rest.begin() + 1, rest.end());
   if (flags.token_option->count() > 0) options.token = flags.token;
   options.stop_grace = weft::Seconds(flags.stop_grace);
+  options.exit_timeout = weft::Seconds(flags.exit_timeout);
   return std::nullopt;
 }
 

@@ -12,12 +12,18 @@
 //   subgroup  the same as missing, on a subgroup of both ranks ("world/0")
 //   order     rank 0 all-reduces on the world, then on the subgroup; rank 1 the other way
 //   p2p       each rank receives from the other, and neither sends
+//   teardown  rank 1 hangs at exit, after every collective (a static destructor that waits)
+//   straggler rank 1 arrives 40 ms late at each of 12 all-reduces; the job succeeds
+//   pipeline  two pipeline stages pass activations forward and gradients back; stage 1 gets
+//             stuck computing micro-batch 2, and stage 0 waits for its gradient
 // Every collective is labelled with its number (FlightRecorder::Site: "step N").
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft/dist.h"
@@ -63,12 +69,55 @@ bool faulty_step(ProcessGroup& pg, const std::string& fault, int rank) {
   return true;
 }
 
+// A hang in teardown: a static object whose destructor never returns.
+struct HangAtExit {
+  bool armed = false;
+  ~HangAtExit() {
+    while (armed) ::pause();
+  }
+};
+HangAtExit hang_at_exit;
+
+void straggle(ProcessGroup& pg, int rank) {
+  for (int step = 0; step < 12; ++step) {
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    const FlightRecorder::Site site("step " + std::to_string(step));
+    all_reduce(pg, 4);
+  }
+}
+
+// Stage `rank` of a two-stage pipeline over four micro-batches: activations go 0 -> 1,
+// gradients 1 -> 0; stage 1 gets stuck on micro-batch 2.
+void pipeline(ProcessGroup& pg, int rank) {
+  std::vector<float> x(16, 1.0f);
+  for (int mb = 0; mb < 4; ++mb) {
+    const std::string stage = "stage " + std::to_string(rank);
+    const std::string micro = " mb " + std::to_string(mb);
+    if (rank == 0) {
+      const FlightRecorder::Site forward(stage + " forward" + micro);
+      pg.send(x, 1);
+      const FlightRecorder::Site backward(stage + " backward" + micro);
+      pg.recv(x, 1);
+    } else {
+      {
+        const FlightRecorder::Site forward(stage + " forward" + micro);
+        pg.recv(x, 0);
+      }
+      while (mb == 2) ::pause();  // stuck computing
+      const FlightRecorder::Site backward(stage + " backward" + micro);
+      pg.send(x, 0);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string fault = argc > 1 ? argv[1] : "";
   auto world = weft::dist::init_process_group({.timeout = weft::Seconds(3)});
   const int rank = world->rank();
+  if (fault == "straggler") return straggle(*world, rank), 0;
+  if (fault == "pipeline") return pipeline(*world, rank), 0;
   std::shared_ptr<ProcessGroup> pair = world;
   if (fault == "subgroup" || fault == "order") pair = world->new_group({0, 1});
   ProcessGroup& pg = fault == "order" ? *world : *pair;
@@ -86,6 +135,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  hang_at_exit.armed = fault == "teardown" && rank == 1;
   if (fault == "extra" && rank == 0) {
     const FlightRecorder::Site site("step 4");
     all_reduce(pg, 4);

@@ -1,13 +1,16 @@
 // The flight recorder's fault suite: a 2-rank job under weftrun (tests/recorder/fault_worker.cc)
 // commits one fault, and weftrun's diagnosis must name the rank behind, or the ranks that
-// diverged, the collective, its site and what the other rank was doing.
+// diverged, the collective, its site and what the other rank was doing (fifteen faults).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace weft::test {
 namespace {
@@ -18,6 +21,7 @@ struct Fault {
   std::string name;
   bool debug;  // under WEFT_DIST_DEBUG=detail: faults the default mode lets pass
   std::vector<std::string> expect;
+  bool fails = true;  // the job fails (a straggler's succeeds)
 };
 
 void PrintTo(const Fault& f, std::ostream* os) { *os << f.name; }
@@ -32,8 +36,13 @@ TEST_P(FaultTest, WeftrunNamesTheCulprit) {
       {"WEFT_FLIGHT_RECORDER", std::nullopt},
       {"WEFT_DIST_DEBUG", f.debug ? std::optional<std::string>("detail") : std::nullopt}};
   const Finished r =
-      run({WEFTRUN, "--nproc-per-node", "2", FAULT_WORKER, f.name}, env, Seconds(60));
-  EXPECT_GT(r.code, 0) << r.err;
+      run({WEFTRUN, "--nproc-per-node", "2", "--exit-timeout", "2", FAULT_WORKER, f.name}, env,
+          Seconds(60));
+  if (f.fails) {
+    EXPECT_GT(r.code, 0) << r.err;
+  } else {
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
   for (const std::string& e : f.expect) EXPECT_THAT(r.err, HasSubstr(e));
 }
 
@@ -64,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
               false,
               {"point-to-point operations that did not complete: rank 0 in recv(peer=1) on "
                "group 'world' (",
-               "rank 1 in recv(peer=0) on group 'world' ("}},
+               "rank 1 in recv(peer=0) on group 'world' (",
+               "ranks 0 and 1 each wait to receive from the other: a deadlock"}},
         Fault{"collective", false, {kDiverged + "broadcast(count=4, dtype=float32, root=0)"}},
         Fault{"dtype", true, {kDiverged + "all_reduce(count=4, dtype=int32, op=sum)"}},
         Fault{"op", true, {kDiverged + "all_reduce(count=4, dtype=float32, op=max)"}},
@@ -72,8 +82,74 @@ INSTANTIATE_TEST_SUITE_P(
               true,
               {"ranks diverged on group 'world' at collective #3: rank 0 called "
                "broadcast(count=4, dtype=float32, root=0) at 'step 3'; rank 1 called "
-               "broadcast(count=4, dtype=float32, root=1)"}}),
+               "broadcast(count=4, dtype=float32, root=1)"}},
+        Fault{"teardown",
+              false,
+              {"weftrun: rank 1 did not exit within 2 s of rank 0 exiting with code 0 (hung, in "
+               "teardown?",
+               "weftrun: flight recorder: every operation every rank issued completed: the stop "
+               "was outside communication"}},
+        Fault{"straggler",
+              false,
+              {"weftrun: flight recorder: rank 1 is a straggler on group 'world': it arrived last "
+               "at 1"},
+              /*fails=*/false},
+        Fault{"pipeline",
+              false,
+              {"rank 0 waits on rank 1 in recv(peer=1), and rank 1 is in no point-to-point "
+               "operation with it: its last completed operation is recv(peer=0) (completed, at "
+               "'stage 1 forward mb 2')"}}),
     [](const testing::TestParamInfo<Fault>& p) { return p.param.name; });
+
+// Without weftrun's rings (mpirun, srun), each rank dumps its own ring when an operation
+// fails; weftrun writes its workers' the same way. weft-fr reads them, says what weftrun
+// says, and exports them as PyTorch's flight recorder writes its dumps.
+TEST(WeftFrTest, ReadsDumpsNamesTheCulpritAndExportsThemForTorch) {
+  TempDir dir("weft-fr");
+  const std::string prefix = dir.file("trace_");
+  EnvChanges env{{"WEFT_JOB_TOKEN", std::nullopt},
+                 {"WEFT_BACKEND", std::nullopt},
+                 {"WEFT_FLIGHT_RECORDER", std::nullopt},
+                 {"WEFT_DIST_DEBUG", std::nullopt},
+                 {"WEFT_FLIGHT_RECORDER_DUMP", prefix}};
+  const Finished job =
+      run({WEFTRUN, "--nproc-per-node", "2", FAULT_WORKER, "size"}, env, Seconds(60));
+  EXPECT_THAT(job.err, HasSubstr("weftrun: flight recorder: wrote " + prefix + "1.json"));
+
+  const Finished fr = run({WEFT_FR, "--records", prefix});
+  EXPECT_EQ(fr.code, 0) << fr.err;
+  EXPECT_THAT(fr.out, HasSubstr(kDiverged.substr(std::string("weftrun: ").size()) +
+                                "all_reduce(count=8, dtype=float32, op=sum) at 'step 3'."));
+  EXPECT_THAT(fr.out, HasSubstr("rank 1 (pid "));
+
+  const std::string torch = dir.file("torch");
+  const Finished exported = run({WEFT_FR, "--export-torch", torch, prefix});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  // What PyTorch's analyser reads of each file (torch/distributed/flight_recorder).
+  const Finished python =
+      run({PYTHON, "-c",
+           "import pickle, sys\n"
+           "for r in (0, 1):\n"
+           "    d = pickle.load(open(sys.argv[1] + '/weft_trace_rank_%d' % r, 'rb'))\n"
+           "    e = d['entries'][3]\n"
+           "    print(r, d['version'], d['pg_config']['0']['ranks'], e['profiling_name'],\n"
+           "          e['process_group'], e['collective_seq_id'], e['input_sizes'],\n"
+           "          e['input_dtypes'], e['state'], e['frames'][0]['name'])\n",
+           torch});
+  ASSERT_EQ(python.code, 0) << python.err;
+  EXPECT_EQ(python.out,
+            "0 2.10 [0, 1] nccl:all_reduce ['0', 'world'] 3 [[4]] ['Float'] started step 3\n"
+            "1 2.10 [0, 1] nccl:all_reduce ['0', 'world'] 3 [[8]] ['Float'] started step 3\n");
+}
+
+TEST(WeftFrTest, RefusesWhatIsNotADump) {
+  TempDir dir("weft-fr");
+  EXPECT_EQ(run({WEFT_FR, dir.file("none_")}).code, 2);
+  std::ofstream(dir.file("bad_0.json")) << "{\"format\": \"weft-flight-recorder\"}";
+  const Finished bad = run({WEFT_FR, dir.file("bad_")});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("'version' is missing"));
+}
 
 }  // namespace
 }  // namespace weft::test

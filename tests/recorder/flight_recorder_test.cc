@@ -1,16 +1,20 @@
 // The flight recorder's ring written and read back (fields, labels, wrap-around, concurrent
-// writers and a reader), and the diagnosis on rings made up for each finding.
+// writers and a reader), dumped and read back, and the diagnosis on rings made up for each
+// finding.
 #include "weft/recorder/flight_recorder.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "weft/recorder/diagnosis.h"
+#include "weft/recorder/dump.h"
 #include "weft/recorder/ring_reader.h"
 
 namespace weft::recorder {
@@ -18,6 +22,9 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+constexpr int kTwo[] = {0, 1};
+constexpr int kFour[] = {0, 1, 2, 3};
 
 struct Ring {
   std::unique_ptr<std::byte[]> bytes{new std::byte[kRingBytes]()};
@@ -37,7 +44,7 @@ OpInfo all_reduce(std::uint32_t group, std::uint64_t seq, std::uint64_t count = 
 TEST(FlightRecorderTest, RecordsWhatWasIssuedAndHowItEnded) {
   Ring ring;
   ring.recorder.set_rank(3, 4);
-  const std::uint32_t world = ring.recorder.add_group(7, "world", 4, 3);
+  const std::uint32_t world = ring.recorder.add_group(7, "world", kFour, 3);
   std::uint64_t a;
   {
     const FlightRecorder::Site site("step 12");
@@ -67,7 +74,7 @@ TEST(FlightRecorderTest, RecordsWhatWasIssuedAndHowItEnded) {
 
 TEST(FlightRecorderTest, KeepsTheLastRecordsAndNeverWritesWhenDisabled) {
   Ring ring;
-  const std::uint32_t g = ring.recorder.add_group(0, "world", 2, 0);
+  const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);
   for (std::uint64_t i = 0; i < kRingRecords + 10; ++i) ring.recorder.issued(all_reduce(g, i));
   const RingSnapshot s = ring.read();
   ASSERT_EQ(s.records.size(), kRingRecords);
@@ -89,7 +96,7 @@ TEST(FlightRecorderTest, RejectsMemoryThatIsNotARing) {
 // Writers on several threads while a reader copies the ring: every record read is whole.
 TEST(FlightRecorderTest, AReaderSeesWholeRecordsWhileThreadsWrite) {
   Ring ring;
-  const std::uint32_t g = ring.recorder.add_group(0, "world", 2, 0);
+  const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);
   std::atomic<bool> stop{false};
   std::vector<std::thread> writers;
   for (int t = 0; t < 3; ++t) {
@@ -100,15 +107,18 @@ TEST(FlightRecorderTest, AReaderSeesWholeRecordsWhileThreadsWrite) {
       }
     });
   }
-  for (int round = 0; round < 200; ++round) {
+  std::string torn;  // the first record read torn, if any (the writers are joined first)
+  for (int round = 0; round < 200 && torn.empty(); ++round) {
     for (const OpRecord& r : ring.read().records) {
-      ASSERT_EQ(r.op, "all_reduce");
-      ASSERT_GE(r.count, 100u);
-      ASSERT_LE(r.count, 102u);
+      if (r.op != "all_reduce" || r.count < 100 || r.count > 102) {
+        torn = "record " + std::to_string(r.id) + ": " + r.call();
+        break;
+      }
     }
   }
   stop = true;
   for (auto& w : writers) w.join();
+  EXPECT_EQ(torn, "");
 }
 
 // Two ranks' rings, each with `ops` collectives on group "world" (id 0), the last of the longer
@@ -118,7 +128,7 @@ std::vector<RankView> two_ranks(int ops0, int ops1, bool all_done = false) {
   for (int rank : {0, 1}) {
     Ring ring;
     ring.recorder.set_rank(rank, 2);
-    const std::uint32_t g = ring.recorder.add_group(0, "world", 2, rank);
+    const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, rank);
     for (int i = 0; i < (rank == 0 ? ops0 : ops1); ++i) {
       const FlightRecorder::Site site("step " + std::to_string(i));
       const std::uint64_t id = ring.recorder.issued(all_reduce(g, static_cast<std::uint64_t>(i)));
@@ -133,7 +143,7 @@ std::vector<RankView> two_ranks(int ops0, int ops1, bool all_done = false) {
 TEST(DiagnosisTest, NamesTheRankBehindAndWhereTheOthersWait) {
   auto views = two_ranks(5, 3);
   views[1].status = "stopped";
-  const auto lines = diagnose(views, 0);
+  const auto lines = diagnose(views);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_THAT(lines[0], HasSubstr("rank 1 is behind on group 'world': rank 1's last collective "
                                   "there is #2 all_reduce(count=4, dtype=float32, op=sum) "
@@ -144,7 +154,7 @@ TEST(DiagnosisTest, NamesTheRankBehindAndWhereTheOthersWait) {
 TEST(DiagnosisTest, NamesTheFirstCollectiveWhereRanksDisagree) {
   auto views = two_ranks(3, 3);
   views[1].ring->records[1].count = 8;
-  const auto lines = diagnose(views, 0);
+  const auto lines = diagnose(views);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0],
             "flight recorder: ranks diverged on group 'world' at collective #1: rank 0 called "
@@ -153,14 +163,127 @@ TEST(DiagnosisTest, NamesTheFirstCollectiveWhereRanksDisagree) {
 }
 
 TEST(DiagnosisTest, SaysWhenTheCollectivesAgreeAndWhenThereIsNothingToRead) {
-  EXPECT_THAT(diagnose(two_ranks(3, 3), 0),
+  EXPECT_THAT(diagnose(two_ranks(3, 3)),
               ElementsAre(HasSubstr("every rank made the same collective calls")));
-  EXPECT_TRUE(diagnose(two_ranks(3, 3, /*all_done=*/true), 0).empty());  // stopped elsewhere
+  EXPECT_THAT(diagnose(two_ranks(3, 3, /*all_done=*/true)),
+              ElementsAre(HasSubstr("every operation every rank issued completed: the stop was "
+                                    "outside communication")));
   auto views = two_ranks(3, 3);
   views[1].ring.reset();
-  EXPECT_THAT(diagnose(views, 0), ElementsAre(HasSubstr("rank 1 recorded nothing")));
+  views[1].missing = "no dump";
+  EXPECT_THAT(diagnose(views),
+              ElementsAre("flight recorder: rank 1 has no record (no dump)",
+                          HasSubstr("rank 0 was in #2 all_reduce(count=4, dtype=float32, "
+                                    "op=sum) (started")));
   views[0].ring.reset();
-  EXPECT_TRUE(diagnose(views, 0).empty());
+  EXPECT_TRUE(diagnose(views).empty());
+}
+
+// Rank 0 receives from rank 1; rank 1 last completed a send (`stuck`), or receives from rank 0.
+std::vector<RankView> receiving(bool stuck) {
+  std::vector<RankView> views;
+  for (int rank : {0, 1}) {
+    Ring ring;
+    ring.recorder.set_rank(rank, 2);
+    const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, rank);
+    const OpInfo recv{.group = g, .op = "recv", .peer = 1 - rank, .collective = false};
+    const OpInfo send{.group = g, .op = "send", .peer = 1 - rank, .collective = false};
+    const std::uint64_t id = ring.recorder.issued(rank == 1 && stuck ? send : recv);
+    if (rank == 1 && stuck) ring.recorder.finished(id, true);
+    views.push_back({rank, ring.read(), ""});
+  }
+  return views;
+}
+
+TEST(DiagnosisTest, NamesAPointToPointDeadlockAndAPeerStuckElsewhere) {
+  EXPECT_THAT(diagnose(receiving(false)),
+              ElementsAre(HasSubstr("point-to-point operations that did not complete: rank 0 in "
+                                    "recv(peer=1) on group 'world' (issued"),
+                          "flight recorder: ranks 0 and 1 each wait to receive from the other: "
+                          "a deadlock"));
+  EXPECT_THAT(diagnose(receiving(true)),
+              ElementsAre(HasSubstr("rank 0 in recv(peer=1)"),
+                          HasSubstr("rank 0 waits on rank 1 in recv(peer=1), and rank 1 is in no "
+                                    "point-to-point operation with it: its last completed "
+                                    "operation is send(peer=0) (completed)")));
+}
+
+TEST(DiagnosisTest, NamesTheRankThatArrivesLastAtMostCollectives) {
+  auto views = two_ranks(10, 10, /*all_done=*/true);
+  for (int i = 0; i < 10; ++i) {
+    views[0].ring->records[static_cast<std::size_t>(i)].issued_ns = i * 100'000'000;
+    views[1].ring->records[static_cast<std::size_t>(i)].issued_ns = i * 100'000'000 + 40'000'000;
+  }
+  EXPECT_EQ(straggler(views),
+            "flight recorder: rank 1 is a straggler on group 'world': it arrived "
+            "last at 10 of 10 collectives, 40 ms after the next on average; the "
+            "others spent 0.4 s of those collectives' 0.9 s waiting");
+  views[1].ring->records[3].issued_ns = 0;  // rank 0 last at three of ten: still rank 1
+  views[1].ring->records[5].issued_ns = 0;
+  views[1].ring->records[7].issued_ns = 0;
+  EXPECT_FALSE(straggler(views).has_value());  // last at 7 of 10: under three quarters
+}
+
+TEST(DumpTest, RoundTripsARingAndRefusesWhatIsNotOne) {
+  Ring ring;
+  ring.recorder.set_rank(1, 2);
+  const int members[] = {1, 3};
+  const std::uint32_t g = ring.recorder.add_group(5, "dp", members, 0);
+  ring.recorder.finished(ring.recorder.issued(all_reduce(g, 0)), true);
+  ring.recorder.issued({.group = g, .op = "send", .count = 3, .peer = 1, .collective = false});
+  const Dump dump = dump_of(ring.read(), "exited with code 1");
+  const Dump back = parse_dump(dump_json(dump), "test");
+  EXPECT_EQ(back.ring.rank, 1);
+  EXPECT_EQ(back.status, "exited with code 1");
+  EXPECT_EQ(back.dumped_monotonic_ns, dump.dumped_monotonic_ns);
+  ASSERT_EQ(back.ring.groups.size(), 1u);
+  EXPECT_THAT(back.ring.groups[0].members, ElementsAre(1, 3));
+  ASSERT_EQ(back.ring.records.size(), 2u);
+  EXPECT_EQ(back.ring.records[0].call(), dump.ring.records[0].call());
+  EXPECT_EQ(back.ring.records[1].call(), "send(peer=1)");
+  EXPECT_EQ(back.ring.records[1].state, OpState::kIssued);
+  std::string text = dump_json(dump);
+  EXPECT_THROW(parse_dump(text.substr(0, text.size() / 2), "half"), DumpError);
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  EXPECT_THROW(parse_dump(replaced("\"group\": 0", "\"group\": 1"), "group"), DumpError);
+  EXPECT_THROW(parse_dump(replaced("\"completed\"", "\"done\""), "state"), DumpError);
+  EXPECT_THROW(parse_dump(replaced("\"version\": 1", "\"version\": 9"), "version"), DumpError);
+  EXPECT_THROW(parse_dump(replaced("\"float32\"", "\"float31\""), "dtype"), DumpError);
+  EXPECT_THROW(parse_dump("[]", "array"), DumpError);
+}
+
+TEST(DumpTest, ARecorderDumpsOnItsFirstFailureOnly) {
+  test::TempDir dir;
+  const std::string prefix = dir.file("trace_");
+  auto bytes = std::make_unique<std::byte[]>(kRingBytes);
+  FlightRecorder recorder(bytes.get(), prefix);
+  recorder.set_rank(1, 2);
+  const std::uint32_t g = recorder.add_group(0, "world", kTwo, 1);
+  recorder.finished(recorder.issued(all_reduce(g, 0)), true);
+  EXPECT_FALSE(std::filesystem::exists(prefix + "1.json"));
+  recorder.finished(recorder.issued(all_reduce(g, 1)), false);
+  const Dump dump = read_dump(prefix + "1.json");
+  EXPECT_EQ(dump.status, "failed in an operation");
+  ASSERT_EQ(dump.ring.records.size(), 2u);
+  EXPECT_EQ(dump.ring.records[1].state, OpState::kFailed);
+  std::filesystem::remove(prefix + "1.json");
+  recorder.finished(recorder.issued(all_reduce(g, 2)), false);
+  EXPECT_FALSE(std::filesystem::exists(prefix + "1.json"));  // the first failure's only
+}
+
+TEST(DumpTest, AProcessHoldingSeveralRanksDumpsNothing) {
+  test::TempDir dir;
+  auto bytes = std::make_unique<std::byte[]>(kRingBytes);
+  FlightRecorder recorder(bytes.get(), dir.file("trace_"));
+  recorder.set_rank(0, 2);
+  recorder.set_rank(1, 2);
+  EXPECT_EQ(read_ring(bytes.get(), kRingBytes).rank, kSeveralRanks);
+  recorder.finished(recorder.issued(all_reduce(0, 0)), false);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 }  // namespace

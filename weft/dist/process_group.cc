@@ -135,7 +135,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
   engine_ =
       backend_->make_engine(members_, world, [this](std::int64_t mine) { return agree(mine); });
   if (world) recorder_.set_rank(global, transport().size());
-  recorder_group_ = recorder_.add_group(id_, options_.name, size(), rank_);
+  recorder_group_ = recorder_.add_group(id_, options_.name, members_, rank_);
 }
 
 // An all-gather of one integer on the generic engine, for the backend while it builds this

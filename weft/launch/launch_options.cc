@@ -36,6 +36,9 @@ void check_counts(const LaunchOptions& o) {
     throw InvalidArgument("--max-restarts " + std::to_string(o.max_restarts) +
                           ": must be 0 (never restart) or more");
   }
+  if (!(o.exit_timeout.count() >= 0)) {
+    throw InvalidArgument("--exit-timeout must be 0 (no limit) or more seconds");
+  }
   if (o.stop_grace.count() < 0) {
     throw InvalidArgument("--stop-grace must be 0 seconds or more");
   }

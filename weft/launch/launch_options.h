@@ -28,6 +28,7 @@ struct LaunchOptions {
   std::string backend;               // --backend: empty leaves WEFT_BACKEND as inherited
   std::optional<std::string> token;  // --token: see resolve_job_token
   Seconds stop_grace{5.0};           // --stop-grace: SIGTERM..SIGKILL when stopping
+  Seconds exit_timeout{300.0};       // --exit-timeout: once a worker exited 0; 0: no limit
   std::string bind_to = "none";      // --bind-to: "none" or "core" (one CPU per worker)
   std::string program;               // PROGRAM: a path, or a name looked up in PATH
   std::vector<std::string> args;     // ARGS..., passed to PROGRAM untouched

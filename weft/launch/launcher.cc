@@ -42,7 +42,7 @@ internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_
   const LaunchOptions& o = plan.options;
   std::vector<std::string> argv{o.program};
   argv.insert(argv.end(), o.args.begin(), o.args.end());
-  internal::GroupSpec spec{.stop_grace = o.stop_grace};
+  internal::GroupSpec spec{.stop_grace = o.stop_grace, .exit_timeout = o.exit_timeout};
   for (int local = 0; local < o.nproc_per_node; ++local) {
     EnvVars vars = worker_variables(plan, ports, local, restart_count);
     const int ring = rings.fd(local);
@@ -101,7 +101,7 @@ JobPorts job_ports(const JobPlan& plan, int store_port) {
 // What to say, and which code to return, once an attempt failed with no restart left.
 int give_up(const LaunchOptions& o, const GroupOutcome& outcome, internal::OutputStream& err) {
   const int code = outcome.status.shell_code();
-  std::string line = "rank " + std::to_string(outcome.rank) + " " + outcome.status.describe() +
+  std::string line = "rank " + std::to_string(outcome.rank) + " " + outcome.describe() +
                      "; exiting with code " + std::to_string(code);
   if (o.max_restarts > 0) line += " (all " + std::to_string(o.max_restarts) + " restarts used)";
   err.log(line);
@@ -125,14 +125,12 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
     const internal::GroupSpec spec = group_spec(plan, ports, restart, rings);
     internal::WorkerGroup group(spec, signals, out, err);
     const GroupOutcome outcome = group.run();
-    if (outcome.kind == GroupOutcome::Kind::kFailed) {
-      for (const std::string& line :
-           rings.diagnose(spec.ranks, outcome.rank, outcome.status.describe())) {
-        err.log(line);
-      }
+    if (outcome.kind != GroupOutcome::Kind::kSucceeded) {
+      for (const std::string& line : rings.diagnose(spec.ranks, outcome.endings)) err.log(line);
     }
     switch (outcome.kind) {
       case GroupOutcome::Kind::kSucceeded:
+        if (auto line = rings.straggler(spec.ranks)) err.log(*line);
         return 0;
       case GroupOutcome::Kind::kInterrupted:
         err.log("stopped all " + n + " workers after " + internal::signal_name(outcome.signal) +
@@ -140,7 +138,7 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
         return 128 + outcome.signal;
       case GroupOutcome::Kind::kFailed:
         if (restart >= options.max_restarts) return give_up(options, outcome, err);
-        err.log("rank " + std::to_string(outcome.rank) + " " + outcome.status.describe() +
+        err.log("rank " + std::to_string(outcome.rank) + " " + outcome.describe() +
                 "; restarting all " + n + " workers (restart " + std::to_string(restart + 1) +
                 " of " + std::to_string(options.max_restarts) + ")");
         break;

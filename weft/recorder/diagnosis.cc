@@ -40,38 +40,38 @@ std::map<std::uint32_t, GroupView> groups_of(const std::vector<RankView>& ranks)
   return groups;
 }
 
-std::string seconds_ago(std::int64_t then_ns, std::int64_t now_ns) {
+std::string seconds(std::int64_t ns) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f s ago", static_cast<double>(now_ns - then_ns) / 1e9);
+  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ns) / 1e9);
   return text;
 }
 
-// "#5 all_reduce(count=4, dtype=float32, op=sum) (started 10.2 s ago, at 'step 3')"
+bool unfinished(const OpRecord& r) {
+  return r.state == OpState::kIssued || r.state == OpState::kStarted;
+}
+
 // " (started 10.2 s ago, at 'step 3')"
-std::string describe_state(const OpRecord& r, std::int64_t now_ns) {
+std::string describe_state(const OpRecord& r, const RankView& rank) {
   std::string out = " (";
   out += state_name(r.state);
-  if (r.state == OpState::kIssued || r.state == OpState::kStarted) {
-    out += ' ';
-    out += seconds_ago(r.state == OpState::kStarted ? r.started_ns : r.issued_ns, now_ns);
+  if (unfinished(r)) {
+    const std::int64_t since = r.state == OpState::kStarted ? r.started_ns : r.issued_ns;
+    out += ' ' + seconds(rank.read_ns - since) + " ago";
   }
-  if (!r.site.empty()) {
-    out += ", at '";
-    out += r.site;
-    out += '\'';
-  }
-  out += ')';
-  return out;
+  if (!r.site.empty()) out += ", at '" + r.site + '\'';
+  return out + ')';
 }
 
 // "#5 all_reduce(count=4, dtype=float32, op=sum) (started 10.2 s ago, at 'step 3')"
-std::string describe(const OpRecord& r, std::int64_t now_ns) {
-  std::string out = "#";
+std::string describe(const OpRecord& r, const RankView& rank) {
+  std::string out = "#";  // piecewise: "#" + std::to_string() trips g++ 12's bogus -Wrestrict
   out += std::to_string(r.seq);
   out += ' ';
-  out += r.call();
-  out += describe_state(r, now_ns);
-  return out;
+  return out + r.call() + describe_state(r, rank);
+}
+
+std::string group_name(const OpRecord& r, const RingSnapshot& ring) {
+  return r.group >= 0 ? ring.groups[static_cast<std::size_t>(r.group)].name : "";
 }
 
 std::string rank_list(const std::vector<const Member*>& members) {
@@ -83,10 +83,8 @@ std::string rank_list(const std::vector<const Member*>& members) {
   return out;
 }
 
-std::string status_of(const Member& m) {
-  return m.rank->status.empty()
-             ? ""
-             : " (rank " + std::to_string(m.rank->rank) + " " + m.rank->status + ")";
+std::string status_of(const RankView& r) {
+  return r.status.empty() ? "" : " (rank " + std::to_string(r.rank) + " " + r.status + ")";
 }
 
 // The first sequence number at which two members' calls differ.
@@ -96,9 +94,9 @@ std::optional<std::string> diverged(const GroupView& g) {
     for (const OpRecord* r : m.ops) by_seq[r->seq].emplace_back(&m, r);
   }
   for (const auto& [seq, calls] : by_seq) {
-    const bool agree = std::all_of(calls.begin(), calls.end(), [&](const auto& c) {
-      return c.second->same_call(*calls[0].second);
-    });
+    const OpRecord& first = *calls[0].second;  // a structured binding clang 14 cannot capture
+    const bool agree = std::all_of(calls.begin(), calls.end(),
+                                   [&](const auto& c) { return c.second->same_call(first); });
     if (agree) continue;
     std::string line =
         "ranks diverged on group '" + g.name + "' at collective #" + std::to_string(seq) + ":";
@@ -113,7 +111,7 @@ std::optional<std::string> diverged(const GroupView& g) {
 }
 
 // Members whose last collective on the group comes before the others' last.
-std::optional<std::string> behind(const GroupView& g, std::int64_t now_ns) {
+std::optional<std::string> behind(const GroupView& g) {
   const auto last_seq = [](const Member& m) -> std::int64_t {
     return m.ops.empty() ? -1 : static_cast<std::int64_t>(m.ops.back()->seq);
   };
@@ -128,69 +126,201 @@ std::optional<std::string> behind(const GroupView& g, std::int64_t now_ns) {
     line += m->ops.empty()
                 ? "rank " + std::to_string(m->rank->rank) + " has made no collective call there"
                 : "rank " + std::to_string(m->rank->rank) + "'s last collective there is " +
-                      describe(*m->ops.back(), now_ns);
-    line += status_of(*m) + "; ";
+                      describe(*m->ops.back(), *m->rank);
+    line += status_of(*m->rank) + "; ";
   }
-  line += rank_list(waiting) + " reached " + describe(*waiting[0]->ops.back(), now_ns);
+  line += rank_list(waiting) + " reached " + describe(*waiting[0]->ops.back(), *waiting[0]->rank);
   return line;
 }
 
-// Each rank's last point-to-point operation, when it did not complete.
-std::optional<std::string> pending_point_to_point(const std::vector<RankView>& ranks,
-                                                  std::int64_t now_ns) {
-  std::string line;
+const OpRecord* last_point_to_point(const RankView& rank) {
+  const auto& records = rank.ring->records;
+  const auto last = std::find_if(records.rbegin(), records.rend(),
+                                 [](const OpRecord& r) { return !r.collective; });
+  return last == records.rend() ? nullptr : &*last;
+}
+
+// The job rank holding rank `group_rank` of the group `r` ran on, if its ring says so.
+const RankView* peer_of(const OpRecord& r, const RankView& rank,
+                        const std::vector<RankView>& ranks) {
+  if (r.group < 0 || r.peer < 0) return nullptr;
+  const std::uint32_t id = rank.ring->groups[static_cast<std::size_t>(r.group)].id;
+  for (const RankView& other : ranks) {
+    if (!other.ring) continue;
+    for (const GroupInfo& g : other.ring->groups) {
+      if (g.id == id && g.rank == r.peer && !g.name.empty()) return &other;
+    }
+  }
+  return nullptr;
+}
+
+// "rank 0 waits in recv(peer=1) ..." and what its peer was doing: waiting on it in turn (a
+// deadlock), or in no point-to-point operation at all (stuck elsewhere).
+std::optional<std::string> peer_verdict(const RankView& rank, const OpRecord& op,
+                                        const std::vector<RankView>& ranks) {
+  const RankView* peer = peer_of(op, rank, ranks);
+  if (peer == nullptr || peer == &rank) return std::nullopt;
+  const std::string me = "rank " + std::to_string(rank.rank);
+  const std::string them = "rank " + std::to_string(peer->rank);
+  const OpRecord* theirs = last_point_to_point(*peer);
+  if (theirs != nullptr && theirs->state != OpState::kCompleted &&
+      peer_of(*theirs, *peer, ranks) == &rank) {
+    if (theirs->op == op.op && op.op == "recv") {
+      return "ranks " + std::to_string(std::min(rank.rank, peer->rank)) + " and " +
+             std::to_string(std::max(rank.rank, peer->rank)) +
+             " each wait to receive from the other: a deadlock";
+    }
+    return std::nullopt;  // a matching pair in flight
+  }
+  std::string line = me + " waits on " + them + " in " + op.call() + ", and " + them +
+                     " is in no point-to-point operation with it";
+  const auto& records = peer->ring->records;
+  const auto last = std::find_if(records.rbegin(), records.rend(),
+                                 [&](const OpRecord& r) { return r.state == OpState::kCompleted; });
+  if (last != records.rend()) {
+    line += ": its last completed operation is " + last->call() + describe_state(*last, *peer) +
+            ", " + seconds(peer->read_ns - last->ended_ns) + " before its ring was read";
+  }
+  return line + status_of(*peer);
+}
+
+// Each rank's last point-to-point operation when it did not complete, then what its peer did.
+std::vector<std::string> point_to_point(const std::vector<RankView>& ranks) {
+  std::string pending;
+  std::vector<std::string> verdicts;
+  for (const RankView& rank : ranks) {
+    if (!rank.ring) continue;
+    const OpRecord* last = last_point_to_point(rank);
+    if (last == nullptr || last->state == OpState::kCompleted) continue;
+    const std::string group = group_name(*last, *rank.ring);
+    pending += (pending.empty() ? "" : "; ");
+    pending += "rank " + std::to_string(rank.rank) + " in " + last->call() +
+               (group.empty() ? "" : " on group '" + group + "'") + describe_state(*last, rank);
+    const auto verdict = peer_verdict(rank, *last, ranks);
+    if (verdict && std::find(verdicts.begin(), verdicts.end(), *verdict) == verdicts.end()) {
+      verdicts.push_back(*verdict);
+    }
+  }
+  if (pending.empty()) return {};
+  verdicts.insert(verdicts.begin(), "point-to-point operations that did not complete: " + pending);
+  return verdicts;
+}
+
+// For ranks that left no ring: what the others were in when theirs were read.
+std::vector<std::string> missing_rings(const std::vector<RankView>& ranks) {
+  std::vector<std::string> lines;
+  for (const RankView& rank : ranks) {
+    if (rank.ring) continue;
+    lines.push_back("rank " + std::to_string(rank.rank) + " has no record (" + rank.missing + ")");
+  }
+  if (lines.empty()) return lines;
   for (const RankView& rank : ranks) {
     if (!rank.ring) continue;
     const auto& records = rank.ring->records;
-    const auto last = std::find_if(records.rbegin(), records.rend(),
-                                   [](const OpRecord& r) { return !r.collective; });
-    if (last == records.rend() || last->state == OpState::kCompleted) continue;
-    std::string group;
-    if (last->group >= 0)
-      group = " on group '" + rank.ring->groups[static_cast<std::size_t>(last->group)].name + "'";
-    line += (line.empty() ? "" : "; ");
-    line += "rank " + std::to_string(rank.rank) + " in " + last->call() + group;
-    line += describe_state(*last, now_ns);
+    const auto last = std::find_if(records.rbegin(), records.rend(), [](const OpRecord& r) {
+      return r.state != OpState::kCompleted;
+    });
+    if (last == records.rend()) continue;
+    const std::string group = group_name(*last, *rank.ring);
+    lines.push_back(
+        "rank " + std::to_string(rank.rank) + " was in " +
+        (last->collective ? describe(*last, rank) : last->call() + describe_state(*last, rank)) +
+        (group.empty() ? "" : " on group '" + group + "'") + status_of(rank));
   }
-  if (line.empty()) return std::nullopt;
-  return "point-to-point operations that did not complete: " + line;
+  return lines;
+}
+
+// Nothing found: either some operation did not complete although every rank made the same
+// calls, or every operation completed and the stop came from outside communication (nothing
+// to say when no rank recorded an operation).
+std::optional<std::string> nothing_found(const std::vector<RankView>& ranks) {
+  bool any = false;
+  for (const RankView& rank : ranks) {
+    for (const OpRecord& r : rank.ring->records) {
+      if (r.state != OpState::kCompleted) {
+        return "every rank made the same collective calls on every group, and each reached the "
+               "same last one: the stop was not in a collective";
+      }
+      any = true;
+    }
+  }
+  if (!any) return std::nullopt;
+  return "every operation every rank issued completed: the stop was outside communication";
 }
 
 }  // namespace
 
-std::vector<std::string> diagnose(const std::vector<RankView>& ranks, std::int64_t now_ns) {
+std::vector<std::string> diagnose(const std::vector<RankView>& ranks) {
   std::vector<std::string> lines;
   if (std::none_of(ranks.begin(), ranks.end(),
                    [](const RankView& r) { return r.ring.has_value(); }))
     return lines;  // not a job of weft programs: nothing to say
   const auto groups = groups_of(ranks);
   for (const auto& [id, g] : groups) {
-    if (auto line = diverged(g)) lines.push_back("flight recorder: " + *line);
+    if (auto line = diverged(g)) lines.push_back(*line);
   }
   for (const auto& [id, g] : groups) {
-    if (auto line = behind(g, now_ns)) lines.push_back("flight recorder: " + *line);
+    if (auto line = behind(g)) lines.push_back(*line);
   }
-  if (auto line = pending_point_to_point(ranks, now_ns))
-    lines.push_back("flight recorder: " + *line);
-  for (const RankView& rank : ranks) {
-    if (!rank.ring) {
-      lines.push_back("flight recorder: rank " + std::to_string(rank.rank) +
-                      " recorded nothing (not a weft program, or it never started)");
-    }
+  for (std::string& line : point_to_point(ranks)) lines.push_back(std::move(line));
+  const std::vector<std::string> missing = missing_rings(ranks);
+  if (lines.empty() && missing.empty()) {
+    if (auto line = nothing_found(ranks)) lines.push_back(*line);
   }
-  // Said only when some rank was still in (or failed in) a collective: otherwise the job
-  // stopped outside communication, which the ranks' own errors tell.
-  const auto unfinished = [](const RankView& r) {
-    return r.ring &&
-           std::any_of(r.ring->records.begin(), r.ring->records.end(),
-                       [](const OpRecord& op) { return op.state != OpState::kCompleted; });
-  };
-  if (lines.empty() && std::any_of(ranks.begin(), ranks.end(), unfinished)) {
-    lines.push_back(
-        "flight recorder: every rank made the same collective calls on every group, and each "
-        "reached the same last one: the stop was not in a collective");
-  }
+  lines.insert(lines.end(), missing.begin(), missing.end());
+  for (std::string& line : lines) line = "flight recorder: " + line;
   return lines;
+}
+
+std::optional<std::string> straggler(const std::vector<RankView>& ranks) {
+  for (const auto& [id, g] : groups_of(ranks)) {
+    if (g.members.size() < 2 || static_cast<int>(g.members.size()) != g.size) continue;
+    // Per sequence number every member completed: when each member issued it.
+    std::map<std::uint64_t, std::vector<std::int64_t>> issued;
+    for (std::size_t m = 0; m < g.members.size(); ++m) {
+      for (const OpRecord* r : g.members[m].ops) {
+        if (r->state != OpState::kCompleted) continue;
+        auto& at = issued[r->seq];
+        at.resize(g.members.size(), -1);
+        at[m] = r->issued_ns;
+      }
+    }
+    std::vector<int> last(g.members.size(), 0);
+    std::vector<std::int64_t> late_ns(g.members.size(), 0);
+    std::int64_t waited_ns = 0, first_ns = -1, end_ns = 0;
+    int collectives = 0;
+    for (const auto& [seq, at] : issued) {
+      if (std::count(at.begin(), at.end(), -1) > 0) continue;
+      ++collectives;
+      const auto latest = std::max_element(at.begin(), at.end());
+      std::vector<std::int64_t> others(at);
+      others.erase(others.begin() + (latest - at.begin()));
+      const std::int64_t next = *std::max_element(others.begin(), others.end());
+      for (const std::int64_t t : others) waited_ns += *latest - t;
+      if (*latest > next) {
+        ++last[static_cast<std::size_t>(latest - at.begin())];
+        late_ns[static_cast<std::size_t>(latest - at.begin())] += *latest - next;
+      }
+      first_ns = first_ns < 0 ? *std::min_element(at.begin(), at.end()) : first_ns;
+      end_ns = *latest;
+    }
+    const auto worst =
+        static_cast<std::size_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    const std::int64_t span_ns = end_ns - first_ns;
+    const std::int64_t others_ns = waited_ns / static_cast<std::int64_t>(g.members.size() - 1);
+    if (collectives < 8 || 4 * last[worst] < 3 * collectives || 10 * others_ns < span_ns) {
+      continue;
+    }
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "': it arrived last at %d of %d collectives, %.0f ms after the next on average; "
+                  "the others spent %s of those collectives' %s waiting",
+                  last[worst], collectives, static_cast<double>(late_ns[worst]) / last[worst] / 1e6,
+                  seconds(others_ns).c_str(), seconds(span_ns).c_str());
+    return "flight recorder: rank " + std::to_string(g.members[worst].rank->rank) +
+           " is a straggler on group '" + g.name + text;
+  }
+  return std::nullopt;
 }
 
 }  // namespace weft::recorder

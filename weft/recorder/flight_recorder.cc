@@ -2,27 +2,23 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+
+#include "weft/recorder/dump.h"
+#include "weft/recorder/ring_reader.h"
 
 namespace weft::recorder {
 namespace {
 
 constexpr std::size_t kSiteBytes = sizeof(Record::site);
 thread_local char t_site[kSiteBytes] = {};
-
-// The coarse clock costs a read of the kernel's last tick (a few ns, no TSC read); its
-// resolution (a tick, 1-4 ms) is plenty for what waits long enough to matter.
-std::int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 template <std::size_t N>
 void copy_text(char (&to)[N], std::string_view from) {
@@ -43,12 +39,9 @@ void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
 }
 
 // The ring weftrun passes (WEFT_FLIGHT_RECORDER_FD: a memfd of kRingBytes it created and
-// zero-filled), mapped shared; nullptr when there is none (weftrun decides whether to record)
-// or it is not what weftrun makes (then nothing is recorded rather than anything written to a
-// stranger).
-void* weftrun_ring() {
-  const char* fd_text = std::getenv("WEFT_FLIGHT_RECORDER_FD");
-  if (fd_text == nullptr) return nullptr;
+// zero-filled), mapped shared; nullptr when it is not what weftrun makes (then nothing is
+// recorded rather than anything written to a stranger).
+void* weftrun_ring(const char* fd_text) {
   char* end = nullptr;
   const long fd = std::strtol(fd_text, &end, 10);
   struct stat st {};
@@ -62,18 +55,36 @@ void* weftrun_ring() {
   return memory == MAP_FAILED ? nullptr : memory;
 }
 
+// This process's own ring, when no weftrun shares one: private memory, which only a dump
+// (WEFT_FLIGHT_RECORDER_DUMP) shows to anyone else.
+void* private_ring() {
+  void* memory =
+      ::mmap(nullptr, kRingBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return memory == MAP_FAILED ? nullptr : memory;
+}
+
 }  // namespace
 
 FlightRecorder& FlightRecorder::process() {
-  static FlightRecorder* recorder = new FlightRecorder(weftrun_ring());  // never destroyed:
-  return *recorder;  // operations may be recorded from threads that outlive static destructors
+  // Never destroyed: operations may be recorded from threads that outlive static destructors.
+  static FlightRecorder* recorder = [] {
+    const char* off = std::getenv("WEFT_FLIGHT_RECORDER");
+    if (off != nullptr && std::string_view(off) == "0") return new FlightRecorder(nullptr);
+    if (const char* fd = std::getenv("WEFT_FLIGHT_RECORDER_FD")) {
+      return new FlightRecorder(weftrun_ring(fd));
+    }
+    const char* prefix = std::getenv("WEFT_FLIGHT_RECORDER_DUMP");
+    return new FlightRecorder(private_ring(), prefix != nullptr ? prefix : "");
+  }();
+  return *recorder;
 }
 
-FlightRecorder::FlightRecorder(void* memory)
+FlightRecorder::FlightRecorder(void* memory, std::string dump_prefix)
     : ring_(static_cast<RingHeader*>(memory)),
       records_(memory == nullptr
                    ? nullptr
-                   : reinterpret_cast<Record*>(static_cast<char*>(memory) + sizeof(RingHeader))) {
+                   : reinterpret_cast<Record*>(static_cast<char*>(memory) + sizeof(RingHeader))),
+      dump_prefix_(std::move(dump_prefix)) {
   if (ring_ == nullptr) return;
   ring_->magic = kRingMagic;
   ring_->version = kRingVersion;
@@ -85,18 +96,30 @@ FlightRecorder::FlightRecorder(void* memory)
 void FlightRecorder::set_rank(int rank, int world_size) {
   if (ring_ == nullptr) return;
   ring_->world_size.store(world_size, std::memory_order_relaxed);
-  ring_->rank.store(rank, std::memory_order_release);
+  // A second, different world in this process (ranks as threads): the ring is no one rank's.
+  int was = -1;
+  if (!ring_->rank.compare_exchange_strong(was, rank, std::memory_order_acq_rel) && was != rank) {
+    ring_->rank.store(kSeveralRanks, std::memory_order_release);
+  }
 }
 
-std::uint32_t FlightRecorder::add_group(std::uint32_t id, std::string_view name, int size,
-                                        int rank) {
+std::uint32_t FlightRecorder::add_group(std::uint32_t id, std::string_view name,
+                                        std::span<const int> members, int rank) {
   if (ring_ == nullptr) return kMaxGroups;
   const std::uint32_t index = ring_->groups.fetch_add(1, std::memory_order_relaxed);
   if (index >= kMaxGroups) return kMaxGroups;
   GroupSlot& slot = ring_->group[index];
   slot.id = id;
-  slot.size = size;
+  slot.size = static_cast<std::int32_t>(members.size());
   slot.rank = rank;
+  // Mesh groups are evenly spaced (dp: r, r + tp, ...): two numbers say who the members are.
+  const int stride = members.size() > 1 ? members[1] - members[0] : 1;
+  bool spaced = stride > 0;
+  for (std::size_t i = 1; spaced && i < members.size(); ++i) {
+    spaced = members[i] - members[i - 1] == stride;
+  }
+  slot.first = members.empty() ? 0 : members[0];
+  slot.stride = spaced && !members.empty() ? stride : 0;
   copy_text(slot.name, name);
   slot.ready.store(1, std::memory_order_release);
   return index;
@@ -119,7 +142,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   r.dtype.store(static_cast<std::uint8_t>(info.dtype), release);
   r.collective.store(info.collective ? 1 : 0, release);
   r.state.store(static_cast<std::uint8_t>(OpState::kIssued), release);
-  r.issued_ns.store(now_ns(), release);
+  r.issued_ns.store(coarse_clock_ns(), release);
   r.started_ns.store(0, release);
   r.ended_ns.store(0, release);
   store_text(r.op, info.op.data(), info.op.size());
@@ -135,7 +158,7 @@ void FlightRecorder::started(std::uint64_t id) {
   if (id == kWriting) return;
   Record& r = *record_of(id);
   if (r.id.load(std::memory_order_relaxed) != id) return;
-  r.started_ns.store(now_ns(), std::memory_order_relaxed);
+  r.started_ns.store(coarse_clock_ns(), std::memory_order_relaxed);
   r.state.store(static_cast<std::uint8_t>(OpState::kStarted), std::memory_order_release);
 }
 
@@ -143,9 +166,24 @@ void FlightRecorder::finished(std::uint64_t id, bool ok) {
   if (id == kWriting) return;
   Record& r = *record_of(id);
   if (r.id.load(std::memory_order_relaxed) != id) return;
-  r.ended_ns.store(now_ns(), std::memory_order_relaxed);
+  r.ended_ns.store(coarse_clock_ns(), std::memory_order_relaxed);
   r.state.store(static_cast<std::uint8_t>(ok ? OpState::kCompleted : OpState::kFailed),
                 std::memory_order_release);
+  if (!ok && !dump_prefix_.empty() && !dumped_.exchange(true)) dump_after_failure();
+}
+
+// The first failure is the one to explain: later ones are its consequences. Said on stderr,
+// like the error the failure itself raises.
+void FlightRecorder::dump_after_failure() const {
+  const int rank = ring_->rank.load(std::memory_order_acquire);
+  if (rank < 0) return;  // no world, or several: no file name that means one rank
+  const std::string path = dump_prefix_ + std::to_string(rank) + ".json";
+  try {
+    write_dump(path, dump_of(read_ring(ring_, kRingBytes), "failed in an operation"));
+    std::fprintf(stderr, "weft: flight recorder: wrote %s (read it with weft-fr)\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: flight recorder: %s\n", e.what());
+  }
 }
 
 FlightRecorder::Site::Site(std::string_view label) {

@@ -1,16 +1,21 @@
 // The flight recorder: this process's last operations on every process group (which
 // operation, group, sequence number, size, dtype, root, reduce op, the issuing thread's label,
-// state and times) in a ring (ring.h) that weftrun shares with the process. When a job fails
-// or times out, weftrun reads every rank's ring, whatever state the rank is in, and names the
-// rank that is behind or diverged (diagnosis.h).
-//
-// On when weftrun started the process (it passes the ring's memory as WEFT_FLIGHT_RECORDER_FD);
-// off otherwise (weftrun passes none with WEFT_FLIGHT_RECORDER=0). Recording takes no lock and
-// no system call: an atomic increment, a record's stores and three reads of the coarse clock
-// per operation (docs/PERFORMANCE.md measures it). Thread-safe.
+// state and times) in a ring (ring.h). When a job fails or times out, the rings name the rank
+// that is behind or diverged (diagnosis.h):
+// - under weftrun the ring is memory weftrun shares with the process (WEFT_FLIGHT_RECORDER_FD),
+//   and weftrun reads every rank's ring, whatever state the rank is in;
+// - otherwise (mpirun, srun, Python) the ring is the process's own, and with
+//   WEFT_FLIGHT_RECORDER_DUMP=PREFIX set the process writes it to PREFIX<rank>.json when one
+//   of its operations first fails (a timeout, a dead peer, a mismatch), for weft-fr to read.
+// WEFT_FLIGHT_RECORDER=0 turns it off. Recording takes no lock and no system call: an atomic
+// increment, a record's stores and three reads of the coarse clock per operation
+// (docs/PERFORMANCE.md measures it). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "weft/base/dtype.h"
@@ -33,18 +38,22 @@ struct OpInfo {
 
 class FlightRecorder {
  public:
-  // This process's recorder (disabled when weftrun did not start the process).
+  // This process's recorder.
   static FlightRecorder& process();
 
   bool enabled() const { return ring_ != nullptr; }
-  // The process's job rank and world size, once its world group forms.
+  // The process's job rank and world size, once its world group forms. A process holding
+  // several ranks (the threads backend) records under kSeveralRanks (ring.h), and dumps nothing.
   void set_rank(int rank, int world_size);
-  // Names a group in the ring's table; returns its index for OpInfo::group (kMaxGroups once
-  // the table is full: its operations are still recorded, without the name).
-  std::uint32_t add_group(std::uint32_t id, std::string_view name, int size, int rank);
+  // Names a group in the ring's table (`members`: its members' job ranks, in group rank order);
+  // returns its index for OpInfo::group (kMaxGroups once the table is full: its operations
+  // are still recorded, without the name).
+  std::uint32_t add_group(std::uint32_t id, std::string_view name, std::span<const int> members,
+                          int rank);
 
   // Records an operation as issued; returns its id for started() and finished(). Disabled:
-  // returns kWriting, which the others ignore.
+  // returns kWriting, which the others ignore. The first finished(id, false) writes the dump
+  // when WEFT_FLIGHT_RECORDER_DUMP asks for one.
   std::uint64_t issued(const OpInfo& info);
   void started(std::uint64_t id);
   void finished(std::uint64_t id, bool ok);
@@ -62,15 +71,19 @@ class FlightRecorder {
     char saved_[sizeof(Record::site)];
   };
 
-  // A recorder writing to `memory` (kRingBytes, zero-filled or a ring this process wrote), for
-  // tests; nullptr: disabled.
-  explicit FlightRecorder(void* memory);
+  // A recorder writing to `memory` (kRingBytes, zero-filled or a ring this process wrote) and
+  // dumping to `dump_prefix`<rank>.json on a failure (empty: never), for tests; nullptr:
+  // disabled.
+  explicit FlightRecorder(void* memory, std::string dump_prefix = "");
 
  private:
   Record* record_of(std::uint64_t id) const;
+  void dump_after_failure() const;
 
   RingHeader* ring_;
   Record* records_;
+  std::string dump_prefix_;  // WEFT_FLIGHT_RECORDER_DUMP, own ring only; empty: no dump
+  std::atomic<bool> dumped_{false};
 };
 
 }  // namespace weft::recorder

@@ -5,6 +5,8 @@
 // this header, and the reader checks every count and index before using it (ring_reader.h).
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -12,10 +14,14 @@
 namespace weft::recorder {
 
 inline constexpr std::uint64_t kRingMagic = 0x3152465446455757ull;  // "WWEFTFR1"
-inline constexpr std::uint32_t kRingVersion = 1;
+inline constexpr std::uint32_t kRingVersion = 2;
 inline constexpr std::uint32_t kRingRecords = 4096;  // the last 4096 operations of the process
 inline constexpr std::uint32_t kMaxGroups = 64;      // groups named in the table; more count
 inline constexpr std::uint64_t kWriting = ~0ull;     // a record's id while it is being written
+// Record::count of an operation whose count varies by rank (all_to_all_v).
+inline constexpr std::uint64_t kAnyCount = ~0ull;
+// RingHeader::rank of a process holding several ranks (the threads backend): no one rank's.
+inline constexpr std::int32_t kSeveralRanks = -2;
 
 // An operation's state, as its record says.
 enum class OpState : std::uint8_t { kIssued = 1, kStarted = 2, kCompleted = 3, kFailed = 4 };
@@ -26,7 +32,9 @@ struct GroupSlot {
   std::uint32_t id;                  // the group's id, the same on every member
   std::int32_t size;                 // members
   std::int32_t rank;                 // this process's rank in the group
-  char name[48];                     // "world", "dp_shard": NUL-terminated, truncated
+  std::int32_t first;                // the members' job ranks: first + stride * group rank,
+  std::int32_t stride;               // when they are so spaced; stride 0: not known
+  char name[40];                     // "world", "dp_shard": NUL-terminated, truncated
 };
 
 // Text in a record: NUL-padded bytes held in atomic words, so that a reader copying a record
@@ -68,6 +76,15 @@ struct RingHeader {
   std::atomic<std::uint64_t> next;    // operations recorded so far: the next one's id
   GroupSlot group[kMaxGroups];
 };
+
+// The clock of the records' times: CLOCK_MONOTONIC_COARSE, the kernel's last tick (a few ns
+// to read, no TSC read; a tick's resolution, 1-4 ms, is plenty for what waits long enough to
+// matter). One clock for every process of a machine; machines' clocks are unrelated.
+inline std::int64_t coarse_clock_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 // The ring's bytes: the header, then kRingRecords records.
 inline constexpr std::size_t kRingBytes = sizeof(RingHeader) + kRingRecords * sizeof(Record);

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 namespace weft::recorder {
 namespace {
-
-constexpr std::uint64_t kAnyCount = ~0ull;  // the count varies by rank (CallSignature's)
 
 // A NUL-terminated text of at most N - 1 bytes, whatever the array holds.
 template <std::size_t N>
@@ -26,14 +25,32 @@ std::string text_of(const Text<Bytes>& text) {
   return text_of(chars);
 }
 
+constexpr int kMaxMembers = 1 << 20;  // more ranks than any job has: a scribbled slot
+
+// The members' job ranks when the slot says they are evenly spaced (and they fit an int).
+std::vector<int> spaced_members(const GroupSlot& slot) {
+  const std::int64_t last =
+      static_cast<std::int64_t>(slot.first) + std::int64_t{slot.stride} * (slot.size - 1);
+  if (slot.stride <= 0 || slot.first < 0 || slot.size > kMaxMembers ||
+      last > std::numeric_limits<int>::max()) {
+    return {};
+  }
+  std::vector<int> members(static_cast<std::size_t>(slot.size));
+  for (int i = 0; i < slot.size; ++i)
+    members[static_cast<std::size_t>(i)] = slot.first + slot.stride * i;
+  return members;
+}
+
 std::vector<GroupInfo> read_groups(const RingHeader& h) {
   std::vector<GroupInfo> groups;
   const std::uint32_t claimed = std::min(h.groups.load(std::memory_order_acquire), kMaxGroups);
   for (std::uint32_t i = 0; i < claimed; ++i) {
     const GroupSlot& slot = h.group[i];
     GroupInfo g;
-    if (slot.ready.load(std::memory_order_acquire) == 1) {
-      g = GroupInfo{slot.id, text_of(slot.name), slot.size, slot.rank};
+    if (slot.ready.load(std::memory_order_acquire) == 1 && slot.size > 0 && slot.rank >= 0 &&
+        slot.rank < slot.size) {
+      g = GroupInfo{slot.id, text_of(slot.name), slot.size, slot.rank, {}};
+      g.members = spaced_members(slot);
     }
     groups.push_back(std::move(g));  // every index kept, so that records can point at it
   }

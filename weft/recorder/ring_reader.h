@@ -24,7 +24,8 @@ struct GroupInfo {
   std::uint32_t id = 0;
   std::string name;
   int size = 0;
-  int rank = 0;  // the process's rank in the group
+  int rank = 0;              // the process's rank in the group
+  std::vector<int> members;  // the members' job ranks by group rank; empty: not known
 };
 
 struct OpRecord {

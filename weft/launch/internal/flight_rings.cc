@@ -1,13 +1,12 @@
 #include "weft/launch/internal/flight_rings.h"
 
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string_view>
 
-#include "weft/recorder/diagnosis.h"
+#include "weft/recorder/dump.h"
 #include "weft/recorder/ring.h"
 
 namespace weft::launch::internal {
@@ -40,24 +39,45 @@ int FlightRings::fd(int local) const {
   return fds_.empty() ? -1 : fds_[static_cast<std::size_t>(local)].get();
 }
 
-std::vector<std::string> FlightRings::diagnose(const std::vector<int>& ranks, int failed,
-                                               const std::string& failed_status) const {
-  if (maps_.empty()) return {};
+std::vector<recorder::RankView> FlightRings::views(const std::vector<int>& ranks) const {
   std::vector<recorder::RankView> views;
   for (std::size_t i = 0; i < maps_.size(); ++i) {
-    recorder::RankView view{.rank = ranks[i]};
+    recorder::RankView view{.rank = ranks[i], .read_ns = recorder::coarse_clock_ns()};
     try {
       view.ring = recorder::read_ring(maps_[i], recorder::kRingBytes);
     } catch (const recorder::RingError&) {
       // the worker never wrote a ring (not a weft program), or wrote over it
     }
-    if (ranks[i] == failed) view.status = failed_status;
     views.push_back(std::move(view));
   }
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return recorder::diagnose(views,
-                            static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec);
+  return views;
+}
+
+std::vector<std::string> FlightRings::diagnose(const std::vector<int>& ranks,
+                                               const std::vector<std::string>& endings) const {
+  if (maps_.empty()) return {};
+  std::vector<recorder::RankView> views = this->views(ranks);
+  for (std::size_t i = 0; i < views.size() && i < endings.size(); ++i) views[i].status = endings[i];
+  std::vector<std::string> lines = recorder::diagnose(views);
+  if (auto line = recorder::straggler(views)) lines.push_back(std::move(*line));
+  const char* prefix = std::getenv("WEFT_FLIGHT_RECORDER_DUMP");
+  if (prefix == nullptr || *prefix == '\0') return lines;
+  for (const recorder::RankView& view : views) {
+    if (!view.ring) continue;
+    const std::string path = prefix + std::to_string(view.rank) + ".json";
+    try {
+      recorder::write_dump(path, recorder::dump_of(*view.ring, view.status));
+      lines.push_back("flight recorder: wrote " + path + " (read it with weft-fr)");
+    } catch (const Error& e) {
+      lines.push_back(std::string("flight recorder: ") + e.what());
+    }
+  }
+  return lines;
+}
+
+std::optional<std::string> FlightRings::straggler(const std::vector<int>& ranks) const {
+  if (maps_.empty()) return std::nullopt;
+  return recorder::straggler(views(ranks));
 }
 
 }  // namespace weft::launch::internal

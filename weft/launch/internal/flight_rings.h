@@ -4,10 +4,12 @@
 // /dev/shm: nothing is left behind, and no other process can open them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "weft/base/unique_fd.h"
+#include "weft/recorder/diagnosis.h"
 
 namespace weft::launch::internal {
 
@@ -22,12 +24,19 @@ class FlightRings {
 
   // The descriptor worker `local` inherits; -1 when there are no rings.
   int fd(int local) const;
-  // What the rings say about why the attempt failed (weft/recorder/diagnosis.h); `ranks` are
-  // the workers' job ranks, and rank `failed` ended as `failed_status` says.
-  std::vector<std::string> diagnose(const std::vector<int>& ranks, int failed,
-                                    const std::string& failed_status) const;
+  // What the rings say about why the attempt failed or was interrupted
+  // (weft/recorder/diagnosis.h); `ranks` are the workers' job ranks and `endings` how each
+  // ended ("exited with code 1"). With
+  // WEFT_FLIGHT_RECORDER_DUMP=PREFIX set, also writes each ring to PREFIX<rank>.json (for
+  // weft-fr, which reads every node's) and says so.
+  std::vector<std::string> diagnose(const std::vector<int>& ranks,
+                                    const std::vector<std::string>& endings) const;
+  // A straggler among the workers of an attempt that succeeded (recorder::straggler).
+  std::optional<std::string> straggler(const std::vector<int>& ranks) const;
 
  private:
+  std::vector<recorder::RankView> views(const std::vector<int>& ranks) const;
+
   std::vector<UniqueFd> fds_;
   std::vector<void*> maps_;
 };

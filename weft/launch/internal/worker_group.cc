@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,17 @@ constexpr Seconds kDrainWait{1.0};
 // The longest poll: a backstop only, since SIGCHLD and output wake the loop.
 constexpr int kMaxPollMillis = 1000;
 constexpr std::size_t kReadChunk = 64 * 1024;
+
+// Whether `pid` is stopped: state T (or t, traced) in /proc/PID/stat, after the command
+// name in parentheses, which may itself hold spaces and parentheses.
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() &&
+         (stat[close + 2] == 'T' || stat[close + 2] == 't');
+}
 
 std::string seconds_text(Seconds s) {
   char text[32];
@@ -87,7 +99,9 @@ int WorkerGroup::poll_timeout_ms() const {
   auto timeout = std::chrono::milliseconds(kMaxPollMillis);
   // Only deadlines that still lead somewhere: a passed one would make poll spin.
   const bool killing = kill_at_ && !give_up_at_ && live_count() > 0;
-  for (const auto& deadline : {killing ? kill_at_ : std::nullopt, give_up_at_, drain_until_}) {
+  const bool exiting = exit_by_ && !kill_at_ && live_count() > 0;
+  for (const auto& deadline : {killing ? kill_at_ : std::nullopt, give_up_at_, drain_until_,
+                               exiting ? exit_by_ : std::nullopt}) {
     if (!deadline) continue;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline->remaining());
     // A deadline already passed but still pending (a worker that ignores SIGKILL keeps its
@@ -139,11 +153,28 @@ void WorkerGroup::on_exits() {
                               .rank = spec_.ranks[i],
                               .status = w.process.status()};
       stop_all(SIGTERM);
+    } else if (w.process.status().ok() && !exit_by_ && spec_.exit_timeout.count() > 0) {
+      exit_by_ = Deadline::after(spec_.exit_timeout);
+      first_exit_rank_ = spec_.ranks[i];
     }
   }
 }
 
 void WorkerGroup::on_deadlines() {
+  if (exit_by_ && exit_by_->expired() && outcome_.kind == GroupOutcome::Kind::kSucceeded &&
+      live_count() > 0) {
+    const auto hung =
+        std::find_if(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.done; });
+    const std::size_t i = static_cast<std::size_t>(hung - workers_.begin());
+    outcome_ = GroupOutcome{
+        .kind = GroupOutcome::Kind::kFailed,
+        .rank = spec_.ranks[i],
+        .status = ExitStatus{.code = 1},
+        .hung = "did not exit within " + seconds_text(spec_.exit_timeout) + " of rank " +
+                std::to_string(first_exit_rank_) +
+                " exiting with code 0 (hung, in teardown? --exit-timeout sets the limit)"};
+    stop_all(SIGTERM);
+  }
   if (kill_at_ && !give_up_at_ && kill_at_->expired() && live_count() > 0) {
     err_.log(std::to_string(live_count()) + " workers still running " +
              seconds_text(spec_.stop_grace) + " after being told to stop; killing them (SIGKILL)");
@@ -161,7 +192,9 @@ void WorkerGroup::on_deadlines() {
 
 void WorkerGroup::stop_all(int sig) {
   for (Worker& w : workers_) {
-    if (!w.done) w.process.signal_group(sig);
+    if (w.done) continue;
+    w.stopped = is_stopped(w.process.pid());
+    w.process.signal_group(sig);
   }
   if (!kill_at_) kill_at_ = Deadline::after(spec_.stop_grace);
 }
@@ -188,11 +221,17 @@ bool WorkerGroup::finished() {
 }
 
 void WorkerGroup::finish() {
-  for (Worker& w : workers_) {
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = workers_[i];
     close_stream(w.out);
     close_stream(w.err);
+    const bool exited = w.process.exited();
+    std::string ending = !exited ? "did not exit after SIGKILL" : w.process.status().describe();
+    if (outcome_.rank == spec_.ranks[i] && !outcome_.hung.empty()) ending = outcome_.hung;
+    if (w.stopped) ending = "was stopped (SIGSTOP, or a debugger) when the job ended; it " + ending;
+    outcome_.endings.push_back(std::move(ending));
     // One given up on after SIGKILL has been waited for long enough already.
-    w.process.reap(w.process.exited() ? Seconds(5.0) : Seconds(0));
+    w.process.reap(exited ? Seconds(5.0) : Seconds(0));
   }
 }
 

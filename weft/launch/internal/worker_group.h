@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "weft/base/deadline.h"
@@ -21,12 +22,18 @@ struct GroupOutcome {
   int rank = -1;      // kFailed: the first rank seen failing
   ExitStatus status;  // kFailed: how it ended
   int signal = 0;     // kInterrupted: the signal weftrun received
+  std::string hung;   // kFailed for a worker that did not exit in time: what happened
+  std::vector<std::string> endings;  // how each local worker ended, in GroupSpec order
+
+  // "exited with code 3", or what `hung` says.
+  std::string describe() const { return hung.empty() ? status.describe() : hung; }
 };
 
 struct GroupSpec {
   std::vector<SpawnRequest> workers;  // one per local rank
   std::vector<int> ranks;             // their global ranks, for the "[rank] " prefixes
   Seconds stop_grace{5.0};            // SIGTERM (or the forwarded signal) .. SIGKILL
+  Seconds exit_timeout{0.0};          // once a worker exited 0, the others' limit; 0: none
 };
 
 class WorkerGroup {
@@ -36,6 +43,8 @@ class WorkerGroup {
   // Starts the workers and returns once every one has exited (and been reaped):
   // - a worker exiting non-zero or killed by a signal, first of all, makes the outcome
   //   kFailed; the others get SIGTERM, and SIGKILL once stop_grace has passed;
+  // - a worker still running exit_timeout after another exited 0 makes it kFailed (hung),
+  //   stopped the same way;
   // - SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher is forwarded to every
   //   worker, with the same SIGKILL deadline, and makes the outcome kInterrupted; a second
   //   one kills them at once.
@@ -53,7 +62,8 @@ class WorkerGroup {
     WorkerProcess process;
     Stream out;
     Stream err;
-    bool done = false;  // exited, or given up on after SIGKILL
+    bool done = false;     // exited, or given up on after SIGKILL
+    bool stopped = false;  // found stopped (SIGSTOP, a debugger) when told to stop
   };
 
   void start_all();
@@ -79,6 +89,8 @@ class WorkerGroup {
   std::optional<Deadline> kill_at_;      // SIGKILL the survivors then
   std::optional<Deadline> give_up_at_;   // after SIGKILL, stop waiting for them then
   std::optional<Deadline> drain_until_;  // all exited: read what is left until then
+  std::optional<Deadline> exit_by_;      // a worker exited 0: the others' limit
+  int first_exit_rank_ = -1;             // that worker's rank
 };
 
 }  // namespace weft::launch::internal
