@@ -3,9 +3,11 @@
 // diverged, the collective, its site and what the other rank was doing (fifteen faults).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,83 @@ INSTANTIATE_TEST_SUITE_P(
                "operation with it: its last completed operation is recv(peer=0) (completed, at "
                "'stage 1 forward mb 2')"}}),
     [](const testing::TestParamInfo<Fault>& p) { return p.param.name; });
+
+// The pid of the worker weftrun (`launcher`) started as rank `rank`: its child whose
+// environment says RANK=<rank>; -1 when there is none.
+pid_t worker_pid(pid_t launcher, int rank) {
+  const std::string wanted = std::string("\0RANK=", 6) + std::to_string(rank) + '\0';
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 1));
+    char state = 0;
+    pid_t parent = 0;
+    fields >> state >> parent;
+    if (parent != launcher) continue;
+    std::ifstream environ(entry.path() / "environ", std::ios::binary);
+    const std::string env = '\0' + std::string(std::istreambuf_iterator<char>(environ), {});
+    if (env.find(wanted) != std::string::npos) return std::stoi(name);
+  }
+  return -1;
+}
+
+// weft-train's own pipeline (two stages, 1F1B) with stage 1 stopped mid-training: weftrun
+// names it and where it stopped, with the labels the pipeline gives its transfers.
+TEST(PipelineFaultTest, WeftrunNamesAStageStoppedInTraining) {
+  EnvChanges env{{"WEFT_JOB_TOKEN", std::nullopt},
+                 {"WEFT_BACKEND", std::nullopt},
+                 {"WEFT_FLIGHT_RECORDER", std::nullopt},
+                 {"WEFT_DIST_DEBUG", std::nullopt}};
+  Subprocess job({WEFTRUN,
+                  "--nproc-per-node",
+                  "2",
+                  WEFT_TRAIN,
+                  "--model.dim",
+                  "32",
+                  "--model.n_layers",
+                  "2",
+                  "--model.n_heads",
+                  "2",
+                  "--model.max_seq_len",
+                  "32",
+                  "--training.seq_len",
+                  "32",
+                  "--training.batch_size",
+                  "4",
+                  "--training.steps",
+                  "1000000",
+                  "--training.dataset_path",
+                  DATA,
+                  "--metrics.log_freq",
+                  "1",
+                  "--validation.enable",
+                  "false",
+                  "--checkpoint.enable",
+                  "false",
+                  "--parallelism.pipeline_parallel_degree",
+                  "2",
+                  "--parallelism.pipeline_parallel_microbatch_size",
+                  "2",
+                  "--comm.train_timeout_seconds",
+                  "3"},
+                 env);
+  ASSERT_TRUE(job.wait_for_stdout(
+      [](const std::string& out) { return out.find("step: 5 ") != std::string::npos; },
+      Seconds(60)))
+      << job.err();
+  const pid_t stage1 = worker_pid(job.pid(), 1);
+  ASSERT_GT(stage1, 0);
+  ASSERT_EQ(::kill(stage1, SIGSTOP), 0);
+  EXPECT_GT(job.wait(Seconds(60)), 0);
+  EXPECT_THAT(job.err(), HasSubstr("weftrun: flight recorder: rank 1 was stopped (SIGSTOP, or a "
+                                   "debugger) when the job ended, the others waiting on it; it"));
+  EXPECT_THAT(job.err(), HasSubstr(" / pipeline 1"));  // "at 'step 6 / pipeline 1SEND_B1'"
+}
 
 // Without weftrun's rings (mpirun, srun), each rank dumps its own ring when an operation
 // fails; weftrun writes its workers' the same way. weft-fr reads them, says what weftrun

@@ -72,6 +72,23 @@ TEST(FlightRecorderTest, RecordsWhatWasIssuedAndHowItEnded) {
   EXPECT_EQ(s.records[1].ended_ns, 0);
 }
 
+TEST(FlightRecorderTest, NestedLabelsJoinTheOuterOne) {
+  Ring ring;
+  const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);
+  {
+    const FlightRecorder::Site step("step 3");
+    const FlightRecorder::Site stage("pipeline 1SEND_B0");
+    ring.recorder.issued(all_reduce(g, 0));
+  }
+  const FlightRecorder::Site alone("DDP bucket 2");
+  ring.recorder.issued(all_reduce(g, 1));
+  const RingSnapshot s = ring.read();
+  ASSERT_EQ(s.records.size(), 2u);
+  EXPECT_EQ(s.records[0].site, "step 3 / pipeline 1SEND_B0");
+  EXPECT_EQ(s.records[1].site, "DDP bucket 2");
+  EXPECT_THAT(s.groups[0].members, ElementsAre(0, 1));
+}
+
 TEST(FlightRecorderTest, KeepsTheLastRecordsAndNeverWritesWhenDisabled) {
   Ring ring;
   const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);

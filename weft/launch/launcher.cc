@@ -126,7 +126,8 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
     internal::WorkerGroup group(spec, signals, out, err);
     const GroupOutcome outcome = group.run();
     if (outcome.kind != GroupOutcome::Kind::kSucceeded) {
-      for (const std::string& line : rings.diagnose(spec.ranks, outcome.endings)) err.log(line);
+      for (const std::string& line : rings.diagnose(spec.ranks, outcome.endings, outcome.stopped))
+        err.log(line);
     }
     switch (outcome.kind) {
       case GroupOutcome::Kind::kSucceeded:

@@ -7,6 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/convert.h"
+#include "weft/recorder/flight_recorder.h"
 
 namespace weft::parallel {
 
@@ -105,6 +106,10 @@ void DistributedDataParallel::launch(Bucket& b) {
     }
     at += n;
   }
+  const auto index = std::find_if(buckets_.begin(), buckets_.end(),
+                                  [&](const auto& bucket) { return bucket.get() == &b; }) -
+                     buckets_.begin();
+  const recorder::FlightRecorder::Site site("DDP bucket " + std::to_string(index));
   b.work = reduce_dtype_ == DType::kBFloat16
                ? group_.all_reduce_async(b.flat16, dist::ReduceOp::kSum)
                : group_.all_reduce_async(b.flat, dist::ReduceOp::kSum);

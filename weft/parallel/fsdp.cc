@@ -12,6 +12,7 @@
 #include "weft/kernels/parallel.h"
 #include "weft/nn/layers.h"
 #include "weft/parallel/checks.h"
+#include "weft/recorder/flight_recorder.h"
 
 namespace weft::parallel {
 
@@ -81,6 +82,16 @@ struct FullyShardedDataParallel::Reduction {
 };
 
 namespace {
+
+// "root", "layers.3": the flight recorder's name for unit `u` (units: [0] the root, [1 + l]
+// block l).
+template <typename Units, typename Unit>
+std::string unit_name(const Units& units, const Unit& u) {
+  const auto at =
+      std::find_if(units.begin(), units.end(), [&](const auto& unit) { return unit.get() == &u; }) -
+      units.begin();
+  return at == 0 ? "root" : "layers." + std::to_string(at - 1);
+}
 
 // A pooled float buffer as the bfloat16 array it holds (two values to a float).
 BFloat16* bf16_in(std::vector<float>& buffer) { return reinterpret_cast<BFloat16*>(buffer.data()); }
@@ -283,6 +294,7 @@ void FullyShardedDataParallel::start_gather(Unit& u) {
     count_unsharded(bytes_of(block));
     mine = u.packed;
   }
+  const recorder::FlightRecorder::Site site("FSDP gather " + unit_name(units_, u));
   u.gather = shard_.all_gather_async(u.gathered, mine);
 }
 
@@ -420,6 +432,7 @@ void FullyShardedDataParallel::start_reduction(Unit& u) {
     for (Storage* s : u.grads) s->release();
     count_unsharded(-u.full_bytes);
   }
+  const recorder::FlightRecorder::Site site("FSDP reduce_scatter " + unit_name(units_, u));
   if (reduce_dtype_ == DType::kBFloat16) {
     r->send16 = take_buffer((full + 1) / 2);
     r->recv16 = take_buffer((static_cast<std::size_t>(u.size) + 1) / 2);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "weft/base/error.h"
+#include "weft/recorder/flight_recorder.h"
 
 namespace weft::parallel {
 namespace {
@@ -357,6 +358,7 @@ void PipelineRuntime::release(Slot& s, std::size_t local) {
 // stage s's input gradient to s - 1; RECV_B s: stage s's output gradient from s + 1.
 void PipelineRuntime::post(const Action& a) {
   const int me = pp_.rank(), mb = a.microbatch, m = schedule_.microbatches;
+  const recorder::FlightRecorder::Site site("pipeline " + to_string(a));
   const auto rank_of = [&](int stage) {
     return schedule_.stage_to_rank[static_cast<std::size_t>(stage)];
   };

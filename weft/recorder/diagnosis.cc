@@ -248,6 +248,29 @@ std::optional<std::string> nothing_found(const std::vector<RankView>& ranks) {
   return "every operation every rank issued completed: the stop was outside communication";
 }
 
+// "rank 1 was stopped ... in send(peer=0) on group 'pp' (issued 8.0 s ago, at '...')".
+std::vector<std::string> stopped(const std::vector<RankView>& ranks) {
+  std::vector<std::string> lines;
+  for (const RankView& rank : ranks) {
+    if (!rank.stopped) continue;
+    std::string line = "rank " + std::to_string(rank.rank) +
+                       " was stopped (SIGSTOP, or a debugger) when the job ended, the others "
+                       "waiting on it";
+    const auto* records = rank.ring ? &rank.ring->records : nullptr;
+    if (records != nullptr && !records->empty()) {
+      const auto last = std::find_if(records->rbegin(), records->rend(),
+                                     [](const OpRecord& r) { return unfinished(r); });
+      const OpRecord& r = last != records->rend() ? *last : records->back();
+      const std::string group = group_name(r, *rank.ring);
+      line += last != records->rend() ? "; it was in " : "; its last operation was ";
+      line += (r.collective ? describe(r, rank) : r.call() + describe_state(r, rank)) +
+              (group.empty() ? "" : " on group '" + group + "'");
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::vector<std::string> diagnose(const std::vector<RankView>& ranks) {
@@ -255,6 +278,7 @@ std::vector<std::string> diagnose(const std::vector<RankView>& ranks) {
   if (std::none_of(ranks.begin(), ranks.end(),
                    [](const RankView& r) { return r.ring.has_value(); }))
     return lines;  // not a job of weft programs: nothing to say
+  lines = stopped(ranks);
   const auto groups = groups_of(ranks);
   for (const auto& [id, g] : groups) {
     if (auto line = diverged(g)) lines.push_back(*line);

@@ -39,8 +39,8 @@ void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
 }
 
 // The ring weftrun passes (WEFT_FLIGHT_RECORDER_FD: a memfd of kRingBytes it created and
-// zero-filled), mapped shared; nullptr when it is not what weftrun makes (then nothing is
-// recorded rather than anything written to a stranger).
+// zero-filled), mapped shared; nullptr when it is not what weftrun makes: never written to a
+// stranger's file. (A worker's own child inherits the variable but not the descriptor.)
 void* weftrun_ring(const char* fd_text) {
   char* end = nullptr;
   const long fd = std::strtol(fd_text, &end, 10);
@@ -71,7 +71,7 @@ FlightRecorder& FlightRecorder::process() {
     const char* off = std::getenv("WEFT_FLIGHT_RECORDER");
     if (off != nullptr && std::string_view(off) == "0") return new FlightRecorder(nullptr);
     if (const char* fd = std::getenv("WEFT_FLIGHT_RECORDER_FD")) {
-      return new FlightRecorder(weftrun_ring(fd));
+      if (void* shared = weftrun_ring(fd)) return new FlightRecorder(shared);
     }
     const char* prefix = std::getenv("WEFT_FLIGHT_RECORDER_DUMP");
     return new FlightRecorder(private_ring(), prefix != nullptr ? prefix : "");
@@ -188,7 +188,14 @@ void FlightRecorder::dump_after_failure() const {
 
 FlightRecorder::Site::Site(std::string_view label) {
   std::memcpy(saved_, t_site, sizeof(saved_));
-  copy_text(t_site, label);
+  if (t_site[0] == '\0') {
+    copy_text(t_site, label);
+    return;
+  }
+  std::string nested = saved_;
+  nested += " / ";
+  nested += label;
+  copy_text(t_site, nested);
 }
 
 FlightRecorder::Site::~Site() { std::memcpy(t_site, saved_, sizeof(saved_)); }

@@ -58,8 +58,9 @@ class FlightRecorder {
   void started(std::uint64_t id);
   void finished(std::uint64_t id, bool ok);
 
-  // Labels the operations this thread issues while it lives ("DDP bucket 3", "FSDP gather
-  // layers.2"); nests, restoring the previous label.
+  // Labels the operations this thread issues while it lives. Nests: inside another label the
+  // label is "outer / inner" ("step 12 / FSDP gather layers.2"), and the outer one is restored
+  // at the end. Labels longer than the record holds (47 bytes) are cut.
   class Site {
    public:
     explicit Site(std::string_view label);

@@ -54,10 +54,14 @@ std::vector<recorder::RankView> FlightRings::views(const std::vector<int>& ranks
 }
 
 std::vector<std::string> FlightRings::diagnose(const std::vector<int>& ranks,
-                                               const std::vector<std::string>& endings) const {
+                                               const std::vector<std::string>& endings,
+                                               const std::vector<bool>& stopped) const {
   if (maps_.empty()) return {};
   std::vector<recorder::RankView> views = this->views(ranks);
-  for (std::size_t i = 0; i < views.size() && i < endings.size(); ++i) views[i].status = endings[i];
+  for (std::size_t i = 0; i < views.size() && i < endings.size(); ++i) {
+    views[i].status = endings[i];
+    views[i].stopped = stopped[i];
+  }
   std::vector<std::string> lines = recorder::diagnose(views);
   if (auto line = recorder::straggler(views)) lines.push_back(std::move(*line));
   const char* prefix = std::getenv("WEFT_FLIGHT_RECORDER_DUMP");

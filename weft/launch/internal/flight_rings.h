@@ -25,12 +25,13 @@ class FlightRings {
   // The descriptor worker `local` inherits; -1 when there are no rings.
   int fd(int local) const;
   // What the rings say about why the attempt failed or was interrupted
-  // (weft/recorder/diagnosis.h); `ranks` are the workers' job ranks and `endings` how each
-  // ended ("exited with code 1"). With
+  // (weft/recorder/diagnosis.h); `ranks` are the workers' job ranks, `endings` how each
+  // ended ("exited with code 1") and `stopped` whether each was found stopped. With
   // WEFT_FLIGHT_RECORDER_DUMP=PREFIX set, also writes each ring to PREFIX<rank>.json (for
   // weft-fr, which reads every node's) and says so.
   std::vector<std::string> diagnose(const std::vector<int>& ranks,
-                                    const std::vector<std::string>& endings) const;
+                                    const std::vector<std::string>& endings,
+                                    const std::vector<bool>& stopped) const;
   // A straggler among the workers of an attempt that succeeded (recorder::straggler).
   std::optional<std::string> straggler(const std::vector<int>& ranks) const;
 

@@ -195,6 +195,7 @@ void WorkerGroup::stop_all(int sig) {
     if (w.done) continue;
     w.stopped = is_stopped(w.process.pid());
     w.process.signal_group(sig);
+    if (w.stopped) w.process.signal_group(SIGCONT);  // or the signal waits for it
   }
   if (!kill_at_) kill_at_ = Deadline::after(spec_.stop_grace);
 }
@@ -230,6 +231,7 @@ void WorkerGroup::finish() {
     if (outcome_.rank == spec_.ranks[i] && !outcome_.hung.empty()) ending = outcome_.hung;
     if (w.stopped) ending = "was stopped (SIGSTOP, or a debugger) when the job ended; it " + ending;
     outcome_.endings.push_back(std::move(ending));
+    outcome_.stopped.push_back(w.stopped);
     // One given up on after SIGKILL has been waited for long enough already.
     w.process.reap(exited ? Seconds(5.0) : Seconds(0));
   }

@@ -24,6 +24,7 @@ struct GroupOutcome {
   int signal = 0;     // kInterrupted: the signal weftrun received
   std::string hung;   // kFailed for a worker that did not exit in time: what happened
   std::vector<std::string> endings;  // how each local worker ended, in GroupSpec order
+  std::vector<bool> stopped;         // each was found stopped (SIGSTOP, a debugger)
 
   // "exited with code 3", or what `hung` says.
   std::string describe() const { return hung.empty() ? status.describe() : hung; }
