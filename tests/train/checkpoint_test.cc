@@ -130,6 +130,22 @@ TEST_F(CheckpointTest, PruningPassesByACheckpointThatCannotLoad) {
   EXPECT_NO_THROW(read_manifest(step_dir(6)));
 }
 
+// A new run in a folder holding an earlier run's checkpoints says so, and its pruning passes
+// over the earlier ones above the step it saved: it never deletes what it just saved.
+TEST_F(CheckpointTest, ANewRunNeverPrunesWhatItJustSaved) {
+  train(config(6, {{"checkpoint.keep_latest", "3"}}));  // an earlier run: steps 2, 4, 6
+  log_.str("");
+  train(config(2, {{"checkpoint.keep_latest", "1"}}));  // a new one: saves step 2 again
+  EXPECT_THAT(log_.str(), HasSubstr("holds an earlier run's checkpoints (step-00000002, "
+                                    "step-00000004, step-00000006): this run prunes none above "
+                                    "the step it saves"));
+  EXPECT_THAT(log_.str(), HasSubstr("saved checkpoint " + step_dir(2)));
+  EXPECT_EQ(complete_checkpoints(folder()),
+            (std::vector<std::string>{step_dir(2), step_dir(4), step_dir(6)}));
+  train(config(6, {{"checkpoint.keep_latest", "1"}}));  // reaching them, it prunes as usual
+  EXPECT_EQ(complete_checkpoints(folder()), std::vector<std::string>{step_dir(6)});
+}
+
 TEST_F(CheckpointTest, NoUsableCheckpointIsAnError) {
   train(config(4));
   flip_last_byte(step_dir(2) + "/rank-00000.safetensors");

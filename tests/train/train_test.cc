@@ -19,6 +19,7 @@ namespace weft::train {
 namespace {
 
 using testing::HasSubstr;
+using testing::Not;
 namespace fs = std::filesystem;
 
 const std::string kData = WEFT_SOURCE_DIR "/data/tinyshakespeare.txt";
@@ -235,12 +236,24 @@ TEST_F(TrainTest, ResumedRunEqualsUninterruptedRun) {
 
   auto second = first;
   second.emplace_back("checkpoint.resume", "true");
-  Trainer resumed(load_config("", second), log);
-  EXPECT_EQ(resumed.step(), 4);
-  resumed.run();
-  ASSERT_EQ(resumed.losses().size(), 4u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses()[i], whole.losses()[4 + i]) << i;
+  {
+    Trainer resumed(load_config("", second), log);
+    EXPECT_EQ(resumed.step(), 4);
+    resumed.run();
+    ASSERT_EQ(resumed.losses().size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses()[i], whole.losses()[4 + i]) << i;
+  }
   EXPECT_THAT(log.str(), HasSubstr("resumed from"));
+  EXPECT_THAT(log.str(), Not(HasSubstr("nothing to train")));
+
+  // Resumed again at step 8 = training.steps: it says so, and trains nothing.
+  std::ostringstream again_log;
+  Trainer again(load_config("", second), again_log);
+  again.run();
+  EXPECT_TRUE(again.losses().empty());
+  EXPECT_THAT(again_log.str(),
+              HasSubstr("nothing to train: the run is at step 8 and training.steps is 8 (raise "
+                        "--training.steps to go on)"));
 }
 
 TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
@@ -251,6 +264,7 @@ TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
   t.run();
   EXPECT_THAT(log.str(), HasSubstr("step: 4  loss: "));
   EXPECT_THAT(log.str(), HasSubstr("tps: "));
+  EXPECT_THAT(log.str(), HasSubstr("\nworld: 1 rank\n"));
   EXPECT_THAT(log.str(), HasSubstr("step: 4  validation loss: "));
   std::ifstream in(dir_ / "m.jsonl");
   std::string line;
@@ -344,6 +358,30 @@ TEST_F(TrainTest, ShortRunLearnsShakespeare) {
   t.run();
   ASSERT_TRUE(t.last_validation_loss().has_value());
   EXPECT_LT(*t.last_validation_loss(), 2.5) << log.str();
+}
+
+// Two ranks held to one core (taskset): the start-up lines name the backend and say the ranks
+// share the core, mfu is measured against that core (so at most 100%), and DDP's line comes
+// once.
+TEST_F(TrainTest, ToolSaysWhenRanksShareCoresAndMeasuresMfuAgainstThem) {
+  std::string args = std::string("/usr/bin/taskset -c 0 ") + WEFT_RUN_TOOL +
+                     " --nproc-per-node 2 " + WEFT_TRAIN_TOOL + " --checkpoint.enable false";
+  for (const auto& [key, value] : small(3)) {
+    if (key != "metrics.peak_gflops") args += " --" + key + " " + value;  // measured
+  }
+  const test::Finished f =
+      test::run(test::words_of(args), {{"WEFT_BACKEND", "shm"}, {"WEFT_JOB_TOKEN", std::nullopt}},
+                Seconds(120));
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_THAT(f.out, HasSubstr("[0] world: 2 ranks, backend shm; 2 ranks x 1 thread share this "
+                               "host's 1 core: mfu is against the cores, not ranks x peak\n"));
+  const auto first = f.out.find("gradient buckets");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(f.out.find("gradient buckets", first + 1), std::string::npos) << f.out;
+  for (std::size_t at = f.out.find("mfu: "); at != std::string::npos;
+       at = f.out.find("mfu: ", at + 1)) {
+    EXPECT_LE(std::stod(f.out.substr(at + 5)), 100.0) << f.out;
+  }
 }
 
 // The tool: bad configurations exit 2 with the message and write nothing.

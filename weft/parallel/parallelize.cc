@@ -126,8 +126,9 @@ class Replicated : public DataParallel {
     report.parameters = report.gradients = bytes;
     report.optimizer = 2 * bytes;
   }
-  void describe(std::vector<std::string>& lines, bool) const override {
-    if (ddp_) lines.push_back("ddp: " + std::to_string(ddp_->buckets()) + " gradient buckets");
+  void describe(std::vector<std::string>& lines, bool with_peaks) const override {
+    if (ddp_ && !with_peaks)  // once, at the start
+      lines.push_back("ddp: " + std::to_string(ddp_->buckets()) + " gradient buckets");
   }
 
  private:

@@ -105,6 +105,7 @@ Checkpointer::Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGr
     try {
       lock_ = std::make_unique<FolderLock>(config_.checkpoint.folder);
       prune_checkpoints(config_.checkpoint.folder, 0);  // what crashed runs left
+      if (!config_.checkpoint.resume) say_whose_checkpoints_stay();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -117,6 +118,21 @@ Checkpointer::Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGr
       for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
       return ranks;
     }());
+}
+
+// A run that does not resume, in a folder holding an earlier run's checkpoints: pruning passes
+// over those above the step it saves (prune_checkpoints), and the user learns what that means.
+void Checkpointer::say_whose_checkpoints_stay() const {
+  const std::vector<std::string> earlier = complete_checkpoints(config_.checkpoint.folder);
+  if (earlier.empty()) return;
+  std::string names;
+  for (const std::string& dir : earlier) {
+    names += (names.empty() ? "" : ", ") + fs::path(dir).filename().string();
+  }
+  log_("checkpoint.folder " + config_.checkpoint.folder + " holds an earlier run's checkpoints (" +
+       names +
+       "): this run prunes none above the step it saves, and replaces each it reaches; a resume "
+       "before then loads the newest of them (a folder of its own keeps a run apart)");
 }
 
 Checkpointer::~Checkpointer() {
@@ -317,7 +333,8 @@ std::string Checkpointer::commit(const Job& job, const std::vector<std::string>&
       }
       commit_checkpoint(job.tmp, job.dir, m);
       unusable_.erase(job.dir);  // a failed one saved again is good now
-      prune_checkpoints(config_.checkpoint.folder, config_.checkpoint.keep_latest, unusable_);
+      prune_checkpoints(config_.checkpoint.folder, config_.checkpoint.keep_latest, unusable_,
+                        job.state.step);
       return "";
     }
   } catch (const std::exception& e) {

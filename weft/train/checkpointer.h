@@ -80,6 +80,7 @@ class Checkpointer {
 
  private:
   struct Job;
+  void say_whose_checkpoints_stay() const;
   std::string write(const Job& job);  // "" or the error; collective over group_
   std::string commit(const Job& job, const std::vector<std::string>& results);  // rank 0
   std::string try_load(const std::string& dir, std::vector<Tensor>& values,

@@ -212,7 +212,7 @@ void commit_checkpoint(const std::string& tmp, const std::string& final_dir,
 }
 
 void prune_checkpoints(const std::string& folder, std::int64_t keep,
-                       const std::set<std::string>& unusable) {
+                       const std::set<std::string>& unusable, std::int64_t saved_step) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     if (leftover(entry)) checkpoint::remove_tree(entry.path().string());
@@ -220,7 +220,8 @@ void prune_checkpoints(const std::string& folder, std::int64_t keep,
   if (keep <= 0) return;
   std::vector<std::string> all;
   for (const std::string& dir : complete_checkpoints(folder)) {
-    if (!unusable.count(dir)) all.push_back(dir);
+    const auto step = step_of_directory(fs::path(dir).filename().string());
+    if (!unusable.count(dir) && step && *step <= saved_step) all.push_back(dir);
   }
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     const std::string doomed = hidden_sibling(all[i], ".removing");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -70,9 +71,12 @@ void commit_checkpoint(const std::string& tmp, const std::string& final_dir,
 // removing leaves no half-deleted checkpoint behind; and what earlier crashes left: the
 // temporary directories of saves and removals, empty step directories. The directories in
 // `unusable` (checkpoints that failed to load: damaged, or holding non-finite values) are
-// neither counted nor removed, so that the good ones kept are `keep` good ones.
+// neither counted nor removed, so that the good ones kept are `keep` good ones; nor are those
+// above `saved_step` (the step the run just saved: any above it are an earlier run's, in a
+// folder a new run shares), so that a run never deletes what it just saved.
 void prune_checkpoints(const std::string& folder, std::int64_t keep,
-                       const std::set<std::string>& unusable = {});
+                       const std::set<std::string>& unusable = {},
+                       std::int64_t saved_step = std::numeric_limits<std::int64_t>::max());
 
 // The checkpoint folder of one run: created if missing, checked writable, and locked
 // (flock, released when the process exits however it exits) with the holder's pid and host

@@ -1,12 +1,18 @@
 #include "weft/train/trainer.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "weft/base/simd.h"
 #include "weft/base/system.h"
@@ -101,11 +107,11 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   parallel_->check_replicas_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
   const DType products = nn::matmul_dtype();
-  peak_gflops_ = measured ? measure_peak_gflops(products) : config_.metrics.peak_gflops;
+  peak_gflops_ = measured ? shared_peak_gflops(products) : config_.metrics.peak_gflops;
   char line[256];
   std::snprintf(line, sizeof(line),
-                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s (%s %s, "
-                "oneDNN %s, %lld thread%s); kernels: %s",
+                "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s a rank (%s "
+                "%s, oneDNN %s, %lld thread%s); kernels: %s",
                 static_cast<double>(model_.whole_numel()) / 1e6,
                 model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
                 std::string(dtype_name(products)).c_str(),
@@ -114,6 +120,7 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
                 static_cast<long long>(config_.training.threads),
                 config_.training.threads == 1 ? "" : "s", simd::current_target().c_str());
   out_ << line << std::endl;
+  log_world();
   log_parallelism(false);
   metrics_ = std::make_unique<MetricsLogger>(
       out_, terminal_ && root(), root() ? config_.metrics.jsonl_path : "", config_.training.steps);
@@ -189,6 +196,10 @@ void Trainer::resume() {
   if (const std::optional<TrainState> resumed = checkpointer_->resume()) {
     state_ = *resumed;
     train_loader_.set_samples_drawn(state_.samples_drawn);
+  }
+  if (state_.step >= config_.training.steps) {
+    out_ << "nothing to train: the run is at step " << state_.step << " and training.steps is "
+         << config_.training.steps << " (raise --training.steps to go on)" << std::endl;
   }
 }
 
@@ -310,13 +321,72 @@ double Trainer::validate() {
   return parallel_->sum_over_data(total / static_cast<double>(batches * dp_size_));
 }
 
+// Measured by rank 0 alone, the others waiting: ranks measuring at once on shared cores would
+// each see a fraction of the peak, and mfu would pass 100%.
+double Trainer::shared_peak_gflops(DType products) const {
+  std::vector<double> peak{root() ? measure_peak_gflops(products) : 0.0};
+  if (world_) world_->broadcast(peak, 0);
+  return peak[0];
+}
+
+// This host's ranks and the CPUs they may run on between them: each rank's affinity mask
+// (taskset, weftrun --bind-to core), gathered with its host's name and joined per host.
+std::pair<std::int64_t, std::int64_t> Trainer::host_ranks_and_cores() const {
+  constexpr std::size_t kWords = 16;  // CPUs 0-1023
+  std::vector<std::int64_t> mine(kWords + 1, 0);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  mine[0] = static_cast<std::int64_t>(std::hash<std::string_view>{}(host));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return {1, 1};
+  for (int cpu = 0; cpu < static_cast<int>(64 * kWords) && cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) mine[1 + cpu / 64] |= std::int64_t{1} << (cpu % 64);
+  }
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world_size_));
+  if (world_) {
+    world_->all_gather(all, mine);
+  } else {
+    all = mine;
+  }
+  std::int64_t ranks = 0;
+  std::vector<std::int64_t> joined(kWords, 0);
+  for (std::size_t r = 0; r < all.size(); r += mine.size()) {
+    if (all[r] != mine[0]) continue;
+    ++ranks;
+    for (std::size_t w = 0; w < kWords; ++w) joined[w] |= all[r + 1 + w];
+  }
+  std::int64_t cores = 0;
+  for (const std::int64_t w : joined) cores += std::popcount(static_cast<std::uint64_t>(w));
+  return {ranks, std::max<std::int64_t>(cores, 1)};
+}
+
+// The ranks, the backend, and the share of a core each rank has: mfu is measured against
+// the cores the ranks actually have (fewer than ranks x threads when they oversubscribe).
+void Trainer::log_world() {
+  const auto [here, cores] = host_ranks_and_cores();
+  const std::int64_t wanted = here * config_.training.threads;
+  core_share_ = wanted > cores ? static_cast<double>(cores) / static_cast<double>(wanted) : 1.0;
+  std::string line = "world: " + std::to_string(world_size_) + " rank" +
+                     (world_size_ == 1 ? "" : "s") +
+                     (world_ ? ", backend " + std::string(world_->backend_name()) : "");
+  if (core_share_ < 1.0) {
+    const std::int64_t threads = config_.training.threads;
+    line += "; " + std::to_string(here) + " ranks x " + std::to_string(threads) +
+            (threads == 1 ? " thread" : " threads") + " share this host's " +
+            std::to_string(cores) + (cores == 1 ? " core" : " cores") +
+            ": mfu is against the cores, not ranks x peak";
+  }
+  out_ << line << std::endl;
+}
+
 void Trainer::log_step(double loss, double grad_norm, double lr, double seconds) {
   const double tokens =
       static_cast<double>(config_.training.batch_size * config_.training.seq_len *
                           config_.training.gradient_accumulation_steps * dp_size_);
   const double tps = tokens / seconds;
   const double mfu = model_.flops_per_token(config_.training.seq_len) * tps /
-                     (peak_gflops_ * 1e9 * static_cast<double>(world_size_));
+                     (peak_gflops_ * 1e9 * static_cast<double>(world_size_) * core_share_);
   std::vector<std::int64_t> memory{peak_memory_bytes()};
   if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);  // the largest rank's
   metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, memory[0]});

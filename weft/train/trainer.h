@@ -63,6 +63,9 @@ class Trainer {
   // A step with a non-finite loss or gradient norm: logs and returns (skip) or throws.
   void skip_or_stop(double loss, double grad_norm) const;
   void log_parallelism(bool at_end);  // the strategies and what each rank holds
+  double shared_peak_gflops(DType products) const;
+  std::pair<std::int64_t, std::int64_t> host_ranks_and_cores() const;
+  void log_world();  // the ranks, the backend, and whether they oversubscribe the cores
   void log_step(double loss, double grad_norm, double lr, double seconds);
   void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
@@ -78,7 +81,8 @@ class Trainer {
   nn::Llama model_;
   DataLoader train_loader_;
   TrainState state_;
-  double peak_gflops_ = 0;
+  double peak_gflops_ = 0;  // one rank's, with its threads, measured alone
+  double core_share_ = 1;   // each rank's share of the cores its threads want (below 1: fewer)
   std::int64_t available_at_start_ = -1;  // the host's memory before the layout took any
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
