@@ -96,7 +96,12 @@ int main(int argc, char** argv) {
     if (launched && launched->world_size > 1)
       world = weft::dist::init_process_group(
           {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
-    weft::train::Trainer trainer(std::move(config), std::cout, ::isatty(STDOUT_FILENO) == 1, world);
+    // A progress bar only on a terminal of its own: mpirun and srun hand their ranks a
+    // terminal whose output ends up in log files, where its control codes do not belong.
+    const bool relayed = launched && (launched->launcher == "mpirun" ||
+                                      launched->launcher == "pmi" || launched->launcher == "slurm");
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !relayed;
+    weft::train::Trainer trainer(std::move(config), std::cout, terminal, world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());

@@ -265,17 +265,27 @@ TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
   EXPECT_THAT(log.str(), HasSubstr("step: 4  loss: "));
   EXPECT_THAT(log.str(), HasSubstr("tps: "));
   EXPECT_THAT(log.str(), HasSubstr("\nworld: 1 rank\n"));
+  EXPECT_THAT(log.str(), testing::ContainsRegex("\ndone: steps 1-4 in 0:00:0[0-9], [0-9,]+ "
+                                                "tokens/s; final loss [0-9.]+, best validation "
+                                                "loss [0-9.]+ at step 4; peak memory [0-9]+ MiB "
+                                                "a rank\n"));
   EXPECT_THAT(log.str(), HasSubstr("step: 4  validation loss: "));
   std::ifstream in(dir_ / "m.jsonl");
   std::string line;
-  int steps = 0, validations = 0;
+  int steps = 0, validations = 0, summaries = 0;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
     steps += j.contains("loss");
     validations += j.contains("val_loss");
+    if (j.contains("summary")) {
+      ++summaries;
+      EXPECT_EQ(j["summary"]["last_step"], 4);
+      EXPECT_EQ(j["summary"]["best_val_step"], 4);
+    }
   }
   EXPECT_EQ(steps, 4);
   EXPECT_EQ(validations, 1);
+  EXPECT_EQ(summaries, 1);
 }
 
 // training.mixed_precision_param = "bfloat16": the start-up line names the bf16 products and

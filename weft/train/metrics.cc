@@ -136,6 +136,37 @@ void MetricsLogger::progress(std::int64_t steps_done, double seconds_per_step) {
   bar_shown_ = true;
 }
 
+void MetricsLogger::log_summary(const RunSummary& s) {
+  clear_bar();
+  char text[160];
+  std::snprintf(text, sizeof(text), "done: steps %lld-%lld in %s, %s tokens/s; final loss %.4f",
+                static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
+                clock(s.wall_seconds).c_str(), with_commas(s.tokens_per_second).c_str(),
+                s.final_loss);
+  std::string line = text;
+  nlohmann::json record{{"first_step", s.first_step}, {"last_step", s.last_step},
+                        {"wall_s", s.wall_seconds},   {"tps", s.tokens_per_second},
+                        {"final_loss", s.final_loss}, {"peak_memory_bytes", s.peak_memory_bytes}};
+  if (s.best_validation) {
+    std::snprintf(text, sizeof(text), ", best validation loss %.4f at step %lld",
+                  *s.best_validation, static_cast<long long>(s.best_validation_step));
+    line += text;
+    record["best_val_loss"] = *s.best_validation;
+    record["best_val_step"] = s.best_validation_step;
+  }
+  std::snprintf(text, sizeof(text), "; peak memory %.0f MiB a rank",
+                static_cast<double>(s.peak_memory_bytes) / (1 << 20));
+  line += text;
+  if (s.communication_share) {
+    std::snprintf(text, sizeof(text), "; %.1f%% of the steps' time in communication",
+                  100 * *s.communication_share);
+    line += text;
+    record["communication_share"] = *s.communication_share;
+  }
+  out_ << line << std::endl;
+  if (jsonl_.is_open()) jsonl_ << nlohmann::json{{"summary", record}}.dump() << std::endl;
+}
+
 void MetricsLogger::finish() { clear_bar(); }
 
 }  // namespace weft::train

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -26,6 +27,18 @@ struct StepMetrics {
   std::int64_t memory_bytes;
 };
 
+// What a run's last line says: the steps it trained, their wall time and throughput, the last
+// loss, the best validation loss, the largest rank's peak memory and the share of the
+// training steps' time ranks spent blocked in communication.
+struct RunSummary {
+  std::int64_t first_step = 0, last_step = 0;  // 1-based, as printed
+  double wall_seconds = 0, tokens_per_second = 0, final_loss = 0;
+  std::optional<double> best_validation;
+  std::int64_t best_validation_step = 0;
+  std::int64_t peak_memory_bytes = 0;
+  std::optional<double> communication_share;  // none in one process
+};
+
 class MetricsLogger {
  public:
   // Opens `jsonl_path` (if not empty) for appending; `terminal`: draw a progress bar.
@@ -37,6 +50,8 @@ class MetricsLogger {
   void log_validation(std::int64_t step, double loss, double bytes_per_token);
   void log_line(const std::string& line);                           // a message between steps
   void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
+  // "done: steps 1-300 in 0:06:12, ...", and a {"summary": {...}} record in the JSON lines.
+  void log_summary(const RunSummary& s);
   void finish();
 
  private:

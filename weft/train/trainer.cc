@@ -429,6 +429,9 @@ void Trainer::run_until(std::int64_t stop) {
   const std::int64_t last = config_.training.steps;
   stop = std::min(stop, last);
   double seconds_per_step = 0;
+  const std::int64_t first = state_.step + 1;
+  const auto began = Clock::now();
+  const double steps_seconds = step_seconds_, steps_communication = step_communication_;
   window_first_step_ = state_.step + 1;  // a resumed run's first window
   while (state_.step < stop) {
     // The flight recorder labels this step's collectives "step N" (weftrun names it when a
@@ -467,6 +470,9 @@ void Trainer::run_until(std::int64_t stop) {
       last_validation_ = validate();
       metrics_->log_validation(state_.step, *last_validation_,
                                data_.validation().bytes_per_token());
+      if (!best_validation_ || *last_validation_ < best_validation_->first) {
+        best_validation_ = {*last_validation_, state_.step};
+      }
     }
     checkpointer_->poll();  // a background save's outcome, once it is known everywhere
     if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
@@ -475,6 +481,32 @@ void Trainer::run_until(std::int64_t stop) {
   checkpointer_->finish();
   metrics_->finish();
   log_parallelism(true);
+  if (state_.step >= first) {
+    summarize(first, std::chrono::duration<double>(Clock::now() - began).count(),
+              step_seconds_ - steps_seconds, step_communication_ - steps_communication);
+  }
+}
+
+// Collective (the peak memory is the largest rank's).
+void Trainer::summarize(std::int64_t first, double wall_seconds, double steps_seconds,
+                        double communication_seconds) {
+  std::vector<std::int64_t> memory{peak_memory_bytes()};
+  if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);
+  const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
+                                            config_.training.gradient_accumulation_steps *
+                                            dp_size_ * (state_.step - first + 1));
+  RunSummary s{.first_step = first,
+               .last_step = state_.step,
+               .wall_seconds = wall_seconds,
+               .tokens_per_second = steps_seconds > 0 ? tokens / steps_seconds : 0,
+               .final_loss = losses_.back(),
+               .peak_memory_bytes = memory[0]};
+  if (best_validation_) {
+    s.best_validation = best_validation_->first;
+    s.best_validation_step = best_validation_->second;
+  }
+  if (world_ && steps_seconds > 0) s.communication_share = communication_seconds / steps_seconds;
+  metrics_->log_summary(s);
 }
 
 }  // namespace weft::train

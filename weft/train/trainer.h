@@ -66,6 +66,8 @@ class Trainer {
   double shared_peak_gflops(DType products) const;
   std::pair<std::int64_t, std::int64_t> host_ranks_and_cores() const;
   void log_world();  // the ranks, the backend, and whether they oversubscribe the cores
+  void summarize(std::int64_t first, double wall_seconds, double steps_seconds,
+                 double communication_seconds);
   void log_step(double loss, double grad_norm, double lr, double seconds);
   void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
@@ -95,6 +97,7 @@ class Trainer {
   std::int64_t window_first_step_ = 1;
   StragglerWatch stragglers_;
   std::optional<double> last_validation_;
+  std::optional<std::pair<double, std::int64_t>> best_validation_;  // loss, step
 };
 
 }  // namespace weft::train
