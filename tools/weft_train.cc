@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/base/simd.h"
@@ -23,6 +25,18 @@
 #include "weft/train/trainer.h"
 
 namespace {
+
+// Under weftrun, records for weftrun's bar; a bar only on a terminal of the process's own:
+// mpirun and srun hand their ranks a terminal whose output ends up in log files, where
+// control codes do not belong.
+weft::train::Progress progress_mode(const std::optional<weft::dist::LaunchEnvironment>& launched) {
+  const char* relay = std::getenv("WEFT_PROGRESS_RELAY");
+  if (relay != nullptr && std::string_view(relay) == "1") return weft::train::Progress::kRelay;
+  const bool cluster = launched && (launched->launcher == "mpirun" || launched->launcher == "pmi" ||
+                                    launched->launcher == "slurm");
+  return ::isatty(STDOUT_FILENO) == 1 && !cluster ? weft::train::Progress::kBar
+                                                  : weft::train::Progress::kNone;
+}
 
 // "--section.key value" and "--section.key=value" pairs from what CLI11 left over.
 std::vector<std::pair<std::string, std::string>> overrides(const std::vector<std::string>& extras) {
@@ -96,12 +110,7 @@ int main(int argc, char** argv) {
     if (launched && launched->world_size > 1)
       world = weft::dist::init_process_group(
           {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
-    // A progress bar only on a terminal of its own: mpirun and srun hand their ranks a
-    // terminal whose output ends up in log files, where its control codes do not belong.
-    const bool relayed = launched && (launched->launcher == "mpirun" ||
-                                      launched->launcher == "pmi" || launched->launcher == "slurm");
-    const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !relayed;
-    weft::train::Trainer trainer(std::move(config), std::cout, terminal, world);
+    weft::train::Trainer trainer(std::move(config), std::cout, progress_mode(launched), world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());

@@ -24,8 +24,8 @@ constexpr const char* kDescription =
 constexpr const char* kFooter =
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,\n"
     "GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (left free for a PyTorch program's own\n"
-    "store), WEFT_STORE_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED and\n"
-    "(with --backend) WEFT_BACKEND; stdin is /dev/null. Each line a\n"
+    "store), WEFT_STORE_PORT, WEFT_JOB_TOKEN, WEFT_RESTART_COUNT, WEFT_STORE_HOSTED,\n"
+    "WEFT_PROGRESS_RELAY and (with --backend) WEFT_BACKEND; stdin is /dev/null. Each line a\n"
     "worker prints is written to weftrun's stdout or stderr prefixed with \"[RANK] \".\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers (SIGKILL after\n"
     "--stop-grace; a second signal kills them at once). When a worker fails, the others\n"

@@ -394,6 +394,27 @@ TEST_F(TrainTest, ToolSaysWhenRanksShareCoresAndMeasuresMfuAgainstThem) {
   }
 }
 
+// Under weftrun, rank 0 reports its progress to weftrun, which shows it as a bar when its
+// stderr is a terminal (script(1) gives it one) and never relays the reports themselves; in
+// a pipe nothing writes a control code.
+TEST_F(TrainTest, WeftrunShowsRankZerosProgressOnATerminalOnly) {
+  std::string job = std::string(WEFT_RUN_TOOL) + " --nproc-per-node 2 " + WEFT_TRAIN_TOOL +
+                    " --checkpoint.enable false";
+  for (const auto& [key, value] : small(40)) job += " --" + key + " " + value;
+  const test::EnvChanges env{{"WEFT_BACKEND", "shm"}, {"WEFT_JOB_TOKEN", std::nullopt}};
+  const test::Finished piped = test::run(test::words_of(job), env, Seconds(120));
+  ASSERT_EQ(piped.code, 0) << piped.err;
+  EXPECT_EQ((piped.out + piped.err).find_first_of("\x1e\x1b"), std::string::npos) << piped.out;
+  EXPECT_THAT(piped.out, HasSubstr("[0] done: steps 1-40 in "));
+  const test::Finished tty =
+      test::run({"/usr/bin/script", "-qec", job, "/dev/null"}, env, Seconds(120));
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_EQ(tty.out.find('\x1e'), std::string::npos);
+  EXPECT_THAT(tty.out, testing::ContainsRegex("\r\x1b\\[K\\[[=> ]+\\] [0-9]+/40  ETA "
+                                              "[0-9]:[0-9][0-9]:[0-9][0-9]  loss [0-9.]+"));
+  EXPECT_THAT(tty.out, HasSubstr("[0] done: steps 1-40 in "));
+}
+
 // The tool: bad configurations exit 2 with the message and write nothing.
 TEST_F(TrainTest, ToolRejectsBadConfigurationsBeforeWritingAnything) {
   const std::string folder = (dir_ / "never").string(), jsonl = (dir_ / "never.jsonl").string();

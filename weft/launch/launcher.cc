@@ -115,6 +115,7 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   ensure_standard_fds();
   internal::OutputStream out(STDOUT_FILENO);
   internal::OutputStream err(STDERR_FILENO);
+  internal::ProgressLine progress(STDERR_FILENO, ::isatty(STDERR_FILENO) == 1);
   // Before the store starts: a Ctrl-C from then on is forwarded, not fatal to us alone.
   internal::SignalPipe signals;
   std::unique_ptr<RendezvousHost> store;
@@ -123,7 +124,7 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   for (int restart = 0;; ++restart) {
     const internal::FlightRings rings(options.nproc_per_node);  // each attempt its own
     const internal::GroupSpec spec = group_spec(plan, ports, restart, rings);
-    internal::WorkerGroup group(spec, signals, out, err);
+    internal::WorkerGroup group(spec, signals, out, err, progress);
     const GroupOutcome outcome = group.run();
     if (outcome.kind != GroupOutcome::Kind::kSucceeded) {
       for (const std::string& line : rings.diagnose(spec.ranks, outcome.endings, outcome.stopped))

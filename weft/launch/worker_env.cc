@@ -22,6 +22,8 @@ EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, in
       {"WEFT_RESTART_COUNT", std::to_string(restart_count)},
       // Rank 0 must connect to the store node 0's launcher hosts, not start its own.
       {"WEFT_STORE_HOSTED", "1"},
+      // weft-train's rank 0 reports its progress for weftrun to show (progress_line.h).
+      {"WEFT_PROGRESS_RELAY", "1"},
   };
   if (!o.backend.empty()) vars.emplace_back("WEFT_BACKEND", o.backend);
   return vars;

@@ -63,9 +63,9 @@ std::int64_t peak_memory_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
-MetricsLogger::MetricsLogger(std::ostream& out, bool terminal, const std::string& jsonl_path,
+MetricsLogger::MetricsLogger(std::ostream& out, Progress progress, const std::string& jsonl_path,
                              std::int64_t total_steps)
-    : out_(out), terminal_(terminal), total_steps_(total_steps) {
+    : out_(out), progress_(progress), total_steps_(total_steps) {
   if (!jsonl_path.empty()) {
     jsonl_.open(jsonl_path, std::ios::app);
     if (!jsonl_) throw SystemError("open metrics file " + jsonl_path, errno);
@@ -79,6 +79,7 @@ void MetricsLogger::clear_bar() {
 
 void MetricsLogger::log_step(const StepMetrics& m) {
   clear_bar();
+  last_tokens_per_second_ = m.tokens_per_second;
   char line[256];
   std::snprintf(
       line, sizeof(line),
@@ -123,16 +124,28 @@ void MetricsLogger::log_line(const std::string& line) {
   out_ << line << std::endl;
 }
 
-void MetricsLogger::progress(std::int64_t steps_done, double seconds_per_step) {
-  if (!terminal_) return;
+void MetricsLogger::progress(std::int64_t steps_done, double seconds_per_step, double loss) {
+  const double eta = seconds_per_step * static_cast<double>(total_steps_ - steps_done);
+  if (progress_ == Progress::kRelay) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_record_ && steps_done < total_steps_) return;
+    next_record_ = now + std::chrono::milliseconds(250);
+    char record[160];
+    std::snprintf(record, sizeof(record), "\x1eweft-progress %lld %lld %.1f %.0f %.4f",
+                  static_cast<long long>(steps_done), static_cast<long long>(total_steps_), eta,
+                  last_tokens_per_second_, loss);
+    out_ << record << std::endl;
+    return;
+  }
+  if (progress_ != Progress::kBar) return;
   constexpr int kWidth = 30;
   const double done = static_cast<double>(steps_done) / static_cast<double>(total_steps_);
   const int filled = static_cast<int>(done * kWidth);
   std::string bar(static_cast<std::size_t>(filled), '=');
   if (filled < kWidth) bar += '>';
   bar.resize(kWidth, ' ');
-  out_ << "\r\033[K[" << bar << "] " << steps_done << "/" << total_steps_ << "  ETA "
-       << clock(seconds_per_step * static_cast<double>(total_steps_ - steps_done)) << std::flush;
+  out_ << "\r\033[K[" << bar << "] " << steps_done << "/" << total_steps_ << "  ETA " << clock(eta)
+       << std::flush;
   bar_shown_ = true;
 }
 

@@ -1,5 +1,6 @@
 // What a training run reports: TorchTitan-style step lines, a progress bar with ETA on a
-// terminal (plain lines otherwise), a JSON-lines file, and the figures behind MFU.
+// terminal or progress records for weftrun's bar, a JSON-lines file, and the figures behind
+// MFU.
 #pragma once
 
 #include <chrono>
@@ -39,17 +40,23 @@ struct RunSummary {
   std::optional<double> communication_share;  // none in one process
 };
 
+// Where a run's progress goes between its step lines: nowhere; a bar on this process's
+// terminal; or records among the lines for weftrun to show ("\x1eweft-progress STEP TOTAL
+// ETA_SECONDS TOKENS_PER_SECOND LOSS", weft/launch/internal/progress_line.h).
+enum class Progress { kNone, kBar, kRelay };
+
 class MetricsLogger {
  public:
-  // Opens `jsonl_path` (if not empty) for appending; `terminal`: draw a progress bar.
-  MetricsLogger(std::ostream& out, bool terminal, const std::string& jsonl_path,
+  // Opens `jsonl_path` (if not empty) for appending.
+  MetricsLogger(std::ostream& out, Progress progress, const std::string& jsonl_path,
                 std::int64_t total_steps);
   void log_step(const StepMetrics& m);
   // The loss (nats per token) and bits per byte of text, which runs with different tokenizers
   // compare by: loss / ln 2 / bytes_per_token (left out when bytes_per_token is 0: unknown).
   void log_validation(std::int64_t step, double loss, double bytes_per_token);
-  void log_line(const std::string& line);                           // a message between steps
-  void progress(std::int64_t steps_done, double seconds_per_step);  // terminal only
+  void log_line(const std::string& line);  // a message between steps
+  // After each step: the bar, or a record (at most a few a second, and the last step's).
+  void progress(std::int64_t steps_done, double seconds_per_step, double loss);
   // "done: steps 1-300 in 0:06:12, ...", and a {"summary": {...}} record in the JSON lines.
   void log_summary(const RunSummary& s);
   void finish();
@@ -58,7 +65,9 @@ class MetricsLogger {
   void clear_bar();
 
   std::ostream& out_;
-  bool terminal_;
+  Progress progress_;
+  double last_tokens_per_second_ = 0;                    // the last step line's
+  std::chrono::steady_clock::time_point next_record_{};  // kRelay: the next record's time
   std::ofstream jsonl_;
   std::int64_t total_steps_;
   bool bar_shown_ = false;

@@ -64,13 +64,13 @@ Config with_vocabulary(Config c, const data::Tokenizer& tok) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, std::ostream& out, bool terminal,
+Trainer::Trainer(Config config, std::ostream& out, Progress progress,
                  std::shared_ptr<dist::ProcessGroup> world)
     : tokenizer_(run_tokenizer(config)),
       config_(with_vocabulary(std::move(config), *tokenizer_)),
       world_(std::move(world)),
       out_(world_ && world_->rank() != 0 ? null_out_ : out),
-      terminal_(terminal),
+      progress_(progress),
       data_(config_.training.dataset_path, *tokenizer_, config_.training.validation_fraction,
             config_.training.seq_len, config_.model.vocab_size),
       model_(config_.model),
@@ -122,8 +122,9 @@ Trainer::Trainer(Config config, std::ostream& out, bool terminal,
   out_ << line << std::endl;
   log_world();
   log_parallelism(false);
-  metrics_ = std::make_unique<MetricsLogger>(
-      out_, terminal_ && root(), root() ? config_.metrics.jsonl_path : "", config_.training.steps);
+  metrics_ = std::make_unique<MetricsLogger>(out_, root() ? progress_ : Progress::kNone,
+                                             root() ? config_.metrics.jsonl_path : "",
+                                             config_.training.steps);
 }
 
 Trainer::~Trainer() = default;
@@ -476,7 +477,7 @@ void Trainer::run_until(std::int64_t stop) {
     }
     checkpointer_->poll();  // a background save's outcome, once it is known everywhere
     if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
-    metrics_->progress(state_.step, seconds_per_step);
+    metrics_->progress(state_.step, seconds_per_step, loss);
   }
   checkpointer_->finish();
   metrics_->finish();

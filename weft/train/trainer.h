@@ -31,9 +31,9 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
 
 class Trainer {
  public:
-  // `out` gets the step lines (and the progress bar when `terminal`), on rank 0 only.
+  // `out` gets the step lines (and the progress, as `progress` says), on rank 0 only.
   // `world`: the job's process group for data parallelism, or null for one process.
-  Trainer(Config config, std::ostream& out, bool terminal = false,
+  Trainer(Config config, std::ostream& out, Progress progress = Progress::kNone,
           std::shared_ptr<dist::ProcessGroup> world = nullptr);
   ~Trainer();
   // Trains from the current step to training.steps.
@@ -78,7 +78,7 @@ class Trainer {
   int dp_rank_ = 0, dp_size_ = 1, world_size_ = 1;
   std::ostream null_out_{nullptr};
   std::ostream& out_;
-  bool terminal_;
+  Progress progress_;
   Dataset data_;
   nn::Llama model_;
   DataLoader train_loader_;

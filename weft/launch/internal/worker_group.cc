@@ -45,8 +45,9 @@ std::string seconds_text(Seconds s) {
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err)
-    : spec_(std::move(spec)), signals_(signals), out_(out), err_(err) {
+WorkerGroup::WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err,
+                         ProgressLine& progress)
+    : spec_(std::move(spec)), signals_(signals), out_(out), err_(err), progress_(progress) {
   WEFT_CHECK_EQ(spec_.workers.size(), spec_.ranks.size());
 }
 
@@ -115,15 +116,31 @@ void WorkerGroup::read_stream(Stream& stream) {
   char buffer[kReadChunk];
   const ssize_t n = ::read(stream.fd.get(), buffer, sizeof(buffer));
   if (n > 0) {
-    stream.sink->write(stream.lines.feed(std::string_view(buffer, static_cast<std::size_t>(n))));
+    relay(stream, stream.lines.feed(std::string_view(buffer, static_cast<std::size_t>(n))));
   } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
     close_stream(stream);
   }
 }
 
+// The lines, less the progress records (stdout's), with the progress line kept below them.
+void WorkerGroup::relay(Stream& stream, std::string lines) {
+  if (stream.sink == &out_) lines = progress_.take_records(std::move(lines));
+  if (!lines.empty()) {
+    progress_.clear();
+    stream.sink->write(lines);
+  }
+  progress_.show();
+}
+
+// weftrun's own messages, below the workers' lines and never mixed with the progress bar.
+void WorkerGroup::log(const std::string& message) {
+  progress_.clear();
+  err_.log(message);
+}
+
 void WorkerGroup::close_stream(Stream& stream) {
   if (!stream.fd) return;
-  stream.sink->write(stream.lines.finish());
+  relay(stream, stream.lines.finish());
   stream.fd.reset();
 }
 
@@ -131,13 +148,13 @@ void WorkerGroup::on_signals() {
   for (const int sig : signals_.take()) {
     if (sig == SIGCHLD) continue;  // on_exits() looks at every worker anyway
     if (outcome_.kind == GroupOutcome::Kind::kInterrupted) {
-      err_.log("received " + signal_name(sig) + " again; killing the workers now (SIGKILL)");
+      log("received " + signal_name(sig) + " again; killing the workers now (SIGKILL)");
       kill_all();
       continue;
     }
     outcome_ = GroupOutcome{.kind = GroupOutcome::Kind::kInterrupted, .signal = sig};
-    err_.log("received " + signal_name(sig) + "; forwarding it to " + std::to_string(live_count()) +
-             " workers (SIGKILL after " + seconds_text(spec_.stop_grace) + ")");
+    log("received " + signal_name(sig) + "; forwarding it to " + std::to_string(live_count()) +
+        " workers (SIGKILL after " + seconds_text(spec_.stop_grace) + ")");
     stop_all(sig);
   }
 }
@@ -176,16 +193,16 @@ void WorkerGroup::on_deadlines() {
     stop_all(SIGTERM);
   }
   if (kill_at_ && !give_up_at_ && kill_at_->expired() && live_count() > 0) {
-    err_.log(std::to_string(live_count()) + " workers still running " +
-             seconds_text(spec_.stop_grace) + " after being told to stop; killing them (SIGKILL)");
+    log(std::to_string(live_count()) + " workers still running " + seconds_text(spec_.stop_grace) +
+        " after being told to stop; killing them (SIGKILL)");
     kill_all();
   }
   if (!give_up_at_ || !give_up_at_->expired()) return;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     if (workers_[i].done) continue;
-    err_.log("rank " + std::to_string(spec_.ranks[i]) + " (pid " +
-             std::to_string(workers_[i].process.pid()) +
-             ") did not exit after SIGKILL; leaving it behind");
+    log("rank " + std::to_string(spec_.ranks[i]) + " (pid " +
+        std::to_string(workers_[i].process.pid()) +
+        ") did not exit after SIGKILL; leaving it behind");
     workers_[i].done = true;
   }
 }
@@ -222,6 +239,7 @@ bool WorkerGroup::finished() {
 }
 
 void WorkerGroup::finish() {
+  progress_.clear();  // the launcher's last lines, and the shell's prompt, on a clean line
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
     close_stream(w.out);

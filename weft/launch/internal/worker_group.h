@@ -11,6 +11,7 @@
 #include "weft/launch/internal/exit_status.h"
 #include "weft/launch/internal/line_prefixer.h"
 #include "weft/launch/internal/output_stream.h"
+#include "weft/launch/internal/progress_line.h"
 #include "weft/launch/internal/signal_pipe.h"
 #include "weft/launch/internal/worker_process.h"
 
@@ -39,7 +40,9 @@ struct GroupSpec {
 
 class WorkerGroup {
  public:
-  WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err);
+  // The workers' progress records (on their stdout) go to `progress`.
+  WorkerGroup(GroupSpec spec, SignalPipe& signals, OutputStream& out, OutputStream& err,
+              ProgressLine& progress);
 
   // Starts the workers and returns once every one has exited (and been reaped):
   // - a worker exiting non-zero or killed by a signal, first of all, makes the outcome
@@ -71,6 +74,8 @@ class WorkerGroup {
   void poll_once();
   int poll_timeout_ms() const;
   void read_stream(Stream& stream);
+  void relay(Stream& stream, std::string lines);
+  void log(const std::string& message);
   void close_stream(Stream& stream);
   void on_signals();
   void on_exits();
@@ -85,6 +90,7 @@ class WorkerGroup {
   SignalPipe& signals_;
   OutputStream& out_;
   OutputStream& err_;
+  ProgressLine& progress_;
   std::vector<Worker> workers_;
   GroupOutcome outcome_;
   std::optional<Deadline> kill_at_;      // SIGKILL the survivors then
