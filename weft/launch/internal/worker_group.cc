@@ -239,7 +239,6 @@ bool WorkerGroup::finished() {
 }
 
 void WorkerGroup::finish() {
-  progress_.clear();  // the launcher's last lines, and the shell's prompt, on a clean line
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
     close_stream(w.out);
@@ -253,6 +252,7 @@ void WorkerGroup::finish() {
     // One given up on after SIGKILL has been waited for long enough already.
     w.process.reap(exited ? Seconds(5.0) : Seconds(0));
   }
+  progress_.clear();  // the launcher's last lines, and the shell's prompt, on a clean line
 }
 
 }  // namespace weft::launch::internal
