@@ -62,8 +62,10 @@ std::string describe_state(const OpRecord& r, const RankView& rank) {
   return out + ')';
 }
 
-// "#5 all_reduce(count=4, dtype=float32, op=sum) (started 10.2 s ago, at 'step 3')"
+// "#5 all_reduce(count=4, dtype=float32, op=sum) (started 10.2 s ago, at 'step 3')"; a
+// point-to-point operation without the number (it has none).
 std::string describe(const OpRecord& r, const RankView& rank) {
+  if (!r.collective) return r.call() + describe_state(r, rank);
   std::string out = "#";  // piecewise: "#" + std::to_string() trips g++ 12's bogus -Wrestrict
   out += std::to_string(r.seq);
   out += ' ';
@@ -222,10 +224,8 @@ std::vector<std::string> missing_rings(const std::vector<RankView>& ranks) {
     });
     if (last == records.rend()) continue;
     const std::string group = group_name(*last, *rank.ring);
-    lines.push_back(
-        "rank " + std::to_string(rank.rank) + " was in " +
-        (last->collective ? describe(*last, rank) : last->call() + describe_state(*last, rank)) +
-        (group.empty() ? "" : " on group '" + group + "'") + status_of(rank));
+    lines.push_back("rank " + std::to_string(rank.rank) + " was in " + describe(*last, rank) +
+                    (group.empty() ? "" : " on group '" + group + "'") + status_of(rank));
   }
   return lines;
 }
@@ -263,8 +263,7 @@ std::vector<std::string> stopped(const std::vector<RankView>& ranks) {
       const OpRecord& r = last != records->rend() ? *last : records->back();
       const std::string group = group_name(r, *rank.ring);
       line += last != records->rend() ? "; it was in " : "; its last operation was ";
-      line += (r.collective ? describe(r, rank) : r.call() + describe_state(r, rank)) +
-              (group.empty() ? "" : " on group '" + group + "'");
+      line += describe(r, rank) + (group.empty() ? "" : " on group '" + group + "'");
     }
     lines.push_back(std::move(line));
   }

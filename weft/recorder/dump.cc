@@ -223,8 +223,7 @@ Dump parse_dump(std::string_view text, const std::string& source) {
   return d;
 }
 
-void write_dump(const std::string& path, const Dump& dump) {
-  const std::string text = dump_json(dump);
+void write_file_whole(const std::string& path, std::string_view text) {
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd) throw SystemError("flight recorder: creating " + temporary, errno);
@@ -243,6 +242,10 @@ void write_dump(const std::string& path, const Dump& dump) {
     ::unlink(temporary.c_str());
     throw SystemError("flight recorder: renaming " + temporary + " to " + path, err);
   }
+}
+
+void write_dump(const std::string& path, const Dump& dump) {
+  write_file_whole(path, dump_json(dump));
 }
 
 Dump read_dump(const std::string& path) {

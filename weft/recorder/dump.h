@@ -42,8 +42,10 @@ std::string dump_json(const Dump& dump);
 // text in errors (a path).
 Dump parse_dump(std::string_view text, const std::string& source);
 
-// Writes `dump` to `path` whole or not at all (a temporary file renamed over it). Throws
+// Writes `bytes` to `path` whole or not at all (a temporary file renamed over it). Throws
 // weft::SystemError naming the path.
+void write_file_whole(const std::string& path, std::string_view bytes);
+// write_file_whole(path, dump_json(dump)).
 void write_dump(const std::string& path, const Dump& dump);
 // Throws SystemError when `path` cannot be read, DumpError when it is not a dump.
 Dump read_dump(const std::string& path);

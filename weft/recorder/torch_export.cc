@@ -1,15 +1,10 @@
 #include "weft/recorder/torch_export.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-
-#include "weft/base/unique_fd.h"
 
 namespace weft::recorder {
 namespace {
@@ -216,17 +211,6 @@ json torch_dict(const Dump& d, const std::map<int, Dump>& dumps) {
           {"entries", std::move(entries)}};
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) throw SystemError("weft-fr: creating " + path, errno);
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw SystemError("weft-fr: writing " + path, n < 0 ? errno : ENOSPC);
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 }  // namespace
 
 std::string pickle(const json& value) {
@@ -248,9 +232,9 @@ std::vector<std::string> export_torch(const std::map<int, Dump>& dumps, const st
         (std::filesystem::path(folder) / ("weft_trace_rank_" + std::to_string(rank))).string();
     if (format == TorchFormat::kJson) {
       path += ".json";
-      write_file(path, dict.dump(1) + "\n");
+      write_file_whole(path, dict.dump(1) + "\n");
     } else {
-      write_file(path, pickle(dict));
+      write_file_whole(path, pickle(dict));
     }
     files.push_back(path);
   }
