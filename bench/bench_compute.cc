@@ -22,6 +22,10 @@
 //                     and backward: weft's linear_* in fixed blocks of rows (i = 0), against
 //                     the same three products as one call each (i = 1), and linear_* in
 //                     bfloat16 (i = 2)
+//   BM_LinearBF16/i   llama_512's w1|w3 Linear (2048 tokens, 512 -> 2752), forward and dx, in
+//                     bfloat16 from the float32 weight: rounded to a row-major bf16 copy
+//                     first (i = 0), or rounded and packed into oneDNN's layout by the
+//                     product, once per call (i = 1, what Linear runs)
 //   BM_PackKeys       one head's keys transposed for the score tiles (256 x 64)
 //   BM_Rope           RoPE over the debug model's q and k, in their fused rows
 //   BM_RmsNorm/t      RMSNorm's forward and SwiGLU's forward and backward at llama_512's
@@ -332,6 +336,31 @@ void BM_Linear(benchmark::State& state) {
       benchmark::Counter(3 * product_flops(kRows, kIn, kOut, state), benchmark::Counter::kIsRate);
 }
 
+void BM_LinearBF16(benchmark::State& state) {
+  constexpr std::int64_t kRows = 2048, kIn = 512, kOut = 2752;
+  const auto x = random_floats(kRows * kIn, 1), w = random_floats(kOut * kIn, 2);
+  const auto dy = random_floats(kRows * kOut, 3);
+  const std::vector<weft::BFloat16> x16(x.begin(), x.end()), dy16(dy.begin(), dy.end());
+  std::vector<weft::BFloat16> w16(w.size());
+  std::vector<float> y(kRows * kOut), dx(kRows * kIn);
+  namespace k = weft::kernels;
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      k::to_bfloat16(w.data(), w16.data(), kOut * kIn);
+      k::linear_forward(x16.data(), w16.data(), y.data(), kRows, kIn, kOut);
+      k::to_bfloat16(w.data(), w16.data(), kOut * kIn);
+      k::linear_backward<weft::BFloat16>(dy16.data(), nullptr, w16.data(), dx.data(), nullptr,
+                                         kRows, kIn, kOut);
+    } else {
+      k::linear_forward(x16.data(), w.data(), y.data(), kRows, kIn, kOut);
+      k::linear_backward_input(dy16.data(), w.data(), dx.data(), kRows, kIn, kOut);
+    }
+    benchmark::DoNotOptimize(dx.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2 * product_flops(kRows, kIn, kOut, state), benchmark::Counter::kIsRate);
+}
+
 // One head's keys transposed into the panel its score tiles read: 256 rows of 64, 768 apart.
 void BM_PackKeys(benchmark::State& state) {
   const auto k = random_floats(kTileKeys * kFusedRow, 1);
@@ -449,6 +478,9 @@ const std::vector<Registration>& benchmarks() {
        [](benchmark::internal::Benchmark* b) {
          b->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
        },
+       false},
+      {"BM_LinearBF16", BM_LinearBF16,
+       [](benchmark::internal::Benchmark* b) { b->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond); },
        false},
       {"BM_PackKeys", BM_PackKeys, us},
       {"BM_Rope", BM_Rope, us},

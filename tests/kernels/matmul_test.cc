@@ -121,6 +121,29 @@ TEST(MatmulTest, LinearInBFloat16IsLinearOnTheRoundedValues) {
   near(dwb, dw, rows);
 }
 
+// The mixed-precision products from the float32 weight (rounded and packed by the product):
+// against loops over the rounded values, with a last block shorter than the others, both
+// with and without accumulating.
+TEST(MatmulTest, BFloat16ProductsRoundTheFloat32Weight) {
+  const std::int64_t rows = 1100, in = 40, out = 24;
+  const auto x32 = random_floats(rows * in, 1), dy32 = random_floats(rows * out, 2);
+  const auto w = random_floats(out * in, 3);  // not bf16 values: the product rounds them
+  const auto x = to_bf16(x32), dy = to_bf16(dy32), w16 = to_bf16(w);
+  for (bool accumulate : {false, true}) {
+    auto y = random_floats(rows * out, 4), dx = random_floats(rows * in, 5);
+    const auto y_want =
+        reference(false, true, rows, out, in, 1.0, x, in, w16, in, accumulate ? 1.0 : 0.0, y);
+    const auto dx_want =
+        reference(false, false, rows, in, out, 1.0, dy, out, w16, in, accumulate ? 1.0 : 0.0, dx);
+    linear_forward(x.data(), w.data(), y.data(), rows, in, out, accumulate);
+    linear_backward_input(dy.data(), w.data(), dx.data(), rows, in, out, accumulate);
+    for (std::size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], y_want[i], 1e-5 * in * (1 + std::abs(y_want[i]))) << i;
+    for (std::size_t i = 0; i < dx.size(); ++i)
+      ASSERT_NEAR(dx[i], dx_want[i], 1e-5 * out * (1 + std::abs(dx_want[i]))) << i;
+  }
+}
+
 int process_threads() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)

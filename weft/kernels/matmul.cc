@@ -54,6 +54,8 @@ struct ProductKey {
   bool trans_a, trans_b, bf16;
   std::int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  // B read in the layout oneDNN picks for this product (packed by pack_weight), not as stored.
+  bool packed_b = false;
   auto operator<=>(const ProductKey&) const = default;
 };
 
@@ -87,7 +89,8 @@ Error onednn_error(const char* what, const ProductKey& key, const dnnl::error& e
 Product make_product(const ProductKey& key) {
   const auto type = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::desc a = matrix(key.m, key.k, key.lda, key.trans_a, type);
-  const memory::desc b = matrix(key.k, key.n, key.ldb, key.trans_b, type);
+  const memory::desc b = key.packed_b ? memory::desc({key.k, key.n}, type, memory::format_tag::any)
+                                      : matrix(key.k, key.n, key.ldb, key.trans_b, type);
   const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
   dnnl::primitive_attr attr;
   // oneDNN would otherwise allocate the products' scratch space call by call (and the kernel
@@ -102,7 +105,8 @@ Product make_product(const ProductKey& key) {
   try {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
     return {dnnl::matmul(pd), memory(a, cpu_engine(), DNNL_MEMORY_NONE),
-            memory(b, cpu_engine(), DNNL_MEMORY_NONE), memory(c, cpu_engine(), DNNL_MEMORY_NONE),
+            memory(pd.weights_desc(), cpu_engine(), DNNL_MEMORY_NONE),
+            memory(c, cpu_engine(), DNNL_MEMORY_NONE),
             memory(pd.scratchpad_desc(), cpu_engine(), DNNL_MEMORY_NONE)};
   } catch (const dnnl::error& e) {
     throw onednn_error("cannot make", key, e);
@@ -121,18 +125,34 @@ Product& product(const ProductKey& key) {
   return products.emplace(key, make_product(key)).first->second;
 }
 
-// The calling thread's scratch space for its products, grown to the largest asked for.
-void* scratch(std::size_t bytes) {
+// A 64-byte aligned buffer that grows to the largest size asked for and never shrinks.
+class GrowingBuffer {
+ public:
+  void* at_least(std::size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(new (std::align_val_t{64}) std::byte[bytes]);
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
   struct Free {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
   };
-  thread_local std::unique_ptr<std::byte[], Free> buffer;
-  thread_local std::size_t size = 0;
-  if (bytes > size) {
-    buffer.reset(new (std::align_val_t{64}) std::byte[bytes]);
-    size = bytes;
-  }
-  return buffer.get();
+  std::unique_ptr<std::byte[], Free> data_;
+  std::size_t size_ = 0;
+};
+
+// The calling thread's scratch space for its products.
+void* scratch(std::size_t bytes) {
+  thread_local GrowingBuffer buffer;
+  return buffer.at_least(bytes);
+}
+
+dnnl::stream& this_thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
 }
 
 void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) {
@@ -145,7 +165,7 @@ void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) 
   }
   run_products_on_this_thread();
   try {
-    thread_local dnnl::stream stream(cpu_engine());
+    dnnl::stream& stream = this_thread_stream();
     Product& p = product(key);
     p.a.set_data_handle(const_cast<void*>(a));
     p.b.set_data_handle(const_cast<void*>(b));
@@ -159,6 +179,48 @@ void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) 
   } catch (const dnnl::error& e) {
     throw onednn_error("failed to run", key, e);
   }
+}
+
+// A float32 weight rounded to bfloat16 in the layout a product reads its B in: one oneDNN
+// reorder from the weight as stored (B or B^T, row stride ldb), kept per product key.
+struct Packing {
+  dnnl::reorder reorder;
+  memory from, to;
+};
+
+Packing make_packing(const ProductKey& key, const memory::desc& packed) {
+  const memory::desc from = matrix(key.k, key.n, key.ldb, key.trans_b, memory::data_type::f32);
+  try {
+    const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), packed);
+    return {dnnl::reorder(pd), memory(from, cpu_engine(), DNNL_MEMORY_NONE),
+            memory(packed, cpu_engine(), DNNL_MEMORY_NONE)};
+  } catch (const dnnl::error& e) {
+    throw onednn_error("cannot pack the weight of", key, e);
+  }
+}
+
+// w (float32) packed for the product `key` into the calling thread's buffer `slot` (0 or 1:
+// a call's two block heights), which holds it until the thread packs into that slot again.
+const void* pack_weight(const ProductKey& key, const float* w, int slot) {
+  run_products_on_this_thread();
+  thread_local std::map<ProductKey, Packing> packings;
+  thread_local GrowingBuffer buffers[2];
+  const memory::desc packed = product(key).b.get_desc();
+  auto it = packings.find(key);
+  if (it == packings.end()) {
+    if (packings.size() >= kMaxProducts) packings.clear();
+    it = packings.emplace(key, make_packing(key, packed)).first;
+  }
+  Packing& p = it->second;
+  p.from.set_data_handle(const_cast<float*>(w));
+  p.to.set_data_handle(buffers[slot].at_least(packed.get_size()));
+  try {
+    p.reorder.execute(this_thread_stream(), p.from, p.to);
+    this_thread_stream().wait();
+  } catch (const dnnl::error& e) {
+    throw onednn_error("failed to pack the weight of", key, e);
+  }
+  return p.to.get_data_handle();
 }
 
 bool isa_has(dnnl::cpu_isa isa, dnnl::cpu_isa feature) {
@@ -279,6 +341,52 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
   for_fixed_blocks(out, kFeatureBlock, [&](std::int64_t first, std::int64_t end) {
     gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, 1, dw + first * in, in);
   });
+}
+
+namespace {
+
+// C[rows, n] = A[rows, k] op(W), or C += that with beta 1, op(W) a float32 weight (W^T with
+// trans_w) rounded to bfloat16: packed once for the call, in oneDNN's layout for the blocks'
+// products, and read by all of them. The blocks are linear_forward's (kRowBlock rows).
+void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, float* c, std::int64_t rows,
+                       std::int64_t n, std::int64_t k, float beta) {
+  if (rows == 0 || n == 0) return;
+  if (!bf16_native() || k == 0) {  // emulated products widen again: no packing to do
+    thread_local std::vector<BFloat16> w16;
+    w16.resize(static_cast<std::size_t>(n * k));
+    to_bfloat16_threaded(w, w16.data(), n * k);
+    for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+      gemm<BFloat16>(false, trans_w, end - first, n, k, 1, a + first * k, k, w16.data(),
+                     trans_w ? k : n, beta, c + first * n, n);
+    });
+    return;
+  }
+  auto key = [&](std::int64_t m) {
+    return ProductKey{false, trans_w, true, m, n, k, k, trans_w ? k : n, n, 1, beta, true};
+  };
+  const std::int64_t full = std::min(rows, kRowBlock), tail = rows % kRowBlock;
+  const void* packed_full = pack_weight(key(full), w, 0);
+  const void* packed_tail = packed_full;
+  if (rows > kRowBlock && tail != 0 &&
+      product(key(tail)).b.get_desc() != product(key(full)).b.get_desc()) {
+    packed_tail = pack_weight(key(tail), w, 1);
+  }
+  for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+    const std::int64_t m = end - first;
+    onednn_gemm(key(m), a + first * k, m == full ? packed_full : packed_tail, c + first * n);
+  });
+}
+
+}  // namespace
+
+void linear_forward(const BFloat16* x, const float* w, float* y, std::int64_t rows, std::int64_t in,
+                    std::int64_t out, bool accumulate) {
+  rows_times_weight(x, w, /*trans_w=*/true, y, rows, out, in, accumulate ? 1 : 0);
+}
+
+void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::int64_t rows,
+                           std::int64_t in, std::int64_t out, bool accumulate_dx) {
+  rows_times_weight(dy, w, /*trans_w=*/false, dx, rows, in, out, accumulate_dx ? 1 : 0);
 }
 
 #define WEFT_LINEAR(T)                                                                       \

@@ -57,6 +57,16 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
                      std::int64_t rows, std::int64_t in, std::int64_t out,
                      bool accumulate_dx = false);
 
+// Mixed precision with the float32 weight: the same products as linear_forward<BFloat16> and
+// linear_backward<BFloat16>'s dx half on W rounded to bfloat16, W rounded once per call
+// straight into the layout oneDNN's products read (no row-major bf16 copy, no packing per
+// block). Thread-safety as above; each calling thread keeps the packed weight of its last
+// call, the largest it needed.
+void linear_forward(const BFloat16* x, const float* w, float* y, std::int64_t rows, std::int64_t in,
+                    std::int64_t out, bool accumulate = false);
+void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::int64_t rows,
+                           std::int64_t in, std::int64_t out, bool accumulate_dx = false);
+
 // Whether bfloat16 products run on bf16 instructions (false: converted to float32 first).
 bool bf16_native();
 // The instruction set oneDNN runs the products of `dtype` (kFloat32 or kBFloat16) on, by

@@ -18,13 +18,13 @@ namespace {
 
 std::atomic<DType> g_matmul_dtype{DType::kFloat32};
 
-// What a bf16 copy is of, each kind in a buffer of its own.
-enum class Copy { kInput, kWeight, kGradient };
+// What a bf16 copy is of, each kind in a buffer of its own (the products round the weights).
+enum class Copy { kInput, kGradient };
 
-// The calling thread's bf16 copy of n floats, one buffer per role (a product reads three at
-// most), each grown to the largest copy so far and reused: the copies live only for the call.
+// The calling thread's bf16 copy of n floats, one buffer per role (a product reads two at most),
+// each grown to the largest copy so far and reused: the copies live only for the call.
 const BFloat16* bf16_copy(const float* x, std::int64_t n, Copy role) {
-  thread_local std::vector<BFloat16> copies[3];
+  thread_local std::vector<BFloat16> copies[2];
   std::vector<BFloat16>& into = copies[static_cast<int>(role)];
   if (into.size() < static_cast<std::size_t>(n)) into.resize(static_cast<std::size_t>(n));
   kernels::to_bfloat16_threaded(x, into.data(), n);
@@ -107,8 +107,7 @@ void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) c
       return;
     }
   }
-  kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput),
-                          bf16_copy(w, out_ * in_, Copy::kWeight), y, rows, in_, out_, accumulate);
+  kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput), w, y, rows, in_, out_, accumulate);
 }
 
 // In bfloat16, dy is made bfloat16 once for both halves.
@@ -153,9 +152,7 @@ void Linear::backward_weight(const Dy* dy, const X* x, std::int64_t rows) {
 
 void Linear::input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows,
                              bool accumulate) const {
-  kernels::linear_backward<BFloat16>(
-      dy, nullptr, bf16_copy(weight_.value.data<float>(), out_ * in_, Copy::kWeight), dx, nullptr,
-      rows, in_, out_, accumulate);
+  kernels::linear_backward_input(dy, weight_.value.data<float>(), dx, rows, in_, out_, accumulate);
 }
 
 void Linear::weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows) {
