@@ -10,7 +10,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 CTEST_JOBS ?= 2
 
-.PHONY: run test race asan fuzz test-fast test-tsan test-asan build deps bench format clean
+.PHONY: run test race asan fuzz test-fast test-tsan test-asan build deps bench format clean wheel
 
 # ccache (found by CMakeLists.txt) hashes the paths under the clone relative to it, so a clean
 # clone hits what an earlier clone compiled: make test's three builds then take a few minutes
@@ -63,6 +63,13 @@ fuzz: deps build/fuzz/build.ninja
 
 build/fuzz/build.ninja:
 	@$(call configure,fuzz)
+
+# The Python package as a wheel (docs/PYTHON.md), from this build's extensions, into
+# $(BUILD)/dist; offline: Debian's setuptools and wheel build it.
+wheel: build
+	@WEFT_BUILD_DIR=$(BUILD) /usr/bin/python3 -m pip wheel --quiet --no-build-isolation --no-deps \
+	  --no-index -w $(BUILD)/dist .
+	@ls $(BUILD)/dist/weft-*.whl
 
 # The quick set while developing: everything but the tests labelled slow.
 test-fast: build

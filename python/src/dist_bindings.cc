@@ -15,6 +15,7 @@
 #include "python/src/buffer_arg.h"
 #include "python/src/interrupt.h"
 #include "weft/dist/init.h"
+#include "weft/dist/launch_env.h"
 #include "weft/dist/process_group.h"
 
 namespace weft::python {
@@ -443,6 +444,24 @@ void bind_dist(py::module_& m) {
       "Joins the job and returns its world group (weft/dist/init.h): the rank, world size "
       "and master from weftrun's (or torchrun's, mpirun's, srun's) environment unless given.");
   m.def("registered_backends", &dist::registered_backends);
+  m.def(
+      "_launch_environment",
+      []() -> std::optional<py::dict> {
+        const auto env = dist::launch_environment();
+        if (!env) return std::nullopt;
+        py::dict d;
+        d["launcher"] = env->launcher;
+        d["rank"] = env->rank;
+        d["world_size"] = env->world_size;
+        d["local_rank"] = env->local_rank;
+        d["local_world_size"] = env->local_world_size;
+        d["master_addr"] = env->master_addr ? py::object(py::str(*env->master_addr)) : py::none();
+        d["master_port"] = env->master_port ? py::object(py::int_(*env->master_port)) : py::none();
+        return d;
+      },
+      "This process's place in its job as its launcher (weftrun, torchrun, mpirun, an MPI "
+      "launcher speaking PMI, srun) set it (weft/dist/launch_env.h), as a dict; None outside "
+      "a launcher.");
 }
 
 }  // namespace weft::python

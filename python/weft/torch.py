@@ -4,7 +4,7 @@
     import torch.distributed as dist
     import weft.torch  # noqa: F401  (registers the backend)
 
-    dist.init_process_group("weft")     # under weftrun or torchrun: rank, size, master from env
+    dist.init_process_group("weft")     # under weftrun, torchrun, mpirun or srun
     t = torch.ones(4)
     dist.all_reduce(t)                  # on weft's shared-memory engine when ranks share a host
 
@@ -13,6 +13,13 @@ tensors of float32, float64, float16, bfloat16, int8, uint8, bool, int32 or int6
 per process; every torch.distributed.ReduceOp but PREMUL_SUM (NCCL's), AVG included. Errors
 are weft's exceptions (weft.dist.PeerError, weft.TimeoutError, weft.InvalidArgument...), all
 of them RuntimeErrors as torch.distributed's are. docs/PYTHON.md has the details.
+
+Under mpirun (or another MPI launcher speaking PMI) and srun, importing it also sets the
+variables torch.distributed's env:// rendezvous reads (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from the launcher's, as weft.dist reads them:
+the master is MASTER_ADDR if set, else the first host of the Slurm allocation or, when every
+rank is on this host, 127.0.0.1; the port MASTER_PORT if set, else one derived from the job
+id. A variable already set is left as it is.
 
 Importing it also wraps torch.distributed's blocking calls (those with async_op=False, send and
 recv): c10d issues every operation asynchronously and waits for it afterwards, and the wrapper
@@ -33,6 +40,7 @@ import torch.distributed.distributed_c10d as _c10d
 
 import weft  # noqa: F401  (weft's exception types, for the errors the backend raises)
 from weft._torch import ProcessGroupWeft, _arm_interrupts, _caller_waits
+from weft._weft.dist import _launch_environment
 
 __all__ = ["ProcessGroupWeft", "BACKEND"]
 
@@ -42,6 +50,20 @@ BACKEND = "weft"
 def _create(store, rank, size, timeout):
     return ProcessGroupWeft(store, rank, size, timeout)
 
+
+def _export_launch_environment():
+    """Sets torch's rendezvous variables from an MPI launcher's or srun's (module docstring)."""
+    env = _launch_environment()
+    if env is None or env["launcher"] == "torchrun":  # weftrun and torchrun set torch's names
+        return
+    for name, key in (("RANK", "rank"), ("WORLD_SIZE", "world_size"),
+                      ("LOCAL_RANK", "local_rank"), ("LOCAL_WORLD_SIZE", "local_world_size"),
+                      ("MASTER_ADDR", "master_addr"), ("MASTER_PORT", "master_port")):
+        if env[key] is not None:
+            _os.environ.setdefault(name, str(env[key]))
+
+
+_export_launch_environment()
 
 if BACKEND.upper() not in _dist.Backend._plugins:  # importing twice (or reloading) is fine
     _dist.Backend.register_backend(BACKEND, _create)

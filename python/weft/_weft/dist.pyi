@@ -1,5 +1,5 @@
 # Type stubs for weft._weft.dist (python/src/dist_bindings.cc).
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import Error
 
@@ -75,3 +75,4 @@ def init_process_group(backend: str = "", init_method: str = "", rank: int = -1,
                        world_size: int = -1,
                        timeout: Optional[float] = None) -> "ProcessGroup": ...
 def registered_backends() -> List[str]: ...
+def _launch_environment() -> Optional[Dict[str, Any]]: ...
