@@ -21,10 +21,14 @@ export CCACHE_NOHASHDIR := true
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 
 # The executors demo, then the debug Llama trained on Tiny Shakespeare for a few minutes by 2
-# data-parallel ranks (weftrun, shm) and a sample from its last checkpoint.
+# data-parallel ranks (weftrun, shm), its report (out/run/report/index.html) and a sample from
+# its last checkpoint.
 run: build
 	@$(BUILD)/examples/sequential_vs_concurrent
-	@$(BUILD)/tools/weftrun --nproc-per-node 2 $(BUILD)/tools/weft-train --config configs/debug.toml
+	@rm -f out/run/metrics.jsonl && mkdir -p out/run
+	@$(BUILD)/tools/weftrun --nproc-per-node 2 $(BUILD)/tools/weft-train --config configs/debug.toml \
+	  --metrics.jsonl_path out/run/metrics.jsonl
+	@$(BUILD)/tools/weft-report -o out/run/report out/run/metrics.jsonl
 	@$(BUILD)/tools/weft-generate --checkpoint checkpoints/debug --prompt "ROMEO:" \
 	  --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 

@@ -72,6 +72,10 @@ MetricsLogger::MetricsLogger(std::ostream& out, Progress progress, const std::st
   }
 }
 
+void MetricsLogger::log_config(const std::string& toml) {
+  if (jsonl_.is_open()) jsonl_ << nlohmann::json{{"config", toml}}.dump() << std::endl;
+}
+
 void MetricsLogger::clear_bar() {
   if (bar_shown_) out_ << "\r\033[K";
   bar_shown_ = false;

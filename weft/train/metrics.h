@@ -50,6 +50,9 @@ class MetricsLogger {
   // Opens `jsonl_path` (if not empty) for appending.
   MetricsLogger(std::ostream& out, Progress progress, const std::string& jsonl_path,
                 std::int64_t total_steps);
+  // The run's config (to_toml) as a {"config": "..."} record in the JSON lines (weft-report
+  // shows it); nothing on the terminal.
+  void log_config(const std::string& toml);
   void log_step(const StepMetrics& m);
   // The loss (nats per token) and bits per byte of text, which runs with different tokenizers
   // compare by: loss / ln 2 / bytes_per_token (left out when bytes_per_token is 0: unknown).

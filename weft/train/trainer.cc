@@ -125,6 +125,7 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   metrics_ = std::make_unique<MetricsLogger>(out_, root() ? progress_ : Progress::kNone,
                                              root() ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
+  metrics_->log_config(to_toml(config_));
 }
 
 Trainer::~Trainer() = default;
