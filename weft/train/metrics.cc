@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <vector>
@@ -67,6 +68,9 @@ MetricsLogger::MetricsLogger(std::ostream& out, Progress progress, const std::st
                              std::int64_t total_steps)
     : out_(out), progress_(progress), total_steps_(total_steps) {
   if (!jsonl_path.empty()) {
+    const auto folder = std::filesystem::path(jsonl_path).parent_path();
+    std::error_code error;
+    if (!folder.empty()) std::filesystem::create_directories(folder, error);
     jsonl_.open(jsonl_path, std::ios::app);
     if (!jsonl_) throw SystemError("open metrics file " + jsonl_path, errno);
   }

@@ -47,7 +47,7 @@ enum class Progress { kNone, kBar, kRelay };
 
 class MetricsLogger {
  public:
-  // Opens `jsonl_path` (if not empty) for appending.
+  // Opens `jsonl_path` (if not empty) for appending, making its folder if missing.
   MetricsLogger(std::ostream& out, Progress progress, const std::string& jsonl_path,
                 std::int64_t total_steps);
   // The run's config (to_toml) as a {"config": "..."} record in the JSON lines (weft-report

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Runs the shell commands of a Markdown file's ```sh blocks as a reader would paste them, so
+that a stale flag, tool or path fails the test:
+
+    run_doc_commands.py SOURCE_DIR BUILD_DIR WORK_DIR FILE.md...
+
+Each block runs in bash (-e, -o pipefail; with the NAME=value lines of the blocks before it,
+which the reader's shell would still hold) in WORK_DIR, a scratch folder in which configs/,
+data/ and examples/ are the source tree's and build/release/ is BUILD_DIR, so that the files
+a command writes (checkpoints/, out/, hf/) stay out of the tree. Blocks run in the file's
+order, as a reader goes (a resume follows the run it resumes). Shortened for a test: every
+weft-train run trains 2 steps (the debug model's), weft-generate writes 20 tokens; `make ...`
+lines are left out (CI runs make test itself), and so is a block whose first line is
+`# not run by the doc test: REASON`.
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+source, build, work = (pathlib.Path(p).resolve() for p in sys.argv[1:4])
+files = [pathlib.Path(p) for p in sys.argv[4:]]
+
+
+def blocks(markdown):
+    """The ```sh blocks of a Markdown text, as (line number, text)."""
+    out, lines, start = [], None, 0
+    for n, line in enumerate(markdown.splitlines(), 1):
+        if lines is None and line.strip() == "```sh":
+            lines, start = [], n
+        elif lines is not None and line.strip() == "```":
+            out.append((start, "\n".join(lines)))
+            lines = None
+        elif lines is not None:
+            lines.append(line)
+    return out
+
+
+def shortened(command):
+    """One logical command line, shortened for the test."""
+    if "weft-train" in command and "--describe" not in command and "--help" not in command:
+        command = re.sub(r"\s--training\.steps[ =]\d+", "", command)
+        command = re.sub(r"(weft-train)(\s)", r"\1 --training.steps 2\2", command, count=1)
+    if "weft-generate" in command:
+        command = re.sub(r"--max-new-tokens \d+", "--max-new-tokens 20", command)
+    return command
+
+
+def commands(block):
+    """The block's logical lines (continuations joined), `make` lines left out."""
+    joined = re.sub(r"\\\n", " ", block)
+    out = []
+    for line in joined.splitlines():
+        code = line.split("  #")[0].strip() if not line.lstrip().startswith("#") else ""
+        if code and not code.startswith("make "):
+            out.append(shortened(code))
+    return out
+
+
+shutil.rmtree(work, ignore_errors=True)
+(work / "build").mkdir(parents=True)
+for name in ("configs", "data", "examples"):
+    (work / name).symlink_to(source / name)
+(work / "build" / "release").symlink_to(build)
+failures = 0
+for f in files:
+    assignments = []  # NAME=value lines of earlier blocks: the reader's shell keeps them
+    for line, block in blocks(f.read_text()):
+        if block.startswith("# not run by the doc test:"):
+            continue
+        lines = commands(block)
+        if not lines:
+            continue
+        script = "\n".join(assignments + lines)
+        assignments += [c for c in lines if re.fullmatch(r"[A-Z_]+=\S+", c)]
+        where = f"{f.name}:{line}"
+        print(f"== {where}\n{script}", flush=True)
+        run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                             timeout=600, env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                                                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+        if run.returncode != 0:
+            failures += 1
+            print(f"FAILED ({where}, exit {run.returncode}):\n{run.stdout[-3000:]}"
+                  f"{run.stderr[-3000:]}", flush=True)
+sys.exit(1 if failures else 0)
