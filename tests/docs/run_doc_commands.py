@@ -5,13 +5,15 @@ that a stale flag, tool or path fails the test:
     run_doc_commands.py SOURCE_DIR BUILD_DIR WORK_DIR FILE.md...
 
 Each block runs in bash (-e, -o pipefail; with the NAME=value lines of the blocks before it,
-which the reader's shell would still hold) in WORK_DIR, a scratch folder in which configs/,
-data/ and examples/ are the source tree's and build/release/ is BUILD_DIR, so that the files
-a command writes (checkpoints/, out/, hf/) stay out of the tree. Blocks run in the file's
+which the reader's shell would still hold) in WORK_DIR, a scratch folder that links to the
+source tree's files (data/ file by file) and has BUILD_DIR as build/release/, so that what a
+command writes (checkpoints/, out/, data/shards) stays out of the tree; HOME is WORK_DIR too. Blocks run in the file's
 order, as a reader goes (a resume follows the run it resumes). Shortened for a test: every
 weft-train run trains 2 steps (the debug model's), weft-generate writes 20 tokens; `make ...`
 lines are left out (CI runs make test itself), and so is a block whose first line is
-`# not run by the doc test: REASON`.
+`# not run by the doc test: REASON`. A command of a program that is not installed here (srun,
+torchfrtrace: a bare name not on PATH) is left out and reported; a path that does not exist
+fails.
 """
 import os
 import pathlib
@@ -48,22 +50,39 @@ def shortened(command):
     return command
 
 
+def program(command):
+    """The program a command line runs: its first word after NAME=value assignments."""
+    words = [w for w in command.split() if not re.fullmatch(r"[A-Za-z_]+=\S*", w)]
+    return words[0] if words else ""
+
+
 def commands(block):
-    """The block's logical lines (continuations joined), `make` lines left out."""
+    """The block's logical lines (continuations joined), `make` lines and programs not
+    installed here left out."""
     joined = re.sub(r"\\\n", " ", block)
     out = []
     for line in joined.splitlines():
         code = line.split("  #")[0].strip() if not line.lstrip().startswith("#") else ""
-        if code and not code.startswith("make "):
-            out.append(shortened(code))
+        name = program(code)
+        if not code or code.startswith("make "):
+            continue
+        if name and "/" not in name and "$" not in name and shutil.which(name) is None:
+            print(f"   (left out, {name} is not installed here: {code})", flush=True)
+            continue
+        out.append(shortened(code))
     return out
 
 
 shutil.rmtree(work, ignore_errors=True)
 (work / "build").mkdir(parents=True)
-for name in ("configs", "data", "examples"):
-    (work / name).symlink_to(source / name)
 (work / "build" / "release").symlink_to(build)
+for entry in source.iterdir():
+    if entry.name.startswith(".") or entry.name in ("build", "checkpoints", "out", "hf", "data"):
+        continue
+    (work / entry.name).symlink_to(entry)
+(work / "data").mkdir()
+for entry in (source / "data").iterdir():
+    (work / "data" / entry.name).symlink_to(entry)
 failures = 0
 for f in files:
     assignments = []  # NAME=value lines of earlier blocks: the reader's shell keeps them
@@ -79,7 +98,7 @@ for f in files:
         print(f"== {where}\n{script}", flush=True)
         run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work,
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                             timeout=600, env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                             timeout=600, env={**os.environ, "HOME": str(work), "OMPI_ALLOW_RUN_AS_ROOT": "1",
                                                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
         if run.returncode != 0:
             failures += 1

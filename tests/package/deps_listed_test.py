@@ -18,7 +18,6 @@ Files no package owns (/usr/local, ...) fail too: a fresh machine would not have
 """
 import collections
 import functools
-import glob
 import os
 import re
 import shutil
@@ -112,8 +111,11 @@ def used_files(build, source):  # {path outside the tree: why the build uses it}
             return os.access(f, os.X_OK) and open(f, "rb").read(4) == b"\x7fELF"
         except OSError:
             return False
-    elves = [f for f in glob.glob(os.path.join(build, "**"), recursive=True)
-             if "/CMakeFiles/" not in f and os.path.isfile(f) and is_elf_executable(f)]
+    # The build's own files: links (the tests' scratch folders link back into the tree, and
+    # virtual environments to the interpreter) are not followed.
+    elves = [os.path.join(d, f) for d, _, files in os.walk(build) if "/CMakeFiles" not in d
+             for f in files if not os.path.islink(os.path.join(d, f))
+             and is_elf_executable(os.path.join(d, f))]
     exe = os.path.relpath(elves[0], build) if elves else None  # ldd names it only if several
     for line in run("ldd", *elves).splitlines() if elves else []:
         if not line.startswith("\t"):

@@ -23,7 +23,8 @@ TEST(ReportTest, ReadsStepsValidationSummaryAndConfig) {
       "report_run.jsonl",
       "{\"config\":\"[model]\\ndim = 256\\n\"}\n"
       "{\"step\":1,\"loss\":4.0,\"tps\":100,\"mfu\":0.5,\"memory_bytes\":1048576}\n"
-      "{\"step\":2,\"loss\":3.0,\"tps\":110,\"mfu\":0.6,\"memory_bytes\":2097152}\n"
+      "{\"step\":2,\"loss\":3.0,\"tps\":110,\"mfu\":0.6,\"memory_bytes\":2097152,"
+      "\"rank_memory_bytes\":[2097152,1048576],\"comm_share\":0.25}\n"
       "{\"step\":2,\"val_loss\":3.5,\"val_bpb\":5}\n"
       "{\"step\":2,\"loss\":2.5}\n"      // resumed: the step's last value counts
       "{\"future_record\":{\"x\":1}}\n"  // a newer weft's record: skipped
@@ -35,6 +36,15 @@ TEST(ReportTest, ReadsStepsValidationSummaryAndConfig) {
   EXPECT_DOUBLE_EQ(run.mfu.at(2), 60);
   EXPECT_DOUBLE_EQ(run.memory_mib.at(2), 2);
   EXPECT_EQ(run.config_toml, "[model]\ndim = 256\n");
+  ASSERT_EQ(run.rank_memory_mib.size(), 2u);
+  EXPECT_EQ(run.rank_memory_mib[1], (std::map<std::int64_t, double>{{2, 1.0}}));
+  EXPECT_EQ(run.communication_percent, (std::map<std::int64_t, double>{{2, 25.0}}));
+  std::vector<std::string> files;
+  const std::vector<RunMetrics> runs{run};
+  for (const Chart& c : charts_of(runs)) files.push_back(c.file);
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"loss.svg", "validation.svg", "throughput.svg", "mfu.svg",
+                                      "memory.svg", "memory_ranks.svg", "communication.svg"}));
   ASSERT_FALSE(run.summary.empty());
   EXPECT_EQ(run.summary[0], (std::pair<std::string, std::string>{"steps", "1-2"}));
 }

@@ -97,16 +97,17 @@ void MetricsLogger::log_step(const StepMetrics& m) {
       static_cast<double>(m.memory_bytes) / (1 << 20));
   out_ << line << std::endl;
   if (jsonl_.is_open()) {
-    jsonl_ << nlohmann::json{{"step", m.step},
-                             {"loss", m.loss},
-                             {"grad_norm", m.grad_norm},
-                             {"lr", m.lr},
-                             {"tps", m.tokens_per_second},
-                             {"mfu", m.mfu},
-                             {"memory_bytes", m.memory_bytes},
-                             {"time_s", m.seconds}}
-                  .dump()
-           << std::endl;
+    nlohmann::json record{{"step", m.step},
+                          {"loss", m.loss},
+                          {"grad_norm", m.grad_norm},
+                          {"lr", m.lr},
+                          {"tps", m.tokens_per_second},
+                          {"mfu", m.mfu},
+                          {"memory_bytes", m.memory_bytes},
+                          {"time_s", m.seconds}};
+    if (!m.rank_memory_bytes.empty()) record["rank_memory_bytes"] = m.rank_memory_bytes;
+    if (m.communication_share) record["comm_share"] = *m.communication_share;
+    jsonl_ << record.dump() << std::endl;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "weft/base/dtype.h"
 
@@ -25,7 +26,11 @@ std::int64_t peak_memory_bytes();
 struct StepMetrics {
   std::int64_t step;  // 1-based, as printed
   double loss, grad_norm, lr, tokens_per_second, mfu, seconds;
-  std::int64_t memory_bytes;
+  std::int64_t memory_bytes;  // the largest rank's peak
+  // With several ranks: each rank's peak, and the share of this step's time rank 0 spent
+  // blocked in communication (the JSON lines have them; the printed line does not).
+  std::vector<std::int64_t> rank_memory_bytes = {};
+  std::optional<double> communication_share = std::nullopt;
 };
 
 // What a run's last line says: the steps it trained, their wall time and throughput, the last

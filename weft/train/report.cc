@@ -74,6 +74,17 @@ void read_record(const json& r, const std::string& where, RunMetrics& run) {
   put("tps", run.tokens_per_second, 1);
   put("mfu", run.mfu, 100);
   put("memory_bytes", run.memory_mib, 1.0 / (1 << 20));
+  put("comm_share", run.communication_percent, 100);
+  if (const auto it = r.find("rank_memory_bytes"); it != r.end()) {
+    if (!it->is_array()) throw InvalidArgument(where + ": \"rank_memory_bytes\" is not a list");
+    if (it->size() > 4096) throw InvalidArgument(where + ": more than 4096 ranks' memory");
+    if (run.rank_memory_mib.size() < it->size()) run.rank_memory_mib.resize(it->size());
+    for (std::size_t rank = 0; rank < it->size(); ++rank) {
+      if (!(*it)[rank].is_number())
+        throw InvalidArgument(where + ": \"rank_memory_bytes\" holds a non-number");
+      run.rank_memory_mib[rank][s] = (*it)[rank].get<double>() / (1 << 20);
+    }
+  }
 }
 
 std::string escape(const std::string& text) {
@@ -172,6 +183,20 @@ std::vector<Chart> charts_of(const std::vector<RunMetrics>& runs) {
       if (!(r.*k.points).empty()) c.series.emplace_back(r.name, &(r.*k.points));
     if (!c.series.empty()) charts.push_back(std::move(c));
   }
+  Chart ranks{"memory_ranks.svg", "Peak memory per rank", "MiB", {}};
+  for (const RunMetrics& r : runs) {
+    for (std::size_t rank = 0; rank < r.rank_memory_mib.size(); ++rank) {
+      const std::string name =
+          (runs.size() > 1 ? r.name + " " : "") + "rank " + std::to_string(rank);
+      ranks.series.emplace_back(name, &r.rank_memory_mib[rank]);
+    }
+  }
+  if (!ranks.series.empty()) charts.push_back(std::move(ranks));
+  Chart comm{"communication.svg", "Step time blocked in communication (rank 0)", "%", {}};
+  for (const RunMetrics& r : runs)
+    if (!r.communication_percent.empty())
+      comm.series.emplace_back(r.name, &r.communication_percent);
+  if (!comm.series.empty()) charts.push_back(std::move(comm));
   return charts;
 }
 

@@ -17,8 +17,10 @@ namespace weft::train {
 struct RunMetrics {
   std::string name;  // the label in the legends: the file's name without .jsonl
   std::map<std::int64_t, double> loss, validation_loss, tokens_per_second, mfu, memory_mib;
-  std::vector<std::pair<std::string, std::string>> summary;  // key, value as printed
-  std::string config_toml;                                   // empty when not recorded
+  std::vector<std::map<std::int64_t, double>> rank_memory_mib;  // by rank, with several ranks
+  std::map<std::int64_t, double> communication_percent;         // rank 0's share of a step
+  std::vector<std::pair<std::string, std::string>> summary;     // key, value as printed
+  std::string config_toml;                                      // empty when not recorded
 };
 
 // Reads a metrics file. Records it does not know are skipped (a newer weft's); a line that is

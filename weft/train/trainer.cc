@@ -382,16 +382,22 @@ void Trainer::log_world() {
   out_ << line << std::endl;
 }
 
-void Trainer::log_step(double loss, double grad_norm, double lr, double seconds) {
+void Trainer::log_step(double loss, double grad_norm, double lr, double seconds, double blocked) {
   const double tokens =
       static_cast<double>(config_.training.batch_size * config_.training.seq_len *
                           config_.training.gradient_accumulation_steps * dp_size_);
   const double tps = tokens / seconds;
   const double mfu = model_.flops_per_token(config_.training.seq_len) * tps /
                      (peak_gflops_ * 1e9 * static_cast<double>(world_size_) * core_share_);
-  std::vector<std::int64_t> memory{peak_memory_bytes()};
-  if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);  // the largest rank's
-  metrics_->log_step({state_.step, loss, grad_norm, lr, tps, mfu, seconds, memory[0]});
+  StepMetrics m{state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()};
+  if (world_ && world_->size() > 1) {
+    std::vector<std::int64_t> mine{m.memory_bytes};
+    m.rank_memory_bytes.resize(static_cast<std::size_t>(world_->size()));
+    world_->all_gather(m.rank_memory_bytes, mine);
+    m.memory_bytes = *std::max_element(m.rank_memory_bytes.begin(), m.rank_memory_bytes.end());
+    m.communication_share = seconds > 0 ? blocked / seconds : 0;
+  }
+  metrics_->log_step(m);
 }
 
 // The ranks' seconds blocked in communication since the last logged step, gathered (one small
@@ -465,7 +471,7 @@ void Trainer::run_until(std::int64_t stop) {
     state_.lr = lr;
     losses_.push_back(loss);
     if (every(state_.step, config_.metrics.log_freq, last)) {
-      log_step(loss, grad_norm, lr, seconds);
+      log_step(loss, grad_norm, lr, seconds, blocked);
       watch_stragglers();
     }
     if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {

@@ -68,7 +68,7 @@ class Trainer {
   void log_world();  // the ranks, the backend, and whether they oversubscribe the cores
   void summarize(std::int64_t first, double wall_seconds, double steps_seconds,
                  double communication_seconds);
-  void log_step(double loss, double grad_norm, double lr, double seconds);
+  void log_step(double loss, double grad_norm, double lr, double seconds, double blocked);
   void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
 
