@@ -49,7 +49,12 @@ bool faulty_step(ProcessGroup& pg, const std::string& fault, int rank) {
     pg.recv(v, 1 - rank);
     return true;
   }
-  if (rank == 1 && fault == "kill") ::raise(SIGKILL);
+  if (rank == 1 && fault == "kill") {
+    // Killed while rank 0 waits in #3, as a rank dying mid-job leaves the others: on a busy
+    // machine rank 0 may otherwise not have reached #3 when weftrun reads the rings.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::raise(SIGKILL);
+  }
   if (rank == 1 && fault == "size") {
     all_reduce(pg, 8);
   } else if (rank == 1 && fault == "dtype") {
