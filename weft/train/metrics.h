@@ -18,7 +18,10 @@ namespace weft::train {
 // Model FLOPs utilisation = flops_per_token * tokens_per_second / peak. The peak is that of
 // the products training runs: Linear's forward (kernels/matmul.h) in `dtype` (kFloat32 or
 // kBFloat16), on the threads kernels::threads() gives, over 1024 rows per thread of 1024 x 1024
-// (best of about half a second of runs), in GFLOP/s.
+// (best of about half a second of runs), in GFLOP/s. In bfloat16 it runs on a bf16 weight that
+// oneDNN packs per block, not on the float32 weight packed once a call that training's Linear
+// uses: at 1024 rows a call the once-a-call packing would weigh several % on the measure, and
+// the products themselves differ by a few % (docs/PERFORMANCE.md, BM_LinearBF16).
 double measure_peak_gflops(DType dtype);
 // The process's peak resident memory so far, in bytes (getrusage).
 std::int64_t peak_memory_bytes();

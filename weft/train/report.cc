@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/base/error.h"
+#include "weft/checkpoint/file_io.h"
 
 namespace weft::train {
 namespace {
@@ -300,16 +301,10 @@ std::string render_html(const std::vector<RunMetrics>& runs) {
 }
 
 std::string write_report(const std::vector<RunMetrics>& runs, const std::string& folder) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  fs::create_directories(folder, error);
-  if (error) throw SystemError("create report folder " + folder, error.value());
+  checkpoint::make_directories(folder);
   auto write = [&](const std::string& name, const std::string& text) {
-    const std::string path = (fs::path(folder) / name).string();
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) throw SystemError("write " + path, errno);
+    const std::string path = (std::filesystem::path(folder) / name).string();
+    checkpoint::write_text_file(path, text);
     return path;
   };
   for (const Chart& c : charts_of(runs)) write(c.file, render_svg(c));
