@@ -34,15 +34,16 @@ Outputs run_all(int threads) {
   attention_forward(s, q.data(), k.data(), v.data(), o.att.data(), o.lse.data());
   attention_backward(s, q.data(), k.data(), v.data(), o.att.data(), g.data(), o.lse.data(),
                      o.dq.data(), o.dk.data(), o.dv.data());
-  const std::int64_t rows = 1100, dim = 32;  // three blocks of Linear's rows (blas.cc)
+  const std::int64_t rows = 1100, dim = 32;  // three blocks of Linear's rows (matmul.cc)
   const auto x = random_floats(rows * dim, 5), w = random_floats(dim, 6),
              dy = random_floats(rows * dim, 7);
   o.y.resize(x.size()), o.rstd.resize(rows), o.dx.resize(x.size()), o.dw.assign(dim, 0.0f);
   rmsnorm_forward(x.data(), w.data(), o.y.data(), o.rstd.data(), rows, dim, 1e-5);
   rmsnorm_backward(dy.data(), x.data(), w.data(), o.rstd.data(), o.dx.data(), o.dw.data(), rows,
                    dim);
-  // 200 output features: dW is split between the threads too (at least 64 rows each).
-  const std::int64_t out = 200;
+  // 1600 output features: dW is split between the threads too, in blocks of 512 rows, the
+  // last one short.
+  const std::int64_t out = 1600;
   const auto lw = random_floats(out * dim, 8), ly = random_floats(rows * out, 9);
   o.lin.resize(rows * out), o.ldx.assign(x.size(), 0.5f), o.ldw.assign(lw.size(), 0.0f);
   linear_forward(x.data(), lw.data(), o.lin.data(), rows, dim, out);

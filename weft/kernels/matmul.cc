@@ -238,8 +238,16 @@ const float* widened(const BFloat16* x, std::int64_t rows, std::int64_t cols, st
 }
 
 // The fixed blocks the products are cut into, whatever the thread count (below).
-constexpr std::int64_t kRowBlock = 512;      // rows (tokens) of y and dx per product
-constexpr std::int64_t kFeatureBlock = 128;  // rows (output features) of dW per product
+constexpr std::int64_t kRowBlock = 512;  // rows (tokens) of y and dx per product
+// Rows (output features) of dW per product: the tallest of 512, 256 and 128 that still cuts
+// the weight into 4 or more blocks, for two to four threads to share. oneDNN repacks x for
+// every block (its bf16 dW kernel, gemm:jit: 362, 381 and 400 GFLOP/s at 128, 256 and 512 rows
+// on Zen 5). A function of the shape alone, never of the thread count.
+std::int64_t feature_block(std::int64_t out) {
+  for (const std::int64_t block : {512, 256})
+    if (out >= 3 * block + 1) return block;
+  return 128;
+}
 
 // fn(first, end) for the blocks [b * block, (b + 1) * block) of [0, n), the last one shorter,
 // shared among the threads a whole block at a time.
@@ -338,7 +346,7 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
     });
   }
   if (dw == nullptr) return;
-  for_fixed_blocks(out, kFeatureBlock, [&](std::int64_t first, std::int64_t end) {
+  for_fixed_blocks(out, feature_block(out), [&](std::int64_t first, std::int64_t end) {
     gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, 1, dw + first * in, in);
   });
 }
