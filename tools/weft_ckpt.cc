@@ -12,6 +12,8 @@
 // 0 done; 2 a bad command line; 1 the checkpoint is damaged or cannot be used (the message
 // says what).
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "progress_line.h"
 #include "weft/checkpoint/file_io.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/data/tokenizer.h"
@@ -136,6 +139,19 @@ void write_hf_config(const std::string& out, const weft::train::Config& config,
   std::printf("wrote %s\n", path.c_str());
 }
 
+// The progress line's text while consolidating.
+std::string describe_progress(std::uint64_t done, std::uint64_t total, std::int64_t tensors,
+                              std::chrono::steady_clock::time_point start) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char text[128];
+  std::snprintf(text, sizeof(text), "read %.1f of %.1f MB, %lld tensors, %.0f MB/s",
+                static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6,
+                static_cast<long long>(tensors),
+                static_cast<double>(done) / 1e6 / std::max(seconds, 1e-9));
+  return text;
+}
+
 void consolidate(const std::string& given, const std::string& out, const ConsolidateOptions& o) {
   const std::string dir = weft::train::checkpoint_directory(given);
   const ckpt::Manifest m = weft::train::read_manifest(dir);
@@ -164,6 +180,10 @@ void consolidate(const std::string& given, const std::string& out, const Consoli
   ckpt::make_directories(out);
   remove_earlier_output(out);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  weft::tools::ProgressLine progress;
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t done = 0;
+  std::int64_t tensors_done = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     char name[64];
     if (groups.size() == 1) {
@@ -171,19 +191,20 @@ void consolidate(const std::string& given, const std::string& out, const Consoli
     } else {
       std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
     }
-    std::vector<weft::parallel::StatePiece> layout;
-    for (const std::string& tensor : groups[g]) {
-      const weft::Shape& shape = m.tensors.at(tensor).shape;
-      layout.push_back({tensor, shape, std::vector<std::int64_t>(shape.size()), shape});
-    }
-    const std::vector<weft::Tensor> values = weft::train::read_pieces(dir, m, layout);
     std::vector<ckpt::NamedTensor> named;
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      named.push_back(output_tensor(layout[i].name, values[i], config.model, o));
+    for (const std::string& tensor : groups[g]) {  // one at a time, for the progress line
+      const weft::Shape& shape = m.tensors.at(tensor).shape;
+      const weft::Tensor value = weft::train::read_pieces(
+          dir, m, {{tensor, shape, std::vector<std::int64_t>(shape.size()), shape}})[0];
+      named.push_back(output_tensor(tensor, value, config.model, o));
       weight_map[named.back().name] = name;
+      done += bytes_of(m.tensors.at(tensor));
+      progress.update(static_cast<double>(done), static_cast<double>(total),
+                      describe_progress(done, total, ++tensors_done, start));
     }
     ckpt::save_safetensors((fs::path(out) / name).string(), named,
                            {{"format", "pt"}, {"step", std::to_string(m.step)}});
+    progress.finish();
     std::printf("wrote %s (%zu tensors)\n", (fs::path(out) / name).c_str(), named.size());
   }
   if (groups.size() > 1) {

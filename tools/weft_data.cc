@@ -6,7 +6,6 @@
 //
 // Inputs are text files, JSONL (.jsonl, .gz, .zst) and folders of them. Exit codes: 0 done;
 // 2 a bad command line, input or tokenizer; 1 anything else.
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "progress_line.h"
 #include "weft/data/token_shards.h"
 #include "weft/data/tokenize_corpus.h"
 #include "weft/data/tokenizer.h"
@@ -27,34 +27,16 @@ namespace {
 namespace data = weft::data;
 using Clock = std::chrono::steady_clock;
 
-// On a terminal, one line redrawn in place; otherwise (a log file) a line per 10 %.
-class ProgressLine {
- public:
-  ProgressLine() : terminal_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
-  void operator()(const data::TokenizeProgress& p) {
-    const double s = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double share = p.bytes_total > 0 ? static_cast<double>(p.bytes_consumed) /
-                                                 static_cast<double>(p.bytes_total)
-                                           : 1.0;
-    const int tenth = static_cast<int>(share * 10);
-    if (!terminal_ && tenth <= last_tenth_) return;
-    last_tenth_ = tenth;
-    std::fprintf(
-        stderr, "%stokenized %.1f of %.1f MB (%3.0f%%), %lld documents, %lld tokens, %.1f MB/s%s",
-        terminal_ ? "\r" : "", static_cast<double>(p.bytes_consumed) / 1e6,
-        static_cast<double>(p.bytes_total) / 1e6, 100 * share, static_cast<long long>(p.documents),
-        static_cast<long long>(p.tokens),
-        static_cast<double>(p.text_bytes) / 1e6 / std::max(s, 1e-9), terminal_ ? "" : "\n");
-  }
-  void done() {
-    if (terminal_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  bool terminal_;
-  Clock::time_point start_;
-  int last_tenth_ = -1;
-};
+// The tokenizer's progress as the progress line's text.
+std::string describe(const data::TokenizeProgress& p, double seconds) {
+  char text[160];
+  std::snprintf(
+      text, sizeof(text), "tokenized %.1f of %.1f MB, %lld documents, %lld tokens, %.1f MB/s",
+      static_cast<double>(p.bytes_consumed) / 1e6, static_cast<double>(p.bytes_total) / 1e6,
+      static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+      static_cast<double>(p.text_bytes) / 1e6 / std::max(seconds, 1e-9));
+  return text;
+}
 
 void inspect(const std::string& folder) {
   const std::string path = (std::filesystem::path(folder) / "dataset.json").string();
@@ -131,10 +113,15 @@ int main(int argc, char** argv) {
   }
   try {
     if (*tokenize_cmd) {
-      ProgressLine line;
+      weft::tools::ProgressLine line;
       const auto start = Clock::now();
-      const data::TokenizeProgress p = data::tokenize_corpus(o, std::ref(line));
-      line.done();
+      const data::TokenizeProgress p =
+          data::tokenize_corpus(o, [&](const data::TokenizeProgress& now) {
+            const double s = std::chrono::duration<double>(Clock::now() - start).count();
+            line.update(static_cast<double>(now.bytes_consumed),
+                        static_cast<double>(now.bytes_total), describe(now, s));
+          });
+      line.finish();
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       std::printf("wrote %s: %lld documents, %lld tokens from %.1f MB of text in %.1f s\n",
                   o.output.c_str(), static_cast<long long>(p.documents),

@@ -78,7 +78,12 @@ TEST_F(WeftCkptTest, InspectsAndVerifies) {
 }
 
 TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
-  ASSERT_EQ(ckpt("consolidate " + step2() + " " + tmp_.file("hf")).code, 0);
+  const test::Finished whole = ckpt("consolidate " + step2() + " " + tmp_.file("hf"));
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  // Its progress, into a pipe: plain lines, no control codes.
+  EXPECT_THAT(whole.err, HasSubstr(" tensors, "));
+  EXPECT_THAT(whole.err, HasSubstr("(100%)\n"));
+  EXPECT_EQ(whole.err.find_first_of("\r\x1b"), std::string::npos) << whole.err;
   const checkpoint::SafetensorsFile one =
       checkpoint::load_safetensors(tmp_.file("hf/model.safetensors"));
   nn::Llama model(config(4).model);
