@@ -30,8 +30,9 @@
 //   BM_Rope           RoPE over the debug model's q and k, in their fused rows
 //   BM_RmsNorm/t      RMSNorm's forward and SwiGLU's forward and backward at llama_512's
 //   BM_Swiglu/t       shapes (2048 rows of 512; of 2 x 1408), writing float32 (t = 0), the
-//                     bfloat16 the products read in mixed precision (t = 1), or float32 then
-//                     rounded to bfloat16 in a second pass (t = 2)
+//                     bfloat16 the products read in mixed precision, from w1|w3's bfloat16
+//                     output (t = 1), or float32 then rounded to bfloat16 in a second pass
+//                     (t = 2)
 //
 //   build/release/bench/bench_compute --benchmark_repetitions=3
 //   --benchmark_report_aggregates_only=true
@@ -412,6 +413,7 @@ void BM_Swiglu(benchmark::State& state) {
   const auto ab = random_floats(kLlamaRows * 2 * kLlamaHidden, 1),
              dh = random_floats(kLlamaRows * kLlamaHidden, 2);
   std::vector<float> h(dh.size()), ab_work, dh_work;
+  const std::vector<weft::BFloat16> ab16(ab.begin(), ab.end());  // w1|w3's bf16 output
   std::vector<weft::BFloat16> h16(dh.size());
   const bool bf16 = state.range(0) == 1;
   for (auto _ : state) {
@@ -421,10 +423,11 @@ void BM_Swiglu(benchmark::State& state) {
     state.ResumeTiming();
     float* a = ab_work.data();
     if (bf16) {
-      weft::kernels::swiglu_forward(a, a + kLlamaHidden, h16.data(), kLlamaRows, kLlamaHidden,
+      const weft::BFloat16* a16 = ab16.data();
+      weft::kernels::swiglu_forward(a16, a16 + kLlamaHidden, h16.data(), kLlamaRows, kLlamaHidden,
                                     2 * kLlamaHidden);
       benchmark::DoNotOptimize(weft::kernels::swiglu_backward_bf16(
-          dh_work.data(), a, a + kLlamaHidden, kLlamaRows, kLlamaHidden, 2 * kLlamaHidden));
+          dh_work.data(), a16, a16 + kLlamaHidden, kLlamaRows, kLlamaHidden, 2 * kLlamaHidden));
     } else {
       weft::kernels::swiglu_forward(a, a + kLlamaHidden, h.data(), kLlamaRows, kLlamaHidden,
                                     2 * kLlamaHidden);

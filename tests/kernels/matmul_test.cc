@@ -142,6 +142,13 @@ TEST(MatmulTest, BFloat16ProductsRoundTheFloat32Weight) {
     for (std::size_t i = 0; i < dx.size(); ++i)
       ASSERT_NEAR(dx[i], dx_want[i], 1e-5 * out * (1 + std::abs(dx_want[i]))) << i;
   }
+  // Written as bfloat16: the float32 sums rounded, so within half a bf16 step of them.
+  std::vector<float> y(rows * out);
+  std::vector<BFloat16> y16(rows * out);
+  linear_forward(x.data(), w.data(), y.data(), rows, in, out);
+  linear_forward(x.data(), w.data(), y16.data(), rows, in, out);
+  for (std::size_t i = 0; i < y.size(); ++i)
+    ASSERT_NEAR(float(y16[i]), y[i], std::abs(y[i]) / 256 + 1e-30) << i;
 }
 
 int process_threads() {

@@ -239,12 +239,12 @@ TEST(MixedPrecisionTest, LlamaFollowsFloat32) {
     }
   }
   EXPECT_NE(losses[0], losses[1]);  // the products did run in bf16
-  // Per block 2 norm outputs of dim, SwiGLU's of hidden, the q|k|v rows and attention's output
-  // (dim), at 2 bytes instead of 4.
+  // Per block 2 norm outputs of dim, w1|w3's of 2 hidden, SwiGLU's of hidden, the q|k|v rows
+  // and attention's output (dim), at 2 bytes instead of 4.
   const LlamaConfig c = tiny();
   const std::int64_t qkv = (c.n_heads + 2 * c.kv_heads()) * (c.dim / c.n_heads);
   EXPECT_EQ(activations[0] - activations[1],
-            c.n_layers * 3 * 8 * (3 * c.dim + c.hidden_dim() + qkv) * 2);
+            c.n_layers * 3 * 8 * (3 * c.dim + 3 * c.hidden_dim() + qkv) * 2);
   EXPECT_NEAR(losses[1], losses[0], 1e-2 * losses[0]);
   for (std::size_t p = 0; p < grads[0].size(); ++p) {
     double norm = 0, diff = 0;

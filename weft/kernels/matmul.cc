@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <type_traits>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -56,6 +57,7 @@ struct ProductKey {
   float alpha, beta;
   // B read in the layout oneDNN picks for this product (packed by pack_weight), not as stored.
   bool packed_b = false;
+  bool bf16_c = false;  // C written as bfloat16 (rounded to nearest even), not float32
   auto operator<=>(const ProductKey&) const = default;
 };
 
@@ -91,7 +93,8 @@ Product make_product(const ProductKey& key) {
   const memory::desc a = matrix(key.m, key.k, key.lda, key.trans_a, type);
   const memory::desc b = key.packed_b ? memory::desc({key.k, key.n}, type, memory::format_tag::any)
                                       : matrix(key.k, key.n, key.ldb, key.trans_b, type);
-  const memory::desc c = matrix(key.m, key.n, key.ldc, false, memory::data_type::f32);
+  const memory::desc c = matrix(key.m, key.n, key.ldc, false,
+                                key.bf16_c ? memory::data_type::bf16 : memory::data_type::f32);
   dnnl::primitive_attr attr;
   // oneDNN would otherwise allocate the products' scratch space call by call (and the kernel
   // zero fresh pages for it); each thread lends its own buffer instead (scratch below).
@@ -155,9 +158,10 @@ dnnl::stream& this_thread_stream() {
   return stream;
 }
 
-void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) {
+void onednn_gemm(const ProductKey& key, const void* a, const void* b, void* out) {
   if (key.m == 0 || key.n == 0) return;
-  if (key.k == 0) {  // no terms: C = beta * C, which oneDNN does not run
+  if (key.k == 0) {  // no terms: C = beta * C, which oneDNN does not run (float32 C only)
+    auto* c = static_cast<float*>(out);
     for (std::int64_t i = 0; i < key.m; ++i)
       for (std::int64_t j = 0; j < key.n; ++j)
         c[i * key.ldc + j] = key.beta == 0 ? 0 : key.beta * c[i * key.ldc + j];
@@ -169,7 +173,7 @@ void onednn_gemm(const ProductKey& key, const void* a, const void* b, float* c) 
     Product& p = product(key);
     p.a.set_data_handle(const_cast<void*>(a));
     p.b.set_data_handle(const_cast<void*>(b));
-    p.c.set_data_handle(c);
+    p.c.set_data_handle(out);
     p.scratch.set_data_handle(scratch(p.scratch.get_desc().get_size()));
     p.matmul.execute(stream, {{DNNL_ARG_SRC, p.a},
                               {DNNL_ARG_WEIGHTS, p.b},
@@ -353,24 +357,36 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
 
 namespace {
 
-// C[rows, n] = A[rows, k] op(W), or C += that with beta 1, op(W) a float32 weight (W^T with
-// trans_w) rounded to bfloat16: packed once for the call, in oneDNN's layout for the blocks'
-// products, and read by all of them. The blocks are linear_forward's (kRowBlock rows).
-void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, float* c, std::int64_t rows,
+// C[rows, n] = A[rows, k] op(W), or C += that with beta 1 (C float32), op(W) a float32 weight
+// (W^T with trans_w) rounded to bfloat16: packed once for the call, in oneDNN's layout for the
+// blocks' products, and read by all of them. The blocks are linear_forward's (kRowBlock rows).
+// C is float32, or bfloat16 rounded from the float32 sums.
+template <class C>
+void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, C* c, std::int64_t rows,
                        std::int64_t n, std::int64_t k, float beta) {
+  constexpr bool bf16_c = std::is_same_v<C, BFloat16>;
   if (rows == 0 || n == 0) return;
   if (!bf16_native() || k == 0) {  // emulated products widen again: no packing to do
     thread_local std::vector<BFloat16> w16;
     w16.resize(static_cast<std::size_t>(n * k));
     to_bfloat16_threaded(w, w16.data(), n * k);
     for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+      thread_local std::vector<float> sums;
+      float* block = reinterpret_cast<float*>(c + first * n);
+      if constexpr (bf16_c) {
+        sums.resize(static_cast<std::size_t>((end - first) * n));
+        block = sums.data();
+      }
       gemm<BFloat16>(false, trans_w, end - first, n, k, 1, a + first * k, k, w16.data(),
-                     trans_w ? k : n, beta, c + first * n, n);
+                     trans_w ? k : n, beta, block, n);
+      if constexpr (bf16_c) to_bfloat16(block, c + first * n, (end - first) * n);
     });
     return;
   }
   auto key = [&](std::int64_t m) {
-    return ProductKey{false, trans_w, true, m, n, k, k, trans_w ? k : n, n, 1, beta, true};
+    ProductKey product{false, trans_w, true, m, n, k, k, trans_w ? k : n, n, 1, beta, true};
+    product.bf16_c = bf16_c;
+    return product;
   };
   const std::int64_t full = std::min(rows, kRowBlock), tail = rows % kRowBlock;
   const void* packed_full = pack_weight(key(full), w, 0);
@@ -390,6 +406,11 @@ void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, float* c
 void linear_forward(const BFloat16* x, const float* w, float* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate) {
   rows_times_weight(x, w, /*trans_w=*/true, y, rows, out, in, accumulate ? 1 : 0);
+}
+
+void linear_forward(const BFloat16* x, const float* w, BFloat16* y, std::int64_t rows,
+                    std::int64_t in, std::int64_t out) {
+  rows_times_weight(x, w, /*trans_w=*/true, y, rows, out, in, 0);
 }
 
 void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::int64_t rows,

@@ -64,6 +64,10 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
 // call, the largest it needed.
 void linear_forward(const BFloat16* x, const float* w, float* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate = false);
+// The same product written as bfloat16, each element the float32 sum rounded to nearest even,
+// for an output that only bf16 readers take (SwiGLU's input): half the bytes.
+void linear_forward(const BFloat16* x, const float* w, BFloat16* y, std::int64_t rows,
+                    std::int64_t in, std::int64_t out);
 void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::int64_t rows,
                            std::int64_t in, std::int64_t out, bool accumulate_dx = false);
 

@@ -20,15 +20,16 @@ template <class T>
 void swiglu_backward(const T* dh, T* a, T* b, std::int64_t rows, std::int64_t cols,
                      std::int64_t ab_stride);
 
-// Mixed precision (the products read bfloat16): float32 a and b in, computed in float32, h
-// written as bfloat16 (rounded to nearest even) for the product that reads it.
-void swiglu_forward(const float* a, const float* b, BFloat16* h, std::int64_t rows,
+// Mixed precision (the products read and write bfloat16): a and b bfloat16 (w1|w3's output),
+// computed in float32, h written as bfloat16 (rounded to nearest even) for the product that
+// reads it.
+void swiglu_forward(const BFloat16* a, const BFloat16* b, BFloat16* h, std::int64_t rows,
                     std::int64_t cols, std::int64_t ab_stride);
 // Its backward: dh [rows, cols] float32 is replaced by the gradients of a and b as bfloat16
 // rows [da | db] of 2 * cols, in dh's own bytes (such a row is the size of one of dh's), for
 // the product that reads them; a and b are left as they are. Returns dh's bytes as that
 // [rows, 2 * cols] bfloat16 array.
-BFloat16* swiglu_backward_bf16(float* dh, const float* a, const float* b, std::int64_t rows,
+BFloat16* swiglu_backward_bf16(float* dh, const BFloat16* a, const BFloat16* b, std::int64_t rows,
                                std::int64_t cols, std::int64_t ab_stride);
 
 // n contiguous elements.

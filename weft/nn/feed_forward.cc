@@ -15,19 +15,23 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
     params.at(prefix + part_name).product_operand = true;
 }
 
-// In mixed precision SwiGLU writes its output, and its backward the gradient of w1|w3's output,
-// as bfloat16 for the products that read them: neither is made again from float32.
+// In mixed precision w1|w3's product writes its output as bfloat16 (as PyTorch's autocast
+// does), SwiGLU its output, and its backward the gradient of w1|w3's output: the products read
+// them as they are, and SwiGLU reads half the bytes.
 template <ProductOperand X>
 void FeedForward::forward(const X* x, float* out, std::int64_t rows, bool accumulate) {
-  float* ab = ensure(ab_, {rows, 2 * hidden_});
-  ensure_operand(g_, {rows, hidden_});
-  w13_.forward(x, ab, rows);
-  if (g_.dtype() == DType::kBFloat16) {
-    kernels::swiglu_forward(ab, ab + hidden_, g_.data<BFloat16>(), rows, hidden_, 2 * hidden_);
-    w2_.forward(g_.data<BFloat16>(), out, rows, accumulate);
+  if (matmul_dtype() == DType::kBFloat16) {
+    BFloat16* ab = ensure_bf16(ab_, {rows, 2 * hidden_});
+    BFloat16* g = ensure_bf16(g_, {rows, hidden_});
+    w13_.forward(x, ab, rows);
+    kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
+    w2_.forward(g, out, rows, accumulate);
   } else {
-    kernels::swiglu_forward(ab, ab + hidden_, g_.data<float>(), rows, hidden_, 2 * hidden_);
-    w2_.forward(g_.data<float>(), out, rows, accumulate);
+    float* ab = ensure(ab_, {rows, 2 * hidden_});
+    float* g = ensure(g_, {rows, hidden_});
+    w13_.forward(x, ab, rows);
+    kernels::swiglu_forward(ab, ab + hidden_, g, rows, hidden_, 2 * hidden_);
+    w2_.forward(g, out, rows, accumulate);
   }
 }
 
@@ -44,8 +48,9 @@ void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows
   if (g_.dtype() == DType::kBFloat16) {
     w2_backward(dout, g_.data<BFloat16>(), dg, rows, deferred);
     // dg_ becomes the bfloat16 gradient of w1|w3's output; ab_ is left as it is.
-    const BFloat16* dab = kernels::swiglu_backward_bf16(
-        dg, ab_.data<float>(), ab_.data<float>() + hidden_, rows, hidden_, 2 * hidden_);
+    const BFloat16* ab = ab_.data<BFloat16>();
+    const BFloat16* dab =
+        kernels::swiglu_backward_bf16(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);
     w13_.backward_input(dab, dx, rows);
   } else {
     w2_backward(dout, g_.data<float>(), dg, rows, deferred);

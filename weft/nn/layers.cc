@@ -110,6 +110,12 @@ void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) c
   kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput), w, y, rows, in_, out_, accumulate);
 }
 
+template <ProductOperand X>
+void Linear::forward(const X* x, BFloat16* y, std::int64_t rows) const {
+  kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput), weight_.value.data<float>(), y,
+                          rows, in_, out_);
+}
+
 // In bfloat16, dy is made bfloat16 once for both halves.
 template <ProductOperand Dy, ProductOperand X>
 void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bool accumulate_dx) {
@@ -212,6 +218,8 @@ WEFT_LINEAR_OPERANDS(BFloat16, BFloat16)
 #undef WEFT_LINEAR_OPERANDS
 template void Linear::forward<float>(const float*, float*, std::int64_t, bool) const;
 template void Linear::forward<BFloat16>(const BFloat16*, float*, std::int64_t, bool) const;
+template void Linear::forward<float>(const float*, BFloat16*, std::int64_t) const;
+template void Linear::forward<BFloat16>(const BFloat16*, BFloat16*, std::int64_t) const;
 template void Linear::backward_input<float>(const float*, float*, std::int64_t) const;
 template void Linear::backward_input<BFloat16>(const BFloat16*, float*, std::int64_t) const;
 

@@ -87,6 +87,10 @@ class Linear {
   // y[rows, out] = x[rows, in] W^T, or y += x W^T when accumulate.
   template <ProductOperand X>
   void forward(const X* x, float* y, std::int64_t rows, bool accumulate = false) const;
+  // Mixed precision: y written as bfloat16, the float32 sums rounded (an output that only
+  // bfloat16 readers take).
+  template <ProductOperand X>
+  void forward(const X* x, BFloat16* y, std::int64_t rows) const;
   // dx[rows, in] = dy W (skipped when dx is null; accumulated when accumulate_dx), dW += dy^T x.
   template <ProductOperand Dy, ProductOperand X>
   void backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bool accumulate_dx = false);

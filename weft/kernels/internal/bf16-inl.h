@@ -7,8 +7,8 @@
 // bfloat16 truncates on some targets. A NaN stays a quiet NaN (the add could carry one into
 // the infinities).
 //
-// StoreAs(d, v, p) stores float32 lanes to float or to bfloat16 bits, so that one kernel body
-// writes either.
+// StoreAs(d, v, p) stores float32 lanes to float or to bfloat16 bits, and LoadAs(d, p) loads
+// them from either, so that one kernel body reads and writes both.
 
 #if defined(WEFT_KERNELS_INTERNAL_BF16_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef WEFT_KERNELS_INTERNAL_BF16_INL_H_
@@ -48,6 +48,17 @@ HWY_INLINE hn::Vec<D> LoadBF16(D d, const std::uint16_t* HWY_RESTRICT p) {
   const hn::RebindToUnsigned<D> du;
   const auto half = hn::LoadU(hn::Rebind<std::uint16_t, D>(), p);
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, half)));
+}
+
+// Lanes from T (float, double) or float32 lanes from bfloat16 bits, so that one kernel body
+// reads either.
+template <class D, class T>
+HWY_INLINE hn::Vec<D> LoadAs(D d, const T* HWY_RESTRICT p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadAs(D d, const std::uint16_t* HWY_RESTRICT p) {
+  return LoadBF16(d, p);
 }
 
 template <class D, class V, class T>
