@@ -260,9 +260,18 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
                      "--checkpoint.enable false " + pp +
                          "--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
                one, kTolerance, "pp-2 Interleaved1F1B");
-  expect_close(train("pp-2xtp-2", 4,
-                     "--checkpoint.enable false " + pp + "--parallelism.tensor_parallel_degree 2"),
-               one, kTolerance, "pp-2 x tp-2 1F1B");
+  const std::string pp_tp = train(
+      "pp-2xtp-2", 4, "--checkpoint.enable false " + pp + "--parallelism.tensor_parallel_degree 2");
+  expect_close(pp_tp, one, kTolerance, "pp-2 x tp-2 1F1B");
+  // The last step's timeline as it ran, for weft-report: both stages' rows, every action.
+  std::ifstream metrics(pp_tp);
+  std::string svg;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("pipeline_timeline_svg")) svg = j["pipeline_timeline_svg"];
+  }
+  EXPECT_THAT(svg, testing::HasSubstr("measured: 1F1B, 2 ranks, 4 micro-batches"));
+  EXPECT_THAT(svg, testing::HasSubstr(">rank 1<"));
   // Every rank's idle share, with its stage rank: ranks 0 and 1 hold stage 0 (tp 2).
   std::ifstream log(dir_ / "pp-2xtp-2.log");
   const std::string printed{std::istreambuf_iterator<char>(log), {}};

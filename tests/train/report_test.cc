@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "weft/base/error.h"
@@ -61,6 +62,30 @@ TEST(ReportTest, NamesTheLineThatIsNotAMetricsRecord) {
   const auto bad_type = write_file("report_type.jsonl", "{\"step\":1,\"loss\":\"low\"}\n");
   EXPECT_THROW(read_metrics(bad_type), InvalidArgument);
   EXPECT_THROW(read_metrics("/nonexistent/metrics.jsonl"), SystemError);
+}
+
+// A pipeline run's timeline goes into the page as an image (base64 in a data: URI, so that
+// the page stays one file and nothing in a metrics file runs in it) and beside it as a file.
+TEST(ReportTest, ShowsThePipelineTimelineAsAnImage) {
+  const std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\"><text>F0</text></svg>\n";
+  const auto path = write_file(
+      "report_pipeline.jsonl",
+      "{\"step\":1,\"loss\":4.0}\n" + nlohmann::json{{"pipeline_timeline_svg", svg}}.dump() + "\n");
+  const RunMetrics run = read_metrics(path);
+  EXPECT_EQ(run.pipeline_svg, svg);
+  const auto folder = std::filesystem::temp_directory_path() / "report_pipeline";
+  std::filesystem::remove_all(folder);
+  const std::string page = write_report({run}, folder.string());
+  std::ifstream in(page);
+  const std::string html{std::istreambuf_iterator<char>(in), {}};
+  // "<svg xmlns=" in base64, at the start of the URI's data.
+  EXPECT_NE(html.find("src=\"data:image/svg+xml;base64,PHN2ZyB4bWxucz0i"), std::string::npos);
+  EXPECT_EQ(html.find("<text>F0</text>"), std::string::npos);
+  std::ifstream file(folder / "pipeline.svg");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(file), {}), svg);
+  const auto bad = write_file("report_pipeline_bad.jsonl",
+                              "{\"pipeline_timeline_svg\":\"<script>x</script>\"}\n");
+  EXPECT_THROW(read_metrics(bad), InvalidArgument);
 }
 
 // Each run is one polyline with every point it logged; names are escaped in the page.

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
 #include "weft/parallel/context_parallel.h"
 #include "weft/parallel/ddp.h"
 #include "weft/parallel/pipeline.h"
+#include "weft/parallel/pipeline_picture.h"
 #include "weft/parallel/tensor_parallel.h"
 #include "weft/parallel/timed.h"
 
@@ -568,6 +570,77 @@ class Parallelized : public ParallelModel {
       text += line;
     }
     return text;
+  }
+
+  std::string pipeline_timeline_svg() const override {
+    if (!pipeline_) return "";
+    const auto& times = pipeline_->last_step_actions();
+    // Rows of equal length for the gather: pp rank, action count, then (start, end) pairs.
+    std::vector<std::int64_t> longest{static_cast<std::int64_t>(times.size())};
+    mesh_->world().all_reduce(longest, dist::ReduceOp::kMax);
+    const std::size_t n = 2 + 2 * static_cast<std::size_t>(longest[0]);
+    std::vector<double> mine(n, 0.0), all(n * static_cast<std::size_t>(mesh_->world().size()));
+    mine[0] = pp_->rank();
+    mine[1] = static_cast<double>(times.size());
+    for (std::size_t i = 0; i < times.size(); ++i) {
+      mine[2 + 2 * i] = times[i].start;
+      mine[3 + 2 * i] = times[i].end;
+    }
+    mesh_->world().all_gather(all, mine);
+    const Schedule& schedule = pipeline_->schedule();
+    const auto ranks = static_cast<std::size_t>(schedule.ranks);
+    Simulation ran;
+    ran.start.resize(ranks);
+    ran.end.resize(ranks);
+    double origin = std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r * n < all.size(); ++r) {
+      if (!same_pipeline(0, r)) continue;
+      const double* v = &all[r * n];
+      const auto p = static_cast<std::size_t>(v[0]);
+      const auto count = static_cast<std::size_t>(v[1]);
+      if (count != schedule.actions[p].size()) return "";  // no step run yet
+      for (std::size_t i = 0; i < count; ++i) {
+        ran.start[p].push_back(v[2 + 2 * i]);
+        ran.end[p].push_back(v[3 + 2 * i]);
+        origin = std::min(origin, v[2 + 2 * i]);
+      }
+    }
+    // In units of the mean forward, as the simulated pictures are (a forward costs 1 there).
+    double forwards = 0, forward_seconds = 0;
+    for (std::size_t p = 0; p < ranks; ++p) {
+      for (std::size_t i = 0; i < ran.start[p].size(); ++i) {
+        if (schedule.actions[p][i].kind != ActionKind::kForward) continue;
+        forwards += 1;
+        forward_seconds += ran.end[p][i] - ran.start[p][i];
+      }
+    }
+    const double unit = forwards > 0 && forward_seconds > 0 ? forward_seconds / forwards : 1.0;
+    ran.finish.assign(ranks, 0.0);
+    ran.busy.assign(ranks, 0.0);
+    for (std::size_t p = 0; p < ranks; ++p) {
+      for (std::size_t i = 0; i < ran.start[p].size(); ++i) {
+        ran.start[p][i] = (ran.start[p][i] - origin) / unit;
+        ran.end[p][i] = (ran.end[p][i] - origin) / unit;
+        ran.busy[p] += ran.end[p][i] - ran.start[p][i];
+        ran.finish[p] = std::max(ran.finish[p], ran.end[p][i]);
+      }
+      ran.makespan = std::max(ran.makespan, ran.finish[p]);
+    }
+    double busy = 0;
+    for (std::size_t p = 0; p < ranks; ++p) {
+      ran.idle_fraction.push_back(ran.makespan > 0 ? 1 - ran.busy[p] / ran.makespan : 0.0);
+      busy += ran.busy[p];
+    }
+    ran.bubble_fraction =
+        ran.makespan > 0 ? 1 - busy / (static_cast<double>(ranks) * ran.makespan) : 0.0;
+    const std::string name =
+        options_.pipeline.schedule_csv.empty() ? options_.pipeline.schedule : "CSV schedule";
+    char forward[64];
+    std::snprintf(forward, sizeof(forward), "; time in forwards of %.1f ms", 1e3 * unit);
+    const std::string title = "measured: " + name + ", " + std::to_string(ranks) + " ranks, " +
+                              std::to_string(schedule.microbatches) + " micro-batches, last step" +
+                              forward;
+    return timeline_svg(schedule, ran, title);
   }
 
   // Whether world ranks a and b are stages of one pipeline (coordinates equal but for pp).

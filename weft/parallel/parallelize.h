@@ -159,6 +159,10 @@ class ParallelModel {
   // each rank's pipeline idle share. Collective at the end (every rank calls it; the lines
   // are the same on each).
   virtual std::vector<std::string> describe(bool with_peaks) const = 0;
+  // The latest step of the pipeline that holds world rank 0 as it ran: an SVG document
+  // (pipeline_picture.h's picture, each action where it computed, on the steady clock that
+  // the ranks of one host share); empty without pipeline parallelism. Collective.
+  virtual std::string pipeline_timeline_svg() const = 0;
 };
 
 // Applies the strategies `options` names to `model` over `mesh` (null: one process, no

@@ -18,6 +18,10 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+double seconds_of(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 // The tag of a transfer into `stage` (its input activations, or its output's gradient) of
 // `microbatch`: each link carries one direction, so (stage, micro-batch) identifies it.
 int tag_of(int stage, int microbatch, int microbatches) {
@@ -237,17 +241,15 @@ double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::
   targets_ = targets;
   loss_scale_ = loss_scale / m;
   loss_sum_ = 0;
-  const auto seconds = [] {
-    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  };
   double busy = 0;
   for (double s : seconds_) busy -= s;
-  const double start = seconds();
+  const double start = seconds_of(Clock::now());
+  last_step_actions_.clear();
   for (const Action& a : lowered_.actions[static_cast<std::size_t>(pp_.rank())]) run(a);
   if (weights_final_ && splits_backward_) weights_final_();
   finish_sends();
   for (double s : seconds_) busy += s;
-  step_times_.push_back({start, seconds(), busy});
+  step_times_.push_back({start, seconds_of(Clock::now()), busy});
   return loss_sum_ / m;
 }
 
@@ -280,9 +282,13 @@ void PipelineRuntime::run(const Action& action) {
     default:
       backward(action);
   }
-  // Waits for transfers are counted apart (wait()), so this is the action's compute.
+  // Waits for transfers are counted apart (wait()), so this is the action's compute; the
+  // timeline shows the action from the end of its waits.
   const auto k = static_cast<std::size_t>(action.kind);
-  seconds_[k] += since(start) - waited_in_action_;
+  const double took = since(start), computed = took - waited_in_action_;
+  const double began = seconds_of(start) + waited_in_action_;
+  last_step_actions_.push_back({began, began + computed});
+  seconds_[k] += computed;
   ++counts_[k];
   waited_in_action_ = 0;
 }

@@ -93,6 +93,12 @@ class PipelineRuntime {
     double start, end, busy;
   };
   const std::vector<StepTimes>& step_times() const { return step_times_; }
+  // The latest forward_backward's compute actions, in the order of schedule().actions[rank]:
+  // when each started computing (after its waits for transfers) and ended, on that clock.
+  struct ActionTimes {
+    double start, end;
+  };
+  const std::vector<ActionTimes>& last_step_actions() const { return last_step_actions_; }
   // This rank's mean seconds per F, I, W and full B so far (0 for a kind not run yet): with
   // every pipeline rank's, what simulate() needs to give the idle share the schedule should
   // have with the stages' measured work.
@@ -144,6 +150,7 @@ class PipelineRuntime {
   std::int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
   double wait_seconds_ = 0, waited_in_action_ = 0;
   std::vector<StepTimes> step_times_;
+  std::vector<ActionTimes> last_step_actions_;
   // [ActionKind]: compute seconds and count of every F, B, I and W run.
   std::array<double, 4> seconds_{};
   std::array<std::int64_t, 4> counts_{};

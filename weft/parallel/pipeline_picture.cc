@@ -1,5 +1,6 @@
 #include "weft/parallel/pipeline_picture.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "weft/base/error.h"
@@ -59,7 +60,9 @@ std::string timeline_svg(const Schedule& schedule, const Simulation& simulation,
                          std::string_view title) {
   if (simulation.start.size() != schedule.actions.size())
     throw InvalidArgument("timeline_svg: the simulation is of another schedule");
-  const double width = kLeft + simulation.makespan * kUnit + 16;
+  // Wide enough for the boxes and for the title (about 7 pixels a character at 13 pixels).
+  const double width = std::max(kLeft + simulation.makespan * kUnit + 16,
+                                8 + 7.0 * static_cast<double>(title.size() + 16));
   const double height = kTop + schedule.ranks * kRow + 8;
   char head[512];
   std::snprintf(head, sizeof(head),

@@ -158,6 +158,11 @@ void MetricsLogger::progress(std::int64_t steps_done, double seconds_per_step, d
   bar_shown_ = true;
 }
 
+void MetricsLogger::log_pipeline_timeline(const std::string& svg) {
+  if (jsonl_.is_open())
+    jsonl_ << nlohmann::json{{"pipeline_timeline_svg", svg}}.dump() << std::endl;
+}
+
 void MetricsLogger::log_summary(const RunSummary& s) {
   clear_bar();
   char text[160];

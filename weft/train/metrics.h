@@ -70,6 +70,8 @@ class MetricsLogger {
   void progress(std::int64_t steps_done, double seconds_per_step, double loss);
   // "done: steps 1-300 in 0:06:12, ...", and a {"summary": {...}} record in the JSON lines.
   void log_summary(const RunSummary& s);
+  // The latest step's pipeline timeline (an SVG document), for weft-report: the JSON lines only.
+  void log_pipeline_timeline(const std::string& svg);
   void finish();
 
  private:

@@ -57,6 +57,12 @@ void read_record(const json& r, const std::string& where, RunMetrics& run) {
     run.summary = summary_of(*it, where);
     return;
   }
+  if (const auto it = r.find("pipeline_timeline_svg"); it != r.end()) {
+    if (!it->is_string() || it->get<std::string>().rfind("<svg", 0) != 0)
+      throw InvalidArgument(where + ": \"pipeline_timeline_svg\" is not an SVG document");
+    run.pipeline_svg = it->get<std::string>();
+    return;
+  }
   if (const auto it = r.find("config"); it != r.end()) {
     if (!it->is_string()) throw InvalidArgument(where + ": \"config\" is not a string");
     run.config_toml = it->get<std::string>();
@@ -265,6 +271,31 @@ std::string render_svg(const Chart& chart) {
   return s + "</svg>\n";
 }
 
+namespace {
+
+// Where run i's pipeline timeline goes beside the page.
+std::string pipeline_file(const std::vector<RunMetrics>& runs, std::size_t i) {
+  return runs.size() == 1 ? "pipeline.svg" : "pipeline-" + std::to_string(i + 1) + ".svg";
+}
+
+// RFC 4648 base64, for a data: URI.
+std::string base64(const std::string& bytes) {
+  static constexpr char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k)
+      v = (v << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kDigits[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string render_html(const std::vector<RunMetrics>& runs) {
   std::string h =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>weft run "
@@ -292,6 +323,14 @@ std::string render_html(const std::vector<RunMetrics>& runs) {
   for (const Chart& c : charts_of(runs))
     h += "<figure id=\"" + c.file.substr(0, c.file.size() - 4) + "\">" + render_svg(c) +
          "</figure>\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].pipeline_svg.empty()) continue;
+    h += "<figure id=\"" + pipeline_file(runs, i).substr(0, pipeline_file(runs, i).size() - 4) +
+         "\"><figcaption>pipeline timeline of " + escape(runs[i].name) +
+         " (its last step, as it ran)</figcaption><img style=\"max-width:100%\" alt=\"pipeline "
+         "timeline\" src=\"data:image/svg+xml;base64," +
+         base64(runs[i].pipeline_svg) + "\"></figure>\n";
+  }
   for (const RunMetrics& r : runs) {
     if (r.config_toml.empty()) continue;
     h += "<details><summary>config of " + escape(r.name) + "</summary><pre>" +
@@ -308,6 +347,8 @@ std::string write_report(const std::vector<RunMetrics>& runs, const std::string&
     return path;
   };
   for (const Chart& c : charts_of(runs)) write(c.file, render_svg(c));
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (!runs[i].pipeline_svg.empty()) write(pipeline_file(runs, i), runs[i].pipeline_svg);
   return write("index.html", render_html(runs));
 }
 

@@ -21,6 +21,7 @@ struct RunMetrics {
   std::map<std::int64_t, double> communication_percent;         // rank 0's share of a step
   std::vector<std::pair<std::string, std::string>> summary;     // key, value as printed
   std::string config_toml;                                      // empty when not recorded
+  std::string pipeline_svg;  // the latest step's pipeline timeline as it ran; empty: none
 };
 
 // Reads a metrics file. Records it does not know are skipped (a newer weft's); a line that is
@@ -41,9 +42,11 @@ std::vector<Chart> charts_of(const std::vector<RunMetrics>& runs);
 // A chart as a standalone SVG document: axes with ticks, one polyline a series (its points
 // also in data-points="N"), a legend.
 std::string render_svg(const Chart& chart);
-// The page: a summary table, every chart inline, each run's config.
+// The page: a summary table, every chart inline, each run's pipeline timeline (an image, so
+// that nothing in a metrics file runs as part of the page), each run's config.
 std::string render_html(const std::vector<RunMetrics>& runs);
-// index.html and one SVG file a chart into `folder` (made if missing); the page's path.
+// index.html and one SVG file a chart into `folder` (made if missing), and the pipeline
+// timelines (pipeline.svg, or pipeline-K.svg for the K-th run of several); the page's path.
 std::string write_report(const std::vector<RunMetrics>& runs, const std::string& folder);
 
 }  // namespace weft::train

@@ -489,6 +489,8 @@ void Trainer::run_until(std::int64_t stop) {
   checkpointer_->finish();
   metrics_->finish();
   log_parallelism(true);
+  const std::string timeline = parallel_->pipeline_timeline_svg();  // collective
+  if (!timeline.empty()) metrics_->log_pipeline_timeline(timeline);
   if (state_.step >= first) {
     summarize(first, std::chrono::duration<double>(Clock::now() - began).count(),
               step_seconds_ - steps_seconds, step_communication_ - steps_communication);
