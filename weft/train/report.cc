@@ -124,19 +124,27 @@ const char* colour(std::size_t i) {
   return palette[i % 10];
 }
 
-// Tick values: about `count` round numbers (1, 2 or 5 times a power of ten apart) over [lo, hi].
-std::vector<double> ticks(double lo, double hi, int count) {
+// The distance between ticks: about `count` of them over [lo, hi], 1, 2 or 5 times a power of
+// ten apart, at least min_step (1 for steps: no tick between two steps).
+double tick_step(double lo, double hi, int count, double min_step) {
   const double raw = (hi - lo) / count, power = std::pow(10, std::floor(std::log10(raw)));
   const double step = raw / power < 1.5 ? power : raw / power < 3.5 ? 2 * power : 5 * power;
+  return std::max(step, min_step);
+}
+
+std::vector<double> ticks(double lo, double hi, double step) {
   std::vector<double> out;
   for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push_back(v);
   return out;
 }
 
-std::string tick_label(double v) {
-  if (std::abs(v) >= 10000) return fixed(v / 1000, 0) + "k";
-  if (v == std::floor(v)) return fixed(v, 0);
-  return fixed(v, std::abs(v) < 0.1 ? 3 : 2);
+// v with as many decimals as ticks `step` apart need to differ (thousands as "k" from 10,000).
+std::string tick_label(double v, double step) {
+  const auto decimals = [](double unit) {
+    return std::clamp(static_cast<int>(-std::floor(std::log10(unit) + 1e-9)), 0, 6);
+  };
+  if (std::abs(v) >= 10000) return fixed(v / 1000, decimals(step / 1000)) + "k";
+  return fixed(v, decimals(step));
 }
 
 // One legend entry at x on the title's line; where the next one goes.
@@ -231,18 +239,19 @@ std::string render_svg(const Chart& chart) {
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"" + fixed(kLeft, 0) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" +
        escape(chart.title) + "</text>\n";
-  for (double t : ticks(y_lo, y_hi, 5)) {
+  const double y_step = tick_step(y_lo, y_hi, 5, 0), x_step = tick_step(x_lo, x_hi, 6, 1);
+  for (double t : ticks(y_lo, y_hi, y_step)) {
     const std::string y = fixed(y_at(t), 1);
     s += "<line x1=\"" + fixed(kLeft, 0) + "\" x2=\"" + fixed(kWidth - kRight, 0) + "\" y1=\"" + y +
          "\" y2=\"" + y + "\" stroke=\"#ddd\"/><text x=\"" + fixed(kLeft - 6, 0) + "\" y=\"" + y +
-         "\" dy=\"4\" text-anchor=\"end\">" + tick_label(t) + "</text>\n";
+         "\" dy=\"4\" text-anchor=\"end\">" + tick_label(t, y_step) + "</text>\n";
   }
-  for (double t : ticks(x_lo, x_hi, 6)) {
+  for (double t : ticks(x_lo, x_hi, x_step)) {
     const std::string x = fixed(x_at(t), 1);
     s += "<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + fixed(kHeight - kBottom, 0) +
          "\" y2=\"" + fixed(kHeight - kBottom + 5, 0) + "\" stroke=\"#555\"/><text x=\"" + x +
          "\" y=\"" + fixed(kHeight - kBottom + 18, 0) + "\" text-anchor=\"middle\">" +
-         tick_label(t) + "</text>\n";
+         tick_label(t, x_step) + "</text>\n";
   }
   s += "<text x=\"" + fixed((kLeft + kWidth - kRight) / 2, 0) + "\" y=\"" + fixed(kHeight - 12, 0) +
        "\" text-anchor=\"middle\">step</text>\n<text transform=\"translate(16," +
