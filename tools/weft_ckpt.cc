@@ -3,6 +3,8 @@
 //
 //   weft-ckpt inspect checkpoints/debug              the newest checkpoint: step, mesh, tensors
 //   weft-ckpt verify checkpoints/debug/step-00000100 every file and checksum
+//             [--deep]                                and that the files hold exactly the
+//                                                     manifest's chunks, tiling each tensor once
 //   weft-ckpt consolidate checkpoints/debug out/     the model as Hugging Face's Llama: config.json
 //             [--max-shard-mb 500] [--dtype bfloat16]  and model.safetensors (or shards + index)
 //             [--names weft [--optimizer]]           weft's names and layout (AdamW's moments too)
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "progress_line.h"
+#include "weft/checkpoint/deep_verify.h"
 #include "weft/checkpoint/file_io.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/data/tokenizer.h"
@@ -71,9 +74,32 @@ void inspect(const std::string& given, bool list) {
   }
 }
 
-void verify(const std::string& given) {
+// Every file read whole: the chunks tile each tensor once, the files hold exactly the manifest's
+// chunks, no value is NaN or infinite, and the tensors are the run's model (and AdamW's
+// moments of each parameter, when the checkpoint has any), at its shapes.
+void verify_deep(const std::string& dir, const ckpt::Manifest& m) {
+  const ckpt::DeepVerification v = ckpt::deep_verify_checkpoint(dir, m);
+  const weft::train::Config config =
+      weft::train::parse_config(m.config, "the configuration in " + dir + "/manifest.json");
+  bool optimizer = false;
+  for (const auto& [name, t] : m.tensors) optimizer = optimizer || name.rfind("optim.", 0) == 0;
+  weft::train::check_compatible(m, config.model.parameter_shapes(), optimizer, dir);
+  std::printf(
+      "ok: %s: %lld files, %lld chunks of %lld tensors, %.1f MiB read: every tensor tiled "
+      "exactly once by its chunks, every file holds exactly its chunks (name, dtype, box, "
+      "bytes), no NaN or infinity; the tensors are the run's model%s\n",
+      dir.c_str(), static_cast<long long>(v.files), static_cast<long long>(v.chunks),
+      static_cast<long long>(v.tensors), mib(v.bytes),
+      optimizer ? " and AdamW's two moments of each parameter" : " (no optimizer state)");
+}
+
+void verify(const std::string& given, bool deep) {
   const std::string dir = weft::train::checkpoint_directory(given);
   const ckpt::Manifest m = weft::train::read_manifest(dir);
+  if (deep) {
+    verify_deep(dir, m);
+    return;
+  }
   std::size_t chunks = 0;
   for (const auto& [name, t] : m.tensors) chunks += t.chunks.size();
   const std::uint64_t bytes = ckpt::verify_checkpoint(dir, m);
@@ -285,6 +311,10 @@ int main(int argc, char** argv) {
       ->required();
   inspect_cmd->add_flag("--tensors", list, "list every tensor with its shape and chunks");
   auto* verify_cmd = app.add_subcommand("verify", "reads every file and checks every checksum");
+  bool deep = false;
+  verify_cmd->add_flag("--deep", deep,
+                       "also prove that the files hold exactly the manifest's chunks, tiling "
+                       "every tensor once, finite, and that the tensors are the run's model's");
   verify_cmd->add_option("checkpoint", checkpoint, "step directory, or folder (its newest)")
       ->required();
   auto* consolidate_cmd = app.add_subcommand(
@@ -322,7 +352,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*inspect_cmd) inspect(checkpoint, list);
-    if (*verify_cmd) verify(checkpoint);
+    if (*verify_cmd) verify(checkpoint, deep);
     if (*consolidate_cmd) consolidate(checkpoint, out, consolidating);
     if (*convert_cmd) convert(old, out, data_parallel);
   } catch (const weft::InvalidArgument& e) {

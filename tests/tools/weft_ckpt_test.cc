@@ -12,6 +12,7 @@
 
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "weft/checkpoint/file_io.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/train/checkpointing.h"
 #include "weft/train/hf_llama.h"
@@ -75,6 +76,48 @@ TEST_F(WeftCkptTest, InspectsAndVerifies) {
   const test::Finished bad = ckpt("verify " + step2());
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("rank-00000.safetensors is damaged"));
+}
+
+// --deep finds what checksums cannot: chunks put in another tensor's place (each still
+// matching its checksum), and state padded past its parameter's shape.
+TEST_F(WeftCkptTest, DeepVerificationProvesTheFilesHoldTheModel) {
+  const test::Finished ok = ckpt("verify --deep " + step2());
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("every tensor tiled exactly once by its chunks"));
+  EXPECT_THAT(ok.out, HasSubstr("AdamW's two moments of each parameter"));
+
+  // wq's and wk's chunks swapped in the manifest: a load would put each in the other's place.
+  const std::string swapped = tmp_.file("swapped");
+  fs::copy(step2(), swapped);
+  checkpoint::Manifest m = read_manifest(swapped);
+  std::swap(m.tensors.at("model.layers.0.attention.wq.weight").chunks[0],
+            m.tensors.at("model.layers.0.attention.wk.weight").chunks[0]);
+  fs::remove(swapped + "/manifest.json");
+  checkpoint::write_text_file(swapped + "/manifest.json", checkpoint::to_json(m));
+  EXPECT_EQ(ckpt("verify " + swapped).code, 0);
+  const test::Finished caught = ckpt("verify --deep " + swapped);
+  EXPECT_EQ(caught.code, 1);
+  EXPECT_THAT(caught.err, HasSubstr("is where the manifest puts model.layers.0.attention.w"));
+
+  // One moment zero-padded by two rows, consistently written: only the model's shapes tell.
+  checkpoint::Manifest whole = read_manifest(step2());
+  std::vector<checkpoint::PieceData> pieces;
+  for (const auto& [name, t] : whole.tensors) {
+    Shape shape = t.shape;
+    const bool padded = name == "optim.exp_avg.layers.1.feed_forward.w2.weight";
+    const Tensor value = read_pieces(
+        step2(), whole, {{name, shape, std::vector<std::int64_t>(shape.size()), shape}})[0];
+    if (padded) shape[0] += 2;
+    Tensor saved = Tensor::zeros(shape);
+    saved.narrow(0, 0, t.shape[0]).copy_from(value);
+    pieces.push_back({name, {std::vector<std::int64_t>(shape.size()), shape}, saved});
+  }
+  const std::string dir = save_whole_checkpoint(tmp_.file("padded"), whole, pieces);
+  EXPECT_EQ(ckpt("verify --deep " + step2()).code, 0);
+  EXPECT_EQ(ckpt("verify " + dir).code, 0);
+  const test::Finished padded = ckpt("verify --deep " + dir);
+  EXPECT_EQ(padded.code, 1);
+  EXPECT_THAT(padded.err, HasSubstr("optim.exp_avg.layers.1.feed_forward.w2.weight is [34, "));
 }
 
 TEST_F(WeftCkptTest, ConsolidatesIntoOneFileOrShardsWithAnIndex) {
