@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -269,10 +270,12 @@ SizeResult bench_size(ProcessGroup& pg, const BenchOptions& o, std::size_t bytes
           std::chrono::steady_clock::now() - start;
       if (it >= o.warmup) times.push_back(took.count());
     }
-    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2),
-                     times.end());
-    std::vector<double> median{times[times.size() / 2]};
-    pg.all_reduce(median, ReduceOp::kMax);  // the slowest rank's median
+    // The median, best and 99th percentile (nearest rank), each the slowest rank's.
+    std::sort(times.begin(), times.end());
+    const auto p99 = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(times.size())));
+    std::vector<double> stats{times[times.size() / 2], times.front(),
+                              times[std::max<std::size_t>(p99, 1) - 1]};
+    pg.all_reduce(stats, ReduceOp::kMax);
     std::vector<std::int64_t> wrong{0};
     if (o.check) {
       c.fill();  // repeated all-reduces changed the inputs: one fresh run to check
@@ -284,7 +287,9 @@ SizeResult bench_size(ProcessGroup& pg, const BenchOptions& o, std::size_t bytes
     r.count = c.count;
     r.bytes = c.count * sizeof(T);
     r.root = c.root;
-    r.time_us = median[0];
+    r.time_us = stats[0];
+    r.best_us = stats[1];
+    r.p99_us = stats[2];
     r.algbw = r.time_us > 0 ? static_cast<double>(r.bytes) / (r.time_us * 1e3) : 0;
     r.busbw = r.algbw * c.bus_factor;
     r.wrong = wrong[0];

@@ -28,6 +28,8 @@ struct SizeResult {
   std::size_t count = 0;  // its elements
   int root = -1;
   double time_us = 0;  // median over iterations, slowest rank
+  double best_us = 0;  // the fastest iteration, slowest rank
+  double p99_us = 0;   // the 99th percentile (nearest rank), slowest rank
   double algbw = 0;    // GB/s
   double busbw = 0;    // GB/s
   long wrong = 0;      // elements that differ from the expected values, all ranks

@@ -9,7 +9,9 @@
 // input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
 // timed iterations on the slowest rank (of the group: with --group each group's rank 0
 // prints its own table); algbw = size / time; busbw = algbw * 2(n-1)/n for
-// all_reduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 otherwise.
+// all_reduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 otherwise; best
+// and p99 (nearest rank) are the fastest iteration and the 99th percentile, the slowest rank's,
+// so that a tail shows beside the median.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -47,10 +49,10 @@ void print_header(const BenchOptions& o, const ProcessGroup& pg) {
       o.op.c_str(), std::string(pg.backend_name()).c_str(), o.group.c_str(), pg.size(),
       std::string(weft::dtype_name(o.dtype)).c_str(),
       std::string(weft::dist::reduce_op_name(o.redop)).c_str(), o.warmup, o.iters);
-  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
-              "root", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
-              "(GB/s)", "(GB/s)", "");
+  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s %10s %10s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "best", "p99");
+  std::printf("# %12s %12s %9s %7s %5s %10s %8s %8s %7s %10s %10s\n", "(B)", "(elements)", "", "",
+              "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)");
 }
 
 // Runs the sweep on this rank; rank 0 prints. Returns the number of wrong elements seen.
@@ -66,10 +68,10 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
     busbw_sum += r.busbw;
     ++sizes;
     if (pg.rank() == 0) {
-      std::printf("  %12zu %12zu %9s %7s %5d %10.2f %8.3f %8.3f %7ld\n", r.bytes, r.count,
-                  std::string(weft::dtype_name(o.dtype)).c_str(),
+      std::printf("  %12zu %12zu %9s %7s %5d %10.2f %8.3f %8.3f %7ld %10.2f %10.2f\n", r.bytes,
+                  r.count, std::string(weft::dtype_name(o.dtype)).c_str(),
                   std::string(weft::dist::reduce_op_name(o.redop)).c_str(), r.root, r.time_us,
-                  r.algbw, r.busbw, o.check ? r.wrong : 0L);
+                  r.algbw, r.busbw, o.check ? r.wrong : 0L, r.best_us, r.p99_us);
       std::fflush(stdout);
     }
   }

@@ -38,9 +38,9 @@ else
   echo "compare: torch not installed for /usr/bin/python3 (apt-get install python3-torch): left out" >&2
 fi
 
-# weft-bench lines -> "op size time_us busbw"
+# weft-bench lines -> "op size time_us busbw best_us p99_us"
 weft_lines() {  # op
-  sed -e 's/^\[[0-9]*\] //' | awk -v op="$1" '$1 ~ /^[0-9]+$/ {print op, $1, $6, $8}'
+  sed -e 's/^\[[0-9]*\] //' | awk -v op="$1" '$1 ~ /^[0-9]+$/ {print op, $1, $6, $8, $10, $11}'
 }
 
 for n in 2 4; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Prints compare.sh's results as one table per (op, ranks): time and busbw of each
-implementation at each size, weft shm's and weft mpi's ratios to Open MPI, and weft tcp's to
-Gloo's C++ library and to torch's gloo (time: <1 is faster)."""
+"""Prints compare.sh's results as two tables per (op, ranks): the median time and busbw of each
+implementation at each size, with weft shm's and weft mpi's ratios to Open MPI and weft tcp's to
+Gloo's C++ library and to torch's gloo (time: <1 is faster); then each one's best and 99th
+percentile time, so that a tail shows."""
 import collections
 import os
 import sys
@@ -12,10 +13,10 @@ def read(path, op=None):
     if not os.path.exists(path):
         return rows
     for line in open(path):
-        parts = line.split()
-        if len(parts) != 4 or (op and parts[0] != op):
+        parts = line.split()  # op size time_us busbw best_us p99_us
+        if len(parts) != 6 or (op and parts[0] != op):
             continue
-        rows[(parts[0], int(parts[1]))] = (float(parts[2]), float(parts[3]))
+        rows[(parts[0], int(parts[1]))] = tuple(float(p) for p in parts[2:])
     return rows
 
 
@@ -33,7 +34,7 @@ def main(out):
             sizes = sorted({s for rows in impls.values() for (o, s) in rows if o == op})
             if not sizes:
                 continue
-            print(f"\n{op}, {n} ranks: time (us) / busbw (GB/s)")
+            print(f"\n{op}, {n} ranks: median time (us) / busbw (GB/s)")
             header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls)
             print(header + f"{'shm/ompi':>10}{'wmpi/ompi':>10}{'tcp/glc':>10}{'tcp/gloo':>10}")
             for size in sizes:
@@ -47,6 +48,14 @@ def main(out):
                     theirs = impls[peer].get((op, size))
                     ok = mine and theirs and theirs[0] > 0
                     line += f"{mine[0] / theirs[0]:>10.2f}" if ok else f"{'-':>10}"
+                print(line)
+            print(f"{op}, {n} ranks: best / 99th percentile time (us)")
+            print(f"{'size':>10}" + "".join(f"{name:>20}" for name in impls))
+            for size in sizes:
+                line = f"{size:>10}"
+                for rows in impls.values():
+                    t = rows.get((op, size))
+                    line += f"{t[2]:>11.2f} /{t[3]:>7.1f}" if t else f"{'-':>20}"
                 print(line)
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The torch.distributed gloo side of bench/collectives/compare.sh: all_reduce (float sum),
-broadcast, all_gather (nccl-tests' size: the whole output) and barrier swept like weft-bench, printing "op size time_us busbw" lines (median of
-the timed iterations on the slowest rank; nccl-tests' busbw).
+broadcast, all_gather (nccl-tests' size: the whole output) and barrier swept like weft-bench,
+printing "op size time_us busbw best_us p99_us" lines (median, best and 99th percentile of the
+timed iterations, each on the slowest rank; nccl-tests' busbw).
 
     python3 bench/collectives/gloo_bench.py NRANKS all_reduce broadcast all_gather barrier
 """
+import math
 import os
 import statistics
 import sys
@@ -42,13 +44,15 @@ def worker(rank, n, ops, port):
                     dist.barrier()
                 if it >= 5:
                     times.append((time.perf_counter() - start) * 1e6)
-            us = torch.tensor([statistics.median(times)])
-            dist.all_reduce(us, op=dist.ReduceOp.MAX)
-            us = us.item()
+            times.sort()
+            p99 = times[max(math.ceil(0.99 * len(times)), 1) - 1]  # nearest rank
+            stats = torch.tensor([statistics.median(times), times[0], p99], dtype=torch.float64)
+            dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # each the slowest rank's
+            us, best, p99 = stats.tolist()
             algbw = count * 4 / (us * 1e3) if us > 0 else 0
             factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(op, 1)
             if rank == 0:
-                print(f"{op} {count * 4} {us:.3f} {algbw * factor:.3f}", flush=True)
+                print(f"{op} {count * 4} {us:.3f} {algbw * factor:.3f} {best:.3f} {p99:.3f}", flush=True)
             if op == "barrier":
                 break
             size *= 4

@@ -2,10 +2,10 @@
 // its tcp transport on loopback, the library torch.distributed's gloo backend wraps, without
 // Python in between. gloo::allreduce (float sum; its default ring), gloo::broadcast,
 // gloo::allgather, ReduceScatterHalvingDoubling and gloo::barrier swept over sizes like
-// weft-bench, printing "op size time_us busbw" lines (median of the timed iterations on the
-// slowest rank; nccl-tests' sizes and busbw). Rank and size come from RANK and WORLD_SIZE, so
-// weftrun launches it; the ranks meet in a FileStore directory. Built by compare.sh with g++;
-// not part of weft's build.
+// weft-bench, printing "op size time_us busbw best_us p99_us" lines (median, best and 99th
+// percentile of the timed iterations, each on the slowest rank; nccl-tests' sizes and busbw). Rank
+// and size come from RANK and WORLD_SIZE, so weftrun launches it; the ranks meet in a FileStore
+// directory. Built by compare.sh with g++; not part of weft's build.
 //
 //   weftrun --nproc-per-node N gloo_cpp_bench STORE_DIR [-n ITERS] [-e MAX_BYTES] OP...
 #include <gloo/allgather.h>
@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -34,15 +35,22 @@ void barrier(const Context& ctx) {
   gloo::barrier(opts);
 }
 
-double median_slowest(const Context& ctx, std::vector<double>& times) {
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  double slowest = times[times.size() / 2];
+// The median, best and 99th percentile (nearest rank) of the timed iterations, each the
+// slowest rank's.
+struct Stats {
+  double median, best, p99;
+};
+Stats slowest_stats(const Context& ctx, std::vector<double>& times) {
+  std::sort(times.begin(), times.end());
+  const auto p99 = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(times.size())));
+  double stats[3] = {times[times.size() / 2], times.front(),
+                     times[std::max<std::size_t>(p99, 1) - 1]};
   gloo::AllreduceOptions opts(ctx);
-  opts.setOutput(&slowest, 1);
+  opts.setOutput(stats, 3);
   opts.setReduceFunction(
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
   gloo::allreduce(opts);
-  return slowest;
+  return {stats[0], stats[1], stats[2]};
 }
 
 void run_once(const Context& ctx, const std::string& op, std::vector<float>& buf,
@@ -94,11 +102,13 @@ void sweep(const Context& ctx, const std::string& op, int iters, std::size_t max
           std::chrono::steady_clock::now() - start;
       if (it >= kWarmup) times.push_back(took.count());
     }
-    const double us = median_slowest(ctx, times);
+    const Stats t = slowest_stats(ctx, times);
+    const double us = t.median;
     const double algbw = us > 0 ? static_cast<double>(count * sizeof(float)) / (us * 1e3) : 0;
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : blocks ? 1.0 * (n - 1) / n : 1.0;
     if (ctx->rank == 0) {
-      std::printf("%s %zu %.3f %.3f\n", op.c_str(), count * sizeof(float), us, algbw * factor);
+      std::printf("%s %zu %.3f %.3f %.3f %.3f\n", op.c_str(), count * sizeof(float), us,
+                  algbw * factor, t.best, t.p99);
       std::fflush(stdout);
     }
     if (op == "barrier") break;

@@ -1,6 +1,7 @@
 // The Open MPI side of bench/collectives/compare.sh: MPI_Allreduce (float sum), MPI_Bcast,
 // MPI_Allgather, MPI_Reduce_scatter_block and MPI_Barrier swept over sizes like weft-bench,
-// printing "op size time_us busbw" lines (median of the timed iterations on the slowest rank;
+// printing "op size time_us busbw best_us p99_us" lines (median, best and 99th percentile of
+// the timed iterations, each on the slowest rank;
 // nccl-tests' sizes and busbw: the whole output of all_gather, the whole input of
 // reduce_scatter). Built by compare.sh with mpicxx; not part of weft's build.
 //
@@ -8,6 +9,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,12 +18,19 @@
 
 namespace {
 
-double median_slowest(std::vector<double>& times) {
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  double local = times[times.size() / 2];
-  double slowest = 0;
-  MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
+// The median, best and 99th percentile (nearest rank) of the timed iterations, each the
+// slowest rank's.
+struct Stats {
+  double median, best, p99;
+};
+Stats slowest_stats(std::vector<double>& times) {
+  std::sort(times.begin(), times.end());
+  const auto p99 = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(times.size())));
+  double local[3] = {times[times.size() / 2], times.front(),
+                     times[std::max<std::size_t>(p99, 1) - 1]};
+  double slowest[3];
+  MPI_Allreduce(local, slowest, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return {slowest[0], slowest[1], slowest[2]};
 }
 
 void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::size_t max_bytes) {
@@ -52,11 +61,14 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
       }
       if (it >= warmup) times.push_back((MPI_Wtime() - start) * 1e6);
     }
-    const double us = median_slowest(times);
+    const Stats t = slowest_stats(times);
+    const double us = t.median;
     const double algbw = us > 0 ? static_cast<double>(count * sizeof(float)) / (us * 1e3) : 0;
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : blocks ? 1.0 * (n - 1) / n : 1.0;
-    if (rank == 0)
-      std::printf("%s %zu %.3f %.3f\n", op.c_str(), count * sizeof(float), us, algbw * factor);
+    if (rank == 0) {
+      std::printf("%s %zu %.3f %.3f %.3f %.3f\n", op.c_str(), count * sizeof(float), us,
+                  algbw * factor, t.best, t.p99);
+    }
     if (op == "barrier") break;
   }
 }
