@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "weft/base/error.h"
+#include "weft/parallel/pipeline_picture.h"
 
 namespace weft::parallel {
 namespace {
@@ -451,6 +452,26 @@ TEST(PipelineTimelineTest, OneColumnPerUnitOfTime) {
   const Schedule looped = schedule_interleaved_1f1b(2, 2, 2);
   const std::string text = format_timeline(looped, simulate(looped));
   EXPECT_THAT(text, AllOf(HasSubstr("rank 0 | 0F0 0F1 2F0"), HasSubstr("rank 1 | ... 1F0")));
+}
+
+// A step as it ran draws as the simulation with the same times does: timed as simulate()
+// times 1F1B (forward 1, backward 2) but in seconds, 5 ms a forward, from an arbitrary clock.
+TEST(PipelineTimelineTest, MeasuredTimesDrawAsTheSimulationWithThoseTimes) {
+  const Schedule s = make_schedule(ScheduleKind::k1F1B, 2, 1, 4);
+  const Simulation sim = simulate(s, {.forward = 1, .backward_input = 1, .backward_weight = 1});
+  std::vector<std::vector<double>> start = sim.start, end = sim.end;
+  for (auto* times : {&start, &end})
+    for (auto& rank : *times)
+      for (double& t : rank) t = 1000 + 0.005 * t;
+  const std::string measured = measured_timeline_svg(s, start, end, "measured");
+  char bubble[32];
+  std::snprintf(bubble, sizeof(bubble), "(bubble %.1f%%)", 100 * sim.bubble_fraction);
+  EXPECT_THAT(measured, HasSubstr(std::string("measured; time in forwards of 5.0 ms ") + bubble));
+  const std::string simulated = timeline_svg(s, sim, "t");
+  const auto boxes = [](const std::string& svg) { return svg.substr(svg.find(">rank 0<")); };
+  EXPECT_EQ(boxes(measured), boxes(simulated));  // every box where the simulation puts it
+  start.pop_back();
+  EXPECT_THROW(measured_timeline_svg(s, start, end, "m"), InvalidArgument);
 }
 
 }  // namespace

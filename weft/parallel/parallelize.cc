@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <limits>
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
@@ -588,11 +587,8 @@ class Parallelized : public ParallelModel {
     }
     mesh_->world().all_gather(all, mine);
     const Schedule& schedule = pipeline_->schedule();
-    const auto ranks = static_cast<std::size_t>(schedule.ranks);
-    Simulation ran;
-    ran.start.resize(ranks);
-    ran.end.resize(ranks);
-    double origin = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> start(static_cast<std::size_t>(schedule.ranks)),
+        end(start.size());
     for (std::size_t r = 0; r * n < all.size(); ++r) {
       if (!same_pipeline(0, r)) continue;
       const double* v = &all[r * n];
@@ -600,47 +596,16 @@ class Parallelized : public ParallelModel {
       const auto count = static_cast<std::size_t>(v[1]);
       if (count != schedule.actions[p].size()) return "";  // no step run yet
       for (std::size_t i = 0; i < count; ++i) {
-        ran.start[p].push_back(v[2 + 2 * i]);
-        ran.end[p].push_back(v[3 + 2 * i]);
-        origin = std::min(origin, v[2 + 2 * i]);
+        start[p].push_back(v[2 + 2 * i]);
+        end[p].push_back(v[3 + 2 * i]);
       }
     }
-    // In units of the mean forward, as the simulated pictures are (a forward costs 1 there).
-    double forwards = 0, forward_seconds = 0;
-    for (std::size_t p = 0; p < ranks; ++p) {
-      for (std::size_t i = 0; i < ran.start[p].size(); ++i) {
-        if (schedule.actions[p][i].kind != ActionKind::kForward) continue;
-        forwards += 1;
-        forward_seconds += ran.end[p][i] - ran.start[p][i];
-      }
-    }
-    const double unit = forwards > 0 && forward_seconds > 0 ? forward_seconds / forwards : 1.0;
-    ran.finish.assign(ranks, 0.0);
-    ran.busy.assign(ranks, 0.0);
-    for (std::size_t p = 0; p < ranks; ++p) {
-      for (std::size_t i = 0; i < ran.start[p].size(); ++i) {
-        ran.start[p][i] = (ran.start[p][i] - origin) / unit;
-        ran.end[p][i] = (ran.end[p][i] - origin) / unit;
-        ran.busy[p] += ran.end[p][i] - ran.start[p][i];
-        ran.finish[p] = std::max(ran.finish[p], ran.end[p][i]);
-      }
-      ran.makespan = std::max(ran.makespan, ran.finish[p]);
-    }
-    double busy = 0;
-    for (std::size_t p = 0; p < ranks; ++p) {
-      ran.idle_fraction.push_back(ran.makespan > 0 ? 1 - ran.busy[p] / ran.makespan : 0.0);
-      busy += ran.busy[p];
-    }
-    ran.bubble_fraction =
-        ran.makespan > 0 ? 1 - busy / (static_cast<double>(ranks) * ran.makespan) : 0.0;
     const std::string name =
         options_.pipeline.schedule_csv.empty() ? options_.pipeline.schedule : "CSV schedule";
-    char forward[64];
-    std::snprintf(forward, sizeof(forward), "; time in forwards of %.1f ms", 1e3 * unit);
-    const std::string title = "measured: " + name + ", " + std::to_string(ranks) + " ranks, " +
-                              std::to_string(schedule.microbatches) + " micro-batches, last step" +
-                              forward;
-    return timeline_svg(schedule, ran, title);
+    return measured_timeline_svg(schedule, start, end,
+                                 "measured: " + name + ", " + std::to_string(schedule.ranks) +
+                                     " ranks, " + std::to_string(schedule.microbatches) +
+                                     " micro-batches, last step");
   }
 
   // Whether world ranks a and b are stages of one pipeline (coordinates equal but for pp).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <string>
 
 #include "weft/base/error.h"
 
@@ -88,6 +90,48 @@ std::string timeline_svg(const Schedule& schedule, const Simulation& simulation,
     }
   }
   return svg + "</svg>\n";
+}
+
+std::string measured_timeline_svg(const Schedule& schedule,
+                                  const std::vector<std::vector<double>>& start,
+                                  const std::vector<std::vector<double>>& end,
+                                  std::string_view title) {
+  const auto ranks = static_cast<std::size_t>(schedule.ranks);
+  if (start.size() != ranks || end.size() != ranks)
+    throw InvalidArgument("measured_timeline_svg: times of another schedule");
+  double origin = std::numeric_limits<double>::infinity(), forwards = 0, forward_seconds = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (start[r].size() != schedule.actions[r].size() || end[r].size() != start[r].size())
+      throw InvalidArgument("measured_timeline_svg: times of another schedule");
+    for (std::size_t i = 0; i < start[r].size(); ++i) {
+      origin = std::min(origin, start[r][i]);
+      if (schedule.actions[r][i].kind != ActionKind::kForward) continue;
+      forwards += 1;
+      forward_seconds += end[r][i] - start[r][i];
+    }
+  }
+  const double unit = forwards > 0 && forward_seconds > 0 ? forward_seconds / forwards : 1.0;
+  Simulation ran{.start = start, .end = end};
+  ran.finish.assign(ranks, 0.0);
+  ran.busy.assign(ranks, 0.0);
+  double busy = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    for (std::size_t i = 0; i < start[r].size(); ++i) {
+      ran.start[r][i] = (start[r][i] - origin) / unit;
+      ran.end[r][i] = (end[r][i] - origin) / unit;
+      ran.busy[r] += ran.end[r][i] - ran.start[r][i];
+      ran.finish[r] = std::max(ran.finish[r], ran.end[r][i]);
+    }
+    ran.makespan = std::max(ran.makespan, ran.finish[r]);
+    busy += ran.busy[r];
+  }
+  for (std::size_t r = 0; r < ranks; ++r)
+    ran.idle_fraction.push_back(ran.makespan > 0 ? 1 - ran.busy[r] / ran.makespan : 0.0);
+  ran.bubble_fraction =
+      ran.makespan > 0 ? 1 - busy / (static_cast<double>(ranks) * ran.makespan) : 0.0;
+  char forward[64];
+  std::snprintf(forward, sizeof(forward), "; time in forwards of %.1f ms", 1e3 * unit);
+  return timeline_svg(schedule, ran, std::string(title) + forward);
 }
 
 }  // namespace weft::parallel

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "weft/parallel/pipeline_schedule.h"
 
@@ -19,5 +20,14 @@ namespace weft::parallel {
 // `schedule`.
 std::string timeline_svg(const Schedule& schedule, const Simulation& simulation,
                          std::string_view title);
+
+// The same picture of a step as it ran: start[r][i] and end[r][i] are when
+// schedule.actions[r][i] computed, in seconds on one clock. Drawn from the first start, in
+// units of the mean forward (so that it compares with a simulated picture, where a forward
+// costs 1), which the title gives in ms; idle shares and bubble computed as simulate() does.
+std::string measured_timeline_svg(const Schedule& schedule,
+                                  const std::vector<std::vector<double>>& start,
+                                  const std::vector<std::vector<double>>& end,
+                                  std::string_view title);
 
 }  // namespace weft::parallel
