@@ -2,7 +2,8 @@
 # weft-report as a user opens it: three short weft-train runs (float32, bfloat16, and DDP on
 # 2 ranks) written with metrics.jsonl_path, their report, and the page rendered by headless
 # Chromium (Debian's chromium): a screenshot is taken, and the rendered page has every run's
-# curves with every point each run logged, and the DDP run's memory per rank.
+# curves with every point each run logged, and the DDP run's memory per rank; --png's figures
+# are PNGs of their SVGs' sizes.
 #
 #   report_in_browser.sh WEFT_TRAIN WEFT_REPORT SOURCE WORK
 set -euo pipefail
@@ -18,7 +19,7 @@ done
   --training.steps 8 --training.batch_size 2 --training.dataset_path "$src/data/tinyshakespeare.txt" \
   --checkpoint.enable false --metrics.log_freq 1 --validation.freq 4 \
   --metrics.jsonl_path "$work/ddp.jsonl" > "$work/ddp.log"
-"$report" -o "$work/report" "$work/float32.jsonl" "$work/bfloat16.jsonl" "$work/ddp.jsonl"
+"$report" --png -o "$work/report" "$work/float32.jsonl" "$work/bfloat16.jsonl" "$work/ddp.jsonl"
 browser=$(command -v chromium || command -v chromium-browser)
 flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$work/profile")
 timeout 120 "$browser" "${flags[@]}" --window-size=900,2200 --screenshot="$work/report.png" \
@@ -45,4 +46,10 @@ ranks = re.search(r'<figure id="memory_ranks">(.*?)</figure>', dom, re.S).group(
 assert re.findall(r'data-run="(ddp rank \d)"', ranks) == ["ddp rank 0", "ddp rank 1"], ranks[:300]
 assert re.search(r'<figure id="communication">.*data-run="ddp"', dom, re.S), "no communication"
 print("memory per rank and communication of ddp rendered")
+for svg in sorted((work / "report").glob("*.svg")):
+    png = svg.with_suffix(".png").read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    want = re.search(r'<svg[^>]* width="(\d+)" height="(\d+)"', svg.read_text()).groups()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and (width, height) == tuple(map(int, want)), svg
+    print(f"{svg.with_suffix('.png').name}: {width} x {height}")
 PY

@@ -15,10 +15,11 @@ namespace {
 
 // The table. Only all-reduce has a choice: below kRingAllReduceBytes, recursive doubling
 // (log n exchanges of m bytes, latency-bound sizes); above, the ring (2 (n - 1) messages of
-// m / n bytes, whose bandwidth term does not grow with n); docs/COLLECTIVES.md has the costs
-// and the measured crossover. Every other operation has one algorithm: binomial trees for
-// broadcast and reduce, rings for all-gather and reduce-scatter, direct sends for gather and
-// scatter, pairwise exchange for all-to-all, dissemination for the barrier.
+// m / n bytes, whose bandwidth term does not grow with n); docs/COLLECTIVES.md has the costs,
+// docs/PERFORMANCE_LOG.md ("Recursive doubling against the ring") the measured crossover.
+// Every other operation has one algorithm: binomial trees for broadcast and reduce, rings for
+// all-gather and reduce-scatter, direct sends for gather and scatter, pairwise exchange for
+// all-to-all, dissemination for the barrier.
 // WEFT_ALL_REDUCE_ALGORITHM=doubling|tree|ring overrides the choice (tree: reduce, then
 // broadcast; for measuring the crossover; it must be the same on every rank).
 constexpr std::size_t kRingAllReduceBytes = std::size_t{1} << 20;

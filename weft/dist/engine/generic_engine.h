@@ -2,7 +2,8 @@
 // backend's Transport (send, recv), so it runs on any transport. The thread and tcp backends
 // use it for every group, shm for the groups its step engine has no region for. Where an
 // operation has several algorithms, the table in generic_engine.cc picks one by message size
-// and group size (docs/COLLECTIVES.md has each one's cost and the measured crossover).
+// and group size (docs/COLLECTIVES.md has each one's cost, docs/PERFORMANCE_LOG.md, "Recursive
+// doubling against the ring", the measured crossover).
 #pragma once
 
 #include <memory>

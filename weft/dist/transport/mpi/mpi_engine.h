@@ -2,11 +2,11 @@
 // the group's own communicator (MPI_Bcast, MPI_Allreduce, ...), run on the caller's thread or,
 // for the _async forms, on the group's queue thread, where MPI progresses it inside the call.
 // The blocking calls are Open MPI's tuned ones: its non-blocking MPI_I* collectives (libnbc)
-// measured 2-4x slower here (docs/COLLECTIVES.md). MPI cannot time out a collective, so an
-// MpiWatchdog ends the job when one outlives its operation's deadline. float16 and bfloat16
-// travel as 2-byte MPI types and are reduced by user-defined MPI ops (in float32, rounded at
-// each step of MPI's algorithm). MPI's counts are ints: a buffer of more than 2^31 - 1
-// elements is rejected with InvalidArgument.
+// measured 2-4x slower here (docs/PERFORMANCE_LOG.md, "The mpi backend's cost"). MPI cannot
+// time out a collective, so an MpiWatchdog ends the job when one outlives its operation's
+// deadline. float16 and bfloat16 travel as 2-byte MPI types and are reduced by user-defined MPI
+// ops (in float32, rounded at each step of MPI's algorithm). MPI's counts are ints: a buffer
+// of more than 2^31 - 1 elements is rejected with InvalidArgument.
 #pragma once
 
 #include <mpi.h>

@@ -31,30 +31,32 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
 // All-reduce of at most this many bytes runs in one step: every rank reads every rank's
 // whole buffer. Above it, each rank reduces one slice (two steps per chunk). Measured: see
-// docs/COLLECTIVES.md.
+// docs/PERFORMANCE_LOG.md, "Slots and chunks".
 constexpr std::size_t kOneStepAllReduceMax = std::size_t{16} << 10;
 static_assert(kOneStepAllReduceMax <= Collectives::kSlotBytes);
 // Waiting: checks of the flag before yielding (when every rank has a core of its own), then
-// how long to keep yielding before sleeping on the futex. Measured (docs/COLLECTIVES.md):
-// spinning only helps while the peer runs on another core; with more ranks than cores it
-// steals the core from the rank being waited for, so oversubscribed ranks yield at once.
+// how long to keep yielding before sleeping on the futex. Measured (docs/PERFORMANCE_LOG.md,
+// "Spin, yield, sleep"): spinning only helps while the peer runs on another core; with more
+// ranks than cores it steals the core from the rank being waited for, so oversubscribed ranks
+// yield at once.
 // Sleeping costs about 25 us per wake-up, so ranks yield for a while before they sleep.
 constexpr int kSpinChecks = 100;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
 // Single copy (process_vm_readv) for the sizes where it measured faster than the slots or as
-// fast (docs/COLLECTIVES.md); broadcasts only with a core per rank (Collectives::choose).
+// fast (docs/PERFORMANCE_LOG.md, "Single copy"); broadcasts only with a core per rank
+// (Collectives::choose).
 constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
 constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
 constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
 constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 // Fewer, larger kernel copies measured faster, though the scratch then outgrows L2 (2-rank
-// all-reduce, docs/COLLECTIVES.md: 4 MiB in 386-391 us with 1-2 MiB chunks, 393-405 with 512
-// KiB, 403-405 with 256 KiB).
+// all-reduce, docs/PERFORMANCE_LOG.md, "Single copy's chunk": 4 MiB in 386-391 us with 1-2 MiB
+// chunks, 393-405 with 512 KiB, 403-405 with 256 KiB).
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{1} << 20;
-// Broadcast chunks through the slots: measured in docs/COLLECTIVES.md (64 KiB: 6.8-7.0 GB/s
-// in one chunk, 7.8-8.1 in four).
+// Broadcast chunks through the slots: measured in docs/PERFORMANCE_LOG.md, "Slots and chunks"
+// (64 KiB: 6.8-7.0 GB/s in one chunk, 7.8-8.1 in four).
 constexpr std::size_t kBroadcastPieces = 4;
 constexpr std::size_t kMinBroadcastChunk = std::size_t{16} << 10;
 
@@ -93,7 +95,8 @@ struct Collectives::SlotHeader {
 namespace {
 // A slot: its header (32 bytes) and, on the same cache line, the start of a small message;
 // larger payloads start on the next line, where the vector copies run aligned (a copy 32
-// bytes off the line measured 6-13 GB/s against 22-24 aligned: docs/COLLECTIVES.md).
+// bytes off the line measured 6-13 GB/s against 22-24 aligned: docs/PERFORMANCE_LOG.md,
+// "Copies through the slots").
 constexpr std::size_t kSlotHeader = 32;
 constexpr std::size_t kBulkAt = 64;
 constexpr std::size_t kSlotStride = kBulkAt + Collectives::kSlotBytes;
@@ -143,7 +146,7 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
 // spreads the ranks from the start without binding them. With more ranks than CPUs it also
 // decides which ranks share a CPU, and the balancer then mostly leaves them there: rank 0 (the
 // barrier's releaser) shares with rank 2 on two CPUs, which measured faster than whatever
-// pairs the balancer made (docs/COLLECTIVES.md, "Barrier").
+// pairs the balancer made (docs/PERFORMANCE_LOG.md, "CPU placement").
 void Collectives::start_on_own_cpu(const cpu_set_t& allowed) {
   int index = rank_ % CPU_COUNT(&allowed);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
@@ -312,7 +315,7 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
 // cores, rank 0 collects the arrivals and then releases the others in a second step: a
 // waiting rank then needs one rank to have run, not all, and rank 0 leaves first, so an
 // operation it starts right after (a broadcast from it, say) is under way before the
-// others return. Measured in docs/COLLECTIVES.md.
+// others return. Measured in docs/PERFORMANCE_LOG.md, "Barrier".
 void Collectives::barrier(const OpContext& context) {
   const Deadline& deadline = context.deadline;
   start(Op::barrier, 0, DType::kUInt8, -1);
@@ -406,7 +409,7 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
       if (bytes <= kOneStepAllReduceMax) return Algorithm::kOneStep;
       // With more ranks than cores too: each of the slots' steps (one per 64 KiB chunk) then
       // costs a round of the scheduler, single copy's three in all do not; oversubscribed, 1
-      // and 4 MiB measured faster, 2 MiB level (docs/COLLECTIVES.md, "Single copy").
+      // and 4 MiB measured faster, 2 MiB level (docs/PERFORMANCE_LOG.md, "Single copy").
       return can_read_peers_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSliced;

@@ -12,8 +12,9 @@
 // mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
 // the processes may read each other's memory. Reductions run in rank order (identical
 // results everywhere). Waiting spins, then yields, then sleeps on a futex (docs/COLLECTIVES.md
-// has the layout, the algorithm table and the measurements behind the constants). Gather,
-// scatter and the _v forms run on the generic engine over the transport's rings.
+// has the layout and the algorithm table; docs/PERFORMANCE_LOG.md, "Collective algorithm
+// choices", the measurements behind the constants). Gather, scatter and the _v forms run on
+// the generic engine over the transport's rings.
 #pragma once
 
 #include <sched.h>

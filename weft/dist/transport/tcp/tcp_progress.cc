@@ -100,7 +100,7 @@ void TcpTransport::poll_once(std::unique_lock<std::mutex>& lock, const Deadline&
 // Polls without sleeping for up to spin_ first: a thread that sleeps in poll() takes 20-25 µs
 // to wake here (a vCPU halting and being woken), more than a loopback hop. Only ranks that
 // have a core each spin (spin_ is zero otherwise): with more ranks than cores, spinning takes
-// the core from the rank being waited for (docs/COLLECTIVES.md, "The tcp transport").
+// the core from the rank being waited for (docs/PERFORMANCE_LOG.md, "The tcp transport").
 int TcpTransport::wait_ready(const Deadline& deadline) {
   const Clock::time_point spin_until = std::min(Clock::now() + spin_, deadline.when());
   do {

@@ -27,7 +27,8 @@ constexpr Seconds kCauseGrace{1};
 // How long a waiting call polls before it sleeps, when its host has a core for each of its
 // ranks. 2 ranks' 4-byte all-reduce, 30 short runs each: 40 µs median sleeping at once or
 // after 10 µs, 14.2 after 20 µs (mean 30: some runs hit 140), 14.5 after 50 µs (mean 52);
-// 4 ranks on 2 cores: 115 µs not spinning, 280 spinning 100 µs (docs/COLLECTIVES.md).
+// 4 ranks on 2 cores: 115 µs not spinning, 280 spinning 100 µs (docs/PERFORMANCE_LOG.md, "The
+// tcp transport").
 constexpr auto kSpin = std::chrono::microseconds(20);
 
 std::string seconds_text(Clock::duration d) {
