@@ -16,24 +16,6 @@ namespace {
                         "; resume from an earlier checkpoint");
 }
 
-// Disjoint boxes whose elements add up to the tensor's (each box inside it: parse_manifest).
-void check_tiling(const std::string& name, const TensorEntry& t) {
-  std::int64_t covered = 0;
-  for (std::size_t i = 0; i < t.chunks.size(); ++i) {
-    covered += t.chunks[i].box.numel();
-    for (std::size_t j = 0; j < i; ++j) {
-      if (intersect(t.chunks[i].box, t.chunks[j].box).numel() > 0) {
-        wrong(name + ": chunks " + box_string(t.chunks[j].box) + " and " +
-              box_string(t.chunks[i].box) + " overlap");
-      }
-    }
-  }
-  if (covered != shape_numel(t.shape)) {
-    wrong(name + ": its chunks hold " + std::to_string(covered) + " of its " +
-          std::to_string(shape_numel(t.shape)) + " elements");
-  }
-}
-
 template <class T>
 std::int64_t non_finite(const Tensor& t) {
   std::int64_t n = 0;
@@ -107,7 +89,8 @@ void check_file(const std::string& dir, const Manifest& m, std::size_t f, DeepVe
 
 DeepVerification deep_verify_checkpoint(const std::string& dir, const Manifest& manifest) {
   DeepVerification out;
-  for (const auto& [name, t] : manifest.tensors) check_tiling(name, t);
+  const std::string manifest_path = (std::filesystem::path(dir) / kManifestName).string();
+  for (const auto& [name, t] : manifest.tensors) check_partition(t, name, manifest_path);
   out.tensors = static_cast<std::int64_t>(manifest.tensors.size());
   for (std::size_t f = 0; f < manifest.files.size(); ++f) check_file(dir, manifest, f, out);
   return out;

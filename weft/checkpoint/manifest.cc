@@ -83,7 +83,8 @@ ChunkEntry parse_chunk(const json& j, const TensorEntry& t, const std::vector<Fi
   return c;
 }
 
-// The chunks must cover the tensor exactly once: disjoint, and as many elements as it has.
+}  // namespace
+
 void check_partition(const TensorEntry& t, const std::string& name, const std::string& path) {
   std::int64_t covered = 0;
   for (std::size_t i = 0; i < t.chunks.size(); ++i) {
@@ -98,6 +99,8 @@ void check_partition(const TensorEntry& t, const std::string& name, const std::s
     bad(path, "tensor " + name + ": its chunks hold " + std::to_string(covered) + " of its " +
                   std::to_string(shape_numel(t.shape)) + " elements (a shard is missing)");
 }
+
+namespace {
 
 TensorEntry parse_tensor(const std::string& name, const json& j,
                          const std::vector<FileEntry>& files, const std::string& path) {

@@ -73,6 +73,10 @@ struct Manifest {
   std::map<std::string, TensorEntry> tensors;
 };
 
+// CheckpointError naming `path` unless the chunks of `t` cover it exactly once: disjoint boxes
+// whose elements add up to its size (parse_manifest checks every tensor so).
+void check_partition(const TensorEntry& t, const std::string& name, const std::string& path);
+
 std::string to_json(const Manifest& manifest);
 // Parses and checks a manifest: every field present with its type and range, every chunk
 // inside its tensor and its file, the chunks of each tensor covering it exactly once.

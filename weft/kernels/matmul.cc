@@ -371,15 +371,18 @@ void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, C* c, st
     w16.resize(static_cast<std::size_t>(n * k));
     to_bfloat16_threaded(w, w16.data(), n * k);
     for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
-      thread_local std::vector<float> sums;
-      float* block = reinterpret_cast<float*>(c + first * n);
-      if constexpr (bf16_c) {
+      const auto product = [&](float* into) {
+        gemm<BFloat16>(false, trans_w, end - first, n, k, 1, a + first * k, k, w16.data(),
+                       trans_w ? k : n, beta, into, n);
+      };
+      if constexpr (bf16_c) {  // the float32 sums, then rounded
+        thread_local std::vector<float> sums;
         sums.resize(static_cast<std::size_t>((end - first) * n));
-        block = sums.data();
+        product(sums.data());
+        to_bfloat16(sums.data(), c + first * n, (end - first) * n);
+      } else {
+        product(c + first * n);
       }
-      gemm<BFloat16>(false, trans_w, end - first, n, k, 1, a + first * k, k, w16.data(),
-                     trans_w ? k : n, beta, block, n);
-      if constexpr (bf16_c) to_bfloat16(block, c + first * n, (end - first) * n);
     });
     return;
   }
