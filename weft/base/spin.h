@@ -23,7 +23,7 @@ inline void cpu_relax() {
 // shared word less often and leave its cache line to the writer; every fourth round a yield
 // instead, so that pollers give the core away when threads outnumber cores (measured for
 // the thread pool: 2 workers + the submitting thread on 2 cores ran 5-30% faster than with 1
-// pause a round and a yield every 16th; docs/PERFORMANCE.md).
+// pause a round and a yield every 16th; docs/PERFORMANCE_LOG.md).
 inline void spin_pause(int round) {
   if (round % 4 == 3) {
     std::this_thread::yield();

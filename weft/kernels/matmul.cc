@@ -4,12 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -27,6 +29,8 @@ using dnnl::memory;
 // OpenBLAS starts with one thread per core; the float64 products (tests, finite differences)
 // run on the calling thread like every other product.
 std::once_flag g_blas_threads;
+
+std::atomic<std::int64_t> g_product_rows{512};
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
@@ -241,9 +245,9 @@ const float* widened(const BFloat16* x, std::int64_t rows, std::int64_t cols, st
   return into.data();
 }
 
-// The fixed blocks the products are cut into, whatever the thread count (below).
-constexpr std::int64_t kRowBlock = 512;  // rows (tokens) of y and dx per product
-// Rows (output features) of dW per product: the tallest of 512, 256 and 128 that still cuts
+// The fixed blocks the products are cut into, whatever the thread count (below): rows (tokens)
+// of y and dx per product (set_product_rows), and
+// rows (output features) of dW per product: the tallest of 512, 256 and 128 that still cuts
 // the weight into 4 or more blocks, for two to four threads to share. oneDNN repacks x for
 // every block (its bf16 dW kernel, gemm:jit: 362, 381 and 400 GFLOP/s at 128, 256 and 512 rows
 // on Zen 5). A function of the shape alone, never of the thread count.
@@ -329,11 +333,18 @@ std::string matmul_isa(DType dtype) {
 // fixed, one product each, so that one thread makes the same calls as many: a library's result
 // for a row may depend on the shape of the call it is in (its blocking of k follows m and n),
 // and results must not depend on the thread count (docs/TRAINING.md).
+void set_product_rows(std::int64_t rows) {
+  if (rows < 1) throw InvalidArgument("products of " + std::to_string(rows) + " rows");
+  g_product_rows.store(rows);
+}
+std::int64_t product_rows() { return g_product_rows.load(); }
+
 template <class T>
 void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate) {
   const Accum<T> beta = accumulate ? 1 : 0;
-  for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+  const std::int64_t row_block = product_rows();
+  for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
     gemm<T>(false, true, end - first, out, in, 1, x + first * in, in, w, in, beta, y + first * out,
             out);
   });
@@ -341,17 +352,20 @@ void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std:
 
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>* dw,
-                     std::int64_t rows, std::int64_t in, std::int64_t out, bool accumulate_dx) {
+                     std::int64_t rows, std::int64_t in, std::int64_t out, bool accumulate_dx,
+                     bool accumulate_dw) {
   if (dx != nullptr) {
     const Accum<T> beta = accumulate_dx ? 1 : 0;
-    for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+    const std::int64_t row_block = product_rows();
+    for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
       gemm<T>(false, false, end - first, in, out, 1, dy + first * out, out, w, in, beta,
               dx + first * in, in);
     });
   }
   if (dw == nullptr) return;
   for_fixed_blocks(out, feature_block(out), [&](std::int64_t first, std::int64_t end) {
-    gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, 1, dw + first * in, in);
+    gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, accumulate_dw ? 1 : 0,
+            dw + first * in, in);
   });
 }
 
@@ -359,18 +373,19 @@ namespace {
 
 // C[rows, n] = A[rows, k] op(W), or C += that with beta 1 (C float32), op(W) a float32 weight
 // (W^T with trans_w) rounded to bfloat16: packed once for the call, in oneDNN's layout for the
-// blocks' products, and read by all of them. The blocks are linear_forward's (kRowBlock rows).
+// blocks' products, and read by all of them. The blocks are linear_forward's (product_rows() rows).
 // C is float32, or bfloat16 rounded from the float32 sums.
 template <class C>
 void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, C* c, std::int64_t rows,
                        std::int64_t n, std::int64_t k, float beta) {
   constexpr bool bf16_c = std::is_same_v<C, BFloat16>;
   if (rows == 0 || n == 0) return;
+  const std::int64_t row_block = product_rows();
   if (!bf16_native() || k == 0) {  // emulated products widen again: no packing to do
     thread_local std::vector<BFloat16> w16;
     w16.resize(static_cast<std::size_t>(n * k));
     to_bfloat16_threaded(w, w16.data(), n * k);
-    for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+    for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
       const auto product = [&](float* into) {
         gemm<BFloat16>(false, trans_w, end - first, n, k, 1, a + first * k, k, w16.data(),
                        trans_w ? k : n, beta, into, n);
@@ -391,14 +406,14 @@ void rows_times_weight(const BFloat16* a, const float* w, bool trans_w, C* c, st
     product.bf16_c = bf16_c;
     return product;
   };
-  const std::int64_t full = std::min(rows, kRowBlock), tail = rows % kRowBlock;
+  const std::int64_t full = std::min(rows, row_block), tail = rows % row_block;
   const void* packed_full = pack_weight(key(full), w, 0);
   const void* packed_tail = packed_full;
-  if (rows > kRowBlock && tail != 0 &&
+  if (rows > row_block && tail != 0 &&
       product(key(tail)).b.get_desc() != product(key(full)).b.get_desc()) {
     packed_tail = pack_weight(key(tail), w, 1);
   }
-  for_fixed_blocks(rows, kRowBlock, [&](std::int64_t first, std::int64_t end) {
+  for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
     const std::int64_t m = end - first;
     onednn_gemm(key(m), a + first * k, m == full ? packed_full : packed_tail, c + first * n);
   });
@@ -425,7 +440,7 @@ void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::i
   template void linear_forward<T>(const T*, const T*, Accum<T>*, std::int64_t, std::int64_t, \
                                   std::int64_t, bool);                                       \
   template void linear_backward<T>(const T*, const T*, const T*, Accum<T>*, Accum<T>*,       \
-                                   std::int64_t, std::int64_t, std::int64_t, bool);
+                                   std::int64_t, std::int64_t, std::int64_t, bool, bool);
 WEFT_LINEAR(float)
 WEFT_LINEAR(double)
 WEFT_LINEAR(BFloat16)

@@ -50,12 +50,13 @@ template <class T>
 void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate = false);
 // dx (N, in) = dy W (added to dx when accumulate_dx, else overwritten; skipped when dx is
-// null), dW (out, in) += dy^T x (skipped when dw is null): either half alone, so that callers
-// can move data between them (tensor parallelism reduces dx while dW computes).
+// null), dW (out, in) += dy^T x (overwritten when !accumulate_dw; skipped when dw is null):
+// either half alone, so that callers can move data between them (tensor parallelism reduces
+// dx while dW computes).
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>* dw,
                      std::int64_t rows, std::int64_t in, std::int64_t out,
-                     bool accumulate_dx = false);
+                     bool accumulate_dx = false, bool accumulate_dw = true);
 
 // Mixed precision with the float32 weight: the same products as linear_forward<BFloat16> and
 // linear_backward<BFloat16>'s dx half on W rounded to bfloat16, W rounded once per call
@@ -70,6 +71,14 @@ void linear_forward(const BFloat16* x, const float* w, BFloat16* y, std::int64_t
                     std::int64_t in, std::int64_t out);
 void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::int64_t rows,
                            std::int64_t in, std::int64_t out, bool accumulate_dx = false);
+
+// The rows (tokens) of y and dx each product of linear_forward and linear_backward computes:
+// 512, whatever the thread count. Process-wide, set before a model runs: layout-invariant
+// training (nn/leaf_sums.h) sets one sequence's rows (at most 512, dividing them), so that
+// every rank's products cut its rows as one process cuts them all (a library's result for a
+// row may depend on the shape of the product it is in).
+void set_product_rows(std::int64_t rows);
+std::int64_t product_rows();
 
 // Whether bfloat16 products run on bf16 instructions (false: converted to float32 first).
 bool bf16_native();

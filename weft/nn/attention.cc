@@ -32,10 +32,10 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
                                 {prefix + ".wk.weight", config_.n_kv_heads * hd_},
                                 {prefix + ".wv.weight", config_.n_kv_heads * hd_}},
                                c.dim, prefix + ".wqkv.weight", Sharding{0, parts, part})),
-      wqkv_(qkv_weight_),
-      wq_(params.at(prefix + ".wq.weight")),
-      wk_(params.at(prefix + ".wk.weight")),
-      wv_(params.at(prefix + ".wv.weight")),
+      wqkv_(params, qkv_weight_),
+      wq_(params, params.at(prefix + ".wq.weight")),
+      wk_(params, params.at(prefix + ".wk.weight")),
+      wv_(params, params.at(prefix + ".wv.weight")),
       wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
       cp_(cp) {
   for (Linear* l : {&wq_, &wk_, &wv_}) l->weight().product_operand = true;

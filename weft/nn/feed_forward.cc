@@ -9,7 +9,7 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
     : hidden_(hidden / parts),
       w13_weight_(params.stack({{prefix + ".w1.weight", hidden_}, {prefix + ".w3.weight", hidden_}},
                                dim, prefix + ".w13.weight", Sharding{0, parts, part})),
-      w13_(w13_weight_),
+      w13_(params, w13_weight_),
       w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {
   for (const char* part_name : {".w1.weight", ".w3.weight"})
     params.at(prefix + part_name).product_operand = true;

@@ -72,12 +72,15 @@ std::int64_t bytes_of(std::initializer_list<const Tensor*> tensors) {
 
 Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
                Sharding sharding)
-    : Linear(params.add(name + ".weight", {out, in}, sharding)) {
+    : Linear(params, params.add(name + ".weight", {out, in}, sharding)) {
   weight_.product_operand = true;
 }
 
-Linear::Linear(Parameter& shared)
-    : weight_(shared), in_(shared.value.size(1)), out_(shared.value.size(0)) {}
+Linear::Linear(ParameterList& params, Parameter& shared)
+    : weight_(shared),
+      trees_(params.leaf_trees()),
+      in_(shared.value.size(1)),
+      out_(shared.value.size(0)) {}
 
 namespace {
 
@@ -121,6 +124,12 @@ template <ProductOperand Dy, ProductOperand X>
 void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bool accumulate_dx) {
   if constexpr (all_float32<Dy, X>) {
     if (matmul_dtype() == DType::kFloat32) {
+      if (trees_.active()) {
+        kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows,
+                                        in_, out_, accumulate_dx);
+        weight_grad<float>(dy, x, rows);
+        return;
+      }
       kernels::linear_backward<float>(dy, x, weight_.value.data<float>(), dx,
                                       weight_.grad.data<float>(), rows, in_, out_, accumulate_dx);
       return;
@@ -147,8 +156,7 @@ template <ProductOperand Dy, ProductOperand X>
 void Linear::backward_weight(const Dy* dy, const X* x, std::int64_t rows) {
   if constexpr (all_float32<Dy, X>) {
     if (matmul_dtype() == DType::kFloat32) {
-      kernels::linear_backward<float>(dy, x, nullptr, nullptr, weight_.grad.data<float>(), rows,
-                                      in_, out_);
+      weight_grad<float>(dy, x, rows);
       return;
     }
   }
@@ -162,8 +170,23 @@ void Linear::input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows,
 }
 
 void Linear::weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows) {
-  kernels::linear_backward<BFloat16>(dy, x, nullptr, nullptr, weight_.grad.data<float>(), rows, in_,
-                                     out_);
+  weight_grad<BFloat16>(dy, x, rows);
+}
+
+template <class T>
+void Linear::weight_grad(const T* dy, const T* x, std::int64_t rows) {
+  float* dw = weight_.grad.data<float>();
+  if (!trees_.active()) {
+    kernels::linear_backward<T>(dy, x, nullptr, nullptr, dw, rows, in_, out_);
+    return;
+  }
+  LeafSums<float>& sums = trees_.of(this, dw, weight_.grad.numel());
+  trees_.for_each_leaf(rows, [&](std::int64_t leaf, std::int64_t first) {
+    kernels::linear_backward<T>(dy + first * out_, x + first * in_, nullptr, nullptr,
+                                sums.open(/*zeroed=*/false), trees_.leaf_rows(), in_, out_,
+                                /*accumulate_dx=*/false, /*accumulate_dw=*/false);
+    sums.add(leaf);
+  });
 }
 
 template <ProductOperand Dy, ProductOperand X>
@@ -225,20 +248,37 @@ template void Linear::backward_input<BFloat16>(const BFloat16*, float*, std::int
 
 Embedding::Embedding(ParameterList& params, const std::string& name, std::int64_t vocab,
                      std::int64_t dim, Sharding sharding)
-    : weight_(params.add(name + ".weight", {vocab, dim}, sharding)), vocab_(vocab), dim_(dim) {}
+    : weight_(params.add(name + ".weight", {vocab, dim}, sharding)),
+      trees_(params.leaf_trees()),
+      vocab_(vocab),
+      dim_(dim) {}
 
 void Embedding::forward(const std::int32_t* tokens, std::int64_t n, float* out) const {
   kernels::embedding_forward_shard(tokens, n, weight_.value.data<float>(), vocab_,
                                    weight_.shard_offset(), weight_.value.size(0), dim_, out);
 }
 
+// In the invariant mode each leaf's rows of the table are summed apart (a dense table a leaf:
+// the byte-level vocabularies' 256 rows are cheap; a large vocabulary's are not).
 void Embedding::backward(const std::int32_t* tokens, std::int64_t n, const float* dout) {
-  kernels::embedding_backward_shard(tokens, n, dout, vocab_, weight_.shard_offset(),
-                                    weight_.value.size(0), dim_, weight_.grad.data<float>());
+  float* grad = weight_.grad.data<float>();
+  const auto backward = [&](const std::int32_t* t, std::int64_t rows, const float* d, float* g) {
+    kernels::embedding_backward_shard(t, rows, d, vocab_, weight_.shard_offset(),
+                                      weight_.value.size(0), dim_, g);
+  };
+  if (!trees_.active()) return backward(tokens, n, dout, grad);
+  LeafSums<float>& sums = trees_.of(this, grad, weight_.grad.numel());
+  trees_.for_each_leaf(n, [&](std::int64_t leaf, std::int64_t first) {
+    backward(tokens + first, trees_.leaf_rows(), dout + first * dim_, sums.open());
+    sums.add(leaf);
+  });
 }
 
 RMSNorm::RMSNorm(ParameterList& params, const std::string& name, std::int64_t dim, double eps)
-    : weight_(params.add(name + ".weight", {dim})), dim_(dim), eps_(eps) {}
+    : weight_(params.add(name + ".weight", {dim})),
+      trees_(params.leaf_trees()),
+      dim_(dim),
+      eps_(eps) {}
 
 void RMSNorm::forward(const float* x, float* y, float* rstd, std::int64_t rows) const {
   kernels::rmsnorm_forward(x, weight_.value.data<float>(), y, rstd, rows, dim_, eps_);
@@ -250,9 +290,19 @@ void RMSNorm::forward(const float* x, BFloat16* y, float* rstd, std::int64_t row
 
 void RMSNorm::backward(const float* dy, const float* x, const float* rstd, float* dx,
                        std::int64_t rows, bool accumulate_dx, float* dweight) {
-  kernels::rmsnorm_backward(dy, x, weight_.value.data<float>(), rstd, dx,
-                            dweight != nullptr ? dweight : weight_.grad.data<float>(), rows, dim_,
-                            accumulate_dx);
+  const float* w = weight_.value.data<float>();
+  if (dweight == nullptr) dweight = weight_.grad.data<float>();
+  if (!trees_.active()) {
+    kernels::rmsnorm_backward(dy, x, w, rstd, dx, dweight, rows, dim_, accumulate_dx);
+    return;
+  }
+  LeafSums<float>& sums = trees_.of(this, dweight, dim_);
+  trees_.for_each_leaf(rows, [&](std::int64_t leaf, std::int64_t first) {
+    kernels::rmsnorm_backward(dy + first * dim_, x + first * dim_, w, rstd + first,
+                              dx + first * dim_, sums.open(), trees_.leaf_rows(), dim_,
+                              accumulate_dx);
+    sums.add(leaf);
+  });
 }
 
 }  // namespace weft::nn

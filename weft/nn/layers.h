@@ -81,9 +81,9 @@ class Linear {
   // column-parallel, a slice of the outputs; 1: row-parallel, a slice of the inputs).
   Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
          Sharding sharding = {});
-  // Over an existing [out, in] parameter (this rank's slice of it; tied weights: the output
-  // layer reuses the token embedding); gradients from both uses add up in its grad.
-  explicit Linear(Parameter& shared);
+  // Over an existing [out, in] parameter of `params` (this rank's slice of it; tied weights:
+  // the output layer reuses the token embedding); gradients from both uses add up in its grad.
+  Linear(ParameterList& params, Parameter& shared);
   // y[rows, out] = x[rows, in] W^T, or y += x W^T when accumulate.
   template <ProductOperand X>
   void forward(const X* x, float* y, std::int64_t rows, bool accumulate = false) const;
@@ -112,8 +112,12 @@ class Linear {
   // The bfloat16 products, dy already bfloat16.
   void input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows, bool accumulate) const;
   void weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows);
+  // dW += dy^T x in one product, or leaf by leaf into the layout-invariant sums.
+  template <class T>
+  void weight_grad(const T* dy, const T* x, std::int64_t rows);
 
   Parameter& weight_;
+  LeafTrees& trees_;
   std::int64_t in_, out_;
 };
 
@@ -130,6 +134,7 @@ class Embedding {
 
  private:
   Parameter& weight_;
+  LeafTrees& trees_;
   std::int64_t vocab_, dim_;
 };
 
@@ -148,6 +153,7 @@ class RMSNorm {
 
  private:
   Parameter& weight_;
+  LeafTrees& trees_;
   std::int64_t dim_;
   double eps_;
 };

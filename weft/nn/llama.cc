@@ -181,7 +181,7 @@ void Llama::build() {
   if (stages_.back().last == n) {
     norm_.emplace(params_, "norm", config_.dim, config_.norm_eps);
     if (config_.tie_embeddings) {
-      output_.emplace(tok_embeddings_->weight());
+      output_.emplace(params_, tok_embeddings_->weight());
     } else {
       output_.emplace(params_, "output", config_.dim, config_.vocab_size, vocab_rows);
     }
@@ -311,7 +311,23 @@ double Llama::forward_stage(LayerRange stage, const std::int32_t* tokens,
   if (stage.last < config_.n_layers) return 0;
   targets_.assign(targets, targets + rows);
   head_forward(x, rows);
-  return loss_forward(rows) / static_cast<double>(rows);
+  const double loss = loss_forward(rows);
+  record_leaf_losses(rows);
+  return loss / static_cast<double>(rows);
+}
+
+// The layout-invariant mode's loss: each leaf's losses summed in row order (double), for the
+// canonical tree.
+void Llama::record_leaf_losses(std::int64_t rows) {
+  LeafTrees& trees = params_.leaf_trees();
+  if (!trees.active()) return;
+  const float* losses = losses_.data<float>();
+  trees.for_each_leaf(rows, [&](std::int64_t leaf, std::int64_t first) {
+    double sum = 0;
+    for (std::int64_t i = first; i < first + trees.leaf_rows(); ++i) sum += losses[i];
+    *trees.loss().open() = sum;
+    trees.loss().add(leaf);
+  });
 }
 
 // The final norm and the output layer, as unit n_layers.
@@ -436,7 +452,12 @@ void Llama::head_backward(float* dx, double loss_scale, std::int64_t rows,
   ensure_operand(dlogits_, {rows, output_->out()});
   float* dxn = ensure(dxn_, {rows, dim});
   const float* xn = tp_->plan().sequence_sharded() ? xn_full_.data<float>() : xn_.data<float>();
-  const double scale = loss_scale / static_cast<double>(rows);
+  // The invariant mode's gradient of every token's loss: 1 / (the global batch's tokens), the
+  // same number whatever share of them this rank holds.
+  const double scale =
+      params_.leaf_trees().active()
+          ? 1.0 / static_cast<double>(std::llround(static_cast<double>(rows) / loss_scale))
+          : loss_scale / static_cast<double>(rows);
   auto output_backward = [&](auto* dlogits) {
     loss_backward(rows, scale, dlogits);
     if (deferred == nullptr) {

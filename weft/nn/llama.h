@@ -187,6 +187,7 @@ class Llama {
                      DeferredWeightGrads* deferred);
   void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
   double loss_forward(std::int64_t rows);
+  void record_leaf_losses(std::int64_t rows);
   template <class G>
   void loss_backward(std::int64_t rows, double scale, G* dlogits);
   void norm_backward(const float* dxn, float* dx, std::int64_t local);

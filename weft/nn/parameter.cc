@@ -98,6 +98,7 @@ void ParameterList::load_state_dict(const StateDict& state) {
 }
 
 void ParameterList::zero_grad() {
+  leaf_trees_.clear();
   for (auto& p : params_) {
     float* g = p->grad.data<float>();
     kernels::parallel_for(p->grad.numel(), 1 << 16, [g](std::int64_t first, std::int64_t end) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/leaf_sums.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::nn {
@@ -65,10 +66,14 @@ class ParameterList {
   // Copies every named value into the parameter of that name; a missing or extra name, or
   // a shape that differs, throws InvalidArgument naming it (nothing is copied then).
   void load_state_dict(const StateDict& state);
+  // Zeroes every gradient and clears the layout-invariant sums.
   void zero_grad();
+  // The model's sums over tokens in the layout-invariant mode (leaf_sums.h).
+  LeafTrees& leaf_trees() { return leaf_trees_; }
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
+  LeafTrees leaf_trees_;
 };
 
 }  // namespace weft::nn

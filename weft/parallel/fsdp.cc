@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
@@ -12,6 +13,7 @@
 #include "weft/kernels/parallel.h"
 #include "weft/nn/layers.h"
 #include "weft/parallel/checks.h"
+#include "weft/parallel/leaf_reduce.h"
 #include "weft/recorder/flight_recorder.h"
 
 namespace weft::parallel {
@@ -70,6 +72,8 @@ struct FullyShardedDataParallel::Unit {
   std::vector<float> packed;            // this rank's block rounded, for a bfloat16 gather
   bool gathered_bf16 = false;           // the gather in flight is a bfloat16 one
   std::shared_ptr<dist::Work> gather;
+  // Layout-invariant mode: the blocks of leaves' sums of this rank's shard of the unit.
+  std::unique_ptr<nn::LeafSums<float>> leaf_blocks;
 };
 
 // A unit's gradients on their way through reduce_scatter into the gradient shards.
@@ -420,6 +424,14 @@ void FullyShardedDataParallel::after_backward(int model_unit) {
 }
 
 void FullyShardedDataParallel::start_reduction(Unit& u) {
+  if (layout_invariant_) {
+    exchange_leaf_blocks(u);
+    if (mode_ != ShardingMode::kZero1) {
+      for (Storage* s : u.grads) s->release();
+      count_unsharded(-u.full_bytes);
+    }
+    return;
+  }
   auto r = std::make_unique<Reduction>();
   r->unit = &u;
   const std::size_t full = static_cast<std::size_t>(u.size * ranks_);
@@ -471,6 +483,101 @@ void FullyShardedDataParallel::finish_reduction() {
   count_unsharded(-bytes_of(size * (ranks_ + 1)));
   give_back(std::move(r->send));
   give_back(std::move(r->recv));
+}
+
+void FullyShardedDataParallel::set_layout_invariant(bool on) {
+  if (on && (reduce_dtype_ != DType::kFloat32 || pipelined_ || model_.config().tie_embeddings)) {
+    throw InvalidArgument(
+        "FSDP's layout-invariant mode sums in float32, without pipeline stages or tied "
+        "embeddings");
+  }
+  layout_invariant_ = on;
+  for (auto& u : units_) {
+    u->leaf_blocks =
+        on ? std::make_unique<nn::LeafSums<float>>(grads_.data() + u->offset, u->size) : nullptr;
+  }
+}
+
+// The unit's gradients are those of its pieces: a leaf sum whose gradient holds a piece's
+// (a fused q|k|v or w1|w3 sum holds several) is the unit's. Sums without blocks are left out:
+// their gradients may have moved since (freed and restored elsewhere).
+void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
+  std::vector<nn::LeafSums<float>*> sums;
+  std::vector<std::pair<const Piece*, nn::LeafSums<float>*>> sources;
+  for (const Piece& p : u.pieces) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p.param->grad.data<float>());
+    for (const auto& t : model_.parameters().leaf_trees().all()) {
+      if (t->blocks().empty()) continue;
+      const auto first = reinterpret_cast<std::uintptr_t>(t->target());
+      if (at < first || at >= first + static_cast<std::uintptr_t>(t->size()) * sizeof(float))
+        continue;
+      sources.emplace_back(&p, t.get());
+      if (std::find(sums.begin(), sums.end(), t.get()) == sums.end()) sums.push_back(t.get());
+    }
+  }
+  const std::vector<nn::LeafBlock> blocks =
+      sums.empty() ? std::vector<nn::LeafBlock>{} : sums[0]->blocks();
+  for (const nn::LeafSums<float>* t : sums) {
+    if (t->blocks() != blocks)
+      throw Error("layout-invariant sums: a gradient did not see every leaf of this rank");
+  }
+  const auto entries = static_cast<std::int64_t>(blocks.size());
+  const std::int64_t stride = entries * u.size;  // to rank r: [entry][its rows of the unit]
+  std::vector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
+  std::vector<float> recv = take_buffer(send.size());
+  count_unsharded(2 * bytes_of(stride * ranks_));
+  for (std::int64_t e = 0; e < entries; ++e) {
+    for (const auto& [piece, t] : sources) {
+      const float* whole =
+          t->values(static_cast<std::size_t>(e)) + (piece->param->grad.data<float>() - t->target());
+      piece->pack(whole, send.data() + e * u.size, stride, ranks_);
+    }
+  }
+  shard_.all_to_all(recv, send);
+  const auto all = blocks_of_all(shard_, blocks);
+  for (int r = 0; r < ranks_; ++r) {
+    for (std::int64_t e = 0; e < entries; ++e) {
+      const float* from = recv.data() + r * stride + e * u.size;
+      std::copy(from, from + u.size, u.leaf_blocks->open(/*zeroed=*/false));
+      u.leaf_blocks->add(all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)]);
+    }
+  }
+  for (nn::LeafSums<float>* t : sums) t->clear();
+  count_unsharded(-2 * bytes_of(stride * ranks_));
+  give_back(std::move(send));
+  give_back(std::move(recv));
+}
+
+// The shard's blocks (with HSDP, every replica's: all-gathered) combined into its gradients.
+void FullyShardedDataParallel::combine_leaf_blocks(Unit& u) {
+  nn::LeafSums<float>& sums = *u.leaf_blocks;
+  if (replicate_ == nullptr) {
+    sums.add_into_target();
+    return;
+  }
+  const std::vector<nn::LeafBlock> mine = sums.blocks();
+  const auto all = blocks_of_all(*replicate_, mine);
+  const std::size_t size = static_cast<std::size_t>(u.size), entries = mine.size();
+  std::vector<float> local = take_buffer(entries * size);
+  std::vector<float> gathered = take_buffer(local.size() * all.size());
+  for (std::size_t e = 0; e < entries; ++e)
+    std::copy(sums.values(e), sums.values(e) + size, local.data() + e * size);
+  replicate_->all_gather(gathered, local);
+  std::vector<nn::LeafBlock> blocks;
+  std::vector<float*> values;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    for (std::size_t e = 0; e < entries; ++e) {
+      blocks.push_back(all[r][e]);
+      values.push_back(gathered.data() + (r * entries + e) * size);
+    }
+  }
+  if (const float* sum = nn::combine_blocks(blocks, values, u.size)) {
+    float* into = grads_.data() + u.offset;
+    for (std::size_t i = 0; i < size; ++i) into[i] += sum[i];
+  }
+  sums.clear();
+  give_back(std::move(local));
+  give_back(std::move(gathered));
 }
 
 void FullyShardedDataParallel::set_param_dtype(DType dtype) {
@@ -527,7 +634,11 @@ void FullyShardedDataParallel::finish_sync() {
         "the gradients were never reduced");
   }
   while (!reductions_.empty()) finish_reduction();
-  if (replicate_ != nullptr) reduce_across_replicas();
+  if (layout_invariant_) {
+    for (auto& u : units_) combine_leaf_blocks(*u);
+  } else if (replicate_ != nullptr) {
+    reduce_across_replicas();
+  }
   syncing_ = false;
 }
 
@@ -550,6 +661,18 @@ double FullyShardedDataParallel::local_grad_sum_squares(
     }
   }
   return sum;
+}
+
+void FullyShardedDataParallel::row_sums_of_squares(std::vector<double>& rows) const {
+  std::size_t first = 0;  // the parameter's first row among the model's
+  for (const auto& [u, p] : pieces_in_model_order()) {
+    const float* grads = grads_.data() + u->offset + p->offset;
+    for (std::int64_t r = 0; r < p->rows_of(rank_); ++r) {
+      rows[first + static_cast<std::size_t>(rank_ * p->shard_rows + r)] =
+          kernels::sum_squares(grads + r * p->cols, p->cols);
+    }
+    first += static_cast<std::size_t>(p->rows);
+  }
 }
 
 void FullyShardedDataParallel::scale_grads(float factor) {

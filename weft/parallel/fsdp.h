@@ -106,6 +106,12 @@ class FullyShardedDataParallel {
   // Other parameters (norms, the embedding) are gathered in float32 either way.
   // InvalidArgument for other dtypes.
   void set_param_dtype(DType dtype);
+  // Layout-invariant training (nn/leaf_sums.h): each rank sends its blocks of leaves' sums, cut
+  // by the ranks' rows (one all-to-all per unit instead of the reduce-scatter), and each shard
+  // keeps the blocks it receives until finish_sync combines them (and HSDP's replicas' blocks,
+  // all-gathered) in the canonical tree. Float32 reductions, untied embeddings, no pipeline:
+  // InvalidArgument otherwise. Set before the first backward.
+  void set_layout_invariant(bool on);
   void hold_reductions(bool held) { held_ = held; }
   // Pipelined: reduces and frees every unit whose reduction was held (zero bubble: after the
   // step's last W, when the weight gradients are final).
@@ -120,6 +126,9 @@ class FullyShardedDataParallel {
   // combine the norm over more dimensions than the shard group (tensor parallelism).
   double local_grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) const;
   void scale_grads(float factor);
+  // rows[i] = the sum of squares of row i of the gradient (rows: every parameter's dimension-0
+  // slices, in the model's order) for the rows this rank's shard holds; the others untouched.
+  void row_sums_of_squares(std::vector<double>& rows) const;
   // AdamW on this rank's shards; the units are refreshed lazily by the next forward.
   void step(double lr);
   std::int64_t steps() const { return steps_; }
@@ -172,6 +181,8 @@ class FullyShardedDataParallel {
   void start_reduction(Unit& u);
   void finish_reduction();
   void reduce_across_replicas();
+  void exchange_leaf_blocks(Unit& u);
+  void combine_leaf_blocks(Unit& u);
   void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()
   std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
   void give_back(std::vector<float>&& buffer);
@@ -191,7 +202,7 @@ class FullyShardedDataParallel {
   static constexpr std::size_t kSpareBuffers = 8;
   std::vector<std::vector<float>> spare_;
   int hooks_ = -1;
-  bool syncing_ = false, pipelined_ = false, held_ = false;
+  bool syncing_ = false, pipelined_ = false, held_ = false, layout_invariant_ = false;
   std::int64_t steps_ = 0;
   std::int64_t unsharded_ = 0, unsharded_peak_ = 0;
 };

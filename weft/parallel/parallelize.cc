@@ -7,8 +7,10 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
+#include "weft/parallel/checks.h"
 #include "weft/parallel/context_parallel.h"
 #include "weft/parallel/ddp.h"
+#include "weft/parallel/leaf_reduce.h"
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/pipeline_picture.h"
 #include "weft/parallel/tensor_parallel.h"
@@ -37,6 +39,9 @@ class DataParallel {
   // Over the gradients this rank holds, after finish_sync.
   virtual double grad_sum_squares(const Counted& counted) const = 0;
   virtual void scale_grads(float factor) = 0;
+  // The layout-invariant norm's terms: FullyShardedDataParallel::row_sums_of_squares, for the
+  // rows this rank holds.
+  virtual void row_sums_of_squares(std::vector<double>& rows) const = 0;
   // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions);
   // reduce_held launches those held back (zero bubble, after the last W).
   virtual void hold_reductions(bool held) = 0;
@@ -68,8 +73,11 @@ class DataParallel {
 class Replicated : public DataParallel {
  public:
   Replicated(nn::Llama& model, dist::ProcessGroup* group, const ParallelOptions& options)
-      : model_(model), adamw_(model.parameters(), options.optimizer) {
-    if (group != nullptr && group->size() > 1) {
+      : model_(model),
+        adamw_(model.parameters(), options.optimizer),
+        group_(group),
+        layout_invariant_(options.layout_invariant) {
+    if (group != nullptr && group->size() > 1 && !layout_invariant_) {
       ddp_ = std::make_unique<DistributedDataParallel>(model, *group, options.bucket_bytes,
                                                        options.reduce_dtype);
     }
@@ -80,6 +88,7 @@ class Replicated : public DataParallel {
     if (ddp_) ddp_->prepare_sync();
   }
   void finish_sync() override {
+    if (layout_invariant_) leaf_reducer_.reduce(group_, model_.parameters().leaf_trees());
     if (ddp_) ddp_->finish_sync();
   }
   // In parameter order, as nn::grad_norm sums.
@@ -93,6 +102,15 @@ class Replicated : public DataParallel {
   void scale_grads(float factor) override {
     for (const auto& p : model_.parameters().all())
       kernels::scale(p->grad.data<float>(), factor, p->grad.numel());
+  }
+  void row_sums_of_squares(std::vector<double>& rows) const override {
+    std::size_t row = 0;
+    for (const auto& p : model_.parameters().all()) {
+      const std::int64_t n = p->grad.ndim() == 0 ? 1 : p->grad.size(0);
+      const std::int64_t cols = n == 0 ? 0 : p->grad.numel() / n;
+      for (std::int64_t r = 0; r < n; ++r)
+        rows[row++] = kernels::sum_squares(p->grad.data<float>() + r * cols, cols);
+    }
   }
   void hold_reductions(bool held) override {
     if (ddp_) ddp_->hold_reductions(held);
@@ -120,7 +138,8 @@ class Replicated : public DataParallel {
   void held_loaded(std::int64_t optimizer_steps) override { adamw_.set_steps(optimizer_steps); }
   std::int64_t optimizer_steps() const override { return adamw_.steps(); }
   void check_replicas_identical() override {
-    if (ddp_) ddp_->check_parameters_identical();
+    if (group_ != nullptr && group_->size() > 1)
+      check_parameters_identical(model_.parameters(), *group_);
   }
   void memory(MemoryReport& report) const override {
     const std::int64_t bytes = bytes_of_floats(model_.parameters().numel());
@@ -128,13 +147,20 @@ class Replicated : public DataParallel {
     report.optimizer = 2 * bytes;
   }
   void describe(std::vector<std::string>& lines, bool with_peaks) const override {
-    if (ddp_ && !with_peaks)  // once, at the start
-      lines.push_back("ddp: " + std::to_string(ddp_->buckets()) + " gradient buckets");
+    if (with_peaks) return;  // once, at the start
+    if (ddp_) lines.push_back("ddp: " + std::to_string(ddp_->buckets()) + " gradient buckets");
+    if (layout_invariant_ && group_ != nullptr && group_->size() > 1)
+      lines.push_back(
+          "ddp: layout-invariant, gradients summed in the canonical tree after "
+          "backward (all-to-all and all-gather)");
   }
 
  private:
   nn::Llama& model_;
   nn::AdamW adamw_;
+  dist::ProcessGroup* group_;
+  bool layout_invariant_;
+  LeafReducer leaf_reducer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
 };
 
@@ -147,6 +173,7 @@ class Sharded : public DataParallel {
     fsdp_.set_pipelined(options.dims.pp > 1);
     fsdp_.set_reduce_dtype(options.reduce_dtype);
     fsdp_.set_param_dtype(options.param_dtype);
+    fsdp_.set_layout_invariant(options.layout_invariant);
   }
   void init_weights(std::uint64_t seed) override { fsdp_.init_weights(seed); }
   void zero_grad() override { fsdp_.zero_grad(); }
@@ -156,6 +183,9 @@ class Sharded : public DataParallel {
     return fsdp_.local_grad_sum_squares(counted);
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
+  void row_sums_of_squares(std::vector<double>& rows) const override {
+    fsdp_.row_sums_of_squares(rows);
+  }
   void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }
   void reduce_held() override { fsdp_.reduce_held(); }
   void step(double lr) override { fsdp_.step(lr); }
@@ -274,6 +304,7 @@ class Parallelized : public ParallelModel {
       : model_(model), mesh_(mesh), options_(options) {
     const ParallelDims& d = options.dims;
     d.validate(mesh != nullptr ? mesh->world().size() : 1);
+    if (options.layout_invariant) check_layout_invariant(options);
     pp_ = group(mesh, "pp");
     if (pp_ != nullptr) {
       pipeline_ = make_pipeline(model, *pp_, options.pipeline);
@@ -309,9 +340,14 @@ class Parallelized : public ParallelModel {
   int data_rank() const override { return data_rank_; }
   int data_size() const override { return options_.dims.data_parallel(); }
   void init_weights(std::uint64_t seed) override { dp_->init_weights(seed); }
-  void zero_grad() override { dp_->zero_grad(); }
+  void zero_grad() override {
+    dp_->zero_grad();
+    model_.parameters().leaf_trees().clear();
+    micro_batches_ = 0;
+  }
   double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
                           std::int64_t batch, std::int64_t seq, double loss_scale) override {
+    if (options_.layout_invariant) return run_on_leaves(tokens, targets, batch, seq, loss_scale);
     if (cp_ != nullptr) {
       const Chunks c = chunks_of(tokens, targets, batch, seq);
       return run(c.tokens.data(), c.targets.data(), batch, c.seq, loss_scale / cp_->size()) /
@@ -338,6 +374,7 @@ class Parallelized : public ParallelModel {
   // all-reduce over the world sums the rest. Context-parallel ranks are replicas under DDP,
   // shards under FSDP.
   double clip_grad_norm(double max_norm) override {
+    if (options_.layout_invariant) return clip_grad_norm_by_rows(max_norm);
     const int tp_rank = tp_ != nullptr ? tp_->rank() : 0;
     const double local = dp_->grad_sum_squares(
         [tp_rank](const nn::Parameter& p) { return p.sharded() || tp_rank == 0; });
@@ -354,6 +391,17 @@ class Parallelized : public ParallelModel {
     const bool counted = (tp_ == nullptr || tp_->rank() == 0) &&
                          (pipeline_ == nullptr || pipeline_->holds_last_stage());
     return sum_over_world(counted ? value : 0.0);
+  }
+
+  // Invariant: the world is the data-parallel ranks (no other strategy is allowed).
+  double step_loss(double shares) override {
+    if (!options_.layout_invariant) return sum_over_data(shares);
+    double sum = 0;
+    add_seconds(seconds_, [&] {
+      sum = LeafReducer::sum_losses(mesh_ != nullptr ? &mesh_->world() : nullptr,
+                                    model_.parameters().leaf_trees());
+    });
+    return sum / static_cast<double>(global_tokens_);
   }
 
   // The data-parallel roots (data coordinates 0) hold whole slices; tensor parallelism then
@@ -466,6 +514,57 @@ class Parallelized : public ParallelModel {
   }
 
  private:
+  static void check_layout_invariant(const ParallelOptions& options) {
+    const ParallelDims& d = options.dims;
+    if (d.pp > 1 || d.tp > 1 || d.cp > 1) {
+      throw InvalidArgument(
+          "deterministic = \"layout\" trains one process, DDP, FSDP and HSDP so far; pipeline, "
+          "tensor and context parallelism are not layout-invariant yet: leave deterministic "
+          "unset for them");
+    }
+    if (options.reduce_dtype != DType::kFloat32) {
+      throw InvalidArgument(
+          "deterministic = \"layout\" sums gradients in float32: set "
+          "mixed_precision_reduce = \"float32\"");
+    }
+  }
+
+  // The layout-invariant norm: each dimension-0 row's sum of squares from the first replica
+  // that holds it, zeros elsewhere (a sum of one term and zeros is exact in any order), then
+  // added in the model's row order.
+  double clip_grad_norm_by_rows(double max_norm) {
+    std::int64_t rows = 0;
+    for (const auto& p : model_.parameters().all())
+      rows += p->grad.ndim() == 0 ? 1 : p->grad.size(0);
+    std::vector<double> sums(static_cast<std::size_t>(rows), 0.0);
+    if (replica_ == 0) dp_->row_sums_of_squares(sums);
+    if (mesh_ != nullptr) add_seconds(seconds_, [&] { mesh_->world().all_reduce(sums); });
+    double sum = 0;
+    for (const double s : sums) sum += s;
+    const double norm = std::sqrt(sum);
+    const double factor = max_norm / (norm + 1e-6);
+    if (max_norm > 0 && factor < 1.0) dp_->scale_grads(static_cast<float>(factor));
+    return norm;
+  }
+
+  // Sequence i of data rank r's micro-batch m is sequence (m x ranks + r) x batch + i of the
+  // step's global batch (the data loader's order), each sequence one leaf.
+  double run_on_leaves(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                       std::int64_t seq, double loss_scale) {
+    nn::LeafTrees& trees = model_.parameters().leaf_trees();
+    const std::int64_t micro = micro_batches_++;
+    trees.start((micro * data_size() + data_rank_) * batch, seq);
+    global_tokens_ = std::llround(static_cast<double>(batch * seq) / loss_scale);
+    try {
+      const double loss = run(tokens, targets, batch, seq, loss_scale);
+      trees.stop();
+      return loss;
+    } catch (...) {
+      trees.stop();
+      throw;
+    }
+  }
+
   double run(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
              std::int64_t seq, double loss_scale) {
     if (pipeline_) return pipeline_->forward_backward(tokens, targets, batch, seq, loss_scale);
@@ -657,6 +756,8 @@ class Parallelized : public ParallelModel {
   double seconds_ = 0;  // blocked in finish_sync and the world all-reduces
   int replica_ = 0, data_rank_ = 0;
   std::unique_ptr<DataParallel> dp_;
+  std::int64_t micro_batches_ = 0;  // since zero_grad
+  std::int64_t global_tokens_ = 1;  // in a step's global batch
 };
 
 }  // namespace

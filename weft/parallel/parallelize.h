@@ -74,6 +74,13 @@ struct ParallelOptions {
   bool loss_parallel = true;                                       // with tp > 1
   nn::KeyValueExchange cp_exchange = nn::KeyValueExchange::kRing;  // with cp > 1
   nn::AdamWOptions optimizer;
+  // Layout-invariant training (`[training] deterministic = "layout"`, nn/leaf_sums.h): every
+  // sum over tokens in the canonical tree over the global batch's sequences, so that the loss,
+  // the gradients and the parameters are bitwise those of one process whatever the data-
+  // parallel degree, micro-batch count and thread count. Call kernels::set_product_rows with
+  // the rows of a sequence (at most 512) first. One process, DDP, FSDP (every mode) and HSDP,
+  // reducing in float32; pipeline, tensor and context parallelism are refused.
+  bool layout_invariant = false;
 };
 
 // Bytes this rank holds (parameters, gradients and optimizer state between steps; the
@@ -127,6 +134,10 @@ class ParallelModel {
   // returned (a loss): taken once per data-parallel rank, from the last pipeline stage's
   // first tensor-parallel rank. Collective.
   virtual double sum_over_data(double value) = 0;
+  // The step's mean loss, after finish_sync: sum_over_data(shares) of the shares of it that
+  // forward_backward returned (each times its loss_scale), or in the layout-invariant mode
+  // the canonical sum of every token's loss over the global batch's tokens. Collective.
+  virtual double step_loss(double shares) = 0;
   // The whole training state, in the model's parameter order, gathered: on world rank 0 full
   // tensors, elsewhere empty. Collective. (What one process would hold, to compare layouts
   // with; checkpoints save and load each rank's pieces instead.)

@@ -103,6 +103,12 @@ const std::vector<Field>& fields() {
                  "a step whose loss or gradient norm is NaN or infinite: stop (an error naming "
                  "the step, before the optimizer step; nothing saved) or skip (no optimizer step)",
                  -INFINITY, INFINITY, {"stop", "skip"}),
+      WEFT_FIELD(training, deterministic,
+                 "layout: every sum over tokens in one canonical tree, so that the loss, "
+                 "gradients and parameters are bitwise those of one process on any data-parallel "
+                 "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP); "
+                 "off: each layout's own order",
+                 -INFINITY, INFINITY, {"off", "layout"}),
       WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
                  10.0),
       WEFT_FIELD(optimizer, weight_decay,

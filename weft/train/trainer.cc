@@ -62,6 +62,15 @@ Config with_vocabulary(Config c, const data::Tokenizer& tok) {
   return c;
 }
 
+// The rows each matrix product takes: 512, or in the layout-invariant mode the largest number
+// up to 512 that divides a sequence (a leaf), so that every rank cuts its rows alike.
+std::int64_t rows_per_product(const TrainingConfig& training) {
+  if (training.deterministic != "layout") return 512;
+  std::int64_t rows = std::min<std::int64_t>(512, training.seq_len);
+  while (training.seq_len % rows != 0) --rows;
+  return rows;
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, std::ostream& out, Progress progress,
@@ -86,6 +95,7 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   }
   // weft splits the work between the threads itself; each product runs on one of them.
   nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
+  kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
   refuse_what_cannot_fit(parallel_->memory(), false);
@@ -166,6 +176,7 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   options.sequence_parallel = p.enable_sequence_parallel;
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config.optimizer;
+  options.layout_invariant = config.training.deterministic == "layout";
   return options;
 }
 
@@ -280,7 +291,7 @@ double Trainer::train_step() {
             share;
   }
   parallel_->finish_sync();
-  return parallel_->sum_over_data(loss);
+  return parallel_->step_loss(loss);
 }
 
 void Trainer::load_initial_weights(const std::string& folder) {

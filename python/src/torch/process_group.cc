@@ -214,7 +214,7 @@ WorkPtr TorchProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outpu
   const auto& outs = one_per_rank(outputs, size_, "all_gather");
   // Into the list's tensors themselves: weft's list form copies each rank's block straight
   // there (staging them in one buffer cost a copy of the whole output, measured in
-  // docs/PERFORMANCE.md).
+  // docs/PERFORMANCE_LOG.md).
   auto out = s.outputs_each(outs, in);
   auto work = issue(*group_, [&] {
     return group_->all_gather_async(std::move(out), s.input(in), op_options(opts.timeout));

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What layout-invariant training costs: the debug config trained with `deterministic = "layout"`
+# against the default order, in alternating rounds, as 1 process, DDP 2 and FSDP 2 (weftrun,
+# shm; batch 4 per rank: the same global batch of 8). tokens/s over 20 timed steps after 2.
+#
+#   bench/train/deterministic.sh [ROUNDS]      (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-3}
+cmake --build build/release --target weft-train weftrun -- --quiet
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+
+run() {  # mode layout: tokens/s
+  local mode=$1 layout=$2 jsonl="$out/run.jsonl"
+  local train=(build/release/tools/weft-train --config configs/debug.toml --training.steps 22
+    --checkpoint.enable false --validation.enable false --metrics.log_freq 1
+    --metrics.jsonl_path "$jsonl" --training.deterministic "$mode")
+  rm -f "$jsonl"
+  case $layout in
+    one) "${train[@]}" > "$out/log" 2>&1 ;;
+    ddp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
+      > "$out/log" 2>&1 ;;
+    fsdp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
+      --parallelism.data_parallel_shard_degree 2 > "$out/log" 2>&1 ;;
+  esac
+  python3 bench/train/summarise.py "$jsonl" | cut -d' ' -f1
+}
+
+for round in $(seq "$rounds"); do
+  for layout in one ddp2 fsdp2; do
+    off=$(run off "$layout")
+    invariant=$(run layout "$layout")
+    echo "round $round $layout: off $off, layout $invariant tokens/s"
+  done
+done

@@ -1,0 +1,153 @@
+#include "weft/nn/leaf_sums.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "weft/base/error.h"
+#include "weft/kernels/parallel.h"
+
+namespace weft::nn {
+
+namespace {
+
+// The smallest node holding both of two disjoint blocks.
+LeafBlock common_parent(const LeafBlock& a, const LeafBlock& b) {
+  const int level = std::bit_width(static_cast<std::uint64_t>(a.first ^ b.first));
+  const std::int64_t size = std::int64_t{1} << level;
+  return {a.first & ~(size - 1), size};
+}
+
+// left[i] += right[i]: plain additions, the same bits on every target and thread count.
+template <class T>
+void add_into(T* left, const T* right, std::int64_t n) {
+  kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) left[i] += right[i];
+  });
+}
+
+bool siblings(const LeafBlock& left, const LeafBlock& right) {
+  return left.count == right.count && left.first % (2 * left.count) == 0 &&
+         left.first + left.count == right.first;
+}
+
+}  // namespace
+
+// Adjacent blocks whose common parent is lowest have no other block under that parent (one
+// between them would share a lower parent with one of them), so that parent's sum is theirs:
+// merging the lowest pair first, again and again, walks the canonical tree bottom-up.
+template <class T>
+T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n) {
+  if (blocks.empty()) return nullptr;
+  std::vector<std::size_t> order(blocks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return blocks[a].first < blocks[b].first; });
+  std::vector<LeafBlock> b;
+  std::vector<T*> v;
+  for (std::size_t i : order) {
+    b.push_back(blocks[i]);
+    v.push_back(values[i]);
+  }
+  while (b.size() > 1) {
+    std::size_t lowest = 0;
+    for (std::size_t i = 1; i + 1 < b.size(); ++i) {
+      if (common_parent(b[i], b[i + 1]).count < common_parent(b[lowest], b[lowest + 1]).count)
+        lowest = i;
+    }
+    add_into(v[lowest], v[lowest + 1], n);
+    b[lowest] = common_parent(b[lowest], b[lowest + 1]);
+    b.erase(b.begin() + static_cast<std::ptrdiff_t>(lowest) + 1);
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(lowest) + 1);
+  }
+  return v[0];
+}
+
+template <class T>
+T* LeafSums<T>::open(bool zeroed) {
+  if (!opened_) {
+    if (spare_.empty()) {
+      opened_.reset(new T[static_cast<std::size_t>(n_)]);
+    } else {
+      opened_ = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  if (zeroed) std::memset(opened_.get(), 0, static_cast<std::size_t>(n_) * sizeof(T));
+  return opened_.get();
+}
+
+template <class T>
+void LeafSums<T>::add(LeafBlock block) {
+  if (!opened_) throw Error("LeafSums::add without open: no sum to add");
+  blocks_.push_back(block);
+  values_.push_back(std::move(opened_));
+  while (blocks_.size() > 1 && siblings(blocks_[blocks_.size() - 2], blocks_.back())) {
+    add_into(values_[values_.size() - 2].get(), values_.back().get(), n_);
+    blocks_[blocks_.size() - 2].count *= 2;
+    blocks_.pop_back();
+    spare_.push_back(std::move(values_.back()));
+    values_.pop_back();
+  }
+}
+
+template <class T>
+void LeafSums<T>::add_into_target() {
+  std::vector<T*> values;
+  for (auto& v : values_) values.push_back(v.get());
+  if (const T* sum = combine_blocks(blocks_, values, n_)) add_into(target_, sum, n_);
+  clear();
+}
+
+template <class T>
+void LeafSums<T>::clear() {
+  for (auto& v : values_) spare_.push_back(std::move(v));
+  values_.clear();
+  blocks_.clear();
+}
+
+template class LeafSums<float>;
+template class LeafSums<double>;
+template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t);
+template double* combine_blocks<double>(std::vector<LeafBlock>, std::vector<double*>, std::int64_t);
+
+void LeafTrees::start(std::int64_t first_leaf, std::int64_t leaf_rows) {
+  if (leaf_rows <= 0) throw InvalidArgument("leaves of " + std::to_string(leaf_rows) + " rows");
+  active_ = true;
+  first_leaf_ = first_leaf;
+  leaf_rows_ = leaf_rows;
+}
+
+std::int64_t LeafTrees::check_rows(std::int64_t rows) const {
+  if (rows % leaf_rows_ != 0) {
+    throw InvalidArgument("layout-invariant sums: " + std::to_string(rows) +
+                          " rows are not whole leaves of " + std::to_string(leaf_rows_) +
+                          " rows (one sequence each)");
+  }
+  return rows;
+}
+
+LeafSums<float>& LeafTrees::of(const void* user, float* target, std::int64_t n) {
+  for (std::size_t i = 0; i < trees_.size(); ++i) {
+    if (users_[i] != user) continue;
+    if (trees_[i]->size() != n) throw Error("layout-invariant sums: a gradient changed its size");
+    trees_[i]->retarget(target);
+    return *trees_[i];
+  }
+  users_.push_back(user);
+  trees_.push_back(std::make_unique<LeafSums<float>>(target, n));
+  return *trees_.back();
+}
+
+void LeafTrees::add_into_targets() {
+  for (auto& t : trees_) t->add_into_target();
+}
+
+void LeafTrees::clear() {
+  for (auto& t : trees_) t->clear();
+  loss_.clear();
+}
+
+}  // namespace weft::nn

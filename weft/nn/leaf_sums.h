@@ -1,0 +1,101 @@
+// Sums over the tokens of a global batch that come out bitwise the same on any layout.
+//
+// A floating-point sum depends on its order. In the layout-invariant mode
+// (`[training] deterministic = "layout"`; LeafTrees::start below) every sum over tokens
+// that a layout could split (a weight's gradient, a norm's, the embedding's, the loss) is cut
+// at fixed leaves of the global batch (one sequence each) and taken in one canonical tree: the
+// perfect binary tree over the leaves' indices in the global batch, a node with one present
+// child being that child. A rank sums the leaves it holds and merges siblings as they
+// complete; what is left (a few aligned blocks) goes to the other ranks, which finish the same
+// tree. One process, DDP over any number of ranks and gradient accumulation in any number of
+// micro-batches then produce the same bits. docs/TRAINING.md says what it costs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace weft::nn {
+
+// A node of the canonical tree: leaves [first, first + count), count a power of two and first
+// a multiple of it.
+struct LeafBlock {
+  std::int64_t first = 0, count = 1;
+  bool operator==(const LeafBlock&) const = default;
+};
+
+// The canonical combination of disjoint blocks (any order) whose sums of n values each are at
+// values[i], computed in those buffers: the one that holds it (null when there are none).
+template <class T>
+T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n);
+
+// One sum's partial results over blocks of leaves: n values each, siblings merged as they
+// arrive.
+template <class T>
+class LeafSums {
+ public:
+  LeafSums(T* target, std::int64_t n) : target_(target), n_(n) {}
+  T* target() const { return target_; }
+  std::int64_t size() const { return n_; }
+  // A buffer for the next leaf's sum, zero-filled unless the caller overwrites it, which
+  // add() then takes.
+  T* open(bool zeroed = true);
+  void add(std::int64_t leaf) { add(LeafBlock{leaf, 1}); }
+  // The opened buffer as the sum of a whole block (received from another rank).
+  void add(LeafBlock block);
+  // The gradient moved (FSDP frees and restores its full gradients).
+  void retarget(T* target) { target_ = target; }
+  const std::vector<LeafBlock>& blocks() const { return blocks_; }
+  const T* values(std::size_t i) const { return values_[i].get(); }
+  // target += the canonical combination of what was added (nothing when nothing was).
+  void add_into_target();
+  void clear();
+
+ private:
+  T* target_;
+  std::int64_t n_;
+  std::vector<LeafBlock> blocks_;
+  std::vector<std::unique_ptr<T[]>> values_, spare_;
+  std::unique_ptr<T[]> opened_;
+};
+
+// A model's sums over tokens in the invariant mode: where the rows it is given sit among the
+// leaves, and one LeafSums per gradient and user (a tied weight's two layers add their trees
+// to it one after the other), made on first use, in the order of first use (the same on every
+// rank), plus one for the loss.
+class LeafTrees {
+ public:
+  // The rows a forward and backward gets from now on are leaves of `leaf_rows` rows each,
+  // the first of them leaf `first_leaf` of the global batch. Until then (and after stop())
+  // nothing is recorded: an evaluation's loss is not a training sum.
+  void start(std::int64_t first_leaf, std::int64_t leaf_rows);
+  void stop() { active_ = false; }
+  bool active() const { return active_; }
+  std::int64_t leaf_rows() const { return leaf_rows_; }
+  // fn(leaf, first_row) for the leaves of `rows` rows (a multiple of leaf_rows, else
+  // InvalidArgument naming both).
+  template <class Fn>
+  void for_each_leaf(std::int64_t rows, Fn&& fn) const {
+    for (std::int64_t i = 0; i * leaf_rows_ < check_rows(rows); ++i)
+      fn(first_leaf_ + i, i * leaf_rows_);
+  }
+  // The sum `user` (a layer) adds its gradient's leaves to, now at `target`.
+  LeafSums<float>& of(const void* user, float* target, std::int64_t n);
+  LeafSums<double>& loss() { return loss_; }
+  const std::vector<std::unique_ptr<LeafSums<float>>>& all() const { return trees_; }
+  // Every sum added to its target, in order: one process.
+  void add_into_targets();
+  void clear();  // a new step
+
+ private:
+  std::int64_t check_rows(std::int64_t rows) const;
+
+  bool active_ = false;
+  std::int64_t first_leaf_ = 0, leaf_rows_ = 1;
+  std::vector<std::unique_ptr<LeafSums<float>>> trees_;
+  std::vector<const void*> users_;
+  std::unique_ptr<double> loss_sum_ = std::make_unique<double>(0.0);
+  LeafSums<double> loss_{loss_sum_.get(), 1};
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,122 @@
+#include "weft/parallel/leaf_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "weft/base/error.h"
+
+namespace weft::parallel {
+
+std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
+                                                      const std::vector<nn::LeafBlock>& mine) {
+  const auto ranks = static_cast<std::size_t>(group.size());
+  std::vector<std::int64_t> count{static_cast<std::int64_t>(mine.size())}, counts(ranks);
+  group.all_gather(counts, count);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (counts[r] != count[0]) {
+      throw Error("layout-invariant sums: rank " + std::to_string(r) + " holds " +
+                  std::to_string(counts[r]) + " blocks of leaves and rank " +
+                  std::to_string(group.rank()) + " " + std::to_string(count[0]) +
+                  ": the data-parallel ranks must train the same number of micro-batches");
+    }
+  }
+  std::vector<std::int64_t> flat, all(2 * mine.size() * ranks);
+  for (const nn::LeafBlock& b : mine) flat.insert(flat.end(), {b.first, b.count});
+  group.all_gather(all, flat);
+  std::vector<std::vector<nn::LeafBlock>> out(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const std::int64_t* b = &all[(r * mine.size() + i) * 2];
+      out[r].push_back({b[0], b[1]});
+    }
+  }
+  return out;
+}
+
+void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
+  if (group == nullptr || group->size() == 1) {
+    trees.add_into_targets();
+    return;
+  }
+  const auto& all = trees.all();
+  if (all.empty()) return;
+  const std::vector<nn::LeafBlock> mine = all[0]->blocks();
+  for (const auto& t : all) {
+    if (t->blocks() != mine)
+      throw Error("layout-invariant sums: a gradient did not see every leaf of this rank");
+  }
+  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, mine);
+  const auto ranks = static_cast<std::size_t>(group->size());
+  const std::size_t entries = mine.size();
+  // Tree t's slice j: elements [j * slice[t], (j + 1) * slice[t]) (the last ones padded).
+  std::vector<std::size_t> slice, offset;
+  std::size_t total = 0;
+  for (const auto& t : all) {
+    slice.push_back((static_cast<std::size_t>(t->size()) + ranks - 1) / ranks);
+    offset.push_back(total);
+    total += slice.back();
+  }
+  // [rank][entry][tree's slice]: to rank j, slice j of each of this rank's entries.
+  send_.resize(ranks * entries * total);
+  received_.resize(send_.size());
+  combined_.resize(total);
+  gathered_.resize(ranks * total);
+  for (std::size_t j = 0; j < ranks; ++j) {
+    for (std::size_t e = 0; e < entries; ++e) {
+      for (std::size_t t = 0; t < all.size(); ++t) {
+        const auto n = static_cast<std::size_t>(all[t]->size());
+        const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
+        float* to = &send_[(j * entries + e) * total + offset[t]];
+        std::memcpy(to, all[t]->values(e) + first, (end - first) * sizeof(float));
+        std::fill(to + (end - first), to + slice[t], 0.0f);  // the last slice's padding
+      }
+    }
+  }
+  group->all_to_all(received_, send_);
+  for (std::size_t t = 0; t < all.size(); ++t) {
+    std::vector<nn::LeafBlock> b;
+    std::vector<float*> values;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t e = 0; e < entries; ++e) {
+        b.push_back(blocks[r][e]);
+        values.push_back(&received_[(r * entries + e) * total + offset[t]]);
+      }
+    }
+    const float* sum = nn::combine_blocks(b, values, static_cast<std::int64_t>(slice[t]));
+    std::memcpy(&combined_[offset[t]], sum, slice[t] * sizeof(float));
+  }
+  group->all_gather(gathered_, combined_);
+  for (std::size_t t = 0; t < all.size(); ++t) {
+    const auto n = static_cast<std::size_t>(all[t]->size());
+    float* target = all[t]->target();
+    for (std::size_t j = 0; j < ranks; ++j) {
+      const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
+      const float* from = &gathered_[j * total + offset[t]];
+      for (std::size_t i = first; i < end; ++i) target[i] += from[i - first];
+    }
+    all[t]->clear();
+  }
+}
+
+double LeafReducer::sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees) {
+  nn::LeafSums<double>& loss = trees.loss();
+  std::vector<nn::LeafBlock> blocks = loss.blocks();
+  std::vector<double> values;
+  for (std::size_t i = 0; i < blocks.size(); ++i) values.push_back(*loss.values(i));
+  if (group != nullptr && group->size() > 1) {
+    const auto all = blocks_of_all(*group, blocks);
+    std::vector<double> gathered(values.size() * all.size());
+    group->all_gather(gathered, values);
+    values = gathered;
+    blocks.clear();
+    for (const auto& of_rank : all) blocks.insert(blocks.end(), of_rank.begin(), of_rank.end());
+  }
+  std::vector<double*> pointers;
+  for (double& v : values) pointers.push_back(&v);
+  const double* sum = nn::combine_blocks(blocks, pointers, 1);
+  return sum != nullptr ? *sum : 0.0;
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,36 @@
+// The layout-invariant mode across ranks (nn/leaf_sums.h): the ranks' partial sums over
+// leaves combined in the canonical tree, so that the result is bitwise what one process gets.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/dist/process_group.h"
+#include "weft/nn/leaf_sums.h"
+
+namespace weft::parallel {
+
+// Every rank's blocks of leaves, [rank][i], each rank holding `mine.size()` of them (checked:
+// an Error names the ranks that differ). Collective.
+std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
+                                                      const std::vector<nn::LeafBlock>& mine);
+
+// The sums of a model's LeafTrees over the ranks of a group, with buffers kept from step to
+// step.
+class LeafReducer {
+ public:
+  // Every gradient sum of `trees` over the ranks of `group` (null: this process alone), added
+  // to its target in the trees' order. Each rank holds its leaves' blocks (the same number on
+  // every rank); rank j combines slice j of every gradient from all of them (one all-to-all),
+  // then the slices are all-gathered: the bytes of a ring all-reduce per block a rank holds.
+  // Collective; the trees are cleared.
+  void reduce(dist::ProcessGroup* group, nn::LeafTrees& trees);
+  // The loss summed over the leaves of every rank in the canonical tree (the loss's blocks are
+  // all-gathered). Collective.
+  static double sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees);
+
+ private:
+  std::vector<float> send_, received_, combined_, gathered_;
+};
+
+}  // namespace weft::parallel
