@@ -1,8 +1,9 @@
 // Layout-invariant training (ParallelOptions::layout_invariant, nn/leaf_sums.h): one global
-// batch trained 10 steps by one process and by DDP, FSDP (each mode) and HSDP over 2, 3, 4 and
-// 6 ranks (threads), each with its part of the batch in 1 to 12 accumulated micro-batches, on 1
-// or 2 threads, with activation checkpointing, tied embeddings and bf16 products: every step's
-// loss and gradient norm and every final parameter bitwise equal. The fast mode is checked to
+// batch trained 10 steps by one process and by DDP, FSDP (each mode), HSDP and every pipeline
+// schedule over 2, 3, 4 and 6 ranks (threads), each with its part of the batch in 1 to 12
+// accumulated micro-batches, on 1 or 2 threads, with activation checkpointing, tied embeddings
+// and bf16 products: every step's loss and gradient norm and every final parameter bitwise
+// equal. The fast mode is checked to
 // differ, so that the test can tell.
 #include <gtest/gtest.h>
 
@@ -29,9 +30,9 @@ namespace {
 constexpr std::int64_t kGlobalBatch = 12, kSeq = 16;  // 12 sequences: 1, 2, 3, 4, 6 ranks
 constexpr int kSteps = 10;
 
-nn::LlamaConfig config(bool tied = false) {
+nn::LlamaConfig config(bool tied = false, std::int64_t layers = 2) {
   return {.dim = 32,
-          .n_layers = 2,
+          .n_layers = layers,
           .n_heads = 4,
           .vocab_size = 64,
           .multiple_of = 16,
@@ -56,8 +57,12 @@ struct Layout {
   bool checkpointing = false, tied = false, bf16 = false, invariant = true;
   int shard = 1;  // FSDP over `shard` of the ranks (HSDP with replicas of them)
   ShardingMode mode = ShardingMode::kFullShard;
+  std::int64_t layers = 2;
+  int pp = 1;              // pipeline stages' ranks, the others data-parallel
+  std::string schedule;    // with pp > 1
+  int pipeline_micro = 4;  // micro-batches a pipeline streams per forward_backward
   std::string name() const {
-    std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard);
+    std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp);
     if (shard > 1) {
       n = (ranks > shard ? "HSDP " + std::to_string(ranks / shard) + " x FSDP " : "FSDP ") +
           std::to_string(shard) + " " + sharding_mode_name(mode);
@@ -67,13 +72,14 @@ struct Layout {
     if (tied) n += ", tied embeddings";
     if (bf16) n += ", bf16";
     if (!invariant) n += ", fast mode";
+    if (pp > 1) n += ", pp " + std::to_string(pp) + " " + schedule;
     return n;
   }
 };
 
 struct Result {
   std::vector<double> losses, norms;
-  std::vector<std::vector<float>> params;
+  std::map<std::string, std::vector<float>> params;  // by name: a pipeline gathers by stage
 };
 
 // As weft-train drives a step: the data loader's order, where data rank r's micro-batch m
@@ -85,26 +91,31 @@ Result train(const Layout& layout) {
   Result result;
   dist::run_threads(layout.ranks, [&](dist::ProcessGroup& pg) {
     auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
-    const ParallelDims dims{.dp_replicate = layout.ranks / layout.shard, .dp_shard = layout.shard};
+    const ParallelDims dims{.pp = layout.pp,
+                            .dp_replicate = layout.ranks / layout.shard / layout.pp,
+                            .dp_shard = layout.shard};
     DeviceMesh mesh(world, dims.mesh_dims());
-    nn::Llama model(config(layout.tied));
-    auto parallel = parallelize(model, layout.ranks > 1 ? &mesh : nullptr,
-                                {.dims = dims,
-                                 .fsdp_mode = layout.mode,
-                                 .optimizer = {.lr = 3e-3},
-                                 .layout_invariant = layout.invariant});
-    const int rank = parallel->data_rank();
+    nn::Llama model(config(layout.tied, layout.layers));
+    auto parallel =
+        parallelize(model, layout.ranks > 1 ? &mesh : nullptr,
+                    {.dims = dims,
+                     .pipeline = {.schedule = layout.schedule.empty() ? "1F1B" : layout.schedule,
+                                  .microbatches = layout.pipeline_micro},
+                     .fsdp_mode = layout.mode,
+                     .optimizer = {.lr = 3e-3},
+                     .layout_invariant = layout.invariant});
+    const int rank = parallel->data_rank(), ranks = parallel->data_size();
     parallel->init_weights(3);
     model.set_activation_checkpointing(layout.checkpointing);
-    const std::int64_t part = kGlobalBatch / layout.ranks / layout.micro;
-    const double share = 1.0 / (layout.ranks * layout.micro);
+    const std::int64_t part = kGlobalBatch / ranks / layout.micro;
+    const double share = 1.0 / (ranks * layout.micro);
     for (int step = 0; step < kSteps; ++step) {
       parallel->zero_grad();
       double loss = 0;
       for (int m = 0; m < layout.micro; ++m) {
         std::vector<std::int32_t> tokens, targets;
         for (std::int64_t i = 0; i < part; ++i) {
-          const auto s = sequence(step, (m * layout.ranks + rank) * part + i);
+          const auto s = sequence(step, (m * ranks + rank) * part + i);
           tokens.insert(tokens.end(), s.begin(), s.end() - 1);
           targets.insert(targets.end(), s.begin() + 1, s.end());
         }
@@ -123,7 +134,7 @@ Result train(const Layout& layout) {
     }
     const nn::StateDict params = parallel->full_state().first;  // collective
     if (pg.rank() != 0) return;
-    for (const auto& [name, value] : params) result.params.push_back(value.to_vector<float>());
+    for (const auto& [name, value] : params) result.params[name] = value.to_vector<float>();
   });
   kernels::set_threads(1);
   kernels::set_product_rows(512);
@@ -131,12 +142,14 @@ Result train(const Layout& layout) {
   return result;
 }
 
+// Bitwise: == on the floats would call -0 and +0 equal.
 bool bitwise_equal(const Result& a, const Result& b) {
   if (a.losses != b.losses || a.norms != b.norms || a.params.size() != b.params.size())
     return false;
-  for (std::size_t i = 0; i < a.params.size(); ++i) {
-    if (a.params[i].size() != b.params[i].size() ||
-        std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)))
+  for (const auto& [name, values] : a.params) {
+    const auto it = b.params.find(name);
+    if (it == b.params.end() || it->second.size() != values.size() ||
+        std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float)) != 0)
       return false;
   }
   return true;
@@ -232,6 +245,21 @@ TEST(LayoutInvarianceTest, EveryShardedLayoutIsBitwiseOneProcess) {
   layouts.push_back({.ranks = 4, .threads = 2, .checkpointing = true, .shard = 2});  // HSDP
   expect_every_layout_bitwise({}, layouts);
   expect_every_layout_bitwise({.bf16 = true}, {{.ranks = 4, .micro = 3, .bf16 = true, .shard = 4}});
+}
+
+// Every schedule (in any order of micro-batches and stages, zero bubble's deferred weight
+// gradients too), uneven stages, with gradient accumulation and with DDP.
+TEST(LayoutInvarianceTest, EveryPipelineScheduleIsBitwiseOneProcess) {
+  std::vector<Layout> layouts;
+  for (const char* schedule :
+       {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"})
+    layouts.push_back({.ranks = 2, .layers = 4, .pp = 2, .schedule = schedule});
+  layouts.push_back(
+      {.ranks = 2, .micro = 3, .layers = 4, .pp = 2, .schedule = "1F1B", .pipeline_micro = 2});
+  layouts.push_back({.ranks = 3, .layers = 4, .pp = 3, .schedule = "1F1B"});  // 2, 1, 1 layers
+  layouts.push_back(                                                          // PP 2 x DDP 2
+      {.ranks = 4, .layers = 4, .pp = 2, .schedule = "ZBVZeroBubble", .pipeline_micro = 6});
+  expect_every_layout_bitwise({.layers = 4}, layouts);
 }
 
 TEST(LayoutInvarianceTest, TiedEmbeddingsAndBFloat16Products) {

@@ -305,9 +305,9 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
 }  // namespace
 
 // Layout-invariant training (deterministic = "layout") reshards bitwise: a checkpoint saved at
-// step 6 under any of six layouts (one process, DDP 2 and 4, FSDP 2 full_shard, FSDP 2 zero1
-// with 2 micro-batches, HSDP 2 x 2), resumed under any other, continues to the losses and
-// gradient norms of the uninterrupted one-process run, bit for bit.
+// step 6 under any of seven layouts (one process, DDP 2 and 4, FSDP 2 full_shard, FSDP 2 zero1
+// with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages), resumed under any other, continues to
+// the losses and gradient norms of the uninterrupted one-process run, bit for bit.
 TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   struct Saved {
     std::string name;
@@ -325,6 +325,9 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
       {"hsdp", 4,
        "--training.batch_size 2 --parallelism.data_parallel_shard_degree 2 "
        "--parallelism.data_parallel_replicate_degree 2"},
+      {"pp2", 2,
+       "--training.batch_size 8 --parallelism.pipeline_parallel_degree 2 "
+       "--parallelism.pipeline_parallel_microbatch_size 2"},
   };
   const std::string mode = "--training.deterministic layout --checkpoint.interval 6 ";
   const std::string whole = train("whole", 1, mode + "--training.batch_size 8");

@@ -108,6 +108,13 @@ void LeafSums<T>::clear() {
   blocks_.clear();
 }
 
+template <class T>
+void LeafSums<T>::release() {
+  clear();
+  spare_.clear();
+  opened_.reset();
+}
+
 template class LeafSums<float>;
 template class LeafSums<double>;
 template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t);

@@ -50,6 +50,8 @@ class LeafSums {
   // target += the canonical combination of what was added (nothing when nothing was).
   void add_into_target();
   void clear();
+  // clear(), and the buffers kept for reuse freed too.
+  void release();
 
  private:
   T* target_;
@@ -71,6 +73,7 @@ class LeafTrees {
   void start(std::int64_t first_leaf, std::int64_t leaf_rows);
   void stop() { active_ = false; }
   bool active() const { return active_; }
+  std::int64_t first_leaf() const { return first_leaf_; }
   std::int64_t leaf_rows() const { return leaf_rows_; }
   // fn(leaf, first_row) for the leaves of `rows` rows (a multiple of leaf_rows, else
   // InvalidArgument naming both).

@@ -542,7 +542,14 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
       u.leaf_blocks->add(all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)]);
     }
   }
-  for (nn::LeafSums<float>* t : sums) t->clear();
+  // zero2 and full_shard hold no full gradients between units: nor do their sums.
+  for (nn::LeafSums<float>* t : sums) {
+    if (mode_ == ShardingMode::kZero1) {
+      t->clear();
+    } else {
+      t->release();
+    }
+  }
   count_unsharded(-2 * bytes_of(stride * ranks_));
   give_back(std::move(send));
   give_back(std::move(recv));
@@ -663,15 +670,15 @@ double FullyShardedDataParallel::local_grad_sum_squares(
   return sum;
 }
 
-void FullyShardedDataParallel::row_sums_of_squares(std::vector<double>& rows) const {
-  std::size_t first = 0;  // the parameter's first row among the model's
+void FullyShardedDataParallel::row_sums_of_squares(
+    std::vector<double>& rows, const std::map<std::string, std::size_t>& first_row) const {
   for (const auto& [u, p] : pieces_in_model_order()) {
     const float* grads = grads_.data() + u->offset + p->offset;
+    const std::size_t first = first_row.at(p->param->name);
     for (std::int64_t r = 0; r < p->rows_of(rank_); ++r) {
       rows[first + static_cast<std::size_t>(rank_ * p->shard_rows + r)] =
           kernels::sum_squares(grads + r * p->cols, p->cols);
     }
-    first += static_cast<std::size_t>(p->rows);
   }
 }
 

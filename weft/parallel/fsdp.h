@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,9 +127,10 @@ class FullyShardedDataParallel {
   // combine the norm over more dimensions than the shard group (tensor parallelism).
   double local_grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) const;
   void scale_grads(float factor);
-  // rows[i] = the sum of squares of row i of the gradient (rows: every parameter's dimension-0
-  // slices, in the model's order) for the rows this rank's shard holds; the others untouched.
-  void row_sums_of_squares(std::vector<double>& rows) const;
+  // rows[first_row[name] + r] = the sum of squares of row r (dimension 0) of the gradient of
+  // parameter `name`, for the rows this rank's shard holds; the others untouched.
+  void row_sums_of_squares(std::vector<double>& rows,
+                           const std::map<std::string, std::size_t>& first_row) const;
   // AdamW on this rank's shards; the units are refreshed lazily by the next forward.
   void step(double lr);
   std::int64_t steps() const { return steps_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -100,22 +101,39 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   }
 }
 
+// The ranks hold different numbers of blocks (pipeline stages before the last hold none).
 double LeafReducer::sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   nn::LeafSums<double>& loss = trees.loss();
-  std::vector<nn::LeafBlock> blocks = loss.blocks();
+  std::vector<std::int64_t> blocks;
   std::vector<double> values;
-  for (std::size_t i = 0; i < blocks.size(); ++i) values.push_back(*loss.values(i));
-  if (group != nullptr && group->size() > 1) {
-    const auto all = blocks_of_all(*group, blocks);
-    std::vector<double> gathered(values.size() * all.size());
-    group->all_gather(gathered, values);
-    values = gathered;
-    blocks.clear();
-    for (const auto& of_rank : all) blocks.insert(blocks.end(), of_rank.begin(), of_rank.end());
+  for (std::size_t i = 0; i < loss.blocks().size(); ++i) {
+    blocks.insert(blocks.end(), {loss.blocks()[i].first, loss.blocks()[i].count});
+    values.push_back(*loss.values(i));
   }
+  if (group != nullptr && group->size() > 1) {
+    const auto ranks = static_cast<std::size_t>(group->size());
+    std::vector<std::int64_t> count{static_cast<std::int64_t>(values.size())}, counts(ranks);
+    group->all_gather(counts, count);
+    std::vector<std::size_t> value_counts, block_counts;
+    for (const std::int64_t c : counts) {
+      value_counts.push_back(static_cast<std::size_t>(c));
+      block_counts.push_back(2 * static_cast<std::size_t>(c));
+    }
+    std::vector<std::int64_t> all_blocks(
+        2 * std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
+    std::vector<double> all_values(all_blocks.size() / 2);
+    group->all_gather_v(all_blocks, blocks, block_counts);
+    group->all_gather_v(all_values, values, value_counts);
+    blocks = std::move(all_blocks);
+    values = std::move(all_values);
+  }
+  std::vector<nn::LeafBlock> b;
   std::vector<double*> pointers;
-  for (double& v : values) pointers.push_back(&v);
-  const double* sum = nn::combine_blocks(blocks, pointers, 1);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    b.push_back({blocks[2 * i], blocks[2 * i + 1]});
+    pointers.push_back(&values[i]);
+  }
+  const double* sum = nn::combine_blocks(b, pointers, 1);
   return sum != nullptr ? *sum : 0.0;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
@@ -20,6 +21,7 @@ namespace weft::parallel {
 namespace {
 
 using Counted = std::function<bool(const nn::Parameter&)>;
+using FirstRow = std::map<std::string, std::size_t>;  // parameter name -> its first row
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -39,9 +41,10 @@ class DataParallel {
   // Over the gradients this rank holds, after finish_sync.
   virtual double grad_sum_squares(const Counted& counted) const = 0;
   virtual void scale_grads(float factor) = 0;
-  // The layout-invariant norm's terms: FullyShardedDataParallel::row_sums_of_squares, for the
-  // rows this rank holds.
-  virtual void row_sums_of_squares(std::vector<double>& rows) const = 0;
+  // The layout-invariant norm's terms: the sum of squares of each row (dimension 0) of each
+  // gradient this rank holds, at rows[first_row(parameter) + row], the whole model's rows in
+  // its parameters' order.
+  virtual void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const = 0;
   // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions);
   // reduce_held launches those held back (zero bubble, after the last W).
   virtual void hold_reductions(bool held) = 0;
@@ -103,13 +106,15 @@ class Replicated : public DataParallel {
     for (const auto& p : model_.parameters().all())
       kernels::scale(p->grad.data<float>(), factor, p->grad.numel());
   }
-  void row_sums_of_squares(std::vector<double>& rows) const override {
-    std::size_t row = 0;
+  void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const override {
     for (const auto& p : model_.parameters().all()) {
+      const std::size_t first = first_row.at(p->name);
       const std::int64_t n = p->grad.ndim() == 0 ? 1 : p->grad.size(0);
       const std::int64_t cols = n == 0 ? 0 : p->grad.numel() / n;
-      for (std::int64_t r = 0; r < n; ++r)
-        rows[row++] = kernels::sum_squares(p->grad.data<float>() + r * cols, cols);
+      for (std::int64_t r = 0; r < n; ++r) {
+        rows[first + static_cast<std::size_t>(r)] =
+            kernels::sum_squares(p->grad.data<float>() + r * cols, cols);
+      }
     }
   }
   void hold_reductions(bool held) override {
@@ -183,8 +188,8 @@ class Sharded : public DataParallel {
     return fsdp_.local_grad_sum_squares(counted);
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
-  void row_sums_of_squares(std::vector<double>& rows) const override {
-    fsdp_.row_sums_of_squares(rows);
+  void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const override {
+    fsdp_.row_sums_of_squares(rows, first_row);
   }
   void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }
   void reduce_held() override { fsdp_.reduce_held(); }
@@ -516,11 +521,11 @@ class Parallelized : public ParallelModel {
  private:
   static void check_layout_invariant(const ParallelOptions& options) {
     const ParallelDims& d = options.dims;
-    if (d.pp > 1 || d.tp > 1 || d.cp > 1) {
+    if (d.tp > 1 || d.cp > 1 || (d.pp > 1 && d.dp_shard > 1)) {
       throw InvalidArgument(
-          "deterministic = \"layout\" trains one process, DDP, FSDP and HSDP so far; pipeline, "
-          "tensor and context parallelism are not layout-invariant yet: leave deterministic "
-          "unset for them");
+          "deterministic = \"layout\" trains one process, DDP, FSDP, HSDP and pipelines (with "
+          "DDP) so far; tensor and context parallelism and FSDP with pipeline stages are not "
+          "layout-invariant yet: leave deterministic unset for them");
     }
     if (options.reduce_dtype != DType::kFloat32) {
       throw InvalidArgument(
@@ -533,11 +538,14 @@ class Parallelized : public ParallelModel {
   // that holds it, zeros elsewhere (a sum of one term and zeros is exact in any order), then
   // added in the model's row order.
   double clip_grad_norm_by_rows(double max_norm) {
-    std::int64_t rows = 0;
-    for (const auto& p : model_.parameters().all())
-      rows += p->grad.ndim() == 0 ? 1 : p->grad.size(0);
-    std::vector<double> sums(static_cast<std::size_t>(rows), 0.0);
-    if (replica_ == 0) dp_->row_sums_of_squares(sums);
+    FirstRow first_row;
+    std::size_t rows = 0;
+    for (const auto& [name, shape] : model_.whole_parameters()) {
+      first_row[name] = rows;
+      rows += shape.empty() ? 1 : static_cast<std::size_t>(shape[0]);
+    }
+    std::vector<double> sums(rows, 0.0);
+    if (replica_ == 0) dp_->row_sums_of_squares(sums, first_row);
     if (mesh_ != nullptr) add_seconds(seconds_, [&] { mesh_->world().all_reduce(sums); });
     double sum = 0;
     for (const double s : sums) sum += s;

@@ -78,8 +78,8 @@ struct ParallelOptions {
   // sum over tokens in the canonical tree over the global batch's sequences, so that the loss,
   // the gradients and the parameters are bitwise those of one process whatever the data-
   // parallel degree, micro-batch count and thread count. Call kernels::set_product_rows with
-  // the rows of a sequence (at most 512) first. One process, DDP, FSDP (every mode) and HSDP,
-  // reducing in float32; pipeline, tensor and context parallelism are refused.
+  // the rows of a sequence (at most 512) first. One process, DDP, FSDP (every mode), HSDP and
+  // pipelines (with DDP), reducing in float32; tensor and context parallelism are refused.
   bool layout_invariant = false;
 };
 

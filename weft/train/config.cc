@@ -106,8 +106,8 @@ const std::vector<Field>& fields() {
       WEFT_FIELD(training, deterministic,
                  "layout: every sum over tokens in one canonical tree, so that the loss, "
                  "gradients and parameters are bitwise those of one process on any data-parallel "
-                 "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP); "
-                 "off: each layout's own order",
+                 "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP, "
+                 "pipelines); off: each layout's own order",
                  -INFINITY, INFINITY, {"off", "layout"}),
       WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
                  10.0),

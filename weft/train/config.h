@@ -42,7 +42,7 @@ struct TrainingConfig {
   // before the optimizer step; nothing saved) or "skip" (no optimizer step; training goes on).
   std::string on_nonfinite = "stop";
   // "layout": the loss, gradients and parameters bitwise those of one process whatever the
-  // data-parallel layout (DDP, FSDP, HSDP), micro-batch count and thread count
+  // data-parallel layout (DDP, FSDP, HSDP), pipeline, micro-batch count and thread count
   // (docs/TRAINING.md); "off": each
   // layout sums in its own order (within parts per billion of one process).
   std::string deterministic = "off";
