@@ -58,9 +58,10 @@ struct Layout {
   int shard = 1;  // FSDP over `shard` of the ranks (HSDP with replicas of them)
   ShardingMode mode = ShardingMode::kFullShard;
   std::int64_t layers = 2;
-  int pp = 1;              // pipeline stages' ranks, the others data-parallel
-  std::string schedule;    // with pp > 1
-  int pipeline_micro = 4;  // micro-batches a pipeline streams per forward_backward
+  int pp = 1;                          // pipeline stages' ranks, the others data-parallel
+  std::string schedule;                // with pp > 1
+  int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
+  std::int64_t global = kGlobalBatch;  // sequences a step
   std::string name() const {
     std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp);
     if (shard > 1) {
@@ -107,7 +108,7 @@ Result train(const Layout& layout) {
     const int rank = parallel->data_rank(), ranks = parallel->data_size();
     parallel->init_weights(3);
     model.set_activation_checkpointing(layout.checkpointing);
-    const std::int64_t part = kGlobalBatch / ranks / layout.micro;
+    const std::int64_t part = layout.global / ranks / layout.micro;
     const double share = 1.0 / (ranks * layout.micro);
     for (int step = 0; step < kSteps; ++step) {
       parallel->zero_grad();
@@ -245,6 +246,17 @@ TEST(LayoutInvarianceTest, EveryShardedLayoutIsBitwiseOneProcess) {
   layouts.push_back({.ranks = 4, .threads = 2, .checkpointing = true, .shard = 2});  // HSDP
   expect_every_layout_bitwise({}, layouts);
   expect_every_layout_bitwise({.bf16 = true}, {{.ranks = 4, .micro = 3, .bf16 = true, .shard = 4}});
+}
+
+// 5 sequences a rank: rank 0's leaves 0-4 make blocks [0, 4) and [4, 5), rank 1's 5-9 make
+// three; the exchanges pad to the most blocks any rank holds.
+TEST(LayoutInvarianceTest, RanksWithDifferentBlockCountsAreBitwiseToo) {
+  expect_every_layout_bitwise(
+      {.global = 10},
+      {{.ranks = 2, .global = 10},
+       {.ranks = 2, .shard = 2, .mode = ShardingMode::kZero2, .global = 10},
+       {.ranks = 2, .shard = 2, .global = 10},
+       {.ranks = 4, .pp = 2, .schedule = "1F1B", .pipeline_micro = 5, .global = 10}});
 }
 
 // Every schedule (in any order of micro-batches and stages, zero bubble's deferred weight

@@ -37,10 +37,10 @@ bool siblings(const LeafBlock& left, const LeafBlock& right) {
 
 // Adjacent blocks whose common parent is lowest have no other block under that parent (one
 // between them would share a lower parent with one of them), so that parent's sum is theirs:
-// merging the lowest pair first, again and again, walks the canonical tree bottom-up.
+// merging the lowest pair first, again and again, walks the canonical tree bottom-up. Empty
+// blocks (count 0: the exchanges' padding) are left out.
 template <class T>
 T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n) {
-  if (blocks.empty()) return nullptr;
   std::vector<std::size_t> order(blocks.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
@@ -48,9 +48,11 @@ T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::in
   std::vector<LeafBlock> b;
   std::vector<T*> v;
   for (std::size_t i : order) {
+    if (blocks[i].count == 0) continue;  // an empty block: padding
     b.push_back(blocks[i]);
     v.push_back(values[i]);
   }
+  if (b.empty()) return nullptr;
   while (b.size() > 1) {
     std::size_t lowest = 0;
     for (std::size_t i = 1; i + 1 < b.size(); ++i) {

@@ -517,16 +517,16 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
   }
   const std::vector<nn::LeafBlock> blocks =
       sums.empty() ? std::vector<nn::LeafBlock>{} : sums[0]->blocks();
-  for (const nn::LeafSums<float>* t : sums) {
-    if (t->blocks() != blocks)
-      throw Error("layout-invariant sums: a gradient did not see every leaf of this rank");
-  }
-  const auto entries = static_cast<std::int64_t>(blocks.size());
+  const bool consistent =
+      std::all_of(sums.begin(), sums.end(), [&](const auto* t) { return t->blocks() == blocks; });
+  // Before the data: every rank's count of blocks (the most of them sizes the exchange).
+  const auto all = blocks_of_all(shard_, blocks, consistent);
+  const auto entries = static_cast<std::int64_t>(all[0].size());
   const std::int64_t stride = entries * u.size;  // to rank r: [entry][its rows of the unit]
   std::vector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
   std::vector<float> recv = take_buffer(send.size());
   count_unsharded(2 * bytes_of(stride * ranks_));
-  for (std::int64_t e = 0; e < entries; ++e) {
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(blocks.size()); ++e) {
     for (const auto& [piece, t] : sources) {
       const float* whole =
           t->values(static_cast<std::size_t>(e)) + (piece->param->grad.data<float>() - t->target());
@@ -534,9 +534,9 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
     }
   }
   shard_.all_to_all(recv, send);
-  const auto all = blocks_of_all(shard_, blocks);
   for (int r = 0; r < ranks_; ++r) {
     for (std::int64_t e = 0; e < entries; ++e) {
+      if (all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)].count == 0) continue;
       const float* from = recv.data() + r * stride + e * u.size;
       std::copy(from, from + u.size, u.leaf_blocks->open(/*zeroed=*/false));
       u.leaf_blocks->add(all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)]);
@@ -564,10 +564,10 @@ void FullyShardedDataParallel::combine_leaf_blocks(Unit& u) {
   }
   const std::vector<nn::LeafBlock> mine = sums.blocks();
   const auto all = blocks_of_all(*replicate_, mine);
-  const std::size_t size = static_cast<std::size_t>(u.size), entries = mine.size();
-  std::vector<float> local = take_buffer(entries * size);
+  const std::size_t size = static_cast<std::size_t>(u.size), entries = all[0].size();
+  std::vector<float> local = take_buffer(entries * size);  // zeros past this rank's blocks
   std::vector<float> gathered = take_buffer(local.size() * all.size());
-  for (std::size_t e = 0; e < entries; ++e)
+  for (std::size_t e = 0; e < mine.size(); ++e)
     std::copy(sums.values(e), sums.values(e) + size, local.data() + e * size);
   replicate_->all_gather(gathered, local);
   std::vector<nn::LeafBlock> blocks;
@@ -629,6 +629,9 @@ void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
 
 void FullyShardedDataParallel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
+  for (auto& u : units_) {  // a step that failed half way leaves none behind
+    if (u->leaf_blocks) u->leaf_blocks->clear();
+  }
   if (mode_ == ShardingMode::kZero1) model_.parameters().zero_grad();
 }
 

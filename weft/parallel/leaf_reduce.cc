@@ -11,25 +11,30 @@
 namespace weft::parallel {
 
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
-                                                      const std::vector<nn::LeafBlock>& mine) {
+                                                      const std::vector<nn::LeafBlock>& mine,
+                                                      bool consistent) {
   const auto ranks = static_cast<std::size_t>(group.size());
-  std::vector<std::int64_t> count{static_cast<std::int64_t>(mine.size())}, counts(ranks);
+  std::vector<std::int64_t> count{consistent ? static_cast<std::int64_t>(mine.size()) : -1};
+  std::vector<std::int64_t> counts(ranks);
   group.all_gather(counts, count);
   for (std::size_t r = 0; r < ranks; ++r) {
-    if (counts[r] != count[0]) {
-      throw Error("layout-invariant sums: rank " + std::to_string(r) + " holds " +
-                  std::to_string(counts[r]) + " blocks of leaves and rank " +
-                  std::to_string(group.rank()) + " " + std::to_string(count[0]) +
-                  ": the data-parallel ranks must train the same number of micro-batches");
+    if (counts[r] < 0) {
+      throw Error("layout-invariant sums: on rank " + std::to_string(r) +
+                  ", a gradient did not see every leaf of that rank (a layer skipped in "
+                  "backward?)");
     }
   }
-  std::vector<std::int64_t> flat, all(2 * mine.size() * ranks);
-  for (const nn::LeafBlock& b : mine) flat.insert(flat.end(), {b.first, b.count});
+  const auto most = static_cast<std::size_t>(*std::max_element(counts.begin(), counts.end()));
+  std::vector<std::int64_t> flat(2 * most, 0), all(2 * most * ranks);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    flat[2 * i] = mine[i].first;
+    flat[2 * i + 1] = mine[i].count;
+  }
   group.all_gather(all, flat);
   std::vector<std::vector<nn::LeafBlock>> out(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const std::int64_t* b = &all[(r * mine.size() + i) * 2];
+    for (std::size_t i = 0; i < most; ++i) {
+      const std::int64_t* b = &all[(r * most + i) * 2];
       out[r].push_back({b[0], b[1]});
     }
   }
@@ -44,13 +49,11 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   const auto& all = trees.all();
   if (all.empty()) return;
   const std::vector<nn::LeafBlock> mine = all[0]->blocks();
-  for (const auto& t : all) {
-    if (t->blocks() != mine)
-      throw Error("layout-invariant sums: a gradient did not see every leaf of this rank");
-  }
-  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, mine);
+  const bool consistent =
+      std::all_of(all.begin(), all.end(), [&](const auto& t) { return t->blocks() == mine; });
+  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, mine, consistent);
   const auto ranks = static_cast<std::size_t>(group->size());
-  const std::size_t entries = mine.size();
+  const std::size_t entries = blocks[0].size();  // this rank's, then empty ones
   // Tree t's slice j: elements [j * slice[t], (j + 1) * slice[t]) (the last ones padded).
   std::vector<std::size_t> slice, offset;
   std::size_t total = 0;
@@ -70,8 +73,9 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
         const auto n = static_cast<std::size_t>(all[t]->size());
         const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
         float* to = &send_[(j * entries + e) * total + offset[t]];
-        std::memcpy(to, all[t]->values(e) + first, (end - first) * sizeof(float));
-        std::fill(to + (end - first), to + slice[t], 0.0f);  // the last slice's padding
+        const std::size_t n_here = e < mine.size() ? end - first : 0;
+        if (n_here > 0) std::memcpy(to, all[t]->values(e) + first, n_here * sizeof(float));
+        std::fill(to + n_here, to + slice[t], 0.0f);  // padding, and the empty blocks
       }
     }
   }

@@ -10,10 +10,13 @@
 
 namespace weft::parallel {
 
-// Every rank's blocks of leaves, [rank][i], each rank holding `mine.size()` of them (checked:
-// an Error names the ranks that differ). Collective.
+// Every rank's blocks of leaves, [rank][i], padded to the most any rank holds with empty
+// blocks (count 0; a rank's leaves may split into more aligned blocks than another's). A rank
+// passes consistent = false when its sums disagree about its blocks: every rank then throws
+// Error (no rank is left waiting in the collective that would follow). Collective.
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
-                                                      const std::vector<nn::LeafBlock>& mine);
+                                                      const std::vector<nn::LeafBlock>& mine,
+                                                      bool consistent = true);
 
 // The sums of a model's LeafTrees over the ranks of a group, with buffers kept from step to
 // step.

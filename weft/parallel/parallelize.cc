@@ -8,6 +8,7 @@
 
 #include "weft/base/error.h"
 #include "weft/kernels/elementwise.h"
+#include "weft/kernels/matmul.h"
 #include "weft/parallel/checks.h"
 #include "weft/parallel/context_parallel.h"
 #include "weft/parallel/ddp.h"
@@ -398,7 +399,8 @@ class Parallelized : public ParallelModel {
     return sum_over_world(counted ? value : 0.0);
   }
 
-  // Invariant: the world is the data-parallel ranks (no other strategy is allowed).
+  // Invariant: over the world, where only the last pipeline stages hold loss blocks, each its
+  // data rank's leaves.
   double step_loss(double shares) override {
     if (!options_.layout_invariant) return sum_over_data(shares);
     double sum = 0;
@@ -559,6 +561,12 @@ class Parallelized : public ParallelModel {
   // step's global batch (the data loader's order), each sequence one leaf.
   double run_on_leaves(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                        std::int64_t seq, double loss_scale) {
+    if (seq % kernels::product_rows() != 0) {
+      throw InvalidArgument(
+          "layout-invariant training needs products of whole sequences: call "
+          "kernels::set_product_rows with a divisor of " +
+          std::to_string(seq) + " rows (it is " + std::to_string(kernels::product_rows()) + ")");
+    }
     nn::LeafTrees& trees = model_.parameters().leaf_trees();
     const std::int64_t micro = micro_batches_++;
     trees.start((micro * data_size() + data_rank_) * batch, seq);
