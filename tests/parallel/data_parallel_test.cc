@@ -133,10 +133,10 @@ RunResult single_process(const nn::LlamaConfig& model_config = config(), int mic
   return run;
 }
 
-// Every rank's pieces of the training state (ParallelModel::state_layout, copy_state).
+// Every rank's pieces of the training state (TrainingState::layout, copy).
 using RankPieces = std::pair<std::vector<StatePiece>, std::vector<Tensor>>;
 
-// The pieces the ranks hold put together are the whole state full_state() gathers: every
+// The pieces the ranks hold put together are the whole state state().full() gathers: every
 // element of every tensor in some rank's piece, each piece bitwise the elements it covers (what
 // distributed checkpoints save and load instead of the gathered state).
 void expect_pieces_make_the_state(const std::vector<RankPieces>& ranks, const nn::StateDict& params,
@@ -223,7 +223,7 @@ RunResult parallel_run(const Layout& layout) {
                                  .cp_exchange = layout.cp_exchange,
                                  .optimizer = {.lr = 3e-3}});
     parallel->init_weights(3);
-    parallel->check_replicas_identical();
+    parallel->state().check_replicas_identical();
     model.set_activation_checkpointing(layout.activation_checkpointing);
     const int ranks = parallel->data_size(), rank = parallel->data_rank();
     ASSERT_EQ(kGlobalBatch % (ranks * layout.micro), 0) << "the micro-batches must split the batch";
@@ -248,11 +248,11 @@ RunResult parallel_run(const Layout& layout) {
     const auto [tokens, targets] = slice(kValidationBatch, rank * local, local);
     const double validation = parallel->sum_over_data(
         parallel->evaluate(tokens.data(), targets.data(), local, kSeq) / ranks);
-    auto state = parallel->full_state();
+    auto state = parallel->state().full();
     if (kCheckPieces) {
       auto& [held, values] = pieces[static_cast<std::size_t>(pg.rank())];
-      held = parallel->state_layout();
-      parallel->copy_state(values);
+      held = parallel->state().layout();
+      parallel->state().copy(values);
     }
     if (pg.rank() != 0) return;
     run.validation = validation;
@@ -647,7 +647,7 @@ TEST(PipelineMemoryTest, StagesHoldTheirLayersAndOneFOneBFewerActivations) {
       parallel->init_weights(3);
       const auto [tokens, targets] = slice(0, 0, kGlobalBatch);
       parallel->forward_backward(tokens.data(), targets.data(), kGlobalBatch, kSeq, 1.0);
-      reports[static_cast<std::size_t>(pg.rank())] = parallel->memory();
+      reports[static_cast<std::size_t>(pg.rank())] = parallel->report().memory();
       for (const auto& p : model.parameters().all())
         names[static_cast<std::size_t>(pg.rank())].push_back(p->name);
     });
@@ -687,7 +687,7 @@ TEST(TensorParallelMemoryTest, TwoRanksHoldAboutHalf) {
       parallel->init_weights(3);
       const auto [tokens, targets] = slice(0, 0, kGlobalBatch);
       model.forward(tokens.data(), targets.data(), kGlobalBatch, kSeq);
-      if (pg.rank() == 0) m = parallel->memory();
+      if (pg.rank() == 0) m = parallel->report().memory();
       model.backward();
     });
     return m;

@@ -133,7 +133,7 @@ Result train(const Layout& layout) {
         result.norms.push_back(norm);
       }
     }
-    const nn::StateDict params = parallel->full_state().first;  // collective
+    const nn::StateDict params = parallel->state().full().first;  // collective
     if (pg.rank() != 0) return;
     for (const auto& [name, value] : params) result.params[name] = value.to_vector<float>();
   });

@@ -515,18 +515,16 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
       if (std::find(sums.begin(), sums.end(), t.get()) == sums.end()) sums.push_back(t.get());
     }
   }
-  const std::vector<nn::LeafBlock> blocks =
-      sums.empty() ? std::vector<nn::LeafBlock>{} : sums[0]->blocks();
-  const bool consistent =
-      std::all_of(sums.begin(), sums.end(), [&](const auto* t) { return t->blocks() == blocks; });
   // Before the data: every rank's count of blocks (the most of them sizes the exchange).
-  const auto all = blocks_of_all(shard_, blocks, consistent);
+  const auto all =
+      blocks_of_all(shard_, std::vector<const nn::LeafSums<float>*>(sums.begin(), sums.end()));
+  const std::size_t mine = sums.empty() ? 0 : sums[0]->blocks().size();
   const auto entries = static_cast<std::int64_t>(all[0].size());
   const std::int64_t stride = entries * u.size;  // to rank r: [entry][its rows of the unit]
   std::vector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
   std::vector<float> recv = take_buffer(send.size());
   count_unsharded(2 * bytes_of(stride * ranks_));
-  for (std::int64_t e = 0; e < static_cast<std::int64_t>(blocks.size()); ++e) {
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(mine); ++e) {
     for (const auto& [piece, t] : sources) {
       const float* whole =
           t->values(static_cast<std::size_t>(e)) + (piece->param->grad.data<float>() - t->target());
@@ -570,15 +568,7 @@ void FullyShardedDataParallel::combine_leaf_blocks(Unit& u) {
   for (std::size_t e = 0; e < mine.size(); ++e)
     std::copy(sums.values(e), sums.values(e) + size, local.data() + e * size);
   replicate_->all_gather(gathered, local);
-  std::vector<nn::LeafBlock> blocks;
-  std::vector<float*> values;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    for (std::size_t e = 0; e < entries; ++e) {
-      blocks.push_back(all[r][e]);
-      values.push_back(gathered.data() + (r * entries + e) * size);
-    }
-  }
-  if (const float* sum = nn::combine_blocks(blocks, values, u.size)) {
+  if (const float* sum = combine_gathered(all, gathered.data(), u.size, u.size)) {
     float* into = grads_.data() + u.offset;
     for (std::size_t i = 0; i < size; ++i) into[i] += sum[i];
   }

@@ -41,6 +41,28 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
   return out;
 }
 
+std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
+    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums) {
+  const std::vector<nn::LeafBlock> mine =
+      sums.empty() ? std::vector<nn::LeafBlock>{} : sums[0]->blocks();
+  const bool consistent =
+      std::all_of(sums.begin(), sums.end(), [&](const auto* t) { return t->blocks() == mine; });
+  return blocks_of_all(group, mine, consistent);
+}
+
+float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,
+                        std::int64_t stride, std::int64_t n) {
+  std::vector<nn::LeafBlock> blocks;
+  std::vector<float*> at;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    for (std::size_t e = 0; e < all[r].size(); ++e) {
+      blocks.push_back(all[r][e]);
+      at.push_back(values + static_cast<std::int64_t>(r * all[r].size() + e) * stride);
+    }
+  }
+  return nn::combine_blocks(blocks, at, n);
+}
+
 void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   if (group == nullptr || group->size() == 1) {
     trees.add_into_targets();
@@ -48,10 +70,10 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   }
   const auto& all = trees.all();
   if (all.empty()) return;
-  const std::vector<nn::LeafBlock> mine = all[0]->blocks();
-  const bool consistent =
-      std::all_of(all.begin(), all.end(), [&](const auto& t) { return t->blocks() == mine; });
-  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, mine, consistent);
+  std::vector<const nn::LeafSums<float>*> sums;
+  for (const auto& t : all) sums.push_back(t.get());
+  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, sums);
+  const std::size_t mine = all[0]->blocks().size();
   const auto ranks = static_cast<std::size_t>(group->size());
   const std::size_t entries = blocks[0].size();  // this rank's, then empty ones
   // Tree t's slice j: elements [j * slice[t], (j + 1) * slice[t]) (the last ones padded).
@@ -73,7 +95,7 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
         const auto n = static_cast<std::size_t>(all[t]->size());
         const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
         float* to = &send_[(j * entries + e) * total + offset[t]];
-        const std::size_t n_here = e < mine.size() ? end - first : 0;
+        const std::size_t n_here = e < mine ? end - first : 0;
         if (n_here > 0) std::memcpy(to, all[t]->values(e) + first, n_here * sizeof(float));
         std::fill(to + n_here, to + slice[t], 0.0f);  // padding, and the empty blocks
       }
@@ -81,15 +103,9 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   }
   group->all_to_all(received_, send_);
   for (std::size_t t = 0; t < all.size(); ++t) {
-    std::vector<nn::LeafBlock> b;
-    std::vector<float*> values;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      for (std::size_t e = 0; e < entries; ++e) {
-        b.push_back(blocks[r][e]);
-        values.push_back(&received_[(r * entries + e) * total + offset[t]]);
-      }
-    }
-    const float* sum = nn::combine_blocks(b, values, static_cast<std::int64_t>(slice[t]));
+    const float* sum =
+        combine_gathered(blocks, &received_[offset[t]], static_cast<std::int64_t>(total),
+                         static_cast<std::int64_t>(slice[t]));
     std::memcpy(&combined_[offset[t]], sum, slice[t] * sizeof(float));
   }
   group->all_gather(gathered_, combined_);

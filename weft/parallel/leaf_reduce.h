@@ -18,6 +18,18 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
                                                       const std::vector<nn::LeafBlock>& mine,
                                                       bool consistent = true);
 
+// blocks_of_all of the blocks `sums` hold: every one must hold the same (else every rank
+// throws); none is no blocks. Collective.
+std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
+    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums);
+
+// The canonical combination of every rank's blocks (`all`, [rank][entry] as blocks_of_all
+// gives them, padding left out), block (r, e)'s sums of n values at
+// values + (r x entries + e) x stride; computed in those buffers, the one that holds it
+// returned (null when there are none).
+float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,
+                        std::int64_t stride, std::int64_t n);
+
 // The sums of a model's LeafTrees over the ranks of a group, with buffers kept from step to
 // step.
 class LeafReducer {

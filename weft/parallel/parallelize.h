@@ -1,9 +1,9 @@
 // parallelize(): one seam for every parallelism, TorchTitan's shape. The trainer builds a
 // DeviceMesh from the degrees, and parallelize() cuts the model into pipeline stages, applies
-// tensor parallelism to each, then (a later issue) context parallelism, then the
-// data-parallel wrapper (none, DDP, FSDP or HSDP), and returns one ParallelModel the step loop
-// drives without knowing which strategies are inside. Composition and costs:
-// docs/PARALLELISM.md.
+// tensor parallelism to each, then context parallelism, then the data-parallel wrapper (none,
+// DDP, FSDP or HSDP), and returns one ParallelModel the step loop drives without knowing which
+// strategies are inside; its state() is what checkpoints read and write, its report() what the
+// log says. Composition and costs: docs/PARALLELISM.md.
 //
 //   ParallelDims dims{.dp_shard = 2, .tp = 2};
 //   dims.validate(world->size());
@@ -11,7 +11,8 @@
 //   auto parallel = parallelize(model, &mesh, {.dims = dims});
 //   parallel->init_weights(seed);
 //   // each step: zero_grad, forward_backward per accumulated batch (prepare_sync before the
-//   // last), finish_sync, clip_grad_norm, step
+//   // last), finish_sync, clip_grad_norm, step, step_loss; checkpoints: parallel->state();
+//   // the log: parallel->report()
 #pragma once
 
 #include <cstddef>
@@ -100,6 +101,58 @@ struct StatePiece {
   Shape sizes;
 };
 
+// The training state of a parallelized model as checkpoints read and write it: the pieces
+// each rank holds, whatever the layout.
+class TrainingState {
+ public:
+  virtual ~TrainingState() = default;
+  // The whole training state, in the model's parameter order, gathered: on world rank 0 full
+  // tensors, elsewhere empty. Collective. (What one process would hold, to compare layouts
+  // with; checkpoints save and load each rank's pieces instead.)
+  virtual std::pair<nn::StateDict, nn::AdamWState> full() = 0;
+  // The pieces of the training state this rank holds, whatever the layout (tensor-parallel
+  // slices, FSDP's rows of them, a pipeline stage's parameters, replicas' copies): the same
+  // list on every call. For distributed checkpoints, which save and load them without
+  // gathering.
+  virtual std::vector<StatePiece> layout() = 0;
+  // Copies those pieces, in layout's order, into `into`: contiguous tensors allocated on the
+  // first call (when `into` is empty) and reused by later ones, so that a staging buffer kept
+  // between checkpoints costs one copy of the state and no new memory.
+  virtual void copy(std::vector<Tensor>& into) = 0;
+  // Overwrites the pieces (tensors of layout's sizes, in its order) and sets the optimizer's
+  // step count. Not collective; every rank loads its own pieces before the next forward.
+  // InvalidArgument (nothing changed) when a tensor's shape differs.
+  virtual void load(const std::vector<Tensor>& values, std::int64_t optimizer_steps) = 0;
+  virtual std::int64_t optimizer_steps() const = 0;
+  // The whole model's parameters, names and shapes, in its order (what a checkpoint of this
+  // model must hold).
+  virtual const std::vector<std::pair<std::string, Shape>>& whole_parameters() const = 0;
+  // Throws weft::Error unless the replicas hold bitwise the same parameters (DDP). Collective.
+  virtual void check_replicas_identical() = 0;
+};
+
+// What a parallelized model reports for the log and the metrics.
+class TrainingReport {
+ public:
+  virtual ~TrainingReport() = default;
+  virtual MemoryReport memory() const = 0;
+  // Wall seconds this rank was blocked in communication: tensor parallelism's collectives,
+  // waiting for pipeline transfers (the bubble included), waiting for the data-parallel
+  // reductions in finish_sync, and the norm's and losses' all-reduces (FSDP's parameter
+  // gathers inside forward and backward are not counted).
+  virtual double communication_seconds() const = 0;
+  // Lines for the log: at the start (with_peaks false) one per strategy inside ("tensor
+  // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks and
+  // each rank's pipeline idle share. Collective at the end (every rank calls it; the lines
+  // are the same on each).
+  virtual std::vector<std::string> describe(bool with_peaks) const = 0;
+  // The latest step of the pipeline that holds world rank 0 as it ran (pipeline_report.h);
+  // empty without pipeline parallelism. Collective.
+  virtual std::string pipeline_timeline_svg() const = 0;
+};
+
+// The step protocol the training loop drives, with the model's training state and reports
+// beside it.
 class ParallelModel {
  public:
   virtual ~ParallelModel() = default;
@@ -138,47 +191,15 @@ class ParallelModel {
   // forward_backward returned (each times its loss_scale), or in the layout-invariant mode
   // the canonical sum of every token's loss over the global batch's tokens. Collective.
   virtual double step_loss(double shares) = 0;
-  // The whole training state, in the model's parameter order, gathered: on world rank 0 full
-  // tensors, elsewhere empty. Collective. (What one process would hold, to compare layouts
-  // with; checkpoints save and load each rank's pieces instead.)
-  virtual std::pair<nn::StateDict, nn::AdamWState> full_state() = 0;
-  // The pieces of the training state this rank holds, whatever the layout (tensor-parallel
-  // slices, FSDP's rows of them, a pipeline stage's parameters, replicas' copies): the same
-  // list on every call. For distributed checkpoints, which save and load them without
-  // gathering.
-  virtual std::vector<StatePiece> state_layout() = 0;
-  // Copies those pieces, in state_layout's order, into `into`: contiguous tensors allocated on
-  // the first call (when `into` is empty) and reused by later ones, so that a staging buffer
-  // kept between checkpoints costs one copy of the state and no new memory.
-  virtual void copy_state(std::vector<Tensor>& into) = 0;
-  // Overwrites the pieces (tensors of state_layout's sizes, in its order) and sets the
-  // optimizer's step count. Not collective; every rank loads its own pieces before the next
-  // forward. InvalidArgument (nothing changed) when a tensor's shape differs.
-  virtual void load_state_values(const std::vector<Tensor>& values,
-                                 std::int64_t optimizer_steps) = 0;
-  virtual std::int64_t optimizer_steps() const = 0;
-  // Throws weft::Error unless the replicas hold bitwise the same parameters (DDP). Collective.
-  virtual void check_replicas_identical() = 0;
-  virtual MemoryReport memory() const = 0;
-  // Wall seconds this rank was blocked in communication: tensor parallelism's collectives,
-  // waiting for pipeline transfers (the bubble included), waiting for the data-parallel
-  // reductions in finish_sync, and the norm's and losses' all-reduces (FSDP's parameter
-  // gathers inside forward and backward are not counted).
-  virtual double communication_seconds() const = 0;
-  // Lines for the log: at the start (with_peaks false) one per strategy inside ("tensor
-  // parallel 2: ...", "fsdp full_shard: ..."), at the end what FSDP held at its peaks and
-  // each rank's pipeline idle share. Collective at the end (every rank calls it; the lines
-  // are the same on each).
-  virtual std::vector<std::string> describe(bool with_peaks) const = 0;
-  // The latest step of the pipeline that holds world rank 0 as it ran: an SVG document
-  // (pipeline_picture.h's picture, each action where it computed, on the steady clock that
-  // the ranks of one host share); empty without pipeline parallelism. Collective.
-  virtual std::string pipeline_timeline_svg() const = 0;
+
+  virtual TrainingState& state() = 0;
+  virtual const TrainingReport& report() const = 0;
 };
 
 // Applies the strategies `options` names to `model` over `mesh` (null: one process, no
-// parallelism). The model must be freshly constructed: nothing may hold its parameters yet.
-// `model` and `mesh` outlive the result.
+// parallelism); options.layout_invariant chooses the step protocol whose sums are canonical. The
+// model must be freshly constructed: nothing may hold its parameters yet. `model` and `mesh`
+// outlive the result.
 std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, DeviceMesh* mesh,
                                            const ParallelOptions& options);
 

@@ -1,6 +1,6 @@
 // Tensor parallelism over a process group: nn::TensorParallelGroup's collectives on
 // dist::ProcessGroup, and the full tensors of a tensor-parallel model's slices
-// (ParallelModel::full_state).
+// (TrainingState::full).
 #pragma once
 
 #include "weft/dist/process_group.h"

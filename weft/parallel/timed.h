@@ -1,5 +1,5 @@
 // The wall time the process-group adapters of tensor and context parallelism spend blocked in
-// communication, which ParallelModel::communication_seconds reports.
+// communication, which TrainingReport::communication_seconds reports.
 #pragma once
 
 #include <chrono>

@@ -79,12 +79,12 @@ struct Checkpointer::Job {
 };
 
 Checkpointer::Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGroup> world,
-                           parallel::ParallelModel& model, const parallel::DeviceMesh* mesh,
+                           parallel::TrainingState& state, const parallel::DeviceMesh* mesh,
                            std::function<void(const std::string&)> log)
-    : config_(config), world_(std::move(world)), model_(model), mesh_(mesh), log_(std::move(log)) {
+    : config_(config), world_(std::move(world)), state_(state), mesh_(mesh), log_(std::move(log)) {
   rank_ = world_ ? world_->rank() : 0;
   size_ = world_ ? world_->size() : 1;
-  layout_ = model_.state_layout();
+  layout_ = state_.layout();
   if (!config_.checkpoint.enable) return;
   // The write plan: every rank's pieces, each distinct one written once.
   const std::vector<std::string> all = gather_strings(world_.get(), layout_json(layout_).dump());
@@ -99,7 +99,7 @@ Checkpointer::Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGr
   writes_ = checkpoint::plan_writes(held, sizeof(float))[static_cast<std::size_t>(rank_)];
   // The staging buffer, allocated now rather than by the first save's step (page faults over
   // the whole state cost that step about ten times the copy's time).
-  model_.copy_state(staging_);
+  state_.copy(staging_);
   std::string problem;
   if (rank_ == 0) {
     try {
@@ -149,7 +149,7 @@ std::string Checkpointer::try_load(const std::string& dir, std::vector<Tensor>& 
                                    checkpoint::Manifest& manifest) {
   try {
     manifest = read_manifest(dir);
-    check_compatible(manifest, model_.model().whole_parameters(), true, dir);
+    check_compatible(manifest, state_.whole_parameters(), true, dir);
     values = read_pieces(dir, manifest, layout_, &bytes_read_);
     if (const std::string bad = first_nonfinite(values, layout_); !bad.empty()) {
       return "C" + bad + " (its checksums agree: the run that saved it had diverged)";
@@ -188,7 +188,7 @@ std::optional<TrainState> Checkpointer::resume() {
     const auto bad =
         std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
     if (bad == errors.end()) {
-      model_.load_state_values(values, m.optimizer_steps);
+      state_.load(values, m.optimizer_steps);
       char read[96];
       std::snprintf(read, sizeof(read), "; rank 0 read %.1f MiB in %.2f s",
                     static_cast<double>(bytes_read_) / (1 << 20), seconds_since(start));
@@ -221,7 +221,7 @@ void Checkpointer::save(const TrainState& state) {
   finish();  // at most one save in flight
   auto job = std::make_shared<Job>();
   job->state = state;
-  job->optimizer_steps = model_.optimizer_steps();
+  job->optimizer_steps = state_.optimizer_steps();
   const fs::path folder(config_.checkpoint.folder);
   job->dir = (folder / step_directory_name(state.step)).string();
   std::string tmp_name = ".";  // hidden: never taken for a checkpoint, removed by pruning
@@ -229,7 +229,7 @@ void Checkpointer::save(const TrainState& state) {
   tmp_name += ".saving";
   job->tmp = (folder / tmp_name).string();
   // The staging copy: the buffers of the previous save (finished above) are reused.
-  model_.copy_state(staging_);
+  state_.copy(staging_);
   refuse_nonfinite(state.step);
   for (std::size_t i = 0; i < staging_.size(); ++i) {
     if (writes_[i])

@@ -47,10 +47,10 @@ class Checkpointer {
   // Collective over `world` (null: one process), before any training. With
   // checkpoint.enable, rank 0 creates, checks and locks checkpoint.folder and removes what
   // crashed saves left (prune_checkpoints): a folder that cannot be used is a CheckpointError
-  // on every rank. `model` and `mesh` outlive this object; `log` takes the lines for rank 0's
+  // on every rank. `state` and `mesh` outlive this object; `log` takes the lines for rank 0's
   // log (called on every rank).
   Checkpointer(const Config& config, std::shared_ptr<dist::ProcessGroup> world,
-               parallel::ParallelModel& model, const parallel::DeviceMesh* mesh,
+               parallel::TrainingState& state, const parallel::DeviceMesh* mesh,
                std::function<void(const std::string&)> log);
   ~Checkpointer();  // waits for a save in flight
   Checkpointer(const Checkpointer&) = delete;
@@ -91,7 +91,7 @@ class Checkpointer {
 
   const Config& config_;
   std::shared_ptr<dist::ProcessGroup> world_, group_;  // group_: the saves' own (async)
-  parallel::ParallelModel& model_;
+  parallel::TrainingState& state_;
   const parallel::DeviceMesh* mesh_;
   std::function<void(const std::string&)> log_;
   int rank_ = 0, size_ = 1;

@@ -98,11 +98,11 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
-  refuse_what_cannot_fit(parallel_->memory(), false);
+  refuse_what_cannot_fit(parallel_->report().memory(), false);
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank.
   parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
-  checkpointer_ = std::make_unique<Checkpointer>(config_, world_, *parallel_, mesh_.get(),
+  checkpointer_ = std::make_unique<Checkpointer>(config_, world_, parallel_->state(), mesh_.get(),
                                                  [this](const std::string& line) {
                                                    if (metrics_) {
                                                      metrics_->log_line(line);
@@ -114,7 +114,7 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
     load_initial_weights(config_.checkpoint.initial_load_path);
   }
-  parallel_->check_replicas_identical();  // what every rank starts from, resumed or not
+  parallel_->state().check_replicas_identical();  // what every rank starts from, resumed or not
   const bool measured = config_.metrics.peak_gflops <= 0;
   const DType products = nn::matmul_dtype();
   peak_gflops_ = measured ? shared_peak_gflops(products) : config_.metrics.peak_gflops;
@@ -257,9 +257,9 @@ void Trainer::refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at
 }
 
 void Trainer::log_parallelism(bool at_end) {
-  for (const std::string& line : parallel_->describe(at_end)) out_ << line << std::endl;
+  for (const std::string& line : parallel_->report().describe(at_end)) out_ << line << std::endl;
   if (!at_end) return;
-  const parallel::MemoryReport m = parallel_->memory();
+  const parallel::MemoryReport m = parallel_->report().memory();
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   char line[256];
   std::snprintf(line, sizeof(line),
@@ -295,9 +295,9 @@ double Trainer::train_step() {
 }
 
 void Trainer::load_initial_weights(const std::string& folder) {
-  const std::vector<parallel::StatePiece> layout = parallel_->state_layout();
+  const std::vector<parallel::StatePiece> layout = parallel_->state().layout();
   std::vector<Tensor> values;
-  parallel_->copy_state(values);
+  parallel_->state().copy(values);
   std::multimap<std::string, std::size_t> pieces;  // "model.<parameter>" -> its pieces here
   for (std::size_t i = 0; i < layout.size(); ++i) pieces.emplace(layout[i].name, i);
   std::int64_t tensors = 0;
@@ -313,7 +313,7 @@ void Trainer::load_initial_weights(const std::string& folder) {
       values[it->second].copy_from(box.contiguous());
     }
   });
-  parallel_->load_state_values(values, 0);
+  parallel_->state().load(values, 0);
   // Before the metrics logger exists (as the resume's lines).
   out_ << "loaded the initial weights from " << folder << " (Hugging Face layout, " << tensors
        << " tensors)" << std::endl;
@@ -457,7 +457,7 @@ void Trainer::run_until(std::int64_t stop) {
     // rank stops the job).
     const recorder::FlightRecorder::Site site("step " + std::to_string(state_.step + 1));
     const auto start = Clock::now();
-    const double communication = parallel_->communication_seconds();
+    const double communication = parallel_->report().communication_seconds();
     const double loss = train_step();
     const double max_norm = config_.training.max_norm;
     const double lr = config_.lr_scheduler.at(state_.step);
@@ -471,7 +471,7 @@ void Trainer::run_until(std::int64_t stop) {
       skip_or_stop(loss, grad_norm);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double blocked = parallel_->communication_seconds() - communication;
+    const double blocked = parallel_->report().communication_seconds() - communication;
     step_seconds_ += seconds;
     step_communication_ += blocked;
     window_seconds_ += seconds;
@@ -500,7 +500,7 @@ void Trainer::run_until(std::int64_t stop) {
   checkpointer_->finish();
   metrics_->finish();
   log_parallelism(true);
-  const std::string timeline = parallel_->pipeline_timeline_svg();  // collective
+  const std::string timeline = parallel_->report().pipeline_timeline_svg();  // collective
   if (!timeline.empty()) metrics_->log_pipeline_timeline(timeline);
   if (state_.step >= first) {
     summarize(first, std::chrono::duration<double>(Clock::now() - began).count(),
