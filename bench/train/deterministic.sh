@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What layout-invariant training costs: the debug config trained with `deterministic = "layout"`
 # against the default order, in alternating rounds, as 1 process, DDP 2 and FSDP 2 (weftrun,
-# shm; batch 4 per rank: the same global batch of 8). tokens/s over 20 timed steps after 2.
+# shm; batch 4 per rank: the same global batch of 8), and with 4 feature blocks (what tensor
+# parallelism needs) as 1 process and TP 2 (both without sequence and loss parallelism).
+# tokens/s over 20 timed steps after 2.
 #
 #   bench/train/deterministic.sh [ROUNDS]      (default 3)
 set -euo pipefail
@@ -13,13 +15,19 @@ trap 'rm -rf "$out"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 
 run() {  # mode layout: tokens/s
-  local mode=$1 layout=$2 jsonl="$out/run.jsonl"
+  local mode=$1 layout=$2 jsonl="$out/run.jsonl" blocks=1
+  [[ $layout == *blocks4 && $mode == layout ]] && blocks=4
   local train=(build/release/tools/weft-train --config configs/debug.toml --training.steps 22
     --checkpoint.enable false --validation.enable false --metrics.log_freq 1
-    --metrics.jsonl_path "$jsonl" --training.deterministic "$mode")
+    --metrics.jsonl_path "$jsonl" --training.deterministic "$mode"
+    --training.deterministic_blocks "$blocks")
+  local tp=(--parallelism.enable_sequence_parallel false --parallelism.disable_loss_parallel true)
   rm -f "$jsonl"
   case $layout in
     one) "${train[@]}" > "$out/log" 2>&1 ;;
+    one-blocks4) "${train[@]}" "${tp[@]}" > "$out/log" 2>&1 ;;
+    tp2-blocks4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" "${tp[@]}" \
+      --parallelism.tensor_parallel_degree 2 > "$out/log" 2>&1 ;;
     ddp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
       > "$out/log" 2>&1 ;;
     fsdp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
@@ -29,7 +37,7 @@ run() {  # mode layout: tokens/s
 }
 
 for round in $(seq "$rounds"); do
-  for layout in one ddp2 fsdp2; do
+  for layout in one ddp2 fsdp2 one-blocks4 tp2-blocks4; do
     off=$(run off "$layout")
     invariant=$(run layout "$layout")
     echo "round $round $layout: off $off, layout $invariant tokens/s"

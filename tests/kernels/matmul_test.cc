@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/random.h"
@@ -223,6 +225,83 @@ TEST_P(ConvertTest, ToBFloat16RoundsAsBFloat16Does) {
   for (std::size_t i = 0; i < x.size(); ++i)
     ASSERT_EQ(std::bit_cast<std::uint32_t>(back[i]), std::bit_cast<std::uint32_t>(float(y[i])))
         << i;
+}
+
+}  // namespace
+}  // namespace weft::kernels
+
+namespace weft::kernels {
+namespace {
+
+// Layout-invariant tensor parallelism (nn/feature_blocks.h) runs a block of features of a
+// weight as one product whatever the slice around it: the strides of the operands must not
+// change a bit of the result. Each product at strides of a slice of 1, 2 and 4 blocks, against
+// the same product on packed copies.
+
+// The first `width` columns of each of `rows` rows `ld` apart, packed.
+template <class T>
+std::vector<T> first_columns(const std::vector<T>& v, std::int64_t rows, std::int64_t ld,
+                             std::int64_t width) {
+  std::vector<T> packed(static_cast<std::size_t>(rows * width));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy_n(&v[static_cast<std::size_t>(r * ld)], width,
+                &packed[static_cast<std::size_t>(r * width)]);
+  }
+  return packed;
+}
+
+// Bitwise, as memcmp (== would call -0 and +0 equal).
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+}
+
+template <class T>
+void expect_strides_do_not_change_bits(std::int64_t rows, std::int64_t width, std::int64_t other) {
+  for (const int slice : {1, 2, 4}) {
+    const std::string at = ", slice of " + std::to_string(slice) + " blocks";
+    const std::int64_t ld = width * slice;
+    const auto as_t = [](const std::vector<float>& f) {
+      return std::vector<T>(f.begin(), f.end());
+    };
+    const std::vector<T> x = as_t(random_floats(rows * ld, 11)),
+                         w = as_t(random_floats(other * ld, 12)),
+                         dy = as_t(random_floats(rows * other, 13));
+    const std::vector<T> x0 = first_columns(x, rows, ld, width),
+                         w0 = first_columns(w, other, ld, width);
+    // y = x_block w_block^T: the block is the product's k.
+    std::vector<float> y(static_cast<std::size_t>(rows * other)), y0(y.size());
+    product_xwt(x.data(), ld, w.data(), ld, y.data(), other, rows, other, width, false);
+    product_xwt(x0.data(), width, w0.data(), width, y0.data(), other, rows, other, width, false);
+    expect_same_bits(y, y0, "y" + at);
+    // dx_block (+)= dy w_block: the block is the product's n, written at strides.
+    for (const bool add : {false, true}) {
+      std::vector<float> dx = random_floats(rows * ld, 14);
+      std::vector<float> dx0 = first_columns(dx, rows, ld, width);
+      product_xw(dy.data(), other, w.data(), ld, dx.data(), ld, rows, width, other, add);
+      product_xw(dy.data(), other, w0.data(), width, dx0.data(), width, rows, width, other, add);
+      expect_same_bits(first_columns(dx, rows, ld, width), dx0,
+                       "dx, add " + std::to_string(add) + at);
+    }
+    // dw_block = dy^T x_block.
+    std::vector<float> dw(static_cast<std::size_t>(other * ld)),
+        dw0(static_cast<std::size_t>(other * width));
+    product_ytx(dy.data(), other, x.data(), ld, dw.data(), ld, rows, other, width, false);
+    product_ytx(dy.data(), other, x0.data(), width, dw0.data(), width, rows, other, width, false);
+    expect_same_bits(first_columns(dw, other, ld, width), dw0, "dw" + at);
+  }
+}
+
+TEST(MatmulTest, StridesDoNotChangeFloat32Bits) {
+  for (const auto& [rows, width, other] :
+       {std::tuple{48, 24, 40}, {16, 8, 32}, {16, 24, 32}, {64, 64, 256}})
+    expect_strides_do_not_change_bits<float>(rows, width, other);
+}
+TEST(MatmulTest, StridesDoNotChangeBFloat16Bits) {
+  for (const auto& [rows, width, other] :
+       {std::tuple{48, 24, 40}, {16, 8, 32}, {16, 24, 32}, {64, 64, 256}})
+    expect_strides_do_not_change_bits<BFloat16>(rows, width, other);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Layout-invariant training (ParallelOptions::layout_invariant, nn/leaf_sums.h): one global
-// batch trained 10 steps by one process and by DDP, FSDP (each mode), HSDP and every pipeline
-// schedule over 2, 3, 4 and 6 ranks (threads), each with its part of the batch in 1 to 12
-// accumulated micro-batches, on 1 or 2 threads, with activation checkpointing, tied embeddings
-// and bf16 products: every step's loss and gradient norm and every final parameter bitwise
-// equal. The fast mode is checked to
-// differ, so that the test can tell.
+// batch trained 10 steps by one process and by DDP, FSDP (each mode), HSDP, every pipeline
+// schedule and tensor parallelism (with 4 feature blocks, nn/feature_blocks.h) over 2, 3, 4
+// and 6 ranks (threads), each with its part of the batch in 1 to 12 accumulated micro-batches,
+// on 1 or 2 threads, with activation checkpointing, tied embeddings and bf16 products: every
+// step's loss and gradient norm and every final parameter bitwise equal. The fast mode is
+// checked to differ, so that the test can tell.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,11 +59,13 @@ struct Layout {
   ShardingMode mode = ShardingMode::kFullShard;
   std::int64_t layers = 2;
   int pp = 1;                          // pipeline stages' ranks, the others data-parallel
+  int tp = 1;                          // tensor-parallel ranks
+  int blocks = 1;                      // feature blocks (ParallelOptions::feature_blocks)
   std::string schedule;                // with pp > 1
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
   std::string name() const {
-    std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp);
+    std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp / tp);
     if (shard > 1) {
       n = (ranks > shard ? "HSDP " + std::to_string(ranks / shard) + " x FSDP " : "FSDP ") +
           std::to_string(shard) + " " + sharding_mode_name(mode);
@@ -74,6 +76,8 @@ struct Layout {
     if (bf16) n += ", bf16";
     if (!invariant) n += ", fast mode";
     if (pp > 1) n += ", pp " + std::to_string(pp) + " " + schedule;
+    if (tp > 1) n += ", tp " + std::to_string(tp);
+    if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
     return n;
   }
 };
@@ -93,8 +97,9 @@ Result train(const Layout& layout) {
   dist::run_threads(layout.ranks, [&](dist::ProcessGroup& pg) {
     auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
     const ParallelDims dims{.pp = layout.pp,
-                            .dp_replicate = layout.ranks / layout.shard / layout.pp,
-                            .dp_shard = layout.shard};
+                            .dp_replicate = layout.ranks / layout.shard / layout.pp / layout.tp,
+                            .dp_shard = layout.shard,
+                            .tp = layout.tp};
     DeviceMesh mesh(world, dims.mesh_dims());
     nn::Llama model(config(layout.tied, layout.layers));
     auto parallel =
@@ -103,8 +108,11 @@ Result train(const Layout& layout) {
                      .pipeline = {.schedule = layout.schedule.empty() ? "1F1B" : layout.schedule,
                                   .microbatches = layout.pipeline_micro},
                      .fsdp_mode = layout.mode,
+                     .sequence_parallel = false,
+                     .loss_parallel = false,
                      .optimizer = {.lr = 3e-3},
-                     .layout_invariant = layout.invariant});
+                     .layout_invariant = layout.invariant,
+                     .feature_blocks = layout.blocks});
     const int rank = parallel->data_rank(), ranks = parallel->data_size();
     parallel->init_weights(3);
     model.set_activation_checkpointing(layout.checkpointing);
@@ -292,20 +300,49 @@ TEST(LayoutInvarianceTest, TheFastModeDiffers) {
     EXPECT_NEAR(ddp.losses[i], one.losses[i], 1e-5 * one.losses[i]) << "step " << i;
 }
 
+// Tensor parallelism with every weight cut into 4 feature blocks: 2 and 4 ranks, with DDP,
+// FSDP, pipelines, micro-batches, threads, activation checkpointing, tied embeddings and bf16
+// products, bitwise one process cutting its products alike.
+TEST(LayoutInvarianceTest, TensorParallelLayoutsAreBitwiseOneProcess) {
+  expect_every_layout_bitwise(
+      {.blocks = 4},
+      {{.ranks = 2, .tp = 2, .blocks = 4},
+       {.ranks = 4, .tp = 4, .blocks = 4},
+       {.ranks = 4, .tp = 2, .blocks = 4},
+       {.ranks = 4, .shard = 2, .tp = 2, .blocks = 4},
+       {.ranks = 4, .micro = 3, .threads = 2, .checkpointing = true, .tp = 2, .blocks = 4},
+       {.ranks = 4, .pp = 2, .tp = 2, .blocks = 4},
+       {.micro = 2, .blocks = 4}});
+  expect_every_layout_bitwise(
+      {.tied = true, .bf16 = true, .blocks = 4},
+      {{.ranks = 2, .micro = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4},
+       {.ranks = 4, .tied = true, .bf16 = true, .tp = 4, .blocks = 4}});
+}
+
+// What the mode does not cover yet is refused, saying so.
 TEST(LayoutInvarianceTest, RefusesWhatItDoesNotCoverYet) {
-  dist::run_threads(2, [&](dist::ProcessGroup& pg) {
-    auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
-    const ParallelDims dims{.tp = 2};
-    DeviceMesh mesh(world, dims.mesh_dims());
-    nn::Llama model(config());
-    try {
-      parallelize(model, &mesh, {.dims = dims, .layout_invariant = true});
-      ADD_FAILURE() << "tensor parallelism in the layout-invariant mode was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("not layout-invariant yet"), std::string::npos)
-          << e.what();
-    }
-  });
+  const auto refused = [](const ParallelDims& dims, bool sequence_parallel, int blocks,
+                          const std::string& says) {
+    dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
+      auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+      DeviceMesh mesh(world, dims.mesh_dims());
+      nn::Llama model(config());
+      try {
+        parallelize(model, &mesh,
+                    {.dims = dims,
+                     .sequence_parallel = sequence_parallel,
+                     .loss_parallel = false,
+                     .layout_invariant = true,
+                     .feature_blocks = blocks});
+        ADD_FAILURE() << "accepted: " << says;
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      }
+    });
+  };
+  refused({.cp = 2}, false, 4, "not layout-invariant yet");
+  refused({.tp = 2}, true, 4, "without sequence and loss parallelism");
+  refused({.tp = 4}, false, 2, "a multiple of it");
 }
 
 }  // namespace

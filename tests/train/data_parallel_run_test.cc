@@ -305,9 +305,10 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
 }  // namespace
 
 // Layout-invariant training (deterministic = "layout") reshards bitwise: a checkpoint saved at
-// step 6 under any of seven layouts (one process, DDP 2 and 4, FSDP 2 full_shard, FSDP 2 zero1
-// with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages), resumed under any other, continues to
-// the losses and gradient norms of the uninterrupted one-process run, bit for bit.
+// step 6 under any of seven layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
+// full_shard, FSDP 2 zero1 with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages), resumed under
+// any other, continues to the losses and gradient norms of the uninterrupted one-process run,
+// bit for bit. Every run cuts its weights into 4 feature blocks.
 TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   struct Saved {
     std::string name;
@@ -317,7 +318,7 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   const std::vector<Saved> layouts = {
       {"one", 1, "--training.batch_size 8"},
       {"ddp2", 2, "--training.batch_size 4"},
-      {"ddp4", 4, "--training.batch_size 2"},
+      {"tp2", 2, "--training.batch_size 8 --parallelism.tensor_parallel_degree 2"},
       {"fsdp2", 2, "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2"},
       {"zero1", 2,
        "--training.batch_size 2 --training.gradient_accumulation_steps 2 "
@@ -329,7 +330,10 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
        "--training.batch_size 8 --parallelism.pipeline_parallel_degree 2 "
        "--parallelism.pipeline_parallel_microbatch_size 2"},
   };
-  const std::string mode = "--training.deterministic layout --checkpoint.interval 6 ";
+  const std::string mode =
+      "--training.deterministic layout --training.deterministic_blocks 4 "
+      "--parallelism.enable_sequence_parallel false --parallelism.disable_loss_parallel true "
+      "--checkpoint.interval 6 ";
   const std::string whole = train("whole", 1, mode + "--training.batch_size 8");
   const auto losses = read(whole, "loss"), norms = read(whole, "grad_norm");
   ASSERT_EQ(losses.size(), kSteps);

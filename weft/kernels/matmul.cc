@@ -339,34 +339,57 @@ void set_product_rows(std::int64_t rows) {
 }
 std::int64_t product_rows() { return g_product_rows.load(); }
 
+namespace {
+
+// out[rows, n] (+)= a[rows, k] op(w) in product_rows() row blocks: y's and dx's products.
+template <class T>
+void rows_times(bool trans_w, const T* a, std::int64_t lda, const T* w, std::int64_t ldw,
+                Accum<T>* out, std::int64_t ldo, std::int64_t rows, std::int64_t n, std::int64_t k,
+                bool accumulate) {
+  for_fixed_blocks(rows, product_rows(), [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(false, trans_w, end - first, n, k, 1, a + first * lda, lda, w, ldw, accumulate ? 1 : 0,
+            out + first * ldo, ldo);
+  });
+}
+
+}  // namespace
+
+template <class T>
+void product_xwt(const T* x, std::int64_t ldx, const T* w, std::int64_t ldw, Accum<T>* y,
+                 std::int64_t ldy, std::int64_t rows, std::int64_t n, std::int64_t k,
+                 bool accumulate) {
+  rows_times(true, x, ldx, w, ldw, y, ldy, rows, n, k, accumulate);
+}
+
+template <class T>
+void product_xw(const T* dy, std::int64_t lddy, const T* w, std::int64_t ldw, Accum<T>* dx,
+                std::int64_t lddx, std::int64_t rows, std::int64_t n, std::int64_t k,
+                bool accumulate) {
+  rows_times(false, dy, lddy, w, ldw, dx, lddx, rows, n, k, accumulate);
+}
+
+template <class T>
+void product_ytx(const T* dy, std::int64_t lddy, const T* x, std::int64_t ldx, Accum<T>* dw,
+                 std::int64_t lddw, std::int64_t rows, std::int64_t m, std::int64_t n,
+                 bool accumulate) {
+  for_fixed_blocks(m, feature_block(m), [&](std::int64_t first, std::int64_t end) {
+    gemm<T>(true, false, end - first, n, rows, 1, dy + first, lddy, x, ldx, accumulate ? 1 : 0,
+            dw + first * lddw, lddw);
+  });
+}
+
 template <class T>
 void linear_forward(const T* x, const T* w, Accum<T>* y, std::int64_t rows, std::int64_t in,
                     std::int64_t out, bool accumulate) {
-  const Accum<T> beta = accumulate ? 1 : 0;
-  const std::int64_t row_block = product_rows();
-  for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
-    gemm<T>(false, true, end - first, out, in, 1, x + first * in, in, w, in, beta, y + first * out,
-            out);
-  });
+  product_xwt(x, in, w, in, y, out, rows, out, in, accumulate);
 }
 
 template <class T>
 void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>* dw,
                      std::int64_t rows, std::int64_t in, std::int64_t out, bool accumulate_dx,
                      bool accumulate_dw) {
-  if (dx != nullptr) {
-    const Accum<T> beta = accumulate_dx ? 1 : 0;
-    const std::int64_t row_block = product_rows();
-    for_fixed_blocks(rows, row_block, [&](std::int64_t first, std::int64_t end) {
-      gemm<T>(false, false, end - first, in, out, 1, dy + first * out, out, w, in, beta,
-              dx + first * in, in);
-    });
-  }
-  if (dw == nullptr) return;
-  for_fixed_blocks(out, feature_block(out), [&](std::int64_t first, std::int64_t end) {
-    gemm<T>(true, false, end - first, in, rows, 1, dy + first, out, x, in, accumulate_dw ? 1 : 0,
-            dw + first * in, in);
-  });
+  if (dx != nullptr) product_xw(dy, out, w, in, dx, in, rows, in, out, accumulate_dx);
+  if (dw != nullptr) product_ytx(dy, out, x, in, dw, in, rows, out, in, accumulate_dw);
 }
 
 namespace {
@@ -436,10 +459,16 @@ void linear_backward_input(const BFloat16* dy, const float* w, float* dx, std::i
   rows_times_weight(dy, w, /*trans_w=*/false, dx, rows, in, out, accumulate_dx ? 1 : 0);
 }
 
-#define WEFT_LINEAR(T)                                                                       \
-  template void linear_forward<T>(const T*, const T*, Accum<T>*, std::int64_t, std::int64_t, \
-                                  std::int64_t, bool);                                       \
-  template void linear_backward<T>(const T*, const T*, const T*, Accum<T>*, Accum<T>*,       \
+#define WEFT_LINEAR(T)                                                                        \
+  template void product_xwt<T>(const T*, std::int64_t, const T*, std::int64_t, Accum<T>*,     \
+                               std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool); \
+  template void product_xw<T>(const T*, std::int64_t, const T*, std::int64_t, Accum<T>*,      \
+                              std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool);  \
+  template void product_ytx<T>(const T*, std::int64_t, const T*, std::int64_t, Accum<T>*,     \
+                               std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool); \
+  template void linear_forward<T>(const T*, const T*, Accum<T>*, std::int64_t, std::int64_t,  \
+                                  std::int64_t, bool);                                        \
+  template void linear_backward<T>(const T*, const T*, const T*, Accum<T>*, Accum<T>*,        \
                                    std::int64_t, std::int64_t, std::int64_t, bool, bool);
 WEFT_LINEAR(float)
 WEFT_LINEAR(double)

@@ -58,6 +58,26 @@ void linear_backward(const T* dy, const T* x, const T* w, Accum<T>* dx, Accum<T>
                      std::int64_t rows, std::int64_t in, std::int64_t out,
                      bool accumulate_dx = false, bool accumulate_dw = true);
 
+// The products linear_forward and linear_backward are made of, on operands with row strides
+// (ld*, at least the rows' widths), in the same fixed blocks: y's and dx's rows by
+// product_rows(), dW's rows by a block that depends on their count alone. Layout-invariant
+// tensor parallelism (nn/layers.h) runs each fixed block of features as one such call.
+// y[rows, n] = x[rows, k] w[n, k]^T, or y += that when accumulate.
+template <class T>
+void product_xwt(const T* x, std::int64_t ldx, const T* w, std::int64_t ldw, Accum<T>* y,
+                 std::int64_t ldy, std::int64_t rows, std::int64_t n, std::int64_t k,
+                 bool accumulate);
+// dx[rows, n] (+)= dy[rows, k] w[k, n].
+template <class T>
+void product_xw(const T* dy, std::int64_t lddy, const T* w, std::int64_t ldw, Accum<T>* dx,
+                std::int64_t lddx, std::int64_t rows, std::int64_t n, std::int64_t k,
+                bool accumulate);
+// dw[m, n] (+)= dy[rows, m]^T x[rows, n].
+template <class T>
+void product_ytx(const T* dy, std::int64_t lddy, const T* x, std::int64_t ldx, Accum<T>* dw,
+                 std::int64_t lddw, std::int64_t rows, std::int64_t m, std::int64_t n,
+                 bool accumulate);
+
 // Mixed precision with the float32 weight: the same products as linear_forward<BFloat16> and
 // linear_backward<BFloat16>'s dx half on W rounded to bfloat16, W rounded once per call
 // straight into the layout oneDNN's products read (no row-major bf16 copy, no packing per

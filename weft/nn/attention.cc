@@ -39,6 +39,8 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
       wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
       cp_(cp) {
   for (Linear* l : {&wq_, &wk_, &wv_}) l->weight().product_operand = true;
+  wqkv_.set_stacked(Sharding{0, parts, part},
+                    {config_.n_heads * hd_, config_.n_kv_heads * hd_, config_.n_kv_heads * hd_});
 }
 
 std::int64_t Attention::qkv_width() const {

@@ -13,6 +13,7 @@ FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::
       w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {
   for (const char* part_name : {".w1.weight", ".w3.weight"})
     params.at(prefix + part_name).product_operand = true;
+  w13_.set_stacked(Sharding{0, parts, part}, {hidden_, hidden_});
 }
 
 // In mixed precision w1|w3's product writes its output as bfloat16 (as PyTorch's autocast

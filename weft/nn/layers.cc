@@ -19,12 +19,12 @@ namespace {
 std::atomic<DType> g_matmul_dtype{DType::kFloat32};
 
 // What a bf16 copy is of, each kind in a buffer of its own (the products round the weights).
-enum class Copy { kInput, kGradient };
+enum class Copy { kInput, kGradient, kWeight };
 
-// The calling thread's bf16 copy of n floats, one buffer per role (a product reads two at most),
+// The calling thread's bf16 copy of n floats, one buffer per role (a product reads three at most),
 // each grown to the largest copy so far and reused: the copies live only for the call.
 const BFloat16* bf16_copy(const float* x, std::int64_t n, Copy role) {
-  thread_local std::vector<BFloat16> copies[2];
+  thread_local std::vector<BFloat16> copies[3];
   std::vector<BFloat16>& into = copies[static_cast<int>(role)];
   if (into.size() < static_cast<std::size_t>(n)) into.resize(static_cast<std::size_t>(n));
   kernels::to_bfloat16_threaded(x, into.data(), n);
@@ -80,7 +80,13 @@ Linear::Linear(ParameterList& params, Parameter& shared)
     : weight_(shared),
       trees_(params.leaf_trees()),
       in_(shared.value.size(1)),
-      out_(shared.value.size(0)) {}
+      out_(shared.value.size(0)),
+      blocks_(shared.sharding.dim, shared.sharding.parts, shared.sharding.part, in_, out_) {}
+
+void Linear::set_stacked(Sharding sharding, std::vector<std::int64_t> widths) {
+  blocks_ = FeatureBlocks(sharding.dim, sharding.parts, sharding.part, in_, out_);
+  blocks_.set_segments(std::move(widths));
+}
 
 namespace {
 
@@ -104,17 +110,33 @@ Tensor copy_of(const T* data, std::int64_t rows, std::int64_t cols) {
 template <ProductOperand X>
 void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) const {
   const float* w = weight_.value.data<float>();
+  const int blocks = trees_.feature_blocks();
   if constexpr (all_float32<X>) {
     if (matmul_dtype() == DType::kFloat32) {
-      kernels::linear_forward(x, w, y, rows, in_, out_, accumulate);
+      if (blocked()) {
+        blocks_.forward(x, w, y, rows, accumulate, blocks);
+      } else {
+        kernels::linear_forward(x, w, y, rows, in_, out_, accumulate);
+      }
       return;
     }
   }
-  kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput), w, y, rows, in_, out_, accumulate);
+  const BFloat16* x16 = as_bf16(x, rows * in_, Copy::kInput);
+  if (blocked()) {
+    blocks_.forward(x16, bf16_copy(w, out_ * in_, Copy::kWeight), y, rows, accumulate, blocks);
+  } else {
+    kernels::linear_forward(x16, w, y, rows, in_, out_, accumulate);
+  }
 }
 
 template <ProductOperand X>
 void Linear::forward(const X* x, BFloat16* y, std::int64_t rows) const {
+  if (blocked()) {
+    float* wide = ensure(wide_, {rows, out_});
+    forward(x, wide, rows, /*accumulate=*/false);
+    kernels::to_bfloat16_threaded(wide, y, rows * out_);
+    return;
+  }
   kernels::linear_forward(as_bf16(x, rows * in_, Copy::kInput), weight_.value.data<float>(), y,
                           rows, in_, out_);
 }
@@ -125,8 +147,7 @@ void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bo
   if constexpr (all_float32<Dy, X>) {
     if (matmul_dtype() == DType::kFloat32) {
       if (trees_.active()) {
-        kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows,
-                                        in_, out_, accumulate_dx);
+        if (dx != nullptr) input_grad_f32(dy, dx, rows, accumulate_dx);
         weight_grad<float>(dy, x, rows);
         return;
       }
@@ -140,12 +161,20 @@ void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bo
   weight_grad_bf16(dy16, as_bf16(x, rows * in_, Copy::kInput), rows);
 }
 
+void Linear::input_grad_f32(const float* dy, float* dx, std::int64_t rows, bool accumulate) const {
+  const float* w = weight_.value.data<float>();
+  if (blocked()) {
+    blocks_.input_grad(dy, w, dx, rows, accumulate, trees_.feature_blocks());
+  } else {
+    kernels::linear_backward<float>(dy, nullptr, w, dx, nullptr, rows, in_, out_, accumulate);
+  }
+}
+
 template <ProductOperand Dy>
 void Linear::backward_input(const Dy* dy, float* dx, std::int64_t rows) const {
   if constexpr (all_float32<Dy>) {
     if (matmul_dtype() == DType::kFloat32) {
-      kernels::linear_backward<float>(dy, nullptr, weight_.value.data<float>(), dx, nullptr, rows,
-                                      in_, out_);
+      input_grad_f32(dy, dx, rows, false);
       return;
     }
   }
@@ -166,7 +195,13 @@ void Linear::backward_weight(const Dy* dy, const X* x, std::int64_t rows) {
 
 void Linear::input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows,
                              bool accumulate) const {
-  kernels::linear_backward_input(dy, weight_.value.data<float>(), dx, rows, in_, out_, accumulate);
+  const float* w = weight_.value.data<float>();
+  if (blocked()) {
+    blocks_.input_grad(dy, bf16_copy(w, out_ * in_, Copy::kWeight), dx, rows, accumulate,
+                       trees_.feature_blocks());
+  } else {
+    kernels::linear_backward_input(dy, w, dx, rows, in_, out_, accumulate);
+  }
 }
 
 void Linear::weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows) {
@@ -182,9 +217,15 @@ void Linear::weight_grad(const T* dy, const T* x, std::int64_t rows) {
   }
   LeafSums<float>& sums = trees_.of(this, dw, weight_.grad.numel());
   trees_.for_each_leaf(rows, [&](std::int64_t leaf, std::int64_t first) {
-    kernels::linear_backward<T>(dy + first * out_, x + first * in_, nullptr, nullptr,
-                                sums.open(/*zeroed=*/false), trees_.leaf_rows(), in_, out_,
-                                /*accumulate_dx=*/false, /*accumulate_dw=*/false);
+    float* leaf_dw = sums.open(/*zeroed=*/false);
+    if (blocked()) {
+      blocks_.weight_grad(dy + first * out_, x + first * in_, leaf_dw, trees_.leaf_rows(),
+                          trees_.feature_blocks());
+    } else {
+      kernels::linear_backward<T>(dy + first * out_, x + first * in_, nullptr, nullptr, leaf_dw,
+                                  trees_.leaf_rows(), in_, out_, /*accumulate_dx=*/false,
+                                  /*accumulate_dw=*/false);
+    }
     sums.add(leaf);
   });
 }

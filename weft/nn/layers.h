@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "weft/nn/feature_blocks.h"
 #include "weft/nn/parameter.h"
 
 namespace weft::nn {
@@ -107,8 +108,16 @@ class Linear {
   Parameter& weight() const { return weight_; }
   std::int64_t in() const { return in_; }    // this rank's
   std::int64_t out() const { return out_; }  // this rank's
+  // Over a stacked weight (ParameterList::stack: q|k|v, w1|w3) sharded as `sharding`: its
+  // parts' widths along the sharded dimension, this rank's, for layout-invariant tensor
+  // parallelism (FeatureBlocks::set_segments).
+  void set_stacked(Sharding sharding, std::vector<std::int64_t> widths);
 
  private:
+  // Whether the products run in fixed feature blocks now (LeafTrees::set_feature_blocks).
+  bool blocked() const { return trees_.blocked() && blocks_.splits(); }
+  // dx (+)= dy W in float32, in feature blocks when blocked().
+  void input_grad_f32(const float* dy, float* dx, std::int64_t rows, bool accumulate) const;
   // The bfloat16 products, dy already bfloat16.
   void input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows, bool accumulate) const;
   void weight_grad_bf16(const BFloat16* dy, const BFloat16* x, std::int64_t rows);
@@ -119,6 +128,8 @@ class Linear {
   Parameter& weight_;
   LeafTrees& trees_;
   std::int64_t in_, out_;
+  mutable FeatureBlocks blocks_;
+  mutable Tensor wide_;  // a blocked product's float32 output, rounded to bfloat16 after
 };
 
 class Embedding {

@@ -129,6 +129,14 @@ void LeafTrees::start(std::int64_t first_leaf, std::int64_t leaf_rows) {
   leaf_rows_ = leaf_rows;
 }
 
+void LeafTrees::set_feature_blocks(int blocks) {
+  if (blocks < 1 || (blocks & (blocks - 1)) != 0) {
+    throw InvalidArgument("layout-invariant feature blocks: " + std::to_string(blocks) +
+                          " is not a power of two");
+  }
+  feature_blocks_ = blocks;
+}
+
 std::int64_t LeafTrees::check_rows(std::int64_t rows) const {
   if (rows % leaf_rows_ != 0) {
     throw InvalidArgument("layout-invariant sums: " + std::to_string(rows) +

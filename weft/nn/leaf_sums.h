@@ -8,7 +8,11 @@
 // child being that child. A rank sums the leaves it holds and merges siblings as they
 // complete; what is left (a few aligned blocks) goes to the other ranks, which finish the same
 // tree. One process, DDP over any number of ranks and gradient accumulation in any number of
-// micro-batches then produce the same bits. docs/TRAINING.md says what it costs.
+// micro-batches then produce the same bits. DDP and FSDP exchange the ranks' blocks
+// (parallel/leaf_reduce.h). Tensor parallelism splits the features instead: each Linear cuts
+// its sharded dimension into fixed blocks, and the sums over them are taken in the same kind
+// of tree over block numbers (LeafTrees::set_feature_blocks). docs/TRAINING.md says what it
+// costs.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +86,14 @@ class LeafTrees {
     for (std::int64_t i = 0; i * leaf_rows_ < check_rows(rows); ++i)
       fn(first_leaf_ + i, i * leaf_rows_);
   }
+  // Layout-invariant tensor parallelism: each Linear cuts its weight's sharded dimension
+  // (Sharding::dim) into `blocks` fixed blocks of features, a tensor-parallel rank holding
+  // blocks / parts of them, runs a product per block and sums the products over blocks in the
+  // canonical tree over them (Linear says how). 1, the default: whole products.
+  void set_feature_blocks(int blocks);
+  int feature_blocks() const { return feature_blocks_; }
+  // Whether products are cut into feature blocks now (only while active).
+  bool blocked() const { return active_ && feature_blocks_ > 1; }
   // The sum `user` (a layer) adds its gradient's leaves to, now at `target`.
   LeafSums<float>& of(const void* user, float* target, std::int64_t n);
   LeafSums<double>& loss() { return loss_; }
@@ -94,6 +106,7 @@ class LeafTrees {
   std::int64_t check_rows(std::int64_t rows) const;
 
   bool active_ = false;
+  int feature_blocks_ = 1;
   std::int64_t first_leaf_ = 0, leaf_rows_ = 1;
   std::vector<std::unique_ptr<LeafSums<float>>> trees_;
   std::vector<const void*> users_;

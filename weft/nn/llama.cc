@@ -144,6 +144,16 @@ void Llama::apply_tensor_parallel(TensorParallel tp) {
   build();
 }
 
+void Llama::set_feature_blocks(int blocks) {
+  if (blocks % tp_->plan().size() != 0) {
+    throw InvalidArgument("layout-invariant feature blocks: " + std::to_string(blocks) +
+                          " blocks cannot be shared by " + std::to_string(tp_->plan().size()) +
+                          " tensor-parallel ranks");
+  }
+  params_.leaf_trees().set_feature_blocks(blocks);
+  tp_->set_feature_blocks(blocks);
+}
+
 void Llama::apply_context_parallel(ContextParallel cp) { cp_ = std::move(cp); }
 
 void Llama::apply_pipeline(std::vector<LayerRange> stages) {

@@ -84,6 +84,11 @@ class Llama {
   // key/value heads, the feed-forward width and the vocabulary (InvalidArgument otherwise).
   void apply_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_->plan(); }
+  // Layout-invariant training across tensor-parallel degrees: the products cut their sharded
+  // dimension into `blocks` fixed feature blocks and the tensor-parallel reductions finish
+  // the canonical tree over them (nn/feature_blocks.h); the degree must divide `blocks`. Call
+  // it after apply_tensor_parallel.
+  void set_feature_blocks(int blocks);
   // Makes the model context-parallel over cp's group (context_parallel.h): forward and
   // backward then take this rank's two chunks of each sequence (seq rows: seq / 2 of chunk
   // cp.chunk(0), then seq / 2 of chunk cp.chunk(1)), and the loss is the mean over this

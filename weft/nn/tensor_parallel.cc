@@ -2,10 +2,12 @@
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "weft/base/error.h"
 #include "weft/kernels/parallel.h"
 #include "weft/nn/layers.h"
+#include "weft/nn/leaf_sums.h"
 
 namespace weft::nn {
 namespace {
@@ -83,10 +85,27 @@ template TensorParallelContext::Transfer TensorParallelContext::gather_async(con
                                                                              std::int64_t,
                                                                              std::int64_t, int);
 
+const float* TensorParallelContext::combine_gathered(float* gathered, std::int64_t n) const {
+  const int ranks = tp_.size();
+  const std::int64_t each = feature_blocks_ / ranks;  // blocks a rank's subtree covers
+  std::vector<LeafBlock> blocks;
+  std::vector<float*> values;
+  for (int r = 0; r < ranks; ++r) {
+    blocks.push_back({r * each, each});
+    values.push_back(gathered + r * n);
+  }
+  return combine_blocks(blocks, values, n);
+}
+
 TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* partial,
                                                                     std::int64_t rows,
                                                                     std::int64_t dim, float* out) {
   const std::int64_t local = local_rows(rows) * dim;
+  if (canonical()) {
+    float* all = ensure(partials_, {tp_.size(), rows, dim});
+    return {tp_.group->all_gather_async(partial, all, rows * dim, DType::kFloat32), nullptr,
+            [=, this] { copy_or_add(combine_gathered(all, rows * dim), out, local, false); }};
+  }
   if (tp_.sequence_sharded())
     return {tp_.group->reduce_scatter_async(partial, out, local), nullptr, nullptr};
   return {tp_.group->all_reduce_sum_async(partial, rows * dim), nullptr,
@@ -100,6 +119,12 @@ float* TensorParallelContext::partial(std::int64_t rows, std::int64_t dim) {
 void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64_t dim, float* out,
                                    bool accumulate) {
   const std::int64_t local = local_rows(rows) * dim;
+  if (canonical()) {
+    float* all = ensure(partials_, {tp_.size(), rows, dim});
+    tp_.group->all_gather(partial, all, rows * dim, DType::kFloat32);
+    copy_or_add(combine_gathered(all, rows * dim), out, local, accumulate);
+    return;
+  }
   if (!tp_.sequence_sharded()) {
     tp_.group->all_reduce_sum(partial, rows * dim);
     copy_or_add(partial, out, local, accumulate);

@@ -111,13 +111,24 @@ class TensorParallelContext {
   // Sums `partial` [rows, dim] over the group and writes (or adds, when accumulate) this
   // rank's rows of the sum into out [local_rows, dim]. `partial` is clobbered.
   void reduce(float* partial, std::int64_t rows, std::int64_t dim, float* out, bool accumulate);
+  // Layout-invariant tensor parallelism (nn/feature_blocks.h): the partial sums reduce() and
+  // reduce_async() add are each rank's subtree of `blocks` feature blocks, finished in the
+  // canonical tree (all-gathered, then combined in block order on every rank) instead of by
+  // the group's all-reduce. 1, the default: all-reduce. Without sequence parallelism.
+  void set_feature_blocks(int blocks) { feature_blocks_ = blocks; }
   // Sums n floats in place over the group (the sequence-sharded norms' weight gradients).
   void all_reduce(float* data, std::int64_t n) { tp_.group->all_reduce_sum(data, n); }
   TensorParallelGroup& group() const { return *tp_.group; }
 
  private:
+  bool canonical() const { return feature_blocks_ > 1 && tp_.enabled(); }
+  // The group's partial sums, all-gathered into `gathered` [size(), n], combined in the
+  // canonical tree over their blocks.
+  const float* combine_gathered(float* gathered, std::int64_t n) const;
+
   TensorParallel tp_;
-  Tensor gathered_[2], partial_, reduced_;
+  int feature_blocks_ = 1;
+  Tensor gathered_[2], partial_, reduced_, partials_;
 };
 
 }  // namespace weft::nn

@@ -51,16 +51,13 @@ class Replicated : public DataParallel {
     for (const auto& p : model_.parameters().all())
       kernels::scale(p->grad.data<float>(), factor, p->grad.numel());
   }
-  void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const override {
+  std::vector<GradientRows> gradient_rows() override {
+    std::vector<GradientRows> all;
     for (const auto& p : model_.parameters().all()) {
-      const std::size_t first = first_row.at(p->name);
       const std::int64_t n = p->grad.ndim() == 0 ? 1 : p->grad.size(0);
-      const std::int64_t cols = n == 0 ? 0 : p->grad.numel() / n;
-      for (std::int64_t r = 0; r < n; ++r) {
-        rows[first + static_cast<std::size_t>(r)] =
-            kernels::sum_squares(p->grad.data<float>() + r * cols, cols);
-      }
+      all.push_back({p.get(), 0, n, n == 0 ? 0 : p->grad.numel() / n, p->grad.data<float>()});
     }
+    return all;
   }
   void hold_reductions(bool held) override {
     if (ddp_) ddp_->hold_reductions(held);
@@ -132,8 +129,14 @@ class Sharded : public DataParallel {
     return fsdp_.local_grad_sum_squares(counted);
   }
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
-  void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const override {
-    fsdp_.row_sums_of_squares(rows, first_row);
+  std::vector<GradientRows> gradient_rows() override {
+    std::vector<GradientRows> all;
+    for (const auto& r : fsdp_.shard_rows()) {
+      const std::int64_t cols =
+          r.param->value.ndim() < 2 ? 1 : r.param->value.numel() / r.param->value.size(0);
+      all.push_back({r.param, r.first_row, r.rows, cols, r.grad});
+    }
+    return all;
   }
   void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }
   void reduce_held() override { fsdp_.reduce_held(); }

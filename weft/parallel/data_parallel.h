@@ -20,7 +20,6 @@
 namespace weft::parallel {
 
 using Counted = std::function<bool(const nn::Parameter&)>;
-using FirstRow = std::map<std::string, std::size_t>;  // parameter name -> its first row
 
 // How the gradients are summed over the data-parallel ranks: as the layout computes them
 // (DDP's buckets, FSDP's reduce-scatters), or in the canonical tree over the global batch's
@@ -37,10 +36,15 @@ class DataParallel {
   // Over the gradients this rank holds, after finish_sync.
   virtual double grad_sum_squares(const Counted& counted) const = 0;
   virtual void scale_grads(float factor) = 0;
-  // The layout-invariant norm's terms: the sum of squares of each row (dimension 0) of each
-  // gradient this rank holds, at rows[first_row(parameter) + row], the whole model's rows in
-  // its parameters' order.
-  virtual void row_sums_of_squares(std::vector<double>& rows, const FirstRow& first_row) const = 0;
+  // The gradients this rank holds after finish_sync, as runs of rows: rows [first_row,
+  // first_row + rows) of the parameter's (tensor-parallel slice's) gradient, `cols` floats
+  // each, contiguous at `data`. For the layout-invariant norm.
+  struct GradientRows {
+    const nn::Parameter* param;
+    std::int64_t first_row, rows, cols;
+    const float* data;
+  };
+  virtual std::vector<GradientRows> gradient_rows() = 0;
   // Pipeline stages: no reduction starts while held (DistributedDataParallel::hold_reductions);
   // reduce_held launches those held back (zero bubble, after the last W).
   virtual void hold_reductions(bool held) = 0;

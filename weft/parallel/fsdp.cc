@@ -663,18 +663,6 @@ double FullyShardedDataParallel::local_grad_sum_squares(
   return sum;
 }
 
-void FullyShardedDataParallel::row_sums_of_squares(
-    std::vector<double>& rows, const std::map<std::string, std::size_t>& first_row) const {
-  for (const auto& [u, p] : pieces_in_model_order()) {
-    const float* grads = grads_.data() + u->offset + p->offset;
-    const std::size_t first = first_row.at(p->param->name);
-    for (std::int64_t r = 0; r < p->rows_of(rank_); ++r) {
-      rows[first + static_cast<std::size_t>(rank_ * p->shard_rows + r)] =
-          kernels::sum_squares(grads + r * p->cols, p->cols);
-    }
-  }
-}
-
 void FullyShardedDataParallel::scale_grads(float factor) {
   kernels::scale(grads_.data(), factor, shard_size_);
 }
@@ -770,7 +758,7 @@ std::vector<FullyShardedDataParallel::ShardRows> FullyShardedDataParallel::shard
     if (n == 0) continue;
     const std::int64_t at = u->offset + p->offset;
     rows.push_back({p->param, rank_ * p->shard_rows, n, values_.data() + at, exp_avg_.data() + at,
-                    exp_avg_sq_.data() + at});
+                    exp_avg_sq_.data() + at, grads_.data() + at});
   }
   return rows;
 }

@@ -127,10 +127,6 @@ class FullyShardedDataParallel {
   // combine the norm over more dimensions than the shard group (tensor parallelism).
   double local_grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) const;
   void scale_grads(float factor);
-  // rows[first_row[name] + r] = the sum of squares of row r (dimension 0) of the gradient of
-  // parameter `name`, for the rows this rank's shard holds; the others untouched.
-  void row_sums_of_squares(std::vector<double>& rows,
-                           const std::map<std::string, std::size_t>& first_row) const;
   // AdamW on this rank's shards; the units are refreshed lazily by the next forward.
   void step(double lr);
   std::int64_t steps() const { return steps_; }
@@ -150,7 +146,7 @@ class FullyShardedDataParallel {
   struct ShardRows {
     const nn::Parameter* param;
     std::int64_t first_row, rows;  // of the parameter (this rank's slice of it, under TP)
-    float *value, *exp_avg, *exp_avg_sq;
+    float *value, *exp_avg, *exp_avg_sq, *grad;
   };
   std::vector<ShardRows> shard_rows();
   // The shards were overwritten (a checkpoint loaded): the units refresh before their next

@@ -122,11 +122,11 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
 }
 
 // The ranks hold different numbers of blocks (pipeline stages before the last hold none).
-double LeafReducer::sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees) {
+double LeafReducer::sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees, bool counted) {
   nn::LeafSums<double>& loss = trees.loss();
   std::vector<std::int64_t> blocks;
   std::vector<double> values;
-  for (std::size_t i = 0; i < loss.blocks().size(); ++i) {
+  for (std::size_t i = 0; counted && i < loss.blocks().size(); ++i) {
     blocks.insert(blocks.end(), {loss.blocks()[i].first, loss.blocks()[i].count});
     values.push_back(*loss.values(i));
   }

@@ -41,8 +41,9 @@ class LeafReducer {
   // Collective; the trees are cleared.
   void reduce(dist::ProcessGroup* group, nn::LeafTrees& trees);
   // The loss summed over the leaves of every rank in the canonical tree (the loss's blocks are
-  // all-gathered). Collective.
-  static double sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees);
+  // all-gathered; a rank that is not `counted`, a tensor-parallel peer holding the same, adds
+  // none). Collective.
+  static double sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees, bool counted = true);
 
  private:
   std::vector<float> send_, received_, combined_, gathered_;

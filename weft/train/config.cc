@@ -109,6 +109,12 @@ const std::vector<Field>& fields() {
                  "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP, "
                  "pipelines); off: each layout's own order",
                  -INFINITY, INFINITY, {"off", "layout"}),
+      WEFT_FIELD(training, deterministic_blocks,
+                 "with deterministic = \"layout\": the fixed feature blocks each weight's "
+                 "tensor-parallel dimension is cut into, a power of two that "
+                 "tensor_parallel_degree divides (runs are bitwise equal at the same value; "
+                 "more blocks cost more); 1: whole products, no tensor parallelism",
+                 1, 64),
       WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
                  10.0),
       WEFT_FIELD(optimizer, weight_decay,

@@ -46,6 +46,10 @@ struct TrainingConfig {
   // (docs/TRAINING.md); "off": each
   // layout sums in its own order (within parts per billion of one process).
   std::string deterministic = "off";
+  // With deterministic = "layout": the fixed blocks each Linear's tensor-parallel dimension is
+  // cut into (a power of two), so that any tensor_parallel_degree dividing it trains to the
+  // same bits; runs compare bitwise at the same value. 1: whole products, no tensor parallelism.
+  std::int64_t deterministic_blocks = 1;
 };
 
 struct CheckpointConfig {

@@ -177,6 +177,7 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   options.loss_parallel = !p.disable_loss_parallel;
   options.optimizer = config.optimizer;
   options.layout_invariant = config.training.deterministic == "layout";
+  options.feature_blocks = static_cast<int>(config.training.deterministic_blocks);
   return options;
 }
 
