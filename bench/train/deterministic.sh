@@ -2,7 +2,7 @@
 # What layout-invariant training costs: the debug config trained with `deterministic = "layout"`
 # against the default order, in alternating rounds, as 1 process, DDP 2 and FSDP 2 (weftrun,
 # shm; batch 4 per rank: the same global batch of 8), and with 4 feature blocks (what tensor
-# parallelism needs) as 1 process and TP 2 (both without sequence and loss parallelism).
+# parallelism needs) as 1 process and TP 2 (loss-parallel, without sequence parallelism).
 # tokens/s over 20 timed steps after 2.
 #
 #   bench/train/deterministic.sh [ROUNDS]      (default 3)
@@ -21,7 +21,7 @@ run() {  # mode layout: tokens/s
     --checkpoint.enable false --validation.enable false --metrics.log_freq 1
     --metrics.jsonl_path "$jsonl" --training.deterministic "$mode"
     --training.deterministic_blocks "$blocks")
-  local tp=(--parallelism.enable_sequence_parallel false --parallelism.disable_loss_parallel true)
+  local tp=(--parallelism.enable_sequence_parallel false)
   rm -f "$jsonl"
   case $layout in
     one) "${train[@]}" > "$out/log" 2>&1 ;;

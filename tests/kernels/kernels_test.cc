@@ -373,6 +373,15 @@ TEST_P(CrossEntropyTest, ShardsCombineToTheWholeRows) {
     shift[i] = global_max[i] + std::log(sums[0][i] + sums[1][i]);
     EXPECT_NEAR(shift[i] - target[0][i] - target[1][i], losses[i], 1e-12) << "row " << i;
   }
+  // The same columns read in place, at the whole row's stride: the same bits.
+  for (int r = 0; r < 2; ++r) {
+    Vec strided_sums(n), strided_target(n);
+    cross_entropy_shard_sums(logits.data() + first[r], targets.data(), n, vocab, first[r],
+                             width[r], global_max.data(), strided_sums.data(),
+                             strided_target.data(), vocab);
+    EXPECT_EQ(strided_sums, sums[r]) << "shard " << r;
+    EXPECT_EQ(strided_target, target[r]) << "shard " << r;
+  }
   for (int r = 0; r < 2; ++r) {
     Vec grad(n * width[r]);
     cross_entropy_shard_backward(shard[r].data(), targets.data(), n, vocab, first[r], width[r],

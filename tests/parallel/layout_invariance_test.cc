@@ -61,6 +61,7 @@ struct Layout {
   int pp = 1;                          // pipeline stages' ranks, the others data-parallel
   int tp = 1;                          // tensor-parallel ranks
   int blocks = 1;                      // feature blocks (ParallelOptions::feature_blocks)
+  bool loss_parallel = false;          // with tp > 1
   std::string schedule;                // with pp > 1
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
@@ -78,6 +79,7 @@ struct Layout {
     if (pp > 1) n += ", pp " + std::to_string(pp) + " " + schedule;
     if (tp > 1) n += ", tp " + std::to_string(tp);
     if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
+    if (loss_parallel) n += ", loss parallel";
     return n;
   }
 };
@@ -109,7 +111,7 @@ Result train(const Layout& layout) {
                                   .microbatches = layout.pipeline_micro},
                      .fsdp_mode = layout.mode,
                      .sequence_parallel = false,
-                     .loss_parallel = false,
+                     .loss_parallel = layout.loss_parallel,
                      .optimizer = {.lr = 3e-3},
                      .layout_invariant = layout.invariant,
                      .feature_blocks = layout.blocks});
@@ -312,10 +314,15 @@ TEST(LayoutInvarianceTest, TensorParallelLayoutsAreBitwiseOneProcess) {
        {.ranks = 4, .shard = 2, .tp = 2, .blocks = 4},
        {.ranks = 4, .micro = 3, .threads = 2, .checkpointing = true, .tp = 2, .blocks = 4},
        {.ranks = 4, .pp = 2, .tp = 2, .blocks = 4},
-       {.micro = 2, .blocks = 4}});
+       {.micro = 2, .blocks = 4},
+       {.ranks = 2, .tp = 2, .blocks = 4, .loss_parallel = true},
+       {.ranks = 4, .shard = 2, .tp = 2, .blocks = 4, .loss_parallel = true},
+       {.ranks = 4, .pp = 2, .tp = 2, .blocks = 4, .loss_parallel = true},
+       {.ranks = 4, .tp = 4, .blocks = 4, .loss_parallel = true}});
   expect_every_layout_bitwise(
       {.tied = true, .bf16 = true, .blocks = 4},
       {{.ranks = 2, .micro = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4},
+       {.ranks = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4, .loss_parallel = true},
        {.ranks = 4, .tied = true, .bf16 = true, .tp = 4, .blocks = 4}});
 }
 
@@ -341,7 +348,7 @@ TEST(LayoutInvarianceTest, RefusesWhatItDoesNotCoverYet) {
     });
   };
   refused({.cp = 2}, false, 4, "not layout-invariant yet");
-  refused({.tp = 2}, true, 4, "without sequence and loss parallelism");
+  refused({.tp = 2}, true, 4, "without sequence parallelism");
   refused({.tp = 4}, false, 2, "a multiple of it");
 }
 

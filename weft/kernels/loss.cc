@@ -83,10 +83,10 @@ void shard_max_rows(const T* logits, std::int64_t first_row, std::int64_t end, s
 
 template <class T>
 void shard_sums_rows(const T* logits, const std::int32_t* targets, std::int64_t first_row,
-                     std::int64_t end, std::int64_t first, std::int64_t shard, const T* max,
-                     T* sum_exp, T* target_logit) {
+                     std::int64_t end, std::int64_t first, std::int64_t shard, std::int64_t ld,
+                     const T* max, T* sum_exp, T* target_logit) {
   for (std::int64_t i = first_row; i < end; ++i) {
-    const T* row = logits + i * shard;
+    const T* row = logits + i * ld;
     sum_exp[i] = LaneSum<T>(shard, [&](auto d, std::int64_t j) {
       return FastExp(d, hn::Sub(hn::LoadU(d, row + j), hn::Set(d, max[i])));
     });
@@ -113,28 +113,29 @@ void shard_backward_rows(const T* logits, const std::int32_t* targets, std::int6
 
 }  // namespace
 
-#define WEFT_LOSS(T, S)                                                                           \
-  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,           \
-                      std::int64_t end, std::int64_t vocab, T* losses) {                          \
-    forward_rows(logits, targets, first, end, vocab, losses);                                     \
-  }                                                                                               \
-  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,          \
-                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {               \
-    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                            \
-  }                                                                                               \
-  void ShardMaxRows##S(const T* logits, std::int64_t first_row, std::int64_t end,                 \
-                       std::int64_t shard, T* max) {                                              \
-    shard_max_rows(logits, first_row, end, shard, max);                                           \
-  }                                                                                               \
-  void ShardSumsRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row,     \
-                        std::int64_t end, std::int64_t first, std::int64_t shard, const T* max,   \
-                        T* sum_exp, T* target_logit) {                                            \
-    shard_sums_rows(logits, targets, first_row, end, first, shard, max, sum_exp, target_logit);   \
-  }                                                                                               \
-  void ShardBackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row, \
-                            std::int64_t end, std::int64_t first, std::int64_t shard,             \
-                            const T* shift, T scale, T* dlogits) {                                \
-    shard_backward_rows(logits, targets, first_row, end, first, shard, shift, scale, dlogits);    \
+#define WEFT_LOSS(T, S)                                                                            \
+  void ForwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,            \
+                      std::int64_t end, std::int64_t vocab, T* losses) {                           \
+    forward_rows(logits, targets, first, end, vocab, losses);                                      \
+  }                                                                                                \
+  void BackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first,           \
+                       std::int64_t end, std::int64_t vocab, T scale, T* dlogits) {                \
+    backward_rows(logits, targets, first, end, vocab, scale, dlogits);                             \
+  }                                                                                                \
+  void ShardMaxRows##S(const T* logits, std::int64_t first_row, std::int64_t end,                  \
+                       std::int64_t shard, T* max) {                                               \
+    shard_max_rows(logits, first_row, end, shard, max);                                            \
+  }                                                                                                \
+  void ShardSumsRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row,      \
+                        std::int64_t end, std::int64_t first, std::int64_t shard, std::int64_t ld, \
+                        const T* max, T* sum_exp, T* target_logit) {                               \
+    shard_sums_rows(logits, targets, first_row, end, first, shard, ld, max, sum_exp,               \
+                    target_logit);                                                                 \
+  }                                                                                                \
+  void ShardBackwardRows##S(const T* logits, const std::int32_t* targets, std::int64_t first_row,  \
+                            std::int64_t end, std::int64_t first, std::int64_t shard,              \
+                            const T* shift, T scale, T* dlogits) {                                 \
+    shard_backward_rows(logits, targets, first_row, end, first, shard, shift, scale, dlogits);     \
   }
 WEFT_LOSS(float, F32)
 WEFT_LOSS(double, F64)
@@ -230,11 +231,11 @@ void cross_entropy_shard_max(const T* logits, std::int64_t n, std::int64_t shard
 template <class T>
 void cross_entropy_shard_sums(const T* logits, const std::int32_t* targets, std::int64_t n,
                               std::int64_t vocab, std::int64_t first, std::int64_t shard,
-                              const T* max, T* sum_exp, T* target_logit) {
+                              const T* max, T* sum_exp, T* target_logit, std::int64_t ld) {
   internal::check_ids(targets, n, vocab, "cross_entropy: target");
   parallel_for(n, 16, [&](std::int64_t first_row, std::int64_t end) {
-    WEFT_DISPATCH_BY_TYPE(T, ShardSumsRows, logits, targets, first_row, end, first, shard, max,
-                          sum_exp, target_logit);
+    WEFT_DISPATCH_BY_TYPE(T, ShardSumsRows, logits, targets, first_row, end, first, shard,
+                          ld > 0 ? ld : shard, max, sum_exp, target_logit);
   });
 }
 
@@ -254,7 +255,7 @@ void cross_entropy_shard_backward(const T* logits, const std::int32_t* targets, 
   template void cross_entropy_shard_max<T>(const T*, std::int64_t, std::int64_t, T*);           \
   template void cross_entropy_shard_sums<T>(const T*, const std::int32_t*, std::int64_t,        \
                                             std::int64_t, std::int64_t, std::int64_t, const T*, \
-                                            T*, T*);                                            \
+                                            T*, T*, std::int64_t);                              \
   template void cross_entropy_shard_backward<T>(const T*, const std::int32_t*, std::int64_t,    \
                                                 std::int64_t, std::int64_t, std::int64_t,       \
                                                 const T*, double, T*);

@@ -27,12 +27,14 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, std::i
 //      sums both over the ranks, and loss = max + log(sum_exp) - target_logit;
 //   3. cross_entropy_shard_backward: dlogits = (exp(logit - shift) - onehot) * dloss over its
 //      columns, with shift = max + log(sum_exp) of the whole row.
+// cross_entropy_shard_sums also takes the columns at a row stride `ld` (0: shard), so that the
+// layout-invariant mode sums a rank's columns in fixed blocks (nn/feature_blocks.h).
 template <class T>
 void cross_entropy_shard_max(const T* logits, std::int64_t n, std::int64_t shard, T* max);
 template <class T>
 void cross_entropy_shard_sums(const T* logits, const std::int32_t* targets, std::int64_t n,
                               std::int64_t vocab, std::int64_t first, std::int64_t shard,
-                              const T* max, T* sum_exp, T* target_logit);
+                              const T* max, T* sum_exp, T* target_logit, std::int64_t ld = 0);
 template <class T>
 void cross_entropy_shard_backward(const T* logits, const std::int32_t* targets, std::int64_t n,
                                   std::int64_t vocab, std::int64_t first, std::int64_t shard,

@@ -363,6 +363,7 @@ void Llama::head_forward(float* x, std::int64_t rows) {
 // The summed loss of the rows. Loss parallel: each rank's vocabulary columns, combined with
 // a max and a sum all-reduce (3 floats a row); without it the logits are gathered.
 double Llama::loss_forward(std::int64_t rows) {
+  if (params_.leaf_trees().blocked()) return blocked_loss_forward(rows);
   const float* logits = logits_.data<float>();
   float* losses = ensure(losses_, {rows});
   if (!tp_->enabled()) {
@@ -399,10 +400,60 @@ double Llama::loss_forward(std::int64_t rows) {
   return total;
 }
 
+// This rank's vocabulary columns in blocks of vocab / blocks, loss-parallel whether or not
+// loss parallelism is on (the logits are never gathered): the row's max over the group (exact),
+// each block's sum of exponentials and target logit, then the blocks' tree, finished over the
+// group on the ranks' subtrees (the target logit is one block's, zeros elsewhere: exact).
+double Llama::blocked_loss_forward(std::int64_t rows) {
+  const float* logits = logits_.data<float>();
+  float* losses = ensure(losses_, {rows});
+  const int blocks = params_.leaf_trees().feature_blocks(), parts = tp_->plan().size();
+  const std::int64_t shard = output_->out(), local = blocks / parts, width = shard / local;
+  require(blocks % parts == 0 && shard % local == 0,
+          "the vocabulary does not split into " + std::to_string(blocks) + " feature blocks");
+  float* max = ensure(shift_, {rows});
+  kernels::cross_entropy_shard_max(logits, rows, shard, max);
+  if (tp_->enabled()) tp_->group().all_reduce_max(max, rows);
+  LeafSums<float> tree(nullptr, 2 * rows);  // per block: sum_exp, then the target's logit
+  for (std::int64_t j = 0; j < local; ++j) {
+    float* s = tree.open(/*zeroed=*/false);
+    kernels::cross_entropy_shard_sums(logits + j * width, targets_.data(), rows, config_.vocab_size,
+                                      tp_->plan().rank() * shard + j * width, width,
+                                      static_cast<const float*>(max), s, s + rows, shard);
+    tree.add(tp_->plan().rank() * local + j);
+  }
+  const float* sums = tree.values(0);
+  if (tp_->enabled()) {
+    float* all = ensure(sums_, {parts, 2 * rows});
+    tp_->group().all_gather(sums, all, 2 * rows, DType::kFloat32);
+    std::vector<LeafBlock> subtrees;
+    std::vector<float*> values;
+    for (int r = 0; r < parts; ++r) {
+      subtrees.push_back({r * local, local});
+      values.push_back(all + r * 2 * rows);
+    }
+    sums = combine_blocks(subtrees, values, 2 * rows);
+  }
+  double total = 0;  // in row order
+  for (std::int64_t i = 0; i < rows; ++i) {
+    max[i] += std::log(sums[i]);  // the shift backward needs: max + log(sum_exp)
+    losses[i] = max[i] - sums[rows + i];
+    total += static_cast<double>(losses[i]);
+  }
+  return total;
+}
+
 // dlogits in float32, or in bfloat16 for the output layer's products under mixed precision.
+// With blocked_loss_forward's shift, every rank's columns as loss parallelism computes them.
 template <class G>
 void Llama::loss_backward(std::int64_t rows, double scale, G* dlogits) {
   const float* logits = logits_.data<float>();
+  if (params_.leaf_trees().blocked()) {
+    kernels::cross_entropy_shard_backward(
+        logits, targets_.data(), rows, config_.vocab_size, tp_->plan().rank() * output_->out(),
+        output_->out(), static_cast<const float*>(shift_.data<float>()), scale, dlogits);
+    return;
+  }
   if (!tp_->enabled()) {
     kernels::cross_entropy_backward(logits, targets_.data(), rows, config_.vocab_size, scale,
                                     dlogits);

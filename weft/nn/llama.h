@@ -192,6 +192,10 @@ class Llama {
                      DeferredWeightGrads* deferred);
   void call(std::function<void(int)> UnitHooks::*hook, int unit, bool reverse) const;
   double loss_forward(std::int64_t rows);
+  // The layout-invariant mode's loss with feature blocks: each row's sum of exponentials over
+  // fixed blocks of the vocabulary in the canonical tree, whatever the tensor-parallel degree
+  // and loss parallelism (nn/feature_blocks.h).
+  double blocked_loss_forward(std::int64_t rows);
   void record_leaf_losses(std::int64_t rows);
   template <class G>
   void loss_backward(std::int64_t rows, double scale, G* dlogits);

@@ -21,11 +21,10 @@ void check_layout_invariant(const ParallelOptions& options) {
         "and pipelines (with DDP) so far; context parallelism and FSDP with pipeline stages "
         "are not layout-invariant yet: leave deterministic unset for them");
   }
-  if (d.tp > 1 && (options.sequence_parallel || options.loss_parallel)) {
+  if (d.tp > 1 && options.sequence_parallel) {
     throw InvalidArgument(
-        "deterministic = \"layout\" runs tensor parallelism without sequence and loss "
-        "parallelism so far: set parallelism.enable_sequence_parallel = false and "
-        "parallelism.disable_loss_parallel = true");
+        "deterministic = \"layout\" runs tensor parallelism without sequence parallelism so "
+        "far: set parallelism.enable_sequence_parallel = false");
   }
   if (d.tp > 1 && options.feature_blocks % d.tp != 0) {
     throw InvalidArgument(
