@@ -2,7 +2,7 @@
 # What layout-invariant training costs: the debug config trained with `deterministic = "layout"`
 # against the default order, in alternating rounds, as 1 process, DDP 2 and FSDP 2 (weftrun,
 # shm; batch 4 per rank: the same global batch of 8), and with 4 feature blocks (what tensor
-# parallelism needs) as 1 process and TP 2 (loss-parallel, without sequence parallelism).
+# parallelism needs) as 1 process and TP 2 (sequence- and loss-parallel).
 # tokens/s over 20 timed steps after 2.
 #
 #   bench/train/deterministic.sh [ROUNDS]      (default 3)
@@ -21,12 +21,11 @@ run() {  # mode layout: tokens/s
     --checkpoint.enable false --validation.enable false --metrics.log_freq 1
     --metrics.jsonl_path "$jsonl" --training.deterministic "$mode"
     --training.deterministic_blocks "$blocks")
-  local tp=(--parallelism.enable_sequence_parallel false)
   rm -f "$jsonl"
   case $layout in
     one) "${train[@]}" > "$out/log" 2>&1 ;;
-    one-blocks4) "${train[@]}" "${tp[@]}" > "$out/log" 2>&1 ;;
-    tp2-blocks4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" "${tp[@]}" \
+    one-blocks4) "${train[@]}" > "$out/log" 2>&1 ;;
+    tp2-blocks4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" \
       --parallelism.tensor_parallel_degree 2 > "$out/log" 2>&1 ;;
     ddp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
       > "$out/log" 2>&1 ;;

@@ -62,6 +62,7 @@ struct Layout {
   int tp = 1;                          // tensor-parallel ranks
   int blocks = 1;                      // feature blocks (ParallelOptions::feature_blocks)
   bool loss_parallel = false;          // with tp > 1
+  bool sequence_parallel = false;      // with tp > 1
   std::string schedule;                // with pp > 1
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
@@ -80,6 +81,7 @@ struct Layout {
     if (tp > 1) n += ", tp " + std::to_string(tp);
     if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
     if (loss_parallel) n += ", loss parallel";
+    if (sequence_parallel) n += ", sequence parallel";
     return n;
   }
 };
@@ -110,7 +112,7 @@ Result train(const Layout& layout) {
                      .pipeline = {.schedule = layout.schedule.empty() ? "1F1B" : layout.schedule,
                                   .microbatches = layout.pipeline_micro},
                      .fsdp_mode = layout.mode,
-                     .sequence_parallel = false,
+                     .sequence_parallel = layout.sequence_parallel,
                      .loss_parallel = layout.loss_parallel,
                      .optimizer = {.lr = 3e-3},
                      .layout_invariant = layout.invariant,
@@ -319,6 +321,32 @@ TEST(LayoutInvarianceTest, TensorParallelLayoutsAreBitwiseOneProcess) {
        {.ranks = 4, .shard = 2, .tp = 2, .blocks = 4, .loss_parallel = true},
        {.ranks = 4, .pp = 2, .tp = 2, .blocks = 4, .loss_parallel = true},
        {.ranks = 4, .tp = 4, .blocks = 4, .loss_parallel = true}});
+  // Sequence parallelism: each rank's rows whole sequences.
+  expect_every_layout_bitwise(
+      {.blocks = 4},
+      {{.ranks = 2, .tp = 2, .blocks = 4, .loss_parallel = true, .sequence_parallel = true},
+       {.ranks = 4, .tp = 4, .blocks = 4, .sequence_parallel = true},
+       {.ranks = 4,
+        .micro = 3,
+        .threads = 2,
+        .checkpointing = true,
+        .tp = 2,
+        .blocks = 4,
+        .loss_parallel = true,
+        .sequence_parallel = true},
+       {.ranks = 4,
+        .shard = 2,
+        .tp = 2,
+        .blocks = 4,
+        .loss_parallel = true,
+        .sequence_parallel = true},
+       {.ranks = 4,
+        .pp = 2,
+        .tp = 2,
+        .blocks = 4,
+        .loss_parallel = true,
+        .sequence_parallel = true,
+        .pipeline_micro = 2}});
   expect_every_layout_bitwise(
       {.tied = true, .bf16 = true, .blocks = 4},
       {{.ranks = 2, .micro = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4},
@@ -348,7 +376,6 @@ TEST(LayoutInvarianceTest, RefusesWhatItDoesNotCoverYet) {
     });
   };
   refused({.cp = 2}, false, 4, "not layout-invariant yet");
-  refused({.tp = 2}, true, 4, "without sequence parallelism");
   refused({.tp = 4}, false, 2, "a multiple of it");
 }
 

@@ -332,7 +332,7 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   };
   const std::string mode =
       "--training.deterministic layout --training.deterministic_blocks 4 "
-      "--parallelism.enable_sequence_parallel false --checkpoint.interval 6 ";
+      "--checkpoint.interval 6 ";
   const std::string whole = train("whole", 1, mode + "--training.batch_size 8");
   const auto losses = read(whole, "loss"), norms = read(whole, "grad_norm");
   ASSERT_EQ(losses.size(), kSteps);

@@ -346,4 +346,31 @@ void RMSNorm::backward(const float* dy, const float* x, const float* rstd, float
   });
 }
 
+void RMSNorm::backward_sequence_sharded(const float* dy, const float* x, const float* rstd,
+                                        float* dx, std::int64_t rows, bool accumulate_dx, int ranks,
+                                        const AllGather& all_gather) {
+  const std::int64_t leaf_rows = trees_.leaf_rows(), leaves = rows / leaf_rows;
+  if (rows % leaf_rows != 0) {
+    throw InvalidArgument(
+        "layout-invariant training with sequence parallelism needs whole sequences on each "
+        "tensor-parallel rank: a batch_size (per micro-batch) that the tensor_parallel_degree "
+        "divides");
+  }
+  const float* w = weight_.value.data<float>();
+  float* mine = ensure(leaf_grads_[0], {leaves, dim_});
+  std::fill(mine, mine + leaves * dim_, 0.0f);
+  for (std::int64_t i = 0; i < leaves; ++i) {
+    const std::int64_t first = i * leaf_rows;
+    kernels::rmsnorm_backward(dy + first * dim_, x + first * dim_, w, rstd + first,
+                              dx + first * dim_, mine + i * dim_, leaf_rows, dim_, accumulate_dx);
+  }
+  float* all = ensure(leaf_grads_[1], {ranks * leaves, dim_});
+  all_gather(mine, all, leaves * dim_);
+  LeafSums<float>& sums = trees_.of(this, weight_.grad.data<float>(), dim_);
+  for (std::int64_t i = 0; i < ranks * leaves; ++i) {
+    std::copy_n(all + i * dim_, dim_, sums.open(/*zeroed=*/false));
+    sums.add(trees_.first_leaf() + i);
+  }
+}
+
 }  // namespace weft::nn

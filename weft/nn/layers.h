@@ -6,6 +6,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <variant>
@@ -160,6 +161,17 @@ class RMSNorm {
   // (the weight's grad when null).
   void backward(const float* dy, const float* x, const float* rstd, float* dx, std::int64_t rows,
                 bool accumulate_dx = false, float* dweight = nullptr);
+  // The layout-invariant mode under sequence parallelism: dy, x and rstd are this rank's
+  // `rows` rows of the micro-batch, whole leaves, rank r of `ranks` holding the r-th run of
+  // them. Each leaf's weight gradient is computed here, all_gather(mine, all, n) collects
+  // every rank's (rank-major), and every leaf is added to the weight's leaf sums, as without
+  // sequence parallelism. InvalidArgument when the rows are not whole leaves.
+  using AllGather = std::function<void(const float* mine, float* all, std::int64_t n)>;
+  void backward_sequence_sharded(const float* dy, const float* x, const float* rstd, float* dx,
+                                 std::int64_t rows, bool accumulate_dx, int ranks,
+                                 const AllGather& all_gather);
+  // Whether backward sums the weight's gradient per leaf now (the layout-invariant mode).
+  bool sums_leaves() const { return trees_.active(); }
   Parameter& weight() const { return weight_; }
 
  private:
@@ -167,6 +179,7 @@ class RMSNorm {
   LeafTrees& trees_;
   std::int64_t dim_;
   double eps_;
+  Tensor leaf_grads_[2];  // backward_sequence_sharded's: this rank's leaves, every rank's
 };
 
 }  // namespace weft::nn

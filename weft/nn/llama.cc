@@ -564,6 +564,12 @@ void Llama::norm_backward(const float* dxn, float* dx, std::int64_t local) {
     norm_->backward(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, local);
     return;
   }
+  if (norm_->sums_leaves()) {  // the layout-invariant mode: each leaf's gradient gathered
+    norm_->backward_sequence_sharded(dxn, final_in_.data<float>(), rstd_.data<float>(), dx, local,
+                                     /*accumulate_dx=*/false, tp_->plan().size(),
+                                     tp_->gather_floats());
+    return;
+  }
   const std::int64_t dim = config_.dim;
   float* dw = ensure(dnorm_, {dim});
   std::fill(dw, dw + dim, 0.0f);

@@ -85,6 +85,10 @@ template TensorParallelContext::Transfer TensorParallelContext::gather_async(con
                                                                              std::int64_t,
                                                                              std::int64_t, int);
 
+const float* TensorParallelContext::mine(const float* whole, std::int64_t local) const {
+  return tp_.sequence_sharded() ? whole + tp_.rank() * local : whole;
+}
+
 const float* TensorParallelContext::combine_gathered(float* gathered, std::int64_t n) const {
   const int ranks = tp_.size();
   const std::int64_t each = feature_blocks_ / ranks;  // blocks a rank's subtree covers
@@ -97,6 +101,13 @@ const float* TensorParallelContext::combine_gathered(float* gathered, std::int64
   return combine_blocks(blocks, values, n);
 }
 
+std::function<void(const float*, float*, std::int64_t)> TensorParallelContext::gather_floats()
+    const {
+  return [group = tp_.group](const float* mine, float* all, std::int64_t n) {
+    group->all_gather(mine, all, n, DType::kFloat32);
+  };
+}
+
 TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* partial,
                                                                     std::int64_t rows,
                                                                     std::int64_t dim, float* out) {
@@ -104,7 +115,9 @@ TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* parti
   if (canonical()) {
     float* all = ensure(partials_, {tp_.size(), rows, dim});
     return {tp_.group->all_gather_async(partial, all, rows * dim, DType::kFloat32), nullptr,
-            [=, this] { copy_or_add(combine_gathered(all, rows * dim), out, local, false); }};
+            [=, this] {
+              copy_or_add(mine(combine_gathered(all, rows * dim), local), out, local, false);
+            }};
   }
   if (tp_.sequence_sharded())
     return {tp_.group->reduce_scatter_async(partial, out, local), nullptr, nullptr};
@@ -122,7 +135,7 @@ void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64
   if (canonical()) {
     float* all = ensure(partials_, {tp_.size(), rows, dim});
     tp_.group->all_gather(partial, all, rows * dim, DType::kFloat32);
-    copy_or_add(combine_gathered(all, rows * dim), out, local, accumulate);
+    copy_or_add(mine(combine_gathered(all, rows * dim), local), out, local, accumulate);
     return;
   }
   if (!tp_.sequence_sharded()) {

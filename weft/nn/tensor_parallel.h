@@ -114,8 +114,10 @@ class TensorParallelContext {
   // Layout-invariant tensor parallelism (nn/feature_blocks.h): the partial sums reduce() and
   // reduce_async() add are each rank's subtree of `blocks` feature blocks, finished in the
   // canonical tree (all-gathered, then combined in block order on every rank) instead of by
-  // the group's all-reduce. 1, the default: all-reduce. Without sequence parallelism.
+  // the group's all-reduce or reduce-scatter. 1, the default: all-reduce (reduce-scatter).
   void set_feature_blocks(int blocks) { feature_blocks_ = blocks; }
+  // all_gather of floats over the group, for RMSNorm::backward_sequence_sharded.
+  std::function<void(const float*, float*, std::int64_t)> gather_floats() const;
   // Sums n floats in place over the group (the sequence-sharded norms' weight gradients).
   void all_reduce(float* data, std::int64_t n) { tp_.group->all_reduce_sum(data, n); }
   TensorParallelGroup& group() const { return *tp_.group; }
@@ -125,6 +127,8 @@ class TensorParallelContext {
   // The group's partial sums, all-gathered into `gathered` [size(), n], combined in the
   // canonical tree over their blocks.
   const float* combine_gathered(float* gathered, std::int64_t n) const;
+  // This rank's `local` elements of a whole sum: its rows when sequence-sharded.
+  const float* mine(const float* whole, std::int64_t local) const;
 
   TensorParallel tp_;
   int feature_blocks_ = 1;

@@ -46,6 +46,18 @@ struct FeedForwardRegion {
   }
 };
 
+// A norm's backward, dx added to: under sequence parallelism in the layout-invariant mode its
+// leaves' weight gradients gathered over the group, else added to `partial` (null: the grad).
+void norm_backward(TensorParallelContext& tp, RMSNorm& norm, const float* dy, const float* x,
+                   const float* rstd, float* dx, std::int64_t local, float* partial) {
+  if (tp.plan().sequence_sharded() && norm.sums_leaves()) {
+    norm.backward_sequence_sharded(dy, x, rstd, dx, local, /*accumulate_dx=*/true, tp.plan().size(),
+                                   tp.gather_floats());
+    return;
+  }
+  norm.backward(dy, x, rstd, dx, local, /*accumulate_dx=*/true, partial);
+}
+
 }  // namespace
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c,
@@ -126,8 +138,9 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq,
   }
   float* dh = ensure(dh_, {local, dim_});
   // Sequence-parallel norms see this rank's rows only: their weight gradients are partial
-  // sums, collected here and summed across the group at the end.
-  const bool partial_norms = tp_.plan().sequence_sharded();
+  // sums, collected here and summed across the group at the end (the layout-invariant mode
+  // gathers each leaf's instead).
+  const bool partial_norms = tp_.plan().sequence_sharded() && !ffn_norm_.sums_leaves();
   float* dnorm = partial_norms ? ensure(norm_grads_, {2, dim_}) : nullptr;
   if (partial_norms) std::memset(dnorm, 0, static_cast<std::size_t>(2 * dim_) * sizeof(float));
   // dx is the gradient of x3 = x2 + ffn(h2): it flows to x2 directly and through ffn_norm.
@@ -139,15 +152,15 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq,
   } else {
     visit_operand(h2_, [&](auto* h2) { feed_forward_.backward(dx, h2, dh, rows, deferred); });
   }
-  ffn_norm_.backward(dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
-                     /*accumulate_dx=*/true, partial_norms ? dnorm + dim_ : nullptr);
+  norm_backward(tp_, ffn_norm_, dh, x2_.data<float>(), rstd2_.data<float>(), dx, local,
+                partial_norms ? dnorm + dim_ : nullptr);
   if (tp_.enabled()) {
     region_backward(tp_, attention_, dx, h1_, dh, batch, seq, dim_, deferred);
   } else {
     visit_operand(h1_, [&](auto* h1) { attention_.backward(dx, h1, dh, batch, seq, deferred); });
   }
-  attention_norm_.backward(dh, input_.data<float>(), rstd1_.data<float>(), dx, local,
-                           /*accumulate_dx=*/true, dnorm);
+  norm_backward(tp_, attention_norm_, dh, input_.data<float>(), rstd1_.data<float>(), dx, local,
+                dnorm);
   if (partial_norms) {
     tp_.all_reduce(dnorm, 2 * dim_);
     float* g1 = attention_norm_.weight().grad.data<float>();

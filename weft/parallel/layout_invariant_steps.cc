@@ -21,11 +21,6 @@ void check_layout_invariant(const ParallelOptions& options) {
         "and pipelines (with DDP) so far; context parallelism and FSDP with pipeline stages "
         "are not layout-invariant yet: leave deterministic unset for them");
   }
-  if (d.tp > 1 && options.sequence_parallel) {
-    throw InvalidArgument(
-        "deterministic = \"layout\" runs tensor parallelism without sequence parallelism so "
-        "far: set parallelism.enable_sequence_parallel = false");
-  }
   if (d.tp > 1 && options.feature_blocks % d.tp != 0) {
     throw InvalidArgument(
         "deterministic = \"layout\" with tensor_parallel_degree " + std::to_string(d.tp) +

@@ -80,9 +80,9 @@ struct ParallelOptions {
   // the gradients and the parameters are bitwise those of one process whatever the data-
   // parallel degree, micro-batch count and thread count. Call kernels::set_product_rows with
   // the rows of a sequence (at most 512) first. One process, DDP, FSDP (every mode), HSDP and
-  // pipelines (with DDP), reducing in float32; tensor parallelism (with or without loss
-  // parallelism, without sequence parallelism) when its degree divides feature_blocks; context
-  // parallelism is refused.
+  // pipelines (with DDP), reducing in float32; tensor parallelism (with or without sequence
+  // and loss parallelism) when its degree divides feature_blocks; context parallelism is
+  // refused.
   bool layout_invariant = false;
   // With layout_invariant: the fixed blocks each Linear cuts its tensor-parallel dimension
   // into (nn/feature_blocks.h), a power of two; runs compare bitwise only at the same count.
