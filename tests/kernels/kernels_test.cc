@@ -376,9 +376,8 @@ TEST_P(CrossEntropyTest, ShardsCombineToTheWholeRows) {
   // The same columns read in place, at the whole row's stride: the same bits.
   for (int r = 0; r < 2; ++r) {
     Vec strided_sums(n), strided_target(n);
-    cross_entropy_shard_sums(logits.data() + first[r], targets.data(), n, vocab, first[r],
-                             width[r], global_max.data(), strided_sums.data(),
-                             strided_target.data(), vocab);
+    cross_entropy_shard_sums(logits.data() + first[r], targets.data(), n, vocab, first[r], width[r],
+                             global_max.data(), strided_sums.data(), strided_target.data(), vocab);
     EXPECT_EQ(strided_sums, sums[r]) << "shard " << r;
     EXPECT_EQ(strided_target, target[r]) << "shard " << r;
   }

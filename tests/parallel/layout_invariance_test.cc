@@ -88,6 +88,7 @@ struct Layout {
 
 struct Result {
   std::vector<double> losses, norms;
+  std::int64_t canonical_sums = 0;                   // bytes, rank 0's memory report
   std::map<std::string, std::vector<float>> params;  // by name: a pipeline gathers by stage
 };
 
@@ -147,6 +148,7 @@ Result train(const Layout& layout) {
     }
     const nn::StateDict params = parallel->state().full().first;  // collective
     if (pg.rank() != 0) return;
+    result.canonical_sums = parallel->report().memory().canonical_sums;
     for (const auto& [name, value] : params) result.params[name] = value.to_vector<float>();
   });
   kernels::set_threads(1);
@@ -296,10 +298,15 @@ TEST(LayoutInvarianceTest, TiedEmbeddingsAndBFloat16Products) {
 }
 
 // Without the mode the layouts agree only to rounding: the test above can tell them apart.
+// The memory report counts the mode's partial sums, and nothing without it.
 TEST(LayoutInvarianceTest, TheFastModeDiffers) {
   const Result one = train({.invariant = false});
   const Result ddp = train({.ranks = 3, .micro = 2, .invariant = false});
   EXPECT_FALSE(bitwise_equal(one, ddp));
+  EXPECT_EQ(one.canonical_sums, 0);
+  EXPECT_EQ(ddp.canonical_sums, 0);
+  EXPECT_GT(train({.ranks = 3, .micro = 2}).canonical_sums, 0);
+  EXPECT_GT(train({.ranks = 2, .shard = 2}).canonical_sums, 0);
   for (std::size_t i = 0; i < one.losses.size(); ++i)
     EXPECT_NEAR(ddp.losses[i], one.losses[i], 1e-5 * one.losses[i]) << "step " << i;
 }

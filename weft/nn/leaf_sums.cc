@@ -104,6 +104,12 @@ void LeafSums<T>::add_into_target() {
 }
 
 template <class T>
+std::int64_t LeafSums<T>::bytes() const {
+  const auto buffers = values_.size() + spare_.size() + (opened_ ? 1 : 0);
+  return static_cast<std::int64_t>(buffers) * n_ * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
 void LeafSums<T>::clear() {
   for (auto& v : values_) spare_.push_back(std::move(v));
   values_.clear();
@@ -160,6 +166,12 @@ LeafSums<float>& LeafTrees::of(const void* user, float* target, std::int64_t n) 
 
 void LeafTrees::add_into_targets() {
   for (auto& t : trees_) t->add_into_target();
+}
+
+std::int64_t LeafTrees::bytes() const {
+  std::int64_t n = loss_.bytes();
+  for (const auto& t : trees_) n += t->bytes();
+  return n;
 }
 
 void LeafTrees::clear() {

@@ -51,6 +51,8 @@ class LeafSums {
   void retarget(T* target) { target_ = target; }
   const std::vector<LeafBlock>& blocks() const { return blocks_; }
   const T* values(std::size_t i) const { return values_[i].get(); }
+  // Bytes of the partial sums held and kept for reuse.
+  std::int64_t bytes() const;
   // target += the canonical combination of what was added (nothing when nothing was).
   void add_into_target();
   void clear();
@@ -100,6 +102,8 @@ class LeafTrees {
   const std::vector<std::unique_ptr<LeafSums<float>>>& all() const { return trees_; }
   // Every sum added to its target, in order: one process.
   void add_into_targets();
+  // Bytes of every sum's partial sums, held and kept for reuse.
+  std::int64_t bytes() const;
   void clear();  // a new step
 
  private:

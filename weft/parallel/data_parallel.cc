@@ -92,6 +92,7 @@ class Replicated : public DataParallel {
     const std::int64_t bytes = bytes_of_floats(model_.parameters().numel());
     report.parameters = report.gradients = bytes;
     report.optimizer = 2 * bytes;
+    report.canonical_sums += leaf_reducer_.bytes();
   }
   void describe(std::vector<std::string>& lines, bool with_peaks) const override {
     if (with_peaks) return;  // once, at the start
@@ -159,6 +160,7 @@ class Sharded : public DataParallel {
     report.parameters = m.parameters;
     report.gradients = m.gradients;
     report.optimizer = m.optimizer;
+    report.canonical_sums += m.leaf_blocks;
   }
   void describe(std::vector<std::string>& lines, bool with_peaks) const override {
     const ShardedMemory m = fsdp_.memory();

@@ -776,6 +776,7 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   m.optimizer = 2 * shard;
   m.unsharded_peak = unsharded_peak_;
   for (const auto& b : spare_) m.spare_buffers += bytes_of(static_cast<std::int64_t>(b.capacity()));
+  for (const auto& u : units_) m.leaf_blocks += u->leaf_blocks ? u->leaf_blocks->bytes() : 0;
   m.one_process = 4 * full;
   return m;
 }

@@ -61,6 +61,7 @@ struct ShardedMemory {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0;  // kept between steps
   std::int64_t unsharded_peak = 0;  // the most in use at once in units' full copies and buffers
   std::int64_t spare_buffers = 0;   // gather and reduction buffers kept for the next step
+  std::int64_t leaf_blocks = 0;     // the layout-invariant mode's blocks of the shards' sums
   std::int64_t one_process = 0;     // what one process holds: 4 bytes x 4 x P (params,
                                     // grads, two moments)
 };

@@ -121,6 +121,12 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
   }
 }
 
+std::int64_t LeafReducer::bytes() const {
+  const std::size_t floats =
+      send_.capacity() + received_.capacity() + combined_.capacity() + gathered_.capacity();
+  return static_cast<std::int64_t>(floats * sizeof(float));
+}
+
 // The ranks hold different numbers of blocks (pipeline stages before the last hold none).
 double LeafReducer::sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees, bool counted) {
   nn::LeafSums<double>& loss = trees.loss();

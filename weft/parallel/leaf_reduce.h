@@ -44,6 +44,8 @@ class LeafReducer {
   // all-gathered; a rank that is not `counted`, a tensor-parallel peer holding the same, adds
   // none). Collective.
   static double sum_losses(dist::ProcessGroup* group, nn::LeafTrees& trees, bool counted = true);
+  // Bytes of the exchange buffers kept.
+  std::int64_t bytes() const;
 
  private:
   std::vector<float> send_, received_, combined_, gathered_;

@@ -94,6 +94,9 @@ struct ParallelOptions {
 // activations the last forward kept), and what one process would hold for the same model.
 struct MemoryReport {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
+  // The layout-invariant mode's partial sums per block of leaves and exchange buffers, held
+  // and kept for reuse (0 in the default order).
+  std::int64_t canonical_sums = 0;
   std::int64_t one_process = 0;  // 4 x 4 bytes per parameter (values, grads, two moments)
 };
 

@@ -48,6 +48,7 @@ class StrategiesReport : public TrainingReport {
     report.activations =
         s_.pipeline ? s_.pipeline->peak_activation_bytes() : s_.model.activation_bytes();
     report.one_process = 4 * bytes_of_floats(s_.model.whole_numel());
+    report.canonical_sums += s_.model.parameters().leaf_trees().bytes();
     return report;
   }
 

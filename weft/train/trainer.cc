@@ -269,6 +269,13 @@ void Trainer::log_parallelism(bool at_end) {
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.activations),
                 mib(m.one_process));
   out_ << line << std::endl;
+  if (m.canonical_sums > 0) {
+    std::snprintf(line, sizeof(line),
+                  "memory per rank (rank 0): %.1f MiB more for the layout-invariant sums (partial "
+                  "sums per block of sequences and exchange buffers, kept for reuse)",
+                  mib(m.canonical_sums));
+    out_ << line << std::endl;
+  }
   if (!world_ || step_seconds_ == 0) return;
   std::snprintf(line, sizeof(line),
                 "communication (rank 0): %.1f%% of the training steps' time blocked in "
