@@ -363,27 +363,24 @@ TEST(LayoutInvarianceTest, TensorParallelLayoutsAreBitwiseOneProcess) {
 
 // What the mode does not cover yet is refused, saying so.
 TEST(LayoutInvarianceTest, RefusesWhatItDoesNotCoverYet) {
-  const auto refused = [](const ParallelDims& dims, bool sequence_parallel, int blocks,
-                          const std::string& says) {
+  const auto refused = [](const ParallelDims& dims, int blocks, const std::string& says) {
     dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
       auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
       DeviceMesh mesh(world, dims.mesh_dims());
       nn::Llama model(config());
       try {
         parallelize(model, &mesh,
-                    {.dims = dims,
-                     .sequence_parallel = sequence_parallel,
-                     .loss_parallel = false,
-                     .layout_invariant = true,
-                     .feature_blocks = blocks});
+                    {.dims = dims, .layout_invariant = true, .feature_blocks = blocks});
         ADD_FAILURE() << "accepted: " << says;
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
       }
     });
   };
-  refused({.cp = 2}, false, 4, "not layout-invariant yet");
-  refused({.tp = 4}, false, 2, "a multiple of it");
+  refused({.cp = 2}, 4, "not layout-invariant yet");
+  refused({.tp = 4}, 2, "a multiple of it");
+  refused({.tp = 2}, 6, "not a power of two");
+  refused({.tp = 2}, 64, "does not divide the model's dim");
 }
 
 }  // namespace

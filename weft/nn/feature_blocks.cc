@@ -38,19 +38,19 @@ std::vector<FeatureBlocks::Block> FeatureBlocks::blocks_of(int blocks) const {
 }
 
 template <class Product>
-void FeatureBlocks::sum_over_blocks(const std::vector<Block>& blocks, std::int64_t n, float* out,
-                                    bool accumulate, Product&& product) {
-  if (!sums_ || sums_->size() != n) sums_ = std::make_unique<LeafSums<float>>(nullptr, n);
-  sums_->clear();
+void FeatureBlocks::sum_over_blocks(const std::vector<Block>& blocks, LeafSums<float>& sums,
+                                    float* out, bool accumulate, Product&& product) {
+  const std::int64_t n = sums.size();
   for (std::size_t i = 0; i < blocks.size();) {
-    float* term = sums_->open(/*zeroed=*/false);
+    float* term = sums.open(/*zeroed=*/false);
     const std::int64_t index = blocks[i].index;
     for (bool add = false; i < blocks.size() && blocks[i].index == index; ++i, add = true)
       product(term, blocks[i], add);
-    sums_->add(index);
+    sums.add(index);
   }
   // This rank's blocks are aligned: their tree ends in one node.
-  const float* sum = sums_->values(0);
+  if (sums.blocks().size() != 1) throw Error("feature blocks: a rank's blocks are not aligned");
+  const float* sum = sums.values(0);
   kernels::parallel_for(n, 1 << 14, [&](std::int64_t first, std::int64_t end) {
     if (accumulate) {
       for (std::int64_t i = first; i < end; ++i) out[i] += sum[i];
@@ -58,13 +58,13 @@ void FeatureBlocks::sum_over_blocks(const std::vector<Block>& blocks, std::int64
       for (std::int64_t i = first; i < end; ++i) out[i] = sum[i];
     }
   });
-  sums_->clear();
+  sums.clear();
 }
 
 template <class T>
 void FeatureBlocks::forward(const T* x, const T* w, float* y, std::int64_t rows, bool accumulate,
-                            int blocks) {
-  const std::vector<Block> all = blocks_of(blocks);
+                            LeafTrees& trees) const {
+  const std::vector<Block> all = blocks_of(trees.feature_blocks());
   if (dim_ == 0) {
     for (const Block& b : all) {
       kernels::product_xwt(x, in_, w + b.offset * in_, in_, y + b.offset, out_, rows, b.width, in_,
@@ -72,16 +72,17 @@ void FeatureBlocks::forward(const T* x, const T* w, float* y, std::int64_t rows,
     }
     return;
   }
-  sum_over_blocks(all, rows * out_, y, accumulate, [&](float* term, const Block& b, bool add) {
-    kernels::product_xwt(x + b.offset, in_, w + b.offset, in_, term, out_, rows, out_, b.width,
-                         add);
-  });
+  sum_over_blocks(all, trees.feature_sums(rows * out_), y, accumulate,
+                  [&](float* term, const Block& b, bool add) {
+                    kernels::product_xwt(x + b.offset, in_, w + b.offset, in_, term, out_, rows,
+                                         out_, b.width, add);
+                  });
 }
 
 template <class T>
 void FeatureBlocks::input_grad(const T* dy, const T* w, float* dx, std::int64_t rows,
-                               bool accumulate, int blocks) {
-  const std::vector<Block> all = blocks_of(blocks);
+                               bool accumulate, LeafTrees& trees) const {
+  const std::vector<Block> all = blocks_of(trees.feature_blocks());
   if (dim_ == 1) {
     for (const Block& b : all) {
       kernels::product_xw(dy, out_, w + b.offset, in_, dx + b.offset, in_, rows, b.width, out_,
@@ -89,10 +90,11 @@ void FeatureBlocks::input_grad(const T* dy, const T* w, float* dx, std::int64_t 
     }
     return;
   }
-  sum_over_blocks(all, rows * in_, dx, accumulate, [&](float* term, const Block& b, bool add) {
-    kernels::product_xw(dy + b.offset, out_, w + b.offset * in_, in_, term, in_, rows, in_, b.width,
-                        add);
-  });
+  sum_over_blocks(all, trees.feature_sums(rows * in_), dx, accumulate,
+                  [&](float* term, const Block& b, bool add) {
+                    kernels::product_xw(dy + b.offset, out_, w + b.offset * in_, in_, term, in_,
+                                        rows, in_, b.width, add);
+                  });
 }
 
 template <class T>
@@ -109,9 +111,11 @@ void FeatureBlocks::weight_grad(const T* dy, const T* x, float* dw, std::int64_t
   }
 }
 
-#define WEFT_FEATURE_BLOCKS(T)                                                                     \
-  template void FeatureBlocks::forward<T>(const T*, const T*, float*, std::int64_t, bool, int);    \
-  template void FeatureBlocks::input_grad<T>(const T*, const T*, float*, std::int64_t, bool, int); \
+#define WEFT_FEATURE_BLOCKS(T)                                                               \
+  template void FeatureBlocks::forward<T>(const T*, const T*, float*, std::int64_t, bool,    \
+                                          LeafTrees&) const;                                 \
+  template void FeatureBlocks::input_grad<T>(const T*, const T*, float*, std::int64_t, bool, \
+                                             LeafTrees&) const;                              \
   template void FeatureBlocks::weight_grad<T>(const T*, const T*, float*, std::int64_t, int) const;
 WEFT_FEATURE_BLOCKS(float)
 WEFT_FEATURE_BLOCKS(BFloat16)

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "weft/nn/leaf_sums.h"
@@ -31,17 +30,19 @@ class FeatureBlocks {
   // into blocks on its own; one part, the whole width, by default.
   void set_segments(std::vector<std::int64_t> widths) { segments_ = std::move(widths); }
 
-  // The Linear's products on `blocks` blocks of the whole dimension (a power of two that
-  // `parts` divides, as each segment's width divides by blocks / parts: InvalidArgument
-  // otherwise). Under dim 1 forward writes (or adds) this rank's subtree of the sum, under
-  // dim 0 input_grad does: the whole sum in one process.
+  // The Linear's products on trees.feature_blocks() blocks of the whole dimension (a power of
+  // two that `parts` divides, as each segment's width divides by blocks / parts:
+  // InvalidArgument otherwise). Under dim 1 forward writes (or adds) this rank's subtree of
+  // the sum, under dim 0 input_grad does (its terms in trees.feature_sums): the whole sum in
+  // one process.
   // y[rows, out] (+)= x W^T.
   template <class T>
-  void forward(const T* x, const T* w, float* y, std::int64_t rows, bool accumulate, int blocks);
+  void forward(const T* x, const T* w, float* y, std::int64_t rows, bool accumulate,
+               LeafTrees& trees) const;
   // dx[rows, in] (+)= dy W.
   template <class T>
   void input_grad(const T* dy, const T* w, float* dx, std::int64_t rows, bool accumulate,
-                  int blocks);
+                  LeafTrees& trees) const;
   // dw[out, in] = dy^T x (overwritten).
   template <class T>
   void weight_grad(const T* dy, const T* x, float* dw, std::int64_t rows, int blocks) const;
@@ -56,13 +57,12 @@ class FeatureBlocks {
   // out (+)= the canonical sum over block numbers of n values each, product(buffer, block,
   // add) writing (or adding, for a stacked weight's later segments) each block's term.
   template <class Product>
-  void sum_over_blocks(const std::vector<Block>& blocks, std::int64_t n, float* out,
-                       bool accumulate, Product&& product);
+  static void sum_over_blocks(const std::vector<Block>& blocks, LeafSums<float>& sums, float* out,
+                              bool accumulate, Product&& product);
 
   int dim_, parts_, part_;
   std::int64_t in_, out_;
   std::vector<std::int64_t> segments_;
-  std::unique_ptr<LeafSums<float>> sums_;  // kept for the next product's terms
 };
 
 }  // namespace weft::nn

@@ -110,11 +110,10 @@ Tensor copy_of(const T* data, std::int64_t rows, std::int64_t cols) {
 template <ProductOperand X>
 void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) const {
   const float* w = weight_.value.data<float>();
-  const int blocks = trees_.feature_blocks();
   if constexpr (all_float32<X>) {
     if (matmul_dtype() == DType::kFloat32) {
       if (blocked()) {
-        blocks_.forward(x, w, y, rows, accumulate, blocks);
+        blocks_.forward(x, w, y, rows, accumulate, trees_);
       } else {
         kernels::linear_forward(x, w, y, rows, in_, out_, accumulate);
       }
@@ -123,7 +122,7 @@ void Linear::forward(const X* x, float* y, std::int64_t rows, bool accumulate) c
   }
   const BFloat16* x16 = as_bf16(x, rows * in_, Copy::kInput);
   if (blocked()) {
-    blocks_.forward(x16, bf16_copy(w, out_ * in_, Copy::kWeight), y, rows, accumulate, blocks);
+    blocks_.forward(x16, bf16_copy(w, out_ * in_, Copy::kWeight), y, rows, accumulate, trees_);
   } else {
     kernels::linear_forward(x16, w, y, rows, in_, out_, accumulate);
   }
@@ -164,7 +163,7 @@ void Linear::backward(const Dy* dy, const X* x, float* dx, std::int64_t rows, bo
 void Linear::input_grad_f32(const float* dy, float* dx, std::int64_t rows, bool accumulate) const {
   const float* w = weight_.value.data<float>();
   if (blocked()) {
-    blocks_.input_grad(dy, w, dx, rows, accumulate, trees_.feature_blocks());
+    blocks_.input_grad(dy, w, dx, rows, accumulate, trees_);
   } else {
     kernels::linear_backward<float>(dy, nullptr, w, dx, nullptr, rows, in_, out_, accumulate);
   }
@@ -197,8 +196,7 @@ void Linear::input_grad_bf16(const BFloat16* dy, float* dx, std::int64_t rows,
                              bool accumulate) const {
   const float* w = weight_.value.data<float>();
   if (blocked()) {
-    blocks_.input_grad(dy, bf16_copy(w, out_ * in_, Copy::kWeight), dx, rows, accumulate,
-                       trees_.feature_blocks());
+    blocks_.input_grad(dy, bf16_copy(w, out_ * in_, Copy::kWeight), dx, rows, accumulate, trees_);
   } else {
     kernels::linear_backward_input(dy, w, dx, rows, in_, out_, accumulate);
   }

@@ -129,7 +129,7 @@ class Linear {
   Parameter& weight_;
   LeafTrees& trees_;
   std::int64_t in_, out_;
-  mutable FeatureBlocks blocks_;
+  FeatureBlocks blocks_;
   mutable Tensor wide_;  // a blocked product's float32 output, rounded to bfloat16 after
 };
 

@@ -168,9 +168,17 @@ void LeafTrees::add_into_targets() {
   for (auto& t : trees_) t->add_into_target();
 }
 
+LeafSums<float>& LeafTrees::feature_sums(std::int64_t n) {
+  std::unique_ptr<LeafSums<float>>& sums = feature_sums_[n];
+  if (!sums) sums = std::make_unique<LeafSums<float>>(nullptr, n);
+  sums->clear();
+  return *sums;
+}
+
 std::int64_t LeafTrees::bytes() const {
   std::int64_t n = loss_.bytes();
   for (const auto& t : trees_) n += t->bytes();
+  for (const auto& [size, sums] : feature_sums_) n += sums->bytes();
   return n;
 }
 

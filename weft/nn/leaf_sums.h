@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -96,6 +97,9 @@ class LeafTrees {
   int feature_blocks() const { return feature_blocks_; }
   // Whether products are cut into feature blocks now (only while active).
   bool blocked() const { return active_ && feature_blocks_ > 1; }
+  // The sum over feature blocks of one product's terms, n values each, cleared; its buffers
+  // kept for the next product of that size (the products run one at a time).
+  LeafSums<float>& feature_sums(std::int64_t n);
   // The sum `user` (a layer) adds its gradient's leaves to, now at `target`.
   LeafSums<float>& of(const void* user, float* target, std::int64_t n);
   LeafSums<double>& loss() { return loss_; }
@@ -114,6 +118,7 @@ class LeafTrees {
   std::int64_t first_leaf_ = 0, leaf_rows_ = 1;
   std::vector<std::unique_ptr<LeafSums<float>>> trees_;
   std::vector<const void*> users_;
+  std::map<std::int64_t, std::unique_ptr<LeafSums<float>>> feature_sums_;
   std::unique_ptr<double> loss_sum_ = std::make_unique<double>(0.0);
   LeafSums<double> loss_{loss_sum_.get(), 1};
 };

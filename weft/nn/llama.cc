@@ -151,7 +151,7 @@ void Llama::set_feature_blocks(int blocks) {
                           " tensor-parallel ranks");
   }
   params_.leaf_trees().set_feature_blocks(blocks);
-  tp_->set_feature_blocks(blocks);
+  tp_->sum_canonically(&params_.leaf_trees());
 }
 
 void Llama::apply_context_parallel(ContextParallel cp) { cp_ = std::move(cp); }
@@ -391,10 +391,18 @@ double Llama::loss_forward(std::int64_t rows) {
   kernels::cross_entropy_shard_sums(logits, targets_.data(), rows, config_.vocab_size, first, shard,
                                     static_cast<const float*>(max), sums, sums + rows);
   tp_->group().all_reduce_sum(sums, 2 * rows);
-  double total = 0;  // in row order, as the one-process kernel sums
+  return losses_from(max, sums, sums + rows, rows);
+}
+
+// Each row's loss, max + log(sum_exp) - target_logit, into losses_, and their sum in row order
+// (as the one-process kernel sums); max becomes the shift backward needs, max + log(sum_exp).
+double Llama::losses_from(float* max, const float* sum_exp, const float* target_logit,
+                          std::int64_t rows) {
+  float* losses = losses_.data<float>();
+  double total = 0;
   for (std::int64_t i = 0; i < rows; ++i) {
-    max[i] += std::log(sums[i]);  // the shift backward needs: max + log(sum_exp)
-    losses[i] = max[i] - sums[rows + i];
+    max[i] += std::log(sum_exp[i]);
+    losses[i] = max[i] - target_logit[i];
     total += static_cast<double>(losses[i]);
   }
   return total;
@@ -406,11 +414,9 @@ double Llama::loss_forward(std::int64_t rows) {
 // group on the ranks' subtrees (the target logit is one block's, zeros elsewhere: exact).
 double Llama::blocked_loss_forward(std::int64_t rows) {
   const float* logits = logits_.data<float>();
-  float* losses = ensure(losses_, {rows});
+  ensure(losses_, {rows});
   const int blocks = params_.leaf_trees().feature_blocks(), parts = tp_->plan().size();
   const std::int64_t shard = output_->out(), local = blocks / parts, width = shard / local;
-  require(blocks % parts == 0 && shard % local == 0,
-          "the vocabulary does not split into " + std::to_string(blocks) + " feature blocks");
   float* max = ensure(shift_, {rows});
   kernels::cross_entropy_shard_max(logits, rows, shard, max);
   if (tp_->enabled()) tp_->group().all_reduce_max(max, rows);
@@ -426,21 +432,9 @@ double Llama::blocked_loss_forward(std::int64_t rows) {
   if (tp_->enabled()) {
     float* all = ensure(sums_, {parts, 2 * rows});
     tp_->group().all_gather(sums, all, 2 * rows, DType::kFloat32);
-    std::vector<LeafBlock> subtrees;
-    std::vector<float*> values;
-    for (int r = 0; r < parts; ++r) {
-      subtrees.push_back({r * local, local});
-      values.push_back(all + r * 2 * rows);
-    }
-    sums = combine_blocks(subtrees, values, 2 * rows);
+    sums = tp_->combine_subtrees(all, 2 * rows);
   }
-  double total = 0;  // in row order
-  for (std::int64_t i = 0; i < rows; ++i) {
-    max[i] += std::log(sums[i]);  // the shift backward needs: max + log(sum_exp)
-    losses[i] = max[i] - sums[rows + i];
-    total += static_cast<double>(losses[i]);
-  }
-  return total;
+  return losses_from(max, sums, sums + rows, rows);
 }
 
 // dlogits in float32, or in bfloat16 for the output layer's products under mixed precision.

@@ -196,6 +196,8 @@ class Llama {
   // fixed blocks of the vocabulary in the canonical tree, whatever the tensor-parallel degree
   // and loss parallelism (nn/feature_blocks.h).
   double blocked_loss_forward(std::int64_t rows);
+  double losses_from(float* max, const float* sum_exp, const float* target_logit,
+                     std::int64_t rows);
   void record_leaf_losses(std::int64_t rows);
   template <class G>
   void loss_backward(std::int64_t rows, double scale, G* dlogits);

@@ -7,7 +7,6 @@
 #include "weft/base/error.h"
 #include "weft/kernels/parallel.h"
 #include "weft/nn/layers.h"
-#include "weft/nn/leaf_sums.h"
 
 namespace weft::nn {
 namespace {
@@ -89,9 +88,9 @@ const float* TensorParallelContext::mine(const float* whole, std::int64_t local)
   return tp_.sequence_sharded() ? whole + tp_.rank() * local : whole;
 }
 
-const float* TensorParallelContext::combine_gathered(float* gathered, std::int64_t n) const {
+const float* TensorParallelContext::combine_subtrees(float* gathered, std::int64_t n) const {
   const int ranks = tp_.size();
-  const std::int64_t each = feature_blocks_ / ranks;  // blocks a rank's subtree covers
+  const std::int64_t each = trees_->feature_blocks() / ranks;  // blocks a rank's subtree covers
   std::vector<LeafBlock> blocks;
   std::vector<float*> values;
   for (int r = 0; r < ranks; ++r) {
@@ -113,10 +112,10 @@ TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* parti
                                                                     std::int64_t dim, float* out) {
   const std::int64_t local = local_rows(rows) * dim;
   if (canonical()) {
-    float* all = ensure(partials_, {tp_.size(), rows, dim});
+    float* all = ensure(gathered_partials_, {tp_.size(), rows, dim});
     return {tp_.group->all_gather_async(partial, all, rows * dim, DType::kFloat32), nullptr,
             [=, this] {
-              copy_or_add(mine(combine_gathered(all, rows * dim), local), out, local, false);
+              copy_or_add(mine(combine_subtrees(all, rows * dim), local), out, local, false);
             }};
   }
   if (tp_.sequence_sharded())
@@ -133,9 +132,9 @@ void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64
                                    bool accumulate) {
   const std::int64_t local = local_rows(rows) * dim;
   if (canonical()) {
-    float* all = ensure(partials_, {tp_.size(), rows, dim});
+    float* all = ensure(gathered_partials_, {tp_.size(), rows, dim});
     tp_.group->all_gather(partial, all, rows * dim, DType::kFloat32);
-    copy_or_add(mine(combine_gathered(all, rows * dim), local), out, local, accumulate);
+    copy_or_add(mine(combine_subtrees(all, rows * dim), local), out, local, accumulate);
     return;
   }
   if (!tp_.sequence_sharded()) {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <utility>
 
+#include "weft/nn/leaf_sums.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::nn {
@@ -111,11 +112,14 @@ class TensorParallelContext {
   // Sums `partial` [rows, dim] over the group and writes (or adds, when accumulate) this
   // rank's rows of the sum into out [local_rows, dim]. `partial` is clobbered.
   void reduce(float* partial, std::int64_t rows, std::int64_t dim, float* out, bool accumulate);
-  // Layout-invariant tensor parallelism (nn/feature_blocks.h): the partial sums reduce() and
-  // reduce_async() add are each rank's subtree of `blocks` feature blocks, finished in the
-  // canonical tree (all-gathered, then combined in block order on every rank) instead of by
-  // the group's all-reduce or reduce-scatter. 1, the default: all-reduce (reduce-scatter).
-  void set_feature_blocks(int blocks) { feature_blocks_ = blocks; }
+  // Layout-invariant tensor parallelism (nn/feature_blocks.h): while trees.blocked(), the
+  // partial sums reduce() and reduce_async() add are each rank's subtree of the feature
+  // blocks, finished in the canonical tree (all-gathered, then combined_subtrees on every rank)
+  // instead of by the group's all-reduce or reduce-scatter. `trees` outlives this object.
+  void sum_canonically(const LeafTrees* trees) { trees_ = trees; }
+  // The group's subtrees of n values each, all-gathered into `gathered` [size(), n], combined
+  // in the canonical tree over the feature blocks (in those buffers): the whole sum.
+  const float* combine_subtrees(float* gathered, std::int64_t n) const;
   // all_gather of floats over the group, for RMSNorm::backward_sequence_sharded.
   std::function<void(const float*, float*, std::int64_t)> gather_floats() const;
   // Sums n floats in place over the group (the sequence-sharded norms' weight gradients).
@@ -123,16 +127,13 @@ class TensorParallelContext {
   TensorParallelGroup& group() const { return *tp_.group; }
 
  private:
-  bool canonical() const { return feature_blocks_ > 1 && tp_.enabled(); }
-  // The group's partial sums, all-gathered into `gathered` [size(), n], combined in the
-  // canonical tree over their blocks.
-  const float* combine_gathered(float* gathered, std::int64_t n) const;
+  bool canonical() const { return trees_ != nullptr && trees_->blocked() && tp_.enabled(); }
   // This rank's `local` elements of a whole sum: its rows when sequence-sharded.
   const float* mine(const float* whole, std::int64_t local) const;
 
   TensorParallel tp_;
-  int feature_blocks_ = 1;
-  Tensor gathered_[2], partial_, reduced_, partials_;
+  const LeafTrees* trees_ = nullptr;
+  Tensor gathered_[2], partial_, reduced_, gathered_partials_;
 };
 
 }  // namespace weft::nn

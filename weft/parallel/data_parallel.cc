@@ -132,11 +132,8 @@ class Sharded : public DataParallel {
   void scale_grads(float factor) override { fsdp_.scale_grads(factor); }
   std::vector<GradientRows> gradient_rows() override {
     std::vector<GradientRows> all;
-    for (const auto& r : fsdp_.shard_rows()) {
-      const std::int64_t cols =
-          r.param->value.ndim() < 2 ? 1 : r.param->value.numel() / r.param->value.size(0);
-      all.push_back({r.param, r.first_row, r.rows, cols, r.grad});
-    }
+    for (const auto& r : fsdp_.shard_rows())
+      all.push_back({r.param, r.first_row, r.rows, r.cols, r.grad});
     return all;
   }
   void hold_reductions(bool held) override { fsdp_.hold_reductions(held); }

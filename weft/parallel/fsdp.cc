@@ -757,8 +757,8 @@ std::vector<FullyShardedDataParallel::ShardRows> FullyShardedDataParallel::shard
     const std::int64_t n = p->rows_of(rank_);
     if (n == 0) continue;
     const std::int64_t at = u->offset + p->offset;
-    rows.push_back({p->param, rank_ * p->shard_rows, n, values_.data() + at, exp_avg_.data() + at,
-                    exp_avg_sq_.data() + at, grads_.data() + at});
+    rows.push_back({p->param, rank_ * p->shard_rows, n, p->cols, values_.data() + at,
+                    exp_avg_.data() + at, exp_avg_sq_.data() + at, grads_.data() + at});
   }
   return rows;
 }

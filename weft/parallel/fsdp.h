@@ -147,6 +147,7 @@ class FullyShardedDataParallel {
   struct ShardRows {
     const nn::Parameter* param;
     std::int64_t first_row, rows;  // of the parameter (this rank's slice of it, under TP)
+    std::int64_t cols;             // floats a row
     float *value, *exp_avg, *exp_avg_sq, *grad;
   };
   std::vector<ShardRows> shard_rows();

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -13,7 +14,28 @@
 namespace weft::parallel {
 namespace {
 
-void check_layout_invariant(const ParallelOptions& options) {
+// Every width a rank splits into feature blocks divides by their count, a power of two:
+// checked before any collective, so that no rank fails alone in the middle of a step.
+void check_feature_blocks(const nn::LlamaConfig& m, int blocks) {
+  if (blocks < 1 || (blocks & (blocks - 1)) != 0) {
+    throw InvalidArgument("training.deterministic_blocks = " + std::to_string(blocks) +
+                          " is not a power of two");
+  }
+  const std::int64_t kv_width = m.n_kv_heads * (m.dim / m.n_heads);
+  for (const auto& [what, width] : {std::pair<const char*, std::int64_t>{"dim", m.dim},
+                                    {"n_kv_heads x head_dim", kv_width},
+                                    {"the feed-forward width", m.hidden_dim()},
+                                    {"vocab_size", m.vocab_size}}) {
+    if (width % blocks != 0) {
+      throw InvalidArgument("training.deterministic_blocks = " + std::to_string(blocks) +
+                            " does not divide the model's " + what + " (" + std::to_string(width) +
+                            "): choose a power of two that does");
+    }
+  }
+}
+
+void check_layout_invariant(const nn::LlamaConfig& model, const ParallelOptions& options) {
+  check_feature_blocks(model, options.feature_blocks);
   const ParallelDims& d = options.dims;
   if (d.cp > 1 || (d.pp > 1 && d.dp_shard > 1)) {
     throw InvalidArgument(
@@ -55,6 +77,7 @@ class LayoutInvariantSteps : public Steps {
           "kernels::set_product_rows with a divisor of " +
           std::to_string(seq) + " rows (it is " + std::to_string(kernels::product_rows()) + ")");
     }
+    check_whole_sequences_per_rank(batch);
     nn::LeafTrees& trees = strategies().model.parameters().leaf_trees();
     const std::int64_t micro = micro_batches_++;
     trees.start((micro * data_size() + data_rank()) * batch, seq);
@@ -102,6 +125,55 @@ class LayoutInvariantSteps : public Steps {
   }
 
  private:
+  // Sequence parallelism here gathers each sequence's norm gradients from the rank holding it
+  // (RMSNorm::backward_sequence_sharded): a rank's rows must be whole sequences. Every rank
+  // checks the same numbers before any collective.
+  void check_whole_sequences_per_rank(std::int64_t batch) {
+    const Strategies& s = strategies();
+    if (s.tp == nullptr || !s.options.sequence_parallel) return;
+    const int micro = s.pipeline ? s.pipeline->schedule().microbatches : 1;
+    if ((batch / micro) % s.tp->size() != 0) {
+      throw InvalidArgument(
+          "layout-invariant training with sequence parallelism needs whole sequences on each "
+          "tensor-parallel rank: " +
+          std::to_string(batch / micro) + " sequences per micro-batch do not split over " +
+          std::to_string(s.tp->size()) +
+          " ranks; choose a batch_size (per pipeline micro-batch) that the "
+          "tensor_parallel_degree divides, or set parallelism.enable_sequence_parallel = false");
+    }
+  }
+
+  // Rows of a gradient whose columns are cut into feature blocks: sums[first + row].
+  struct SplitRows {
+    std::size_t first;
+    std::int64_t rows, blocks;  // this rank's blocks a row
+  };
+
+  // Every tensor-parallel rank's block sums of the same rows all-gathered, each row's added
+  // in block order (rank-major) on the first rank.
+  void add_block_sums(std::vector<double>& sums, const std::vector<SplitRows>& split,
+                      std::vector<double>& mine) {
+    Strategies& s = strategies();
+    const std::size_t ranks = s.tp != nullptr ? static_cast<std::size_t>(s.tp->size()) : 1;
+    std::vector<double> all = mine;
+    if (s.tp != nullptr) {
+      all.resize(mine.size() * ranks);
+      add_seconds(s.seconds, [&] { s.tp->all_gather(all, mine); });
+      if (s.tp->rank() != 0) return;
+    }
+    std::size_t at = 0;  // into each rank's list
+    for (const SplitRows& run : split) {
+      const auto local = static_cast<std::size_t>(run.blocks);
+      for (std::int64_t r = 0; r < run.rows; ++r, at += local) {
+        double sum = 0;
+        for (std::size_t q = 0; q < ranks; ++q) {
+          for (std::size_t j = 0; j < local; ++j) sum += all[q * mine.size() + at + j];
+        }
+        sums[run.first + static_cast<std::size_t>(r)] = sum;
+      }
+    }
+  }
+
   // sums[first_row[name] + row] for the rows this rank holds. A row of a weight whose columns
   // are cut into feature blocks (sharding dim 1) is summed block by block, the tensor-parallel
   // group's blocks all-gathered and added in block order, as one process adds them all.
@@ -109,21 +181,19 @@ class LayoutInvariantSteps : public Steps {
                            const std::map<std::string, std::size_t>& first_row) {
     Strategies& s = strategies();
     const int blocks = s.options.feature_blocks, tp_rank = s.tp != nullptr ? s.tp->rank() : 0;
-    const auto by_blocks = [&](const nn::Parameter& p) {
-      return p.sharding.dim == 1 && blocks > 1;
-    };
-    const std::vector<DataParallel::GradientRows> held = s.dp->gradient_rows();
-    std::vector<double> mine;  // the split rows' block sums: [run][row][this rank's block]
-    for (const DataParallel::GradientRows& g : held) {
+    std::vector<SplitRows> split;
+    std::vector<double> block_sums;  // [split run][row][this rank's block]
+    for (const DataParallel::GradientRows& g : s.dp->gradient_rows()) {
       const nn::Parameter& p = *g.param;
       const std::size_t first =
           first_row.at(p.name) + static_cast<std::size_t>(g.first_row) +
           (p.sharding.dim == 0 ? static_cast<std::size_t>(p.shard_offset()) : 0);
-      if (by_blocks(p)) {
+      if (p.sharding.dim == 1 && blocks > 1) {
         const std::int64_t local = blocks / p.sharding.parts, width = g.cols / local;
+        split.push_back({first, g.rows, local});
         for (std::int64_t r = 0; r < g.rows; ++r) {
           for (std::int64_t j = 0; j < local; ++j)
-            mine.push_back(kernels::sum_squares(g.data + r * g.cols + j * width, width));
+            block_sums.push_back(kernels::sum_squares(g.data + r * g.cols + j * width, width));
         }
       } else if (p.sharded() || tp_rank == 0) {
         for (std::int64_t r = 0; r < g.rows; ++r)
@@ -131,28 +201,8 @@ class LayoutInvariantSteps : public Steps {
               kernels::sum_squares(g.data + r * g.cols, g.cols);
       }
     }
-    if (mine.empty()) return;
-    const std::size_t ranks = s.tp != nullptr ? static_cast<std::size_t>(s.tp->size()) : 1;
-    std::vector<double> all(mine.size() * ranks);
-    if (s.tp != nullptr) {
-      add_seconds(s.seconds, [&] { s.tp->all_gather(all, mine); });
-    } else {
-      all = mine;
-    }
-    if (tp_rank != 0) return;
-    std::size_t at = 0;  // into each rank's list
-    for (const DataParallel::GradientRows& g : held) {
-      const nn::Parameter& p = *g.param;
-      if (!by_blocks(p)) continue;
-      const auto local = static_cast<std::size_t>(blocks / p.sharding.parts);
-      for (std::int64_t r = 0; r < g.rows; ++r, at += local) {
-        double sum = 0;
-        for (std::size_t q = 0; q < ranks; ++q) {
-          for (std::size_t j = 0; j < local; ++j) sum += all[q * mine.size() + at + j];
-        }
-        sums[first_row.at(p.name) + static_cast<std::size_t>(g.first_row + r)] = sum;
-      }
-    }
+    if (split.empty()) return;
+    add_block_sums(sums, split, block_sums);
   }
 
   std::int64_t micro_batches_ = 0;  // since zero_grad
@@ -163,7 +213,7 @@ class LayoutInvariantSteps : public Steps {
 
 std::unique_ptr<ParallelModel> make_layout_invariant_steps(nn::Llama& model, DeviceMesh* mesh,
                                                            const ParallelOptions& options) {
-  check_layout_invariant(options);
+  check_layout_invariant(model.config(), options);
   auto strategies =
       std::make_unique<Strategies>(model, mesh, options, GradientSums::kCanonicalTree);
   model.set_feature_blocks(options.feature_blocks);

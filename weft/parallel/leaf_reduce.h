@@ -24,7 +24,7 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
     dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums);
 
 // The canonical combination of every rank's blocks (`all`, [rank][entry] as blocks_of_all
-// gives them, padding left out), block (r, e)'s sums of n values at
+// gives them, its padding's empty blocks skipped), block (r, e)'s sums of n values at
 // values + (r x entries + e) x stride; computed in those buffers, the one that holds it
 // returned (null when there are none).
 float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,

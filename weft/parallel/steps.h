@@ -42,6 +42,7 @@ class Steps : public ParallelModel {
   // Scales the gradients so that their norm is at most max_norm (> 0); returns `norm`.
   double clip_to(double norm, double max_norm);
   Strategies& strategies() { return *s_; }
+  const Strategies& strategies() const { return *s_; }
 
  private:
   double forward_only(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,

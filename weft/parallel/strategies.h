@@ -21,6 +21,9 @@ struct Strategies {
   // context parallelism (in TorchTitan's order), and makes the data-parallel wrapper, its
   // gradients summed as `sums` says.
   Strategies(nn::Llama& model, DeviceMesh* mesh, const ParallelOptions& options, GradientSums sums);
+  // The pipeline's callbacks hold `this`.
+  Strategies(const Strategies&) = delete;
+  Strategies& operator=(const Strategies&) = delete;
 
   // The sum of `value` over the world (itself alone without a mesh), its wait counted in
   // `seconds`. Collective.
@@ -38,7 +41,9 @@ struct Strategies {
   // This rank's replica (dp_replicate coordinate) and data slice (replica x dp_shard + shard).
   int replica = 0, data_rank = 0;
   std::unique_ptr<DataParallel> dp;
-  double seconds = 0;  // blocked in finish_sync and the world all-reduces
+  // Blocked in finish_sync, the world all-reduces and the invariant norm's tensor-parallel
+  // all-gather.
+  double seconds = 0;
 };
 
 // The training state and the reports of `s`, which outlives them.

@@ -70,9 +70,16 @@ class StrategiesReport : public TrainingReport {
     }
     if (s_.tp != nullptr && !with_peaks) {  // once, at the start
       const nn::TensorParallel& tp = s_.model.tensor_parallel();
-      lines.push_back("tensor parallel " + std::to_string(tp.size()) + ": " +
-                      (tp.sequence_parallel ? "sequence parallel" : "no sequence parallelism") +
-                      ", " + (tp.loss_parallel ? "loss parallel" : "logits gathered for the loss"));
+      std::string line = "tensor parallel " + std::to_string(tp.size()) + ": " +
+                         (tp.sequence_parallel ? "sequence parallel" : "no sequence parallelism") +
+                         ", ";
+      if (s_.options.layout_invariant) {
+        line += "layout-invariant in " + std::to_string(s_.options.feature_blocks) +
+                " feature blocks, the loss computed loss-parallel";
+      } else {
+        line += tp.loss_parallel ? "loss parallel" : "logits gathered for the loss";
+      }
+      lines.push_back(line);
     }
     s_.dp->describe(lines, with_peaks);
     return lines;

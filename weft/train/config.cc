@@ -107,7 +107,8 @@ const std::vector<Field>& fields() {
                  "layout: every sum over tokens in one canonical tree, so that the loss, "
                  "gradients and parameters are bitwise those of one process on any data-parallel "
                  "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP, "
-                 "pipelines); off: each layout's own order",
+                 "pipelines; tensor parallelism with deterministic_blocks); off: each layout's "
+                 "own order",
                  -INFINITY, INFINITY, {"off", "layout"}),
       WEFT_FIELD(training, deterministic_blocks,
                  "with deterministic = \"layout\": the fixed feature blocks each weight's "

@@ -42,8 +42,8 @@ struct TrainingConfig {
   // before the optimizer step; nothing saved) or "skip" (no optimizer step; training goes on).
   std::string on_nonfinite = "stop";
   // "layout": the loss, gradients and parameters bitwise those of one process whatever the
-  // data-parallel layout (DDP, FSDP, HSDP), pipeline, micro-batch count and thread count
-  // (docs/TRAINING.md); "off": each
+  // data-parallel layout (DDP, FSDP, HSDP), pipeline, tensor parallelism (deterministic_blocks),
+  // micro-batch count and thread count (docs/TRAINING.md); "off": each
   // layout sums in its own order (within parts per billion of one process).
   std::string deterministic = "off";
   // With deterministic = "layout": the fixed blocks each Linear's tensor-parallel dimension is
