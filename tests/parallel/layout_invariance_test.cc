@@ -1,7 +1,8 @@
 // Layout-invariant training (ParallelOptions::layout_invariant, nn/leaf_sums.h): one global
 // batch trained 10 steps by one process and by DDP, FSDP (each mode), HSDP, every pipeline
-// schedule and tensor parallelism (with 4 feature blocks, nn/feature_blocks.h) over 2, 3, 4
-// and 6 ranks (threads), each with its part of the batch in 1 to 12 accumulated micro-batches,
+// schedule, tensor parallelism (with 4 feature blocks, nn/feature_blocks.h) and context
+// parallelism (with 8 sequence blocks, nn/blocked_attention.h) over 2, 3, 4, 6 and 8 ranks
+// (threads), each with its part of the batch in 1 to 12 accumulated micro-batches,
 // on 1 or 2 threads, with activation checkpointing, tied embeddings and bf16 products: every
 // step's loss and gradient norm and every final parameter bitwise equal. The fast mode is
 // checked to differ, so that the test can tell.
@@ -61,13 +62,16 @@ struct Layout {
   int pp = 1;                          // pipeline stages' ranks, the others data-parallel
   int tp = 1;                          // tensor-parallel ranks
   int blocks = 1;                      // feature blocks (ParallelOptions::feature_blocks)
+  int cp = 1;                          // context-parallel ranks
+  int sequence_blocks = 1;             // ParallelOptions::sequence_blocks
   bool loss_parallel = false;          // with tp > 1
   bool sequence_parallel = false;      // with tp > 1
   std::string schedule;                // with pp > 1
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
   std::string name() const {
-    std::string n = ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp / tp);
+    std::string n =
+        ranks == 1 ? "1 process" : "DDP " + std::to_string(ranks / shard / pp / tp / cp);
     if (shard > 1) {
       n = (ranks > shard ? "HSDP " + std::to_string(ranks / shard) + " x FSDP " : "FSDP ") +
           std::to_string(shard) + " " + sharding_mode_name(mode);
@@ -82,6 +86,8 @@ struct Layout {
     if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
     if (loss_parallel) n += ", loss parallel";
     if (sequence_parallel) n += ", sequence parallel";
+    if (cp > 1) n += ", cp " + std::to_string(cp);
+    if (sequence_blocks > 1) n += ", " + std::to_string(sequence_blocks) + " sequence blocks";
     return n;
   }
 };
@@ -96,15 +102,17 @@ struct Result {
 // holds sequences (m x ranks + r) x part .. + part of the global batch.
 Result train(const Layout& layout) {
   kernels::set_threads(layout.threads);
-  kernels::set_product_rows(layout.invariant ? kSeq : 512);
+  kernels::set_product_rows(layout.invariant ? kSeq / layout.sequence_blocks : 512);
   nn::set_matmul_dtype(layout.bf16 ? DType::kBFloat16 : DType::kFloat32);
   Result result;
   dist::run_threads(layout.ranks, [&](dist::ProcessGroup& pg) {
     auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
-    const ParallelDims dims{.pp = layout.pp,
-                            .dp_replicate = layout.ranks / layout.shard / layout.pp / layout.tp,
-                            .dp_shard = layout.shard,
-                            .tp = layout.tp};
+    const ParallelDims dims{
+        .pp = layout.pp,
+        .dp_replicate = layout.ranks / layout.shard / layout.pp / layout.tp / layout.cp,
+        .dp_shard = layout.shard,
+        .cp = layout.cp,
+        .tp = layout.tp};
     DeviceMesh mesh(world, dims.mesh_dims());
     nn::Llama model(config(layout.tied, layout.layers));
     auto parallel =
@@ -117,7 +125,8 @@ Result train(const Layout& layout) {
                      .loss_parallel = layout.loss_parallel,
                      .optimizer = {.lr = 3e-3},
                      .layout_invariant = layout.invariant,
-                     .feature_blocks = layout.blocks});
+                     .feature_blocks = layout.blocks,
+                     .sequence_blocks = layout.sequence_blocks});
     const int rank = parallel->data_rank(), ranks = parallel->data_size();
     parallel->init_weights(3);
     model.set_activation_checkpointing(layout.checkpointing);
@@ -285,12 +294,53 @@ TEST(LayoutInvarianceTest, EveryPipelineScheduleIsBitwiseOneProcess) {
   layouts.push_back({.ranks = 3, .layers = 4, .pp = 3, .schedule = "1F1B"});  // 2, 1, 1 layers
   layouts.push_back(                                                          // PP 2 x DDP 2
       {.ranks = 4, .layers = 4, .pp = 2, .schedule = "ZBVZeroBubble", .pipeline_micro = 6});
+  layouts.push_back(
+      {.ranks = 4, .shard = 2, .layers = 4, .pp = 2, .schedule = "1F1B", .pipeline_micro = 3});
+  layouts.push_back({.ranks = 4,
+                     .micro = 2,
+                     .shard = 2,
+                     .mode = ShardingMode::kZero2,
+                     .layers = 4,
+                     .pp = 2,
+                     .schedule = "Interleaved1F1B",
+                     .pipeline_micro = 3});
+  layouts.push_back({.ranks = 4,
+                     .shard = 2,
+                     .mode = ShardingMode::kZero1,
+                     .layers = 4,
+                     .pp = 2,
+                     .schedule = "ZBVZeroBubble",
+                     .pipeline_micro = 6});
+  layouts.push_back({.ranks = 4,
+                     .shard = 2,
+                     .layers = 4,
+                     .pp = 2,
+                     .schedule = "InterleavedZeroBubble",
+                     .pipeline_micro = 2});
+  layouts.push_back(
+      {.ranks = 6, .shard = 3, .layers = 4, .pp = 2, .schedule = "GPipe", .pipeline_micro = 2});
   expect_every_layout_bitwise({.layers = 4}, layouts);
 }
 
 TEST(LayoutInvarianceTest, TiedEmbeddingsAndBFloat16Products) {
-  expect_every_layout_bitwise({.tied = true}, {{.ranks = 2, .micro = 3, .tied = true},
-                                               {.ranks = 4, .micro = 1, .tied = true}});
+  expect_every_layout_bitwise(
+      {.tied = true},
+      {{.ranks = 2, .micro = 3, .tied = true},
+       {.ranks = 4, .micro = 1, .tied = true},
+       {.ranks = 2, .tied = true, .shard = 2},
+       {.ranks = 3, .micro = 2, .tied = true, .shard = 3, .mode = ShardingMode::kZero1},
+       {.ranks = 4, .micro = 3, .tied = true, .shard = 2, .mode = ShardingMode::kZero2}});
+  // Tied across pipeline stages: ZB-V puts the first and the last stage on rank 0.
+  expect_every_layout_bitwise(
+      {.tied = true, .layers = 4},
+      {{.ranks = 2, .tied = true, .layers = 4, .pp = 2, .schedule = "ZBVZeroBubble"},
+       {.ranks = 4,
+        .tied = true,
+        .shard = 2,
+        .layers = 4,
+        .pp = 2,
+        .schedule = "ZBVZeroBubble",
+        .pipeline_micro = 3}});
   expect_every_layout_bitwise({.bf16 = true},
                               {{.micro = 4, .bf16 = true},
                                {.ranks = 3, .micro = 2, .bf16 = true},
@@ -309,6 +359,11 @@ TEST(LayoutInvarianceTest, TheFastModeDiffers) {
   EXPECT_GT(train({.ranks = 2, .shard = 2}).canonical_sums, 0);
   for (std::size_t i = 0; i < one.losses.size(); ++i)
     EXPECT_NEAR(ddp.losses[i], one.losses[i], 1e-5 * one.losses[i]) << "step " << i;
+  const Result blocked = train({.sequence_blocks = 8});
+  const Result cp = train({.ranks = 2, .invariant = false, .cp = 2});
+  EXPECT_FALSE(bitwise_equal(blocked, cp));
+  for (std::size_t i = 0; i < blocked.losses.size(); ++i)
+    EXPECT_NEAR(cp.losses[i], blocked.losses[i], 1e-5 * blocked.losses[i]) << "step " << i;
 }
 
 // Tensor parallelism with every weight cut into 4 feature blocks: 2 and 4 ranks, with DDP,
@@ -358,26 +413,81 @@ TEST(LayoutInvarianceTest, TensorParallelLayoutsAreBitwiseOneProcess) {
       {.tied = true, .bf16 = true, .blocks = 4},
       {{.ranks = 2, .micro = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4},
        {.ranks = 2, .tied = true, .bf16 = true, .tp = 2, .blocks = 4, .loss_parallel = true},
-       {.ranks = 4, .tied = true, .bf16 = true, .tp = 4, .blocks = 4}});
+       {.ranks = 4, .tied = true, .bf16 = true, .tp = 4, .blocks = 4},
+       {.ranks = 4, .tied = true, .bf16 = true, .shard = 2, .tp = 2, .blocks = 4}});
+}
+
+// Context parallelism with each sequence cut into 8 blocks of positions: 2 and 4 ranks, with
+// DDP, FSDP, pipelines, micro-batches, threads, activation checkpointing and bf16 products,
+// bitwise one process cutting its sequences alike.
+TEST(LayoutInvarianceTest, ContextParallelLayoutsAreBitwiseOneProcess) {
+  expect_every_layout_bitwise(
+      {.sequence_blocks = 8},
+      {{.ranks = 2, .cp = 2, .sequence_blocks = 8},
+       {.ranks = 4, .cp = 4, .sequence_blocks = 8},
+       {.ranks = 4, .cp = 2, .sequence_blocks = 8},
+       {.ranks = 4, .shard = 2, .cp = 2, .sequence_blocks = 8},
+       {.ranks = 2, .micro = 3, .threads = 2, .checkpointing = true, .cp = 2, .sequence_blocks = 8},
+       {.micro = 2, .sequence_blocks = 8}});
+  expect_every_layout_bitwise(
+      {.layers = 4, .sequence_blocks = 8},
+      {{.ranks = 4, .layers = 4, .pp = 2, .cp = 2, .sequence_blocks = 8, .schedule = "1F1B"},
+       {.ranks = 8,
+        .shard = 2,
+        .layers = 4,
+        .pp = 2,
+        .cp = 2,
+        .sequence_blocks = 8,
+        .schedule = "Interleaved1F1B",
+        .pipeline_micro = 2}});
+  expect_every_layout_bitwise(
+      {.blocks = 4, .sequence_blocks = 8},
+      {{.ranks = 4, .tp = 2, .blocks = 4, .cp = 2, .sequence_blocks = 8},
+       {.ranks = 4, .tp = 2, .blocks = 4, .cp = 2, .sequence_blocks = 8, .loss_parallel = true},
+       {.ranks = 8, .shard = 2, .tp = 2, .blocks = 4, .cp = 2, .sequence_blocks = 8},
+       {.ranks = 4,
+        .tp = 2,
+        .blocks = 4,
+        .cp = 2,
+        .sequence_blocks = 8,
+        .loss_parallel = true,
+        .sequence_parallel = true},
+       {.ranks = 2,
+        .micro = 12,
+        .tp = 2,
+        .blocks = 4,
+        .sequence_blocks = 8,
+        .loss_parallel = true,
+        .sequence_parallel = true}});
+  expect_every_layout_bitwise({.bf16 = true, .sequence_blocks = 8},
+                              {{.ranks = 2, .bf16 = true, .cp = 2, .sequence_blocks = 8},
+                               {.ranks = 4, .bf16 = true, .cp = 4, .sequence_blocks = 8}});
 }
 
 // What the mode does not cover yet is refused, saying so.
 TEST(LayoutInvarianceTest, RefusesWhatItDoesNotCoverYet) {
-  const auto refused = [](const ParallelDims& dims, int blocks, const std::string& says) {
+  const auto refused = [](const ParallelDims& dims, int blocks, const std::string& says,
+                          int sequence_blocks = 1) {
     dist::run_threads(dims.product(), [&](dist::ProcessGroup& pg) {
       auto world = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
       DeviceMesh mesh(world, dims.mesh_dims());
       nn::Llama model(config());
       try {
         parallelize(model, &mesh,
-                    {.dims = dims, .layout_invariant = true, .feature_blocks = blocks});
+                    {.dims = dims,
+                     .layout_invariant = true,
+                     .feature_blocks = blocks,
+                     .sequence_blocks = sequence_blocks});
         ADD_FAILURE() << "accepted: " << says;
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
       }
     });
   };
-  refused({.cp = 2}, 4, "not layout-invariant yet");
+  refused({.cp = 2}, 1, "a multiple of 4");
+  refused({.cp = 4}, 1, "a multiple of 8", 4);
+  refused({.cp = 2}, 1, "not a power of two", 12);
+  refused({}, 1, "does not divide the sequence length", 32);
   refused({.tp = 4}, 2, "a multiple of it");
   refused({.tp = 2}, 6, "not a power of two");
   refused({.tp = 2}, 64, "does not divide the model's dim");

@@ -305,10 +305,11 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
 }  // namespace
 
 // Layout-invariant training (deterministic = "layout") reshards bitwise: a checkpoint saved at
-// step 6 under any of seven layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
-// full_shard, FSDP 2 zero1 with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages), resumed under
-// any other, continues to the losses and gradient norms of the uninterrupted one-process run,
-// bit for bit. Every run cuts its weights into 4 feature blocks.
+// step 6 under any of eight layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
+// full_shard, FSDP 2 zero1 with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages, context
+// parallelism 2 with 2 micro-batches), resumed under any other, continues to the losses and
+// gradient norms of the uninterrupted one-process run, bit for bit. Every run cuts its weights
+// into 4 feature blocks and its sequences into 4 blocks of positions.
 TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   struct Saved {
     std::string name;
@@ -329,10 +330,13 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
       {"pp2", 2,
        "--training.batch_size 8 --parallelism.pipeline_parallel_degree 2 "
        "--parallelism.pipeline_parallel_microbatch_size 2"},
+      {"cp2", 2,
+       "--training.batch_size 4 --training.gradient_accumulation_steps 2 "
+       "--parallelism.context_parallel_degree 2"},
   };
   const std::string mode =
       "--training.deterministic layout --training.deterministic_blocks 4 "
-      "--checkpoint.interval 6 ";
+      "--training.deterministic_sequence_blocks 4 --checkpoint.interval 6 ";
   const std::string whole = train("whole", 1, mode + "--training.batch_size 8");
   const auto losses = read(whole, "loss"), norms = read(whole, "grad_norm");
   ASSERT_EQ(losses.size(), kSteps);

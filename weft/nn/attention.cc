@@ -37,7 +37,8 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
       wk_(params, params.at(prefix + ".wk.weight")),
       wv_(params, params.at(prefix + ".wv.weight")),
       wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
-      cp_(cp) {
+      cp_(cp),
+      trees_(params.leaf_trees()) {
   for (Linear* l : {&wq_, &wk_, &wv_}) l->weight().product_operand = true;
   wqkv_.set_stacked(Sharding{0, parts, part},
                     {config_.n_heads * hd_, config_.n_kv_heads * hd_, config_.n_kv_heads * hd_});
@@ -66,6 +67,15 @@ RingShape Attention::ring_shape(std::int64_t batch, std::int64_t seq) const {
         rows + " rows per sequence");
   }
   return {batch, seq / 2, config_.n_heads, config_.n_kv_heads, hd_};
+}
+
+BlockedShape Attention::blocked_shape(std::int64_t batch, std::int64_t seq) const {
+  return {.batch = batch,
+          .sequence_rows = seq,
+          .blocks = trees_.sequence_blocks(),
+          .heads = config_.n_heads,
+          .kv_heads = config_.n_kv_heads,
+          .head_dim = hd_};
 }
 
 // In mixed precision the projection's float32 output is scratch (the backward's dqkv_, which
@@ -124,6 +134,10 @@ void Attention::rotate(const float* x, BFloat16* y, std::int64_t batch, std::int
 
 template <class T>
 void Attention::attend(const T* qkv, float* att, float* lse, std::int64_t batch, std::int64_t seq) {
+  if (trees_.sequence_blocked()) {
+    blocked_attention_forward(cp_, blocked_shape(batch, seq), qkv, att, lse, blocked_);
+    return;
+  }
   if (ring()) {
     ring_attention_forward(*cp_, ring_shape(batch, seq), qkv, att, lse, ring_);
     return;
@@ -138,6 +152,10 @@ void Attention::attend_backward(const T* qkv, const float* datt, float* dqkv, st
                                 std::int64_t seq) {
   const T* att = att_.data<T>();
   const float* lse = lse_.data<float>();
+  if (trees_.sequence_blocked()) {
+    blocked_attention_backward(cp_, blocked_shape(batch, seq), qkv, att, datt, lse, dqkv, blocked_);
+    return;
+  }
   if (ring()) {
     ring_attention_backward(*cp_, ring_shape(batch, seq), qkv, att, datt, lse, dqkv, ring_);
     return;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/kernels/attention.h"
+#include "weft/nn/blocked_attention.h"
 #include "weft/nn/context_parallel.h"
 #include "weft/nn/kv_cache.h"
 #include "weft/nn/layers.h"
@@ -68,10 +69,13 @@ class Attention {
   kernels::AttentionShape attention_shape(std::int64_t batch, std::int64_t seq) const;
   bool ring() const { return cp_ != nullptr && cp_->enabled(); }
   RingShape ring_shape(std::int64_t batch, std::int64_t seq) const;
+  BlockedShape blocked_shape(std::int64_t batch, std::int64_t seq) const;
   void rotate(float* qkv, std::int64_t batch, std::int64_t seq, bool backward);
   void rotate(const float* x, BFloat16* y, std::int64_t batch, std::int64_t seq, bool backward);
   // Attention of the fused q|k|v rows (float32, or bfloat16 in mixed precision) into att_ and
-  // lse_, and its backward into the fused gradient rows.
+  // lse_, and its backward into the fused gradient rows: in fixed blocks of positions while the
+  // layout-invariant sums are (LeafTrees::sequence_blocked), around the ring under context
+  // parallelism, else in one call.
   template <class T>
   void attend(const T* qkv, float* att, float* lse, std::int64_t batch, std::int64_t seq);
   template <class T>
@@ -89,7 +93,9 @@ class Attention {
   Tensor q_;            // generation's queries
   Tensor dqkv_, datt_;  // backward's scratch
   const ContextParallel* cp_;
+  const LeafTrees& trees_;
   RingScratch ring_;
+  BlockedScratch blocked_;
 };
 
 }  // namespace weft::nn

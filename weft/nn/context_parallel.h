@@ -37,6 +37,8 @@ class ContextParallelGroup {
   virtual void all_gather(const float* in, float* out, std::int64_t n) = 0;
   // out[n] = the sum over ranks of their in[rank() * n, + n).
   virtual void reduce_scatter(const float* in, float* out, std::int64_t n) = 0;
+  // out[size() * n]: rank r's in[rank() * n, + n) at out[r * n].
+  virtual void all_to_all(const float* in, float* out, std::int64_t n) = 0;
 };
 
 // How attention gets the other ranks' keys and values (TorchTitan's
@@ -59,6 +61,15 @@ struct ContextParallel {
   // sequence (parallel::context_parallel_rows).
   int chunk_of(int owner, int local) const { return local == 0 ? owner : 2 * size() - 1 - owner; }
   int chunk(int local) const { return chunk_of(rank(), local); }
+  // all[size() * n]: every rank's own[n], of float32 or of bfloat16 (sent as their bytes in
+  // float-sized words: n even). Collectives copy these blocks, never add them.
+  template <class T>
+  void all_gather(const T* own, T* all, std::int64_t n) const {
+    static_assert(sizeof(float) % sizeof(T) == 0);
+    group->all_gather(
+        reinterpret_cast<const float*>(own), reinterpret_cast<float*>(all),
+        n * static_cast<std::int64_t>(sizeof(T)) / static_cast<std::int64_t>(sizeof(float)));
+  }
 };
 
 }  // namespace weft::nn

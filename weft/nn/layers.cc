@@ -350,9 +350,9 @@ void RMSNorm::backward_sequence_sharded(const float* dy, const float* x, const f
   const std::int64_t leaf_rows = trees_.leaf_rows(), leaves = rows / leaf_rows;
   if (rows % leaf_rows != 0) {
     throw InvalidArgument(
-        "layout-invariant training with sequence parallelism needs whole sequences on each "
-        "tensor-parallel rank: a batch_size (per micro-batch) that the tensor_parallel_degree "
-        "divides");
+        "layout-invariant training with sequence parallelism needs whole leaves (sequences, "
+        "or blocks of them) on each tensor-parallel rank: a batch_size (per micro-batch) that "
+        "the tensor_parallel_degree divides");
   }
   const float* w = weight_.value.data<float>();
   float* mine = ensure(leaf_grads_[0], {leaves, dim_});
@@ -365,9 +365,9 @@ void RMSNorm::backward_sequence_sharded(const float* dy, const float* x, const f
   float* all = ensure(leaf_grads_[1], {ranks * leaves, dim_});
   all_gather(mine, all, leaves * dim_);
   LeafSums<float>& sums = trees_.of(this, weight_.grad.data<float>(), dim_);
-  for (std::int64_t i = 0; i < ranks * leaves; ++i) {
+  for (const auto& [leaf, i] : trees_.leaves_of(ranks * rows)) {
     std::copy_n(all + i * dim_, dim_, sums.open(/*zeroed=*/false));
-    sums.add(trees_.first_leaf() + i);
+    sums.add(leaf);
   }
 }
 

@@ -38,6 +38,15 @@ concept ProductOperand = std::same_as<T, float> || std::same_as<T, BFloat16>;
 float* ensure(Tensor& t, const Shape& shape);
 // The same for a bfloat16 tensor.
 BFloat16* ensure_bf16(Tensor& t, const Shape& shape);
+// ensure() or ensure_bf16() of n elements, by T.
+template <ProductOperand T>
+T* ensure_as(Tensor& t, std::int64_t n) {
+  if constexpr (std::same_as<T, BFloat16>) {
+    return ensure_bf16(t, {n});
+  } else {
+    return ensure(t, {n});
+  }
+}
 // ensure() in float32, or ensure_bf16() when matmul_dtype() is bfloat16: a kernel's output that
 // only products read.
 void ensure_operand(Tensor& t, const Shape& shape);

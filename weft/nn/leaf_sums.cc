@@ -128,11 +128,18 @@ template class LeafSums<double>;
 template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t);
 template double* combine_blocks<double>(std::vector<LeafBlock>, std::vector<double*>, std::int64_t);
 
-void LeafTrees::start(std::int64_t first_leaf, std::int64_t leaf_rows) {
-  if (leaf_rows <= 0) throw InvalidArgument("leaves of " + std::to_string(leaf_rows) + " rows");
+void LeafTrees::start(std::int64_t first_sequence, std::int64_t sequence_rows) {
+  const std::int64_t whole = sequence_rows * cp_size_;  // rows of a whole sequence
+  if (sequence_rows <= 0 || whole % sequence_blocks_ != 0) {
+    throw InvalidArgument("layout-invariant sums: sequences of " + std::to_string(whole) +
+                          " positions do not split into " + std::to_string(sequence_blocks_) +
+                          " blocks (training.deterministic_sequence_blocks): choose a power "
+                          "of two that divides the sequence length");
+  }
   active_ = true;
-  first_leaf_ = first_leaf;
-  leaf_rows_ = leaf_rows;
+  first_sequence_ = first_sequence;
+  sequence_rows_ = sequence_rows;
+  leaf_rows_ = whole / sequence_blocks_;
 }
 
 void LeafTrees::set_feature_blocks(int blocks) {
@@ -143,13 +150,61 @@ void LeafTrees::set_feature_blocks(int blocks) {
   feature_blocks_ = blocks;
 }
 
+void LeafTrees::set_sequence_blocks(int blocks, int cp_rank, int cp_size) {
+  if (blocks < 1 || (blocks & (blocks - 1)) != 0) {
+    throw InvalidArgument("layout-invariant sequence blocks: " + std::to_string(blocks) +
+                          " is not a power of two");
+  }
+  if (cp_size > 1 && blocks % (2 * cp_size) != 0) {
+    throw InvalidArgument("layout-invariant context parallelism over " + std::to_string(cp_size) +
+                          " ranks cuts each sequence into " + std::to_string(2 * cp_size) +
+                          " chunks of whole sequence blocks: "
+                          "training.deterministic_sequence_blocks (" +
+                          std::to_string(blocks) + ") must be a multiple of " +
+                          std::to_string(2 * cp_size));
+  }
+  sequence_blocks_ = blocks;
+  cp_rank_ = cp_rank;
+  cp_size_ = cp_size;
+}
+
 std::int64_t LeafTrees::check_rows(std::int64_t rows) const {
-  if (rows % leaf_rows_ != 0) {
+  if (rows % sequence_rows_ != 0) {
     throw InvalidArgument("layout-invariant sums: " + std::to_string(rows) +
-                          " rows are not whole leaves of " + std::to_string(leaf_rows_) +
-                          " rows (one sequence each)");
+                          " rows are not whole sequences of " + std::to_string(sequence_rows_) +
+                          " rows");
   }
   return rows;
+}
+
+// A sequence's leaves are numbered so that the blocks any context-parallel rank holds, its
+// chunks r and 2 x cp - 1 - r, are one aligned run whatever the degree: block k of the first
+// half is leaf 2k, block k of the second half leaf 2 (blocks - 1 - k) + 1. Rank r's chunks of
+// f blocks each become leaves [2rf, 2rf + 2f): one node of the tree per sequence.
+std::int64_t LeafTrees::leaf_at(std::int64_t i, std::int64_t n) const {
+  const std::int64_t blocks = sequence_blocks_;
+  std::int64_t b = 0, k = 0;  // sequence, block of it
+  if (cp_size_ == 1) {
+    b = i / blocks;
+    k = i % blocks;
+  } else {  // a rank's rows are its first chunk of every sequence, then its second
+    const std::int64_t per_chunk = blocks / (2 * cp_size_);
+    const std::int64_t per_local = n / (2 * per_chunk) * per_chunk;
+    const std::int64_t local = i / per_local;
+    b = i % per_local / per_chunk;
+    k = (local == 0 ? cp_rank_ : 2 * cp_size_ - 1 - cp_rank_) * per_chunk + i % per_chunk;
+  }
+  const std::int64_t folded = blocks == 1 ? 0 : k < blocks / 2 ? 2 * k : 2 * (blocks - 1 - k) + 1;
+  return (first_sequence_ + b) * blocks + folded;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> LeafTrees::leaves_of(std::int64_t rows) const {
+  const std::int64_t n = check_rows(rows) / leaf_rows_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> leaves;
+  leaves.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) leaves.emplace_back(leaf_at(i, n), i);
+  std::sort(leaves.begin(), leaves.end());
+  return leaves;
 }
 
 LeafSums<float>& LeafTrees::of(const void* user, float* target, std::int64_t n) {

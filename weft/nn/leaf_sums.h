@@ -3,7 +3,8 @@
 // A floating-point sum depends on its order. In the layout-invariant mode
 // (`[training] deterministic = "layout"`; LeafTrees::start below) every sum over tokens
 // that a layout could split (a weight's gradient, a norm's, the embedding's, the loss) is cut
-// at fixed leaves of the global batch (one sequence each) and taken in one canonical tree: the
+// at fixed leaves of the global batch (one sequence each, or a fixed block of a sequence's
+// positions: LeafTrees::set_sequence_blocks) and taken in one canonical tree: the
 // perfect binary tree over the leaves' indices in the global batch, a node with one present
 // child being that child. A rank sums the leaves it holds and merges siblings as they
 // complete; what is left (a few aligned blocks) goes to the other ranks, which finish the same
@@ -11,13 +12,15 @@
 // micro-batches then produce the same bits. DDP and FSDP exchange the ranks' blocks
 // (parallel/leaf_reduce.h). Tensor parallelism splits the features instead: each Linear cuts
 // its sharded dimension into fixed blocks, and the sums over them are taken in the same kind
-// of tree over block numbers (LeafTrees::set_feature_blocks). docs/TRAINING.md says what it
-// costs.
+// of tree over block numbers (LeafTrees::set_feature_blocks). Context parallelism splits the
+// sequences: with sequence blocks each leaf is one block of one sequence, and attention runs
+// block by block (nn/blocked_attention.h). docs/TRAINING.md says what it costs.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace weft::nn {
@@ -74,21 +77,36 @@ class LeafSums {
 // rank), plus one for the loss.
 class LeafTrees {
  public:
-  // The rows a forward and backward gets from now on are leaves of `leaf_rows` rows each,
-  // the first of them leaf `first_leaf` of the global batch. Until then (and after stop())
-  // nothing is recorded: an evaluation's loss is not a training sum.
-  void start(std::int64_t first_leaf, std::int64_t leaf_rows);
+  // The rows a forward and backward gets from now on are those of whole sequences,
+  // `sequence_rows` rows of each on this rank, the first of them sequence `first_sequence` of
+  // the global batch; each sequence's leaves are its set_sequence_blocks() blocks of
+  // positions, numbered sequence x blocks + block. Until then (and after stop()) nothing is
+  // recorded: an evaluation's loss is not a training sum.
+  void start(std::int64_t first_sequence, std::int64_t sequence_rows);
   void stop() { active_ = false; }
   bool active() const { return active_; }
-  std::int64_t first_leaf() const { return first_leaf_; }
+  std::int64_t first_sequence() const { return first_sequence_; }
   std::int64_t leaf_rows() const { return leaf_rows_; }
-  // fn(leaf, first_row) for the leaves of `rows` rows (a multiple of leaf_rows, else
-  // InvalidArgument naming both).
+  // fn(leaf, first_row) for the leaves of `rows` rows (whole sequences of whole leaves, else
+  // InvalidArgument naming both), in the leaves' order (so that siblings merge as they come).
   template <class Fn>
   void for_each_leaf(std::int64_t rows, Fn&& fn) const {
-    for (std::int64_t i = 0; i * leaf_rows_ < check_rows(rows); ++i)
-      fn(first_leaf_ + i, i * leaf_rows_);
+    for (const auto& [leaf, block] : leaves_of(rows)) fn(leaf, block * leaf_rows_);
   }
+  // (leaf, i) for the i-th block of leaf_rows() rows of `rows` rows (whole sequences), by
+  // leaf: the order in which a sum takes them.
+  std::vector<std::pair<std::int64_t, std::int64_t>> leaves_of(std::int64_t rows) const;
+  // Layout-invariant context parallelism: each sequence cut into `blocks` fixed blocks of
+  // positions (a power of two; 1, the default: whole sequences), and a rank's rows laid out as
+  // context parallelism lays them out (rank `cp_rank` of `cp_size` holding chunks cp_rank and
+  // 2 x cp_size - 1 - cp_rank of every sequence, nn/context_parallel.h), each chunk whole
+  // blocks. Attention then runs block by block (nn/blocked_attention.h).
+  void set_sequence_blocks(int blocks, int cp_rank = 0, int cp_size = 1);
+  int sequence_blocks() const { return sequence_blocks_; }
+  int cp_rank() const { return cp_rank_; }
+  int cp_size() const { return cp_size_; }
+  // Whether attention runs in sequence blocks now (only while active).
+  bool sequence_blocked() const { return active_ && sequence_blocks_ > 1; }
   // Layout-invariant tensor parallelism: each Linear cuts its weight's sharded dimension
   // (Sharding::dim) into `blocks` fixed blocks of features, a tensor-parallel rank holding
   // blocks / parts of them, runs a product per block and sums the products over blocks in the
@@ -112,10 +130,12 @@ class LeafTrees {
 
  private:
   std::int64_t check_rows(std::int64_t rows) const;
+  // The leaf of row block i of n.
+  std::int64_t leaf_at(std::int64_t i, std::int64_t n) const;
 
   bool active_ = false;
-  int feature_blocks_ = 1;
-  std::int64_t first_leaf_ = 0, leaf_rows_ = 1;
+  int feature_blocks_ = 1, sequence_blocks_ = 1, cp_rank_ = 0, cp_size_ = 1;
+  std::int64_t first_sequence_ = 0, sequence_rows_ = 1, leaf_rows_ = 1;
   std::vector<std::unique_ptr<LeafSums<float>>> trees_;
   std::vector<const void*> users_;
   std::map<std::int64_t, std::unique_ptr<LeafSums<float>>> feature_sums_;

@@ -154,6 +154,10 @@ void Llama::set_feature_blocks(int blocks) {
   tp_->sum_canonically(&params_.leaf_trees());
 }
 
+void Llama::set_sequence_blocks(int blocks) {
+  params_.leaf_trees().set_sequence_blocks(blocks, cp_.rank(), cp_.size());
+}
+
 void Llama::apply_context_parallel(ContextParallel cp) { cp_ = std::move(cp); }
 
 void Llama::apply_pipeline(std::vector<LayerRange> stages) {

@@ -89,6 +89,11 @@ class Llama {
   // the canonical tree over them (nn/feature_blocks.h); the degree must divide `blocks`. Call
   // it after apply_tensor_parallel.
   void set_feature_blocks(int blocks);
+  // Layout-invariant training across context-parallel degrees: each sequence's positions cut
+  // into `blocks` fixed blocks, each a leaf of the canonical tree, attention run block by
+  // block (nn/blocked_attention.h); twice the degree must divide `blocks`. Call it after
+  // apply_context_parallel.
+  void set_sequence_blocks(int blocks);
   // Makes the model context-parallel over cp's group (context_parallel.h): forward and
   // backward then take this rank's two chunks of each sequence (seq rows: seq / 2 of chunk
   // cp.chunk(0), then seq / 2 of chunk cp.chunk(1)), and the loss is the mean over this

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <type_traits>
 
 #include "weft/base/check.h"
 #include "weft/kernels/attention.h"
@@ -132,18 +131,8 @@ std::int64_t block_size(const RingShape& s) {
   return s.batch * 2 * s.chunk * 2 * s.kv_heads * s.head_dim;
 }
 
-template <class T>
-T* ensure_as(Tensor& t, std::int64_t n) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return ensure_bf16(t, {n});
-  } else {
-    return ensure(t, {n});
-  }
-}
-
 // Blocks of keys and values travel as they are stored: bfloat16 ones as their bytes, in
-// float-sized words (the shift and the gather copy them, never add; a block's element count
-// is even).
+// float-sized words (the shift copies them, never adds; a block's element count is even).
 template <class T>
 float* words(T* p) {
   return reinterpret_cast<float*>(p);
@@ -157,11 +146,6 @@ template <class T>
 std::unique_ptr<ContextParallelGroup::Pending> shift(const ContextParallel& cp, T* send, T* recv,
                                                      std::int64_t n) {
   return cp.group->ring_shift_async(words(send), words(recv), word_count<T>(n), kKeysValues);
-}
-
-template <class T>
-void gather(const ContextParallel& cp, T* own, T* all, std::int64_t n) {
-  cp.group->all_gather(words(own), words(all), word_count<T>(n));
 }
 
 // The ring: cp steps, each computing against the block held while the next one arrives.
@@ -213,7 +197,7 @@ void gathered_forward(const ContextParallel& cp, const RingShape& s, const T* qk
   T* own = ensure_as<T>(scratch.kv[0], block);
   T* all = ensure_as<T>(scratch.kv[1], cp.size() * block);
   pack_keys_values(s, qkv, own);
-  gather(cp, own, all, block);
+  cp.all_gather(own, all, block);
   for (int step = 0; step < cp.size(); ++step) {
     const int holder = holder_at(cp, step);
     attend(cp, s, qkv, all + holder * block, holder, out, lse, scratch);
@@ -229,7 +213,7 @@ void gathered_backward(const ContextParallel& cp, const RingShape& s, const T* q
   float* grads = ensure(scratch.dkv[1], {cp.size() * block});
   float* own_grads = ensure(scratch.dkv[0], {block});
   pack_keys_values(s, qkv, own);
-  gather(cp, own, all, block);
+  cp.all_gather(own, all, block);
   std::fill(grads, grads + cp.size() * block, 0.0f);
   for (int step = 0; step < cp.size(); ++step) {
     const int holder = holder_at(cp, step);

@@ -65,6 +65,14 @@ void ProcessGroupContextParallel::reduce_scatter(const float* in, float* out, st
   });
 }
 
+void ProcessGroupContextParallel::all_to_all(const float* in, float* out, std::int64_t n) {
+  const auto count = static_cast<std::size_t>(n * size());
+  add_seconds(seconds_, [&] {
+    group_.all_to_all(dist::Buffer(out, count, DType::kFloat32),
+                      dist::Buffer(const_cast<float*>(in), count, DType::kFloat32));
+  });
+}
+
 std::vector<std::int32_t> context_parallel_rows(const std::int32_t* rows, std::int64_t batch,
                                                 std::int64_t seq, int rank, int size, int groups) {
   if (seq % (2 * size) != 0) {

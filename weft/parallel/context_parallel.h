@@ -22,6 +22,7 @@ class ProcessGroupContextParallel : public nn::ContextParallelGroup {
                                             int tag) override;
   void all_gather(const float* in, float* out, std::int64_t n) override;
   void reduce_scatter(const float* in, float* out, std::int64_t n) override;
+  void all_to_all(const float* in, float* out, std::int64_t n) override;
   // Wall time spent waiting for shifts to complete and in the collectives.
   double seconds() const { return seconds_; }
 

@@ -72,8 +72,9 @@ struct FullyShardedDataParallel::Unit {
   std::vector<float> packed;            // this rank's block rounded, for a bfloat16 gather
   bool gathered_bf16 = false;           // the gather in flight is a bfloat16 one
   std::shared_ptr<dist::Work> gather;
-  // Layout-invariant mode: the blocks of leaves' sums of this rank's shard of the unit.
-  std::unique_ptr<nn::LeafSums<float>> leaf_blocks;
+  // Layout-invariant mode: the blocks of leaves' sums of this rank's shard of the unit, one
+  // sum per user of a piece's gradient (a tied weight has two, added one after the other).
+  std::vector<std::unique_ptr<nn::LeafSums<float>>> leaf_blocks;
 };
 
 // A unit's gradients on their way through reduce_scatter into the gradient shards.
@@ -486,58 +487,73 @@ void FullyShardedDataParallel::finish_reduction() {
 }
 
 void FullyShardedDataParallel::set_layout_invariant(bool on) {
-  if (on && (reduce_dtype_ != DType::kFloat32 || pipelined_ || model_.config().tie_embeddings)) {
-    throw InvalidArgument(
-        "FSDP's layout-invariant mode sums in float32, without pipeline stages or tied "
-        "embeddings");
+  if (on && reduce_dtype_ != DType::kFloat32) {
+    throw InvalidArgument("FSDP's layout-invariant mode sums in float32");
   }
   layout_invariant_ = on;
-  for (auto& u : units_) {
-    u->leaf_blocks =
-        on ? std::make_unique<nn::LeafSums<float>>(grads_.data() + u->offset, u->size) : nullptr;
-  }
+  for (auto& u : units_) u->leaf_blocks.clear();
 }
 
 // The unit's gradients are those of its pieces: a leaf sum whose gradient holds a piece's
-// (a fused q|k|v or w1|w3 sum holds several) is the unit's. Sums without blocks are left out:
+// (a fused q|k|v or w1|w3 sum holds several) is the unit's, the n-th such sum of a piece (in
+// the model's order of first use) going to the unit's n-th. Sums without blocks are left out:
 // their gradients may have moved since (freed and restored elsewhere).
 void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
+  struct Source {
+    const Piece* piece;
+    nn::LeafSums<float>* sums;
+    std::size_t user;  // of the piece's gradient
+  };
   std::vector<nn::LeafSums<float>*> sums;
-  std::vector<std::pair<const Piece*, nn::LeafSums<float>*>> sources;
+  std::vector<Source> sources;
+  std::size_t users = 0;
   for (const Piece& p : u.pieces) {
     const auto at = reinterpret_cast<std::uintptr_t>(p.param->grad.data<float>());
+    std::size_t user = 0;
     for (const auto& t : model_.parameters().leaf_trees().all()) {
       if (t->blocks().empty()) continue;
       const auto first = reinterpret_cast<std::uintptr_t>(t->target());
       if (at < first || at >= first + static_cast<std::uintptr_t>(t->size()) * sizeof(float))
         continue;
-      sources.emplace_back(&p, t.get());
+      sources.push_back({&p, t.get(), user++});
       if (std::find(sums.begin(), sums.end(), t.get()) == sums.end()) sums.push_back(t.get());
     }
+    users = std::max(users, user);
+  }
+  while (u.leaf_blocks.size() < users) {
+    u.leaf_blocks.push_back(
+        std::make_unique<nn::LeafSums<float>>(grads_.data() + u.offset, u.size));
   }
   // Before the data: every rank's count of blocks (the most of them sizes the exchange).
   const auto all =
       blocks_of_all(shard_, std::vector<const nn::LeafSums<float>*>(sums.begin(), sums.end()));
   const std::size_t mine = sums.empty() ? 0 : sums[0]->blocks().size();
   const auto entries = static_cast<std::int64_t>(all[0].size());
-  const std::int64_t stride = entries * u.size;  // to rank r: [entry][its rows of the unit]
+  const auto per_user = entries * u.size;
+  // To rank r: [user][entry][its rows of the unit].
+  const std::int64_t stride = static_cast<std::int64_t>(users) * per_user;
   std::vector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
   std::vector<float> recv = take_buffer(send.size());
   count_unsharded(2 * bytes_of(stride * ranks_));
   for (std::int64_t e = 0; e < static_cast<std::int64_t>(mine); ++e) {
-    for (const auto& [piece, t] : sources) {
-      const float* whole =
-          t->values(static_cast<std::size_t>(e)) + (piece->param->grad.data<float>() - t->target());
-      piece->pack(whole, send.data() + e * u.size, stride, ranks_);
+    for (const Source& s : sources) {
+      const float* whole = s.sums->values(static_cast<std::size_t>(e)) +
+                           (s.piece->param->grad.data<float>() - s.sums->target());
+      s.piece->pack(whole, send.data() + static_cast<std::int64_t>(s.user) * per_user + e * u.size,
+                    stride, ranks_);
     }
   }
   shard_.all_to_all(recv, send);
   for (int r = 0; r < ranks_; ++r) {
-    for (std::int64_t e = 0; e < entries; ++e) {
-      if (all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)].count == 0) continue;
-      const float* from = recv.data() + r * stride + e * u.size;
-      std::copy(from, from + u.size, u.leaf_blocks->open(/*zeroed=*/false));
-      u.leaf_blocks->add(all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)]);
+    for (std::size_t user = 0; user < users; ++user) {
+      for (std::int64_t e = 0; e < entries; ++e) {
+        const nn::LeafBlock block = all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)];
+        if (block.count == 0) continue;
+        const float* from =
+            recv.data() + r * stride + static_cast<std::int64_t>(user) * per_user + e * u.size;
+        std::copy(from, from + u.size, u.leaf_blocks[user]->open(/*zeroed=*/false));
+        u.leaf_blocks[user]->add(block);
+      }
     }
   }
   // zero2 and full_shard hold no full gradients between units: nor do their sums.
@@ -553,9 +569,14 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
   give_back(std::move(recv));
 }
 
-// The shard's blocks (with HSDP, every replica's: all-gathered) combined into its gradients.
+// The shard's blocks (with HSDP, every replica's: all-gathered) combined into its gradients,
+// one user's sums after the other's, as one process adds them. A piece with fewer users has
+// zeros in the others' sums: adding +0 leaves every sum of the first unchanged (none is -0).
 void FullyShardedDataParallel::combine_leaf_blocks(Unit& u) {
-  nn::LeafSums<float>& sums = *u.leaf_blocks;
+  for (auto& user : u.leaf_blocks) combine_leaf_blocks(u, *user);
+}
+
+void FullyShardedDataParallel::combine_leaf_blocks(Unit& u, nn::LeafSums<float>& sums) {
   if (replicate_ == nullptr) {
     sums.add_into_target();
     return;
@@ -620,7 +641,7 @@ void FullyShardedDataParallel::init_weights(std::uint64_t seed) {
 void FullyShardedDataParallel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   for (auto& u : units_) {  // a step that failed half way leaves none behind
-    if (u->leaf_blocks) u->leaf_blocks->clear();
+    for (auto& user : u->leaf_blocks) user->clear();
   }
   if (mode_ == ShardingMode::kZero1) model_.parameters().zero_grad();
 }
@@ -776,7 +797,9 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   m.optimizer = 2 * shard;
   m.unsharded_peak = unsharded_peak_;
   for (const auto& b : spare_) m.spare_buffers += bytes_of(static_cast<std::int64_t>(b.capacity()));
-  for (const auto& u : units_) m.leaf_blocks += u->leaf_blocks ? u->leaf_blocks->bytes() : 0;
+  for (const auto& u : units_) {
+    for (const auto& user : u->leaf_blocks) m.leaf_blocks += user->bytes();
+  }
   m.one_process = 4 * full;
   return m;
 }

@@ -183,6 +183,7 @@ class FullyShardedDataParallel {
   void reduce_across_replicas();
   void exchange_leaf_blocks(Unit& u);
   void combine_leaf_blocks(Unit& u);
+  void combine_leaf_blocks(Unit& u, nn::LeafSums<float>& sums);
   void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()
   std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
   void give_back(std::vector<float>&& buffer);

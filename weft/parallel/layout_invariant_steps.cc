@@ -34,15 +34,31 @@ void check_feature_blocks(const nn::LlamaConfig& m, int blocks) {
   }
 }
 
+void check_sequence_blocks(const nn::LlamaConfig& m, const ParallelOptions& options) {
+  const int blocks = options.sequence_blocks, cp = options.dims.cp;
+  if (blocks < 1 || (blocks & (blocks - 1)) != 0) {
+    throw InvalidArgument("training.deterministic_sequence_blocks = " + std::to_string(blocks) +
+                          " is not a power of two");
+  }
+  if (m.max_seq_len % blocks != 0) {
+    throw InvalidArgument("training.deterministic_sequence_blocks = " + std::to_string(blocks) +
+                          " does not divide the sequence length (" + std::to_string(m.max_seq_len) +
+                          ")");
+  }
+  if (cp > 1 && blocks % (2 * cp) != 0) {
+    throw InvalidArgument(
+        "deterministic = \"layout\" with context_parallel_degree " + std::to_string(cp) +
+        " cuts each sequence into " + std::to_string(2 * cp) +
+        " chunks of whole blocks: set training.deterministic_sequence_blocks to a multiple of " +
+        std::to_string(2 * cp) + " (it is " + std::to_string(blocks) +
+        "), the same in every run to compare");
+  }
+}
+
 void check_layout_invariant(const nn::LlamaConfig& model, const ParallelOptions& options) {
   check_feature_blocks(model, options.feature_blocks);
+  check_sequence_blocks(model, options);
   const ParallelDims& d = options.dims;
-  if (d.cp > 1 || (d.pp > 1 && d.dp_shard > 1)) {
-    throw InvalidArgument(
-        "deterministic = \"layout\" trains one process, DDP, FSDP, HSDP, tensor parallelism "
-        "and pipelines (with DDP) so far; context parallelism and FSDP with pipeline stages "
-        "are not layout-invariant yet: leave deterministic unset for them");
-  }
   if (d.tp > 1 && options.feature_blocks % d.tp != 0) {
     throw InvalidArgument(
         "deterministic = \"layout\" with tensor_parallel_degree " + std::to_string(d.tp) +
@@ -71,19 +87,21 @@ class LayoutInvariantSteps : public Steps {
 
   double forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
                           std::int64_t batch, std::int64_t seq, double loss_scale) override {
-    if (seq % kernels::product_rows() != 0) {
+    const std::int64_t leaf = seq / strategies().options.sequence_blocks;
+    if (leaf % kernels::product_rows() != 0) {
       throw InvalidArgument(
-          "layout-invariant training needs products of whole sequences: call "
+          "layout-invariant training needs products of whole leaves: call "
           "kernels::set_product_rows with a divisor of " +
-          std::to_string(seq) + " rows (it is " + std::to_string(kernels::product_rows()) + ")");
+          std::to_string(leaf) + " rows (it is " + std::to_string(kernels::product_rows()) + ")");
     }
-    check_whole_sequences_per_rank(batch);
+    check_whole_leaves_per_rank(batch);
     nn::LeafTrees& trees = strategies().model.parameters().leaf_trees();
     const std::int64_t micro = micro_batches_++;
-    trees.start((micro * data_size() + data_rank()) * batch, seq);
+    const int cp = strategies().cp != nullptr ? strategies().cp->size() : 1;
+    trees.start((micro * data_size() + data_rank()) * batch, seq / cp);
     global_tokens_ = std::llround(static_cast<double>(batch * seq) / loss_scale);
     try {
-      const double loss = run(tokens, targets, batch, seq, loss_scale);
+      const double loss = Steps::forward_backward(tokens, targets, batch, seq, loss_scale);
       trees.stop();
       return loss;
     } catch (...) {
@@ -92,7 +110,7 @@ class LayoutInvariantSteps : public Steps {
     }
   }
 
-  // Each dimension-0 row's sum of squares from the one rank that holds it (the first replica,
+  // Each dimension-0 row's sum of squares from the one rank that holds it (the first copy,
   // the first tensor-parallel rank for a parameter every one holds whole), zeros elsewhere (a
   // sum of one term and zeros is exact in any order), then added in the model's row order.
   double clip_grad_norm(double max_norm) override {
@@ -104,7 +122,7 @@ class LayoutInvariantSteps : public Steps {
       rows += shape.empty() ? 1 : static_cast<std::size_t>(shape[0]);
     }
     std::vector<double> sums(rows, 0.0);
-    if (s.replica == 0) row_sums_of_squares(sums, first_row);
+    if (first_copy()) row_sums_of_squares(sums, first_row);
     if (s.mesh != nullptr) add_seconds(s.seconds, [&] { s.mesh->world().all_reduce(sums); });
     double sum = 0;
     for (const double term : sums) sum += term;
@@ -125,21 +143,27 @@ class LayoutInvariantSteps : public Steps {
   }
 
  private:
-  // Sequence parallelism here gathers each sequence's norm gradients from the rank holding it
-  // (RMSNorm::backward_sequence_sharded): a rank's rows must be whole sequences. Every rank
+  // Sequence parallelism here gathers each leaf's norm gradients from the rank holding it
+  // (RMSNorm::backward_sequence_sharded): a rank's rows must be whole leaves. Every rank
   // checks the same numbers before any collective.
-  void check_whole_sequences_per_rank(std::int64_t batch) {
+  void check_whole_leaves_per_rank(std::int64_t batch) {
     const Strategies& s = strategies();
     if (s.tp == nullptr || !s.options.sequence_parallel) return;
     const int micro = s.pipeline ? s.pipeline->schedule().microbatches : 1;
-    if ((batch / micro) % s.tp->size() != 0) {
+    const int cp = s.cp != nullptr ? s.cp->size() : 1;
+    // Leaves a context-parallel rank holds per micro-batch.
+    const std::int64_t leaves = batch / micro * s.options.sequence_blocks / cp;
+    if (leaves % s.tp->size() != 0) {
       throw InvalidArgument(
-          "layout-invariant training with sequence parallelism needs whole sequences on each "
+          "layout-invariant training with sequence parallelism needs whole leaves on each "
           "tensor-parallel rank: " +
-          std::to_string(batch / micro) + " sequences per micro-batch do not split over " +
+          std::to_string(leaves) +
+          " leaves (sequences, or blocks of them) per micro-batch do "
+          "not split over " +
           std::to_string(s.tp->size()) +
-          " ranks; choose a batch_size (per pipeline micro-batch) that the "
-          "tensor_parallel_degree divides, or set parallelism.enable_sequence_parallel = false");
+          " ranks; choose a batch_size (per pipeline micro-batch) or "
+          "training.deterministic_sequence_blocks that the tensor_parallel_degree divides, or "
+          "set parallelism.enable_sequence_parallel = false");
     }
   }
 
@@ -217,6 +241,7 @@ std::unique_ptr<ParallelModel> make_layout_invariant_steps(nn::Llama& model, Dev
   auto strategies =
       std::make_unique<Strategies>(model, mesh, options, GradientSums::kCanonicalTree);
   model.set_feature_blocks(options.feature_blocks);
+  model.set_sequence_blocks(options.sequence_blocks);
   return std::make_unique<LayoutInvariantSteps>(std::move(strategies));
 }
 

@@ -79,15 +79,19 @@ struct ParallelOptions {
   // sum over tokens in the canonical tree over the global batch's sequences, so that the loss,
   // the gradients and the parameters are bitwise those of one process whatever the data-
   // parallel degree, micro-batch count and thread count. Call kernels::set_product_rows with
-  // the rows of a sequence (at most 512) first. One process, DDP, FSDP (every mode), HSDP and
-  // pipelines (with DDP), reducing in float32; tensor parallelism (with or without sequence
-  // and loss parallelism) when its degree divides feature_blocks; context parallelism is
-  // refused.
+  // a divisor of a leaf's rows (seq_len / sequence_blocks, at most 512) first. One process, DDP,
+  // FSDP (every mode), HSDP and pipelines, reducing in float32; tensor parallelism (with or without
+  // sequence and loss parallelism) when its degree divides feature_blocks; context parallelism when
+  // twice its degree divides sequence_blocks (not with tensor parallelism).
   bool layout_invariant = false;
   // With layout_invariant: the fixed blocks each Linear cuts its tensor-parallel dimension
   // into (nn/feature_blocks.h), a power of two; runs compare bitwise only at the same count.
   // 1: whole products (no tensor parallelism).
   int feature_blocks = 1;
+  // With layout_invariant: the fixed blocks of positions each sequence is cut into, each a
+  // leaf of the canonical tree (nn/blocked_attention.h), a power of two; context parallelism
+  // of degree cp needs a multiple of 2 x cp. 1: whole sequences (no context parallelism).
+  int sequence_blocks = 1;
 };
 
 // Bytes this rank holds (parameters, gradients and optimizer state between steps; the

@@ -241,7 +241,7 @@ double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::
   targets_ = targets;
   loss_scale_ = loss_scale / m;
   const nn::LeafTrees& trees = model_.parameters().leaf_trees();
-  first_leaf_ = trees.active() ? trees.first_leaf() : -1;
+  first_sequence_ = trees.active() ? trees.first_sequence() : -1;
   loss_sum_ = 0;
   double busy = 0;
   for (double s : seconds_) busy -= s;
@@ -274,8 +274,9 @@ void PipelineRuntime::run(const Action& action) {
     return;
   }
   const auto start = Clock::now();
-  if (first_leaf_ >= 0) {  // layout-invariant sums: the micro-batch's sequences
-    model_.parameters().leaf_trees().start(first_leaf_ + action.microbatch * micro_batch_, seq_);
+  if (first_sequence_ >= 0) {  // layout-invariant sums: the micro-batch's sequences
+    model_.parameters().leaf_trees().start(first_sequence_ + action.microbatch * micro_batch_,
+                                           seq_);
   }
   switch (action.kind) {
     case ActionKind::kForward:

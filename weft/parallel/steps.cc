@@ -39,9 +39,12 @@ double Steps::clip_grad_norm(double max_norm) {
   const int tp_rank = s_->tp != nullptr ? s_->tp->rank() : 0;
   const double local = s_->dp->grad_sum_squares(
       [tp_rank](const nn::Parameter& p) { return p.sharded() || tp_rank == 0; });
+  return clip_to(std::sqrt(s_->sum_over_world(first_copy() ? local : 0.0)), max_norm);
+}
+
+bool Steps::first_copy() const {
   const bool cp_replica = s_->cp != nullptr && s_->options.dims.dp_shard == 1 && s_->cp->rank() > 0;
-  return clip_to(std::sqrt(s_->sum_over_world(s_->replica == 0 && !cp_replica ? local : 0.0)),
-                 max_norm);
+  return s_->replica == 0 && !cp_replica;
 }
 
 double Steps::clip_to(double norm, double max_norm) {

@@ -41,6 +41,9 @@ class Steps : public ParallelModel {
              std::int64_t seq, double loss_scale);
   // Scales the gradients so that their norm is at most max_norm (> 0); returns `norm`.
   double clip_to(double norm, double max_norm);
+  // Whether this rank's gradients are the first copy of what it holds: not a data-parallel
+  // replica's, nor (under DDP, not FSDP, which shards over them) a context-parallel peer's.
+  bool first_copy() const;
   Strategies& strategies() { return *s_; }
   const Strategies& strategies() const { return *s_; }
 

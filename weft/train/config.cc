@@ -107,7 +107,8 @@ const std::vector<Field>& fields() {
                  "layout: every sum over tokens in one canonical tree, so that the loss, "
                  "gradients and parameters are bitwise those of one process on any data-parallel "
                  "degree, micro-batch count and thread count (one process, DDP, FSDP, HSDP, "
-                 "pipelines; tensor parallelism with deterministic_blocks); off: each layout's "
+                 "pipelines; tensor parallelism with deterministic_blocks; context parallelism "
+                 "with deterministic_sequence_blocks); off: each layout's "
                  "own order",
                  -INFINITY, INFINITY, {"off", "layout"}),
       WEFT_FIELD(training, deterministic_blocks,
@@ -116,6 +117,12 @@ const std::vector<Field>& fields() {
                  "tensor_parallel_degree divides (runs are bitwise equal at the same value; "
                  "more blocks cost more); 1: whole products, no tensor parallelism",
                  1, 64),
+      WEFT_FIELD(training, deterministic_sequence_blocks,
+                 "with deterministic = \"layout\": the fixed blocks of positions each sequence "
+                 "is cut into, a power of two dividing seq_len and a multiple of twice "
+                 "context_parallel_degree (runs are bitwise equal at the same value; more blocks "
+                 "cost more); 1: whole sequences, no context parallelism",
+                 1, 1024),
       WEFT_FIELD(optimizer, lr, "AdamW's learning rate, reached at the end of the warm-up", 1e-12,
                  10.0),
       WEFT_FIELD(optimizer, weight_decay,

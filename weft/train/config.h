@@ -43,6 +43,7 @@ struct TrainingConfig {
   std::string on_nonfinite = "stop";
   // "layout": the loss, gradients and parameters bitwise those of one process whatever the
   // data-parallel layout (DDP, FSDP, HSDP), pipeline, tensor parallelism (deterministic_blocks),
+  // context parallelism (deterministic_sequence_blocks),
   // micro-batch count and thread count (docs/TRAINING.md); "off": each
   // layout sums in its own order (within parts per billion of one process).
   std::string deterministic = "off";
@@ -50,6 +51,11 @@ struct TrainingConfig {
   // cut into (a power of two), so that any tensor_parallel_degree dividing it trains to the
   // same bits; runs compare bitwise at the same value. 1: whole products, no tensor parallelism.
   std::int64_t deterministic_blocks = 1;
+  // With deterministic = "layout": the fixed blocks of positions each sequence is cut into (a
+  // power of two dividing seq_len), each a leaf of the canonical tree, so that any
+  // context_parallel_degree whose double divides it trains to the same bits; runs compare
+  // bitwise at the same value. 1: whole sequences, no context parallelism.
+  std::int64_t deterministic_sequence_blocks = 1;
 };
 
 struct CheckpointConfig {

@@ -64,10 +64,13 @@ Config with_vocabulary(Config c, const data::Tokenizer& tok) {
 
 // The rows each matrix product takes: 512, or in the layout-invariant mode the largest number
 // up to 512 that divides a sequence (a leaf), so that every rank cuts its rows alike.
+// The layout-invariant mode's products are of whole leaves (a sequence, or a block of one).
 std::int64_t rows_per_product(const TrainingConfig& training) {
   if (training.deterministic != "layout") return 512;
-  std::int64_t rows = std::min<std::int64_t>(512, training.seq_len);
-  while (training.seq_len % rows != 0) --rows;
+  const std::int64_t leaf =
+      training.seq_len / std::max<std::int64_t>(1, training.deterministic_sequence_blocks);
+  std::int64_t rows = std::clamp<std::int64_t>(leaf, 1, 512);
+  while (leaf % rows != 0) --rows;
   return rows;
 }
 
@@ -178,6 +181,7 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   options.optimizer = config.optimizer;
   options.layout_invariant = config.training.deterministic == "layout";
   options.feature_blocks = static_cast<int>(config.training.deterministic_blocks);
+  options.sequence_blocks = static_cast<int>(config.training.deterministic_sequence_blocks);
   return options;
 }
 
