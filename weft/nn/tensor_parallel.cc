@@ -84,10 +84,6 @@ template TensorParallelContext::Transfer TensorParallelContext::gather_async(con
                                                                              std::int64_t,
                                                                              std::int64_t, int);
 
-const float* TensorParallelContext::mine(const float* whole, std::int64_t local) const {
-  return tp_.sequence_sharded() ? whole + tp_.rank() * local : whole;
-}
-
 const float* TensorParallelContext::combine_subtrees(float* gathered, std::int64_t n) const {
   const int ranks = tp_.size();
   const std::int64_t each = trees_->feature_blocks() / ranks;  // blocks a rank's subtree covers
@@ -107,16 +103,29 @@ std::function<void(const float*, float*, std::int64_t)> TensorParallelContext::g
   };
 }
 
+// The canonical reductions all-gather each rank's subtree and finish the tree; under sequence
+// parallelism each rank needs only its rows of the sum, so an all-to-all brings it every
+// rank's subtree of those rows alone (a reduce-scatter's bytes, not an all-gather's).
+std::unique_ptr<TensorParallelGroup::Pending> TensorParallelContext::exchange_subtrees(
+    float* partial, std::int64_t rows, std::int64_t dim, float** all) {
+  const std::int64_t local = local_rows(rows) * dim;
+  if (tp_.sequence_sharded()) {
+    *all = ensure(gathered_partials_, {tp_.size(), local});
+    return tp_.group->all_to_all_async(partial, *all, local);
+  }
+  *all = ensure(gathered_partials_, {tp_.size(), rows * dim});
+  return tp_.group->all_gather_async(partial, *all, rows * dim, DType::kFloat32);
+}
+
 TensorParallelContext::Transfer TensorParallelContext::reduce_async(float* partial,
                                                                     std::int64_t rows,
                                                                     std::int64_t dim, float* out) {
   const std::int64_t local = local_rows(rows) * dim;
   if (canonical()) {
-    float* all = ensure(gathered_partials_, {tp_.size(), rows, dim});
-    return {tp_.group->all_gather_async(partial, all, rows * dim, DType::kFloat32), nullptr,
-            [=, this] {
-              copy_or_add(mine(combine_subtrees(all, rows * dim), local), out, local, false);
-            }};
+    float* all = nullptr;
+    auto pending = exchange_subtrees(partial, rows, dim, &all);
+    return {std::move(pending), nullptr,
+            [=, this] { copy_or_add(combine_subtrees(all, local), out, local, false); }};
   }
   if (tp_.sequence_sharded())
     return {tp_.group->reduce_scatter_async(partial, out, local), nullptr, nullptr};
@@ -132,9 +141,9 @@ void TensorParallelContext::reduce(float* partial, std::int64_t rows, std::int64
                                    bool accumulate) {
   const std::int64_t local = local_rows(rows) * dim;
   if (canonical()) {
-    float* all = ensure(gathered_partials_, {tp_.size(), rows, dim});
-    tp_.group->all_gather(partial, all, rows * dim, DType::kFloat32);
-    copy_or_add(mine(combine_subtrees(all, rows * dim), local), out, local, accumulate);
+    float* all = nullptr;
+    exchange_subtrees(partial, rows, dim, &all)->wait();
+    copy_or_add(combine_subtrees(all, local), out, local, accumulate);
     return;
   }
   if (!tp_.sequence_sharded()) {

@@ -59,6 +59,9 @@ class TensorParallelGroup {
                                                     DType dtype) = 0;
   virtual std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
                                                         std::int64_t n) = 0;
+  // out[size() * n]: rank r's in[rank() * n, + n) at out[r * n].
+  virtual std::unique_ptr<Pending> all_to_all_async(const float* in, float* out,
+                                                    std::int64_t n) = 0;
 };
 
 struct TensorParallel {
@@ -114,11 +117,12 @@ class TensorParallelContext {
   void reduce(float* partial, std::int64_t rows, std::int64_t dim, float* out, bool accumulate);
   // Layout-invariant tensor parallelism (nn/feature_blocks.h): while trees.blocked(), the
   // partial sums reduce() and reduce_async() add are each rank's subtree of the feature
-  // blocks, finished in the canonical tree (all-gathered, then combined_subtrees on every rank)
-  // instead of by the group's all-reduce or reduce-scatter. `trees` outlives this object.
+  // blocks, finished in the canonical tree (all-gathered, or under sequence parallelism each
+  // rank's rows all-to-all'd, then combined_subtrees) instead of by the group's all-reduce or
+  // reduce-scatter. `trees` outlives this object.
   void sum_canonically(const LeafTrees* trees) { trees_ = trees; }
-  // The group's subtrees of n values each, all-gathered into `gathered` [size(), n], combined
-  // in the canonical tree over the feature blocks (in those buffers): the whole sum.
+  // The group's subtrees of n values each, gathered into `gathered` [size(), n], combined in
+  // the canonical tree over the feature blocks (in those buffers): the sum.
   const float* combine_subtrees(float* gathered, std::int64_t n) const;
   // all_gather of floats over the group, for RMSNorm::backward_sequence_sharded.
   std::function<void(const float*, float*, std::int64_t)> gather_floats() const;
@@ -128,8 +132,10 @@ class TensorParallelContext {
 
  private:
   bool canonical() const { return trees_ != nullptr && trees_->blocked() && tp_.enabled(); }
-  // This rank's `local` elements of a whole sum: its rows when sequence-sharded.
-  const float* mine(const float* whole, std::int64_t local) const;
+  // Started: every rank's subtree of this rank's elements of the sum of `partial` [rows, dim]
+  // (its rows when sequence-sharded) into *all, [size()][those elements].
+  std::unique_ptr<TensorParallelGroup::Pending> exchange_subtrees(float* partial, std::int64_t rows,
+                                                                  std::int64_t dim, float** all);
 
   TensorParallel tp_;
   const LeafTrees* trees_ = nullptr;

@@ -81,6 +81,13 @@ std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::re
                                          dist::ReduceOp::kSum));
 }
 
+std::unique_ptr<nn::TensorParallelGroup::Pending> ProcessGroupTensorParallel::all_to_all_async(
+    const float* in, float* out, std::int64_t n) {
+  const std::int64_t all = n * group_.size();
+  return std::make_unique<Started>(*this,
+                                   group_.all_to_all_async(floats(out, all), floats(in, all)));
+}
+
 std::shared_ptr<ProcessGroupTensorParallel> apply_tensor_parallel(nn::Llama& model,
                                                                   dist::ProcessGroup& group,
                                                                   bool sequence_parallel,

@@ -24,6 +24,7 @@ class ProcessGroupTensorParallel : public nn::TensorParallelGroup {
                                             DType dtype) override;
   std::unique_ptr<Pending> reduce_scatter_async(const float* in, float* out,
                                                 std::int64_t n) override;
+  std::unique_ptr<Pending> all_to_all_async(const float* in, float* out, std::int64_t n) override;
   // Wall time spent blocked in the collectives above (in the blocking ones, and in waits for
   // the started ones): what tensor parallelism costs in communication.
   double seconds() const { return seconds_; }
