@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What layout-invariant training costs: the debug config trained with `deterministic = "layout"`
 # against the default order, in alternating rounds, as 1 process, DDP 2 and FSDP 2 (weftrun,
-# shm; batch 4 per rank: the same global batch of 8), with 4 feature blocks (what tensor
-# parallelism needs) as 1 process and TP 2 (sequence- and loss-parallel), and with 4 sequence
-# blocks (what context parallelism needs) as 1 process and CP 2.
+# shm; batch 4 per rank: the same global batch of 8), with 2 and 4 feature blocks (what tensor
+# parallelism needs: 2 for TP 2, 4 for TP 2 and 4) as 1 process and TP 2 (sequence- and
+# loss-parallel), and with 4 sequence blocks (what context parallelism 2 needs) as 1 process
+# and CP 2.
 # tokens/s over 20 timed steps after 2.
 #
 #   bench/train/deterministic.sh [ROUNDS]      (default 3; LAYOUTS="one cp2-seq4" picks rows)
@@ -17,6 +18,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 
 run() {  # mode layout: tokens/s
   local mode=$1 layout=$2 jsonl="$out/run.jsonl" blocks=1 sequence_blocks=1
+  [[ $layout == *blocks2 && $mode == layout ]] && blocks=2
   [[ $layout == *blocks4 && $mode == layout ]] && blocks=4
   [[ $layout == *seq4 && $mode == layout ]] && sequence_blocks=4
   local train=(build/release/tools/weft-train --config configs/debug.toml --training.steps 22
@@ -27,10 +29,10 @@ run() {  # mode layout: tokens/s
   rm -f "$jsonl"
   case $layout in
     one) "${train[@]}" > "$out/log" 2>&1 ;;
-    one-blocks4 | one-seq4) "${train[@]}" > "$out/log" 2>&1 ;;
+    one-blocks2 | one-blocks4 | one-seq4) "${train[@]}" > "$out/log" 2>&1 ;;
     cp2-seq4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" \
       --parallelism.context_parallel_degree 2 > "$out/log" 2>&1 ;;
-    tp2-blocks4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" \
+    tp2-blocks2 | tp2-blocks4) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" \
       --parallelism.tensor_parallel_degree 2 > "$out/log" 2>&1 ;;
     ddp2) build/release/tools/weftrun --nproc-per-node 2 "${train[@]}" --training.batch_size 4 \
       > "$out/log" 2>&1 ;;
@@ -41,7 +43,7 @@ run() {  # mode layout: tokens/s
 }
 
 for round in $(seq "$rounds"); do
-  for layout in ${LAYOUTS:-one ddp2 fsdp2 one-blocks4 tp2-blocks4 one-seq4 cp2-seq4}; do
+  for layout in ${LAYOUTS:-one ddp2 fsdp2 one-blocks2 tp2-blocks2 one-blocks4 tp2-blocks4 one-seq4 cp2-seq4}; do
     off=$(run off "$layout")
     invariant=$(run layout "$layout")
     echo "round $round $layout: off $off, layout $invariant tokens/s"

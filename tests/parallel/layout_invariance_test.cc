@@ -67,6 +67,8 @@ struct Layout {
   bool loss_parallel = false;          // with tp > 1
   bool sequence_parallel = false;      // with tp > 1
   std::string schedule;                // with pp > 1
+  std::string schedule_csv;            // with pp > 1: PyTorch's CSV, in place of schedule
+  bool gather_bf16 = false;            // FSDP gathers bf16 weights (with bf16)
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
   std::string name() const {
@@ -81,7 +83,8 @@ struct Layout {
     if (tied) n += ", tied embeddings";
     if (bf16) n += ", bf16";
     if (!invariant) n += ", fast mode";
-    if (pp > 1) n += ", pp " + std::to_string(pp) + " " + schedule;
+    if (pp > 1) n += ", pp " + std::to_string(pp) + " " + (schedule_csv.empty() ? schedule : "CSV");
+    if (gather_bf16) n += ", bf16 gathers";
     if (tp > 1) n += ", tp " + std::to_string(tp);
     if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
     if (loss_parallel) n += ", loss parallel";
@@ -119,8 +122,10 @@ Result train(const Layout& layout) {
         parallelize(model, layout.ranks > 1 ? &mesh : nullptr,
                     {.dims = dims,
                      .pipeline = {.schedule = layout.schedule.empty() ? "1F1B" : layout.schedule,
+                                  .schedule_csv = layout.schedule_csv,
                                   .microbatches = layout.pipeline_micro},
                      .fsdp_mode = layout.mode,
+                     .param_dtype = layout.gather_bf16 ? DType::kBFloat16 : DType::kFloat32,
                      .sequence_parallel = layout.sequence_parallel,
                      .loss_parallel = layout.loss_parallel,
                      .optimizer = {.lr = 3e-3},
@@ -268,7 +273,11 @@ TEST(LayoutInvarianceTest, EveryShardedLayoutIsBitwiseOneProcess) {
   layouts.push_back({.ranks = 6, .shard = 3, .mode = ShardingMode::kZero2});         // HSDP 2 x 3
   layouts.push_back({.ranks = 4, .threads = 2, .checkpointing = true, .shard = 2});  // HSDP
   expect_every_layout_bitwise({}, layouts);
-  expect_every_layout_bitwise({.bf16 = true}, {{.ranks = 4, .micro = 3, .bf16 = true, .shard = 4}});
+  expect_every_layout_bitwise(
+      {.bf16 = true},
+      {{.ranks = 4, .micro = 3, .bf16 = true, .shard = 4},
+       {.ranks = 2, .bf16 = true, .shard = 2, .gather_bf16 = true},
+       {.ranks = 4, .bf16 = true, .shard = 2, .mode = ShardingMode::kZero2, .gather_bf16 = true}});
 }
 
 // 5 sequences a rank: rank 0's leaves 0-4 make blocks [0, 4) and [4, 5), rank 1's 5-9 make
@@ -319,6 +328,13 @@ TEST(LayoutInvarianceTest, EveryPipelineScheduleIsBitwiseOneProcess) {
                      .pipeline_micro = 2});
   layouts.push_back(
       {.ranks = 6, .shard = 3, .layers = 4, .pp = 2, .schedule = "GPipe", .pipeline_micro = 2});
+  // A schedule of the user's, as PyTorch's CSV: backward in reverse micro-batch order, the
+  // weight gradients split off and run last.
+  layouts.push_back({.ranks = 2,
+                     .layers = 4,
+                     .pp = 2,
+                     .schedule_csv = "0F0,0F1,0I1,0I0,0W0,0W1\n1F0,1F1,1I1,1I0,1W1,1W0\n",
+                     .pipeline_micro = 2});
   expect_every_layout_bitwise({.layers = 4}, layouts);
 }
 
