@@ -305,9 +305,9 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
 }  // namespace
 
 // Layout-invariant training (deterministic = "layout") reshards bitwise: a checkpoint saved at
-// step 6 under any of eight layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
-// full_shard, FSDP 2 zero1 with 2 micro-batches, HSDP 2 x 2, 1F1B on 2 stages, context
-// parallelism 2 with 2 micro-batches), resumed under any other, continues to the losses and
+// step 6 under any of seven layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
+// full_shard, FSDP 2 zero1 with 2 micro-batches, 1F1B on 2 stages, context parallelism 2 with
+// 2 micro-batches), resumed under any other, continues to the losses and
 // gradient norms of the uninterrupted one-process run, bit for bit. Every run cuts its weights
 // into 4 feature blocks and its sequences into 4 blocks of positions.
 TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
@@ -324,9 +324,6 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
       {"zero1", 2,
        "--training.batch_size 2 --training.gradient_accumulation_steps 2 "
        "--parallelism.data_parallel_shard_degree 2 --parallelism.fsdp_mode zero1"},
-      {"hsdp", 4,
-       "--training.batch_size 2 --parallelism.data_parallel_shard_degree 2 "
-       "--parallelism.data_parallel_replicate_degree 2"},
       {"pp2", 2,
        "--training.batch_size 8 --parallelism.pipeline_parallel_degree 2 "
        "--parallelism.pipeline_parallel_microbatch_size 2"},

@@ -128,7 +128,8 @@ template class LeafSums<double>;
 template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t);
 template double* combine_blocks<double>(std::vector<LeafBlock>, std::vector<double*>, std::int64_t);
 
-void LeafTrees::start(std::int64_t first_sequence, std::int64_t sequence_rows) {
+void LeafTrees::start(std::int64_t first_sequence, std::int64_t sequence_rows,
+                      std::int64_t sequences) {
   const std::int64_t whole = sequence_rows * cp_size_;  // rows of a whole sequence
   if (sequence_rows <= 0 || whole % sequence_blocks_ != 0) {
     throw InvalidArgument("layout-invariant sums: sequences of " + std::to_string(whole) +
@@ -136,9 +137,14 @@ void LeafTrees::start(std::int64_t first_sequence, std::int64_t sequence_rows) {
                           " blocks (training.deterministic_sequence_blocks): choose a power "
                           "of two that divides the sequence length");
   }
+  if (first_sequence < 0 || first_sequence >= sequences) {
+    throw InvalidArgument("layout-invariant sums: sequence " + std::to_string(first_sequence) +
+                          " of a batch of " + std::to_string(sequences));
+  }
   active_ = true;
   first_sequence_ = first_sequence;
   sequence_rows_ = sequence_rows;
+  sequences_ = sequences;
   leaf_rows_ = whole / sequence_blocks_;
 }
 
@@ -177,10 +183,13 @@ std::int64_t LeafTrees::check_rows(std::int64_t rows) const {
   return rows;
 }
 
-// A sequence's leaves are numbered so that the blocks any context-parallel rank holds, its
-// chunks r and 2 x cp - 1 - r, are one aligned run whatever the degree: block k of the first
-// half is leaf 2k, block k of the second half leaf 2 (blocks - 1 - k) + 1. Rank r's chunks of
-// f blocks each become leaves [2rf, 2rf + 2f): one node of the tree per sequence.
+// Leaves are numbered position-major: block k of sequence g is leaf f(k) x sequences + g, where
+// f folds the blocks so that the two chunks any context-parallel rank holds (r and
+// 2 x cp - 1 - r) are one aligned run of f whatever the degree (block k of the first half
+// f = 2k, block k of the second half f = 2 (blocks - 1 - k) + 1). A rank then holds, per
+// block position, one run of its sequences: a context-parallel rank blocks / cp runs, a
+// data-parallel one `blocks` runs (one with whole-sequence leaves), rather than one per
+// sequence, and the exchanges move as many blocks.
 std::int64_t LeafTrees::leaf_at(std::int64_t i, std::int64_t n) const {
   const std::int64_t blocks = sequence_blocks_;
   std::int64_t b = 0, k = 0;  // sequence, block of it
@@ -195,7 +204,7 @@ std::int64_t LeafTrees::leaf_at(std::int64_t i, std::int64_t n) const {
     k = (local == 0 ? cp_rank_ : 2 * cp_size_ - 1 - cp_rank_) * per_chunk + i % per_chunk;
   }
   const std::int64_t folded = blocks == 1 ? 0 : k < blocks / 2 ? 2 * k : 2 * (blocks - 1 - k) + 1;
-  return (first_sequence_ + b) * blocks + folded;
+  return folded * sequences_ + first_sequence_ + b;
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> LeafTrees::leaves_of(std::int64_t rows) const {

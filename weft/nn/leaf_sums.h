@@ -79,13 +79,14 @@ class LeafTrees {
  public:
   // The rows a forward and backward gets from now on are those of whole sequences,
   // `sequence_rows` rows of each on this rank, the first of them sequence `first_sequence` of
-  // the global batch; each sequence's leaves are its set_sequence_blocks() blocks of
-  // positions, numbered sequence x blocks + block. Until then (and after stop()) nothing is
-  // recorded: an evaluation's loss is not a training sum.
-  void start(std::int64_t first_sequence, std::int64_t sequence_rows);
+  // the global batch of `sequences`; each sequence's leaves are its set_sequence_blocks()
+  // blocks of positions (leaf_at says how they are numbered). Until then (and after stop())
+  // nothing is recorded: an evaluation's loss is not a training sum.
+  void start(std::int64_t first_sequence, std::int64_t sequence_rows, std::int64_t sequences);
   void stop() { active_ = false; }
   bool active() const { return active_; }
   std::int64_t first_sequence() const { return first_sequence_; }
+  std::int64_t sequences() const { return sequences_; }
   std::int64_t leaf_rows() const { return leaf_rows_; }
   // fn(leaf, first_row) for the leaves of `rows` rows (whole sequences of whole leaves, else
   // InvalidArgument naming both), in the leaves' order (so that siblings merge as they come).
@@ -135,7 +136,7 @@ class LeafTrees {
 
   bool active_ = false;
   int feature_blocks_ = 1, sequence_blocks_ = 1, cp_rank_ = 0, cp_size_ = 1;
-  std::int64_t first_sequence_ = 0, sequence_rows_ = 1, leaf_rows_ = 1;
+  std::int64_t first_sequence_ = 0, sequence_rows_ = 1, leaf_rows_ = 1, sequences_ = 1;
   std::vector<std::unique_ptr<LeafSums<float>>> trees_;
   std::vector<const void*> users_;
   std::map<std::int64_t, std::unique_ptr<LeafSums<float>>> feature_sums_;

@@ -98,8 +98,8 @@ class LayoutInvariantSteps : public Steps {
     nn::LeafTrees& trees = strategies().model.parameters().leaf_trees();
     const std::int64_t micro = micro_batches_++;
     const int cp = strategies().cp != nullptr ? strategies().cp->size() : 1;
-    trees.start((micro * data_size() + data_rank()) * batch, seq / cp);
     global_tokens_ = std::llround(static_cast<double>(batch * seq) / loss_scale);
+    trees.start((micro * data_size() + data_rank()) * batch, seq / cp, global_tokens_ / seq);
     try {
       const double loss = Steps::forward_backward(tokens, targets, batch, seq, loss_scale);
       trees.stop();

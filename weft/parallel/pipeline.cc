@@ -242,6 +242,7 @@ double PipelineRuntime::forward_backward(const std::int32_t* tokens, const std::
   loss_scale_ = loss_scale / m;
   const nn::LeafTrees& trees = model_.parameters().leaf_trees();
   first_sequence_ = trees.active() ? trees.first_sequence() : -1;
+  sequences_ = trees.sequences();
   loss_sum_ = 0;
   double busy = 0;
   for (double s : seconds_) busy -= s;
@@ -275,8 +276,8 @@ void PipelineRuntime::run(const Action& action) {
   }
   const auto start = Clock::now();
   if (first_sequence_ >= 0) {  // layout-invariant sums: the micro-batch's sequences
-    model_.parameters().leaf_trees().start(first_sequence_ + action.microbatch * micro_batch_,
-                                           seq_);
+    model_.parameters().leaf_trees().start(first_sequence_ + action.microbatch * micro_batch_, seq_,
+                                           sequences_);
   }
   switch (action.kind) {
     case ActionKind::kForward:
