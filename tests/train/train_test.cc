@@ -100,6 +100,8 @@ TEST_F(TrainTest, ConfigErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_THAT(config_error("[parallelism]\ncontext_parallel_degree = 3\n"),
               HasSubstr("does not split into 2 x parallelism.context_parallel_degree = 6 equal"));
   EXPECT_EQ(load_config("", {{"training.seq_len", "31"}}).training.seq_len, 31);  // no CP: any
+  EXPECT_THAT(config_error("[training]\ndeterministic_sequence_blocks = 3\nseq_len = 128\n"),
+              HasSubstr("deterministic_sequence_blocks = 3 does not divide training.seq_len"));
   auto on_dev_zero = small(1);
   on_dev_zero.push_back({"training.dataset_path", "/dev/zero"});
   std::ostringstream out;

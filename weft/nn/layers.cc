@@ -351,8 +351,8 @@ void RMSNorm::backward_sequence_sharded(const float* dy, const float* x, const f
   if (rows % leaf_rows != 0) {
     throw InvalidArgument(
         "layout-invariant training with sequence parallelism needs whole leaves (sequences, "
-        "or blocks of them) on each tensor-parallel rank: a batch_size (per micro-batch) that "
-        "the tensor_parallel_degree divides");
+        "or blocks of them) on each tensor-parallel rank: a batch_size (per micro-batch) or "
+        "training.deterministic_sequence_blocks that the tensor_parallel_degree divides");
   }
   const float* w = weight_.value.data<float>();
   float* mine = ensure(leaf_grads_[0], {leaves, dim_});

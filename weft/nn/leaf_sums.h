@@ -119,7 +119,9 @@ class LeafTrees {
   // The sum over feature blocks of one product's terms, n values each, cleared; its buffers
   // kept for the next product of that size (the products run one at a time).
   LeafSums<float>& feature_sums(std::int64_t n);
-  // The sum `user` (a layer) adds its gradient's leaves to, now at `target`.
+  // The sum `user` (a layer) adds its gradient's leaves to, now at `target`. A gradient two
+  // users share (a tied weight) gets their two sums added in the order of first use, which
+  // schedules change: with two terms (and a zeroed target) the order gives the same bits.
   LeafSums<float>& of(const void* user, float* target, std::int64_t n);
   LeafSums<double>& loss() { return loss_; }
   const std::vector<std::unique_ptr<LeafSums<float>>>& all() const { return trees_; }

@@ -524,9 +524,11 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
     u.leaf_blocks.push_back(
         std::make_unique<nn::LeafSums<float>>(grads_.data() + u.offset, u.size));
   }
-  // Before the data: every rank's count of blocks (the most of them sizes the exchange).
+  // Before the data: every rank's count of blocks (the most of them sizes the exchange), and
+  // the ranks' agreement on the number of users, which sizes it too.
   const auto all =
-      blocks_of_all(shard_, std::vector<const nn::LeafSums<float>*>(sums.begin(), sums.end()));
+      blocks_of_all(shard_, std::vector<const nn::LeafSums<float>*>(sums.begin(), sums.end()),
+                    static_cast<std::int64_t>(users));
   const std::size_t mine = sums.empty() ? 0 : sums[0]->blocks().size();
   const auto entries = static_cast<std::int64_t>(all[0].size());
   const auto per_user = entries * u.size;

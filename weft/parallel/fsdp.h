@@ -111,8 +111,8 @@ class FullyShardedDataParallel {
   // Layout-invariant training (nn/leaf_sums.h): each rank sends its blocks of leaves' sums, cut
   // by the ranks' rows (one all-to-all per unit instead of the reduce-scatter), and each shard
   // keeps the blocks it receives until finish_sync combines them (and HSDP's replicas' blocks,
-  // all-gathered) in the canonical tree. Float32 reductions, untied embeddings, no pipeline:
-  // InvalidArgument otherwise. Set before the first backward.
+  // all-gathered) in the canonical tree. Float32 reductions: InvalidArgument otherwise. Set
+  // before the first backward.
   void set_layout_invariant(bool on);
   void hold_reductions(bool held) { held_ = held; }
   // Pipelined: reduces and frees every unit whose reduction was held (zero bubble: after the

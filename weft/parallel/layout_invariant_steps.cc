@@ -34,16 +34,12 @@ void check_feature_blocks(const nn::LlamaConfig& m, int blocks) {
   }
 }
 
-void check_sequence_blocks(const nn::LlamaConfig& m, const ParallelOptions& options) {
+// The sequence length each step checks (LeafTrees::start), the same on every rank.
+void check_sequence_blocks(const ParallelOptions& options) {
   const int blocks = options.sequence_blocks, cp = options.dims.cp;
   if (blocks < 1 || (blocks & (blocks - 1)) != 0) {
     throw InvalidArgument("training.deterministic_sequence_blocks = " + std::to_string(blocks) +
                           " is not a power of two");
-  }
-  if (m.max_seq_len % blocks != 0) {
-    throw InvalidArgument("training.deterministic_sequence_blocks = " + std::to_string(blocks) +
-                          " does not divide the sequence length (" + std::to_string(m.max_seq_len) +
-                          ")");
   }
   if (cp > 1 && blocks % (2 * cp) != 0) {
     throw InvalidArgument(
@@ -57,7 +53,7 @@ void check_sequence_blocks(const nn::LlamaConfig& m, const ParallelOptions& opti
 
 void check_layout_invariant(const nn::LlamaConfig& model, const ParallelOptions& options) {
   check_feature_blocks(model, options.feature_blocks);
-  check_sequence_blocks(model, options);
+  check_sequence_blocks(options);
   const ParallelDims& d = options.dims;
   if (d.tp > 1 && options.feature_blocks % d.tp != 0) {
     throw InvalidArgument(
@@ -73,8 +69,9 @@ void check_layout_invariant(const nn::LlamaConfig& model, const ParallelOptions&
   }
 }
 
-// Each sequence of the global batch is a leaf of the canonical tree: sequence i of data rank
-// r's micro-batch m is sequence (m x ranks + r) x batch + i (the data loader's order).
+// Each sequence of the global batch (or each block of its positions) is a leaf of the canonical
+// tree: sequence i of data rank r's micro-batch m is sequence (m x ranks + r) x batch + i (the
+// data loader's order).
 class LayoutInvariantSteps : public Steps {
  public:
   using Steps::Steps;
@@ -99,6 +96,7 @@ class LayoutInvariantSteps : public Steps {
     const std::int64_t micro = micro_batches_++;
     const int cp = strategies().cp != nullptr ? strategies().cp->size() : 1;
     global_tokens_ = std::llround(static_cast<double>(batch * seq) / loss_scale);
+    check_global_batch(micro, batch, seq);
     trees.start((micro * data_size() + data_rank()) * batch, seq / cp, global_tokens_ / seq);
     try {
       const double loss = Steps::forward_backward(tokens, targets, batch, seq, loss_scale);
@@ -143,6 +141,20 @@ class LayoutInvariantSteps : public Steps {
   }
 
  private:
+  // The leaves are numbered over the global batch that loss_scale implies: every data rank's
+  // micro-batches must fit in it. The same numbers on every rank, before any collective.
+  void check_global_batch(std::int64_t micro, std::int64_t batch, std::int64_t seq) const {
+    const std::int64_t sequences = global_tokens_ / seq, used = (micro + 1) * data_size() * batch;
+    if (global_tokens_ % seq != 0 || used > sequences) {
+      throw InvalidArgument(
+          "layout-invariant training: loss_scale makes the global batch " +
+          std::to_string(sequences) + " sequences, but micro-batch " + std::to_string(micro + 1) +
+          " of " + std::to_string(data_size()) + " data ranks x " + std::to_string(batch) +
+          " sequences reaches " + std::to_string(used) +
+          ": pass loss_scale = 1 / (data ranks x micro-batches), and zero_grad() each step");
+    }
+  }
+
   // Sequence parallelism here gathers each leaf's norm gradients from the rank holding it
   // (RMSNorm::backward_sequence_sharded): a rank's rows must be whole leaves. Every rank
   // checks the same numbers before any collective.

@@ -12,20 +12,22 @@ namespace weft::parallel {
 
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
                                                       const std::vector<nn::LeafBlock>& mine,
-                                                      bool consistent) {
+                                                      bool consistent, std::int64_t agreed) {
   const auto ranks = static_cast<std::size_t>(group.size());
-  std::vector<std::int64_t> count{consistent ? static_cast<std::int64_t>(mine.size()) : -1};
-  std::vector<std::int64_t> counts(ranks);
+  std::vector<std::int64_t> count{consistent ? static_cast<std::int64_t>(mine.size()) : -1, agreed};
+  std::vector<std::int64_t> counts(2 * ranks);  // [rank][count, agreed]
   group.all_gather(counts, count);
+  std::int64_t most = 0;
   for (std::size_t r = 0; r < ranks; ++r) {
-    if (counts[r] < 0) {
+    if (counts[2 * r] < 0 || counts[2 * r + 1] != counts[1]) {
       throw Error("layout-invariant sums: on rank " + std::to_string(r) +
                   ", a gradient did not see every leaf of that rank (a layer skipped in "
                   "backward?)");
     }
+    most = std::max(most, counts[2 * r]);
   }
-  const auto most = static_cast<std::size_t>(*std::max_element(counts.begin(), counts.end()));
-  std::vector<std::int64_t> flat(2 * most, 0), all(2 * most * ranks);
+  const auto entries = static_cast<std::size_t>(most);
+  std::vector<std::int64_t> flat(2 * entries, 0), all(2 * entries * ranks);
   for (std::size_t i = 0; i < mine.size(); ++i) {
     flat[2 * i] = mine[i].first;
     flat[2 * i + 1] = mine[i].count;
@@ -33,8 +35,8 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
   group.all_gather(all, flat);
   std::vector<std::vector<nn::LeafBlock>> out(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
-    for (std::size_t i = 0; i < most; ++i) {
-      const std::int64_t* b = &all[(r * most + i) * 2];
+    for (std::size_t i = 0; i < entries; ++i) {
+      const std::int64_t* b = &all[(r * entries + i) * 2];
       out[r].push_back({b[0], b[1]});
     }
   }
@@ -42,12 +44,13 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
 }
 
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
-    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums) {
+    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums,
+    std::int64_t agreed) {
   const std::vector<nn::LeafBlock> mine =
       sums.empty() ? std::vector<nn::LeafBlock>{} : sums[0]->blocks();
   const bool consistent =
       std::all_of(sums.begin(), sums.end(), [&](const auto* t) { return t->blocks() == mine; });
-  return blocks_of_all(group, mine, consistent);
+  return blocks_of_all(group, mine, consistent, agreed);
 }
 
 float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,

@@ -12,16 +12,19 @@ namespace weft::parallel {
 
 // Every rank's blocks of leaves, [rank][i], padded to the most any rank holds with empty
 // blocks (count 0; a rank's leaves may split into more aligned blocks than another's). A rank
-// passes consistent = false when its sums disagree about its blocks: every rank then throws
-// Error (no rank is left waiting in the collective that would follow). Collective.
+// passes consistent = false when its sums disagree about its blocks, and every rank the same
+// `agreed` (what sizes the exchange that follows, beside the blocks): otherwise every rank
+// throws Error (no rank is left waiting in the collective that would follow). Collective.
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(dist::ProcessGroup& group,
                                                       const std::vector<nn::LeafBlock>& mine,
-                                                      bool consistent = true);
+                                                      bool consistent = true,
+                                                      std::int64_t agreed = 0);
 
 // blocks_of_all of the blocks `sums` hold: every one must hold the same (else every rank
 // throws); none is no blocks. Collective.
 std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
-    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums);
+    dist::ProcessGroup& group, const std::vector<const nn::LeafSums<float>*>& sums,
+    std::int64_t agreed = 0);
 
 // The canonical combination of every rank's blocks (`all`, [rank][entry] as blocks_of_all
 // gives them, its padding's empty blocks skipped), block (r, e)'s sums of n values at

@@ -82,7 +82,7 @@ struct ParallelOptions {
   // a divisor of a leaf's rows (seq_len / sequence_blocks, at most 512) first. One process, DDP,
   // FSDP (every mode), HSDP and pipelines, reducing in float32; tensor parallelism (with or without
   // sequence and loss parallelism) when its degree divides feature_blocks; context parallelism when
-  // twice its degree divides sequence_blocks (not with tensor parallelism).
+  // twice its degree divides sequence_blocks.
   bool layout_invariant = false;
   // With layout_invariant: the fixed blocks each Linear cuts its tensor-parallel dimension
   // into (nn/feature_blocks.h), a power of two; runs compare bitwise only at the same count.

@@ -146,9 +146,10 @@ class PipelineRuntime {
   // The step in progress.
   const std::int32_t *tokens_ = nullptr, *targets_ = nullptr;
   std::int64_t micro_batch_ = 0, seq_ = 0;
-  // Layout-invariant training: the step's first leaf of this forward_backward (-1: off); each
-  // action's micro-batch starts its leaves there plus its sequences before it.
-  std::int64_t first_sequence_ = -1, sequences_ = 1;  // layout-invariant leaves
+  // Layout-invariant training: the first sequence of this forward_backward (-1: off) and the
+  // global batch's; each action's micro-batch starts its leaves there plus its sequences
+  // before it.
+  std::int64_t first_sequence_ = -1, sequences_ = 1;
   double loss_scale_ = 1, loss_sum_ = 0;
   std::int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
   double wait_seconds_ = 0, waited_in_action_ = 0;

@@ -496,6 +496,12 @@ void check_whole(const Config& c) {
     throw ConfigError("training.seq_len = " + std::to_string(c.training.seq_len) +
                       " exceeds model.max_seq_len = " + std::to_string(c.model.max_seq_len));
   }
+  if (c.training.seq_len % c.training.deterministic_sequence_blocks != 0) {
+    throw ConfigError("training.deterministic_sequence_blocks = " +
+                      std::to_string(c.training.deterministic_sequence_blocks) +
+                      " does not divide training.seq_len = " + std::to_string(c.training.seq_len) +
+                      " (each sequence is cut into that many equal blocks of positions)");
+  }
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ Config with_vocabulary(Config c, const data::Tokenizer& tok) {
 }
 
 // The rows each matrix product takes: 512, or in the layout-invariant mode the largest number
-// up to 512 that divides a sequence (a leaf), so that every rank cuts its rows alike.
-// The layout-invariant mode's products are of whole leaves (a sequence, or a block of one).
+// up to 512 that divides a leaf (a sequence, or a block of one), so that every rank cuts its
+// rows alike.
 std::int64_t rows_per_product(const TrainingConfig& training) {
   if (training.deterministic != "layout") return 512;
   const std::int64_t leaf =
