@@ -307,9 +307,9 @@ TEST_F(DataParallelRunTest, PipelineRunsMatchOneProcessAndCheckpointsLoadAnywher
 // Layout-invariant training (deterministic = "layout") reshards bitwise: a checkpoint saved at
 // step 6 under any of seven layouts (one process, DDP 2, tensor parallelism 2, FSDP 2
 // full_shard, FSDP 2 zero1 with 2 micro-batches, 1F1B on 2 stages, context parallelism 2 with
-// 2 micro-batches), resumed under any other, continues to the losses and
-// gradient norms of the uninterrupted one-process run, bit for bit. Every run cuts its weights
-// into 4 feature blocks and its sequences into 4 blocks of positions.
+// 2 micro-batches), resumed under any other, continues to the losses and gradient norms of the
+// uninterrupted one-process run, bit for bit. Every run cuts its weights into 4 feature blocks
+// and its sequences into 4 blocks of positions, on 2 layers (the 50 runs take a minute).
 TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   struct Saved {
     std::string name;
@@ -333,7 +333,7 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
   };
   const std::string mode =
       "--training.deterministic layout --training.deterministic_blocks 4 "
-      "--training.deterministic_sequence_blocks 4 --checkpoint.interval 6 ";
+      "--training.deterministic_sequence_blocks 4 --checkpoint.interval 6 --model.n_layers 2 ";
   const std::string whole = train("whole", 1, mode + "--training.batch_size 8");
   const auto losses = read(whole, "loss"), norms = read(whole, "grad_norm");
   ASSERT_EQ(losses.size(), kSteps);
