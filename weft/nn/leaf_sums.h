@@ -104,8 +104,6 @@ class LeafTrees {
   // blocks. Attention then runs block by block (nn/blocked_attention.h).
   void set_sequence_blocks(int blocks, int cp_rank = 0, int cp_size = 1);
   int sequence_blocks() const { return sequence_blocks_; }
-  int cp_rank() const { return cp_rank_; }
-  int cp_size() const { return cp_size_; }
   // Whether attention runs in sequence blocks now (only while active).
   bool sequence_blocked() const { return active_ && sequence_blocks_ > 1; }
   // Layout-invariant tensor parallelism: each Linear cuts its weight's sharded dimension
