@@ -38,34 +38,13 @@ weft::train::Progress progress_mode(const std::optional<weft::dist::LaunchEnviro
                                                   : weft::train::Progress::kNone;
 }
 
-// "--section.key value" and "--section.key=value" pairs from what CLI11 left over.
-std::vector<std::pair<std::string, std::string>> overrides(const std::vector<std::string>& extras) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (std::size_t i = 0; i < extras.size(); ++i) {
-    const std::string& arg = extras[i];
-    if (arg.rfind("--", 0) != 0 || arg.size() < 3) {
-      throw weft::train::ConfigError("unexpected argument '" + arg +
-                                     "'; overrides are --section.key value");
-    }
-    const auto eq = arg.find('=');
-    if (eq != std::string::npos) {
-      out.emplace_back(arg.substr(2, eq - 2), arg.substr(eq + 1));
-    } else if (i + 1 < extras.size()) {
-      out.emplace_back(arg.substr(2), extras[++i]);
-    } else {
-      throw weft::train::ConfigError(arg + " needs a value");
-    }
-  }
-  return out;
-}
-
 // Where the descriptions start, for CLI11's options and the configuration keys alike, and
 // where the keys' lines end.
 constexpr std::size_t kHelpColumn = 44;
 constexpr std::size_t kHelpWidth = 100;
 
-// The configuration keys after CLI11's options: they are not CLI11 options (overrides() reads
-// them from what CLI11 leaves over, in order), so --help lists them from the config table.
+// The configuration keys after CLI11's options: they are not CLI11 options (parse_overrides
+// reads them from what CLI11 leaves over, in order), so --help lists them from the config table.
 std::string keys_help() {
   return "Configuration keys, as --section.key TYPE=default: set in the --config file as\n"
          "[section] key = value, or here as --section.key value (or =value), which wins over\n"
@@ -98,7 +77,8 @@ int main(int argc, char** argv) {
   }
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
-    weft::train::Config config = weft::train::load_config(config_path, overrides(app.remaining()));
+    weft::train::Config config =
+        weft::train::load_config(config_path, weft::train::parse_overrides(app.remaining()));
     if (describe_only) {
       std::fputs(weft::train::describe(config).c_str(), stdout);
       return 0;

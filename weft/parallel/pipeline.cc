@@ -28,7 +28,41 @@ int tag_of(int stage, int microbatch, int microbatches) {
   return stage * microbatches + microbatch;
 }
 
+// Stages per rank: one for GPipe and 1F1B, two for the interleaved and V schedules, unless
+// layers_per_stage says how many stages the layers make.
+int stages_per_rank(ScheduleKind kind, int n_layers, int pp, int layers_per_stage) {
+  const bool single = kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B;
+  if (layers_per_stage <= 0) return single ? 1 : 2;
+  const int stages = n_layers / layers_per_stage;
+  if (stages * layers_per_stage != n_layers || stages % pp != 0 || (single && stages != pp)) {
+    throw InvalidArgument("pipeline_parallel_layers_per_stage " + std::to_string(layers_per_stage) +
+                          " does not cut n_layers " + std::to_string(n_layers) +
+                          " into the stages " + std::string(schedule_name(kind)) + " runs on " +
+                          std::to_string(pp) +
+                          " ranks: " + (single ? "exactly " : "a multiple of ") +
+                          std::to_string(pp) + " stages of equal size");
+  }
+  return stages / pp;
+}
+
 }  // namespace
+
+Schedule make_pipeline_schedule(const PipelineOptions& options, int n_layers, int pp) {
+  if (!options.schedule_csv.empty()) {
+    Schedule schedule = read_schedule_csv(options.schedule_csv);
+    if (schedule.microbatches != options.microbatches) {
+      throw InvalidArgument("pipeline_parallel_schedule_csv runs " +
+                            std::to_string(schedule.microbatches) +
+                            " micro-batches; the batch "
+                            "and pipeline_parallel_microbatch_size make " +
+                            std::to_string(options.microbatches));
+    }
+    return schedule;
+  }
+  const ScheduleKind kind = parse_schedule_kind(options.schedule);
+  return make_schedule(kind, pp, stages_per_rank(kind, n_layers, pp, options.layers_per_stage),
+                       options.microbatches);
+}
 
 std::vector<nn::LayerRange> split_layers(int n_layers, int stages, int layers_per_stage) {
   if (stages < 1 || n_layers < stages) {

@@ -26,9 +26,15 @@
 
 #include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
+#include "weft/parallel/parallelize.h"
 #include "weft/parallel/pipeline_schedule.h"
 
 namespace weft::parallel {
+
+// The schedule `options` names for `pp` ranks over n_layers blocks (its CSV when given): one
+// stage per rank for GPipe and 1F1B, two for the interleaved and V schedules, unless
+// layers_per_stage says how many stages the layers make. InvalidArgument when they do not fit.
+Schedule make_pipeline_schedule(const PipelineOptions& options, int n_layers, int pp);
 
 // Cuts n_layers blocks into `stages` consecutive ranges: `layers_per_stage` each when positive
 // (stages x layers_per_stage must be n_layers), else as evenly as possible with the earlier

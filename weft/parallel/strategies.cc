@@ -17,42 +17,10 @@ dist::ProcessGroup* group(const DeviceMesh* mesh, const std::string& dim) {
   return mesh != nullptr && mesh->has(dim) ? &mesh->group(dim) : nullptr;
 }
 
-// Stages per rank: one for GPipe and 1F1B, two for the interleaved and V schedules, unless
-// layers_per_stage says how many stages the layers make.
-int stages_per_rank(ScheduleKind kind, int n_layers, int pp, int layers_per_stage) {
-  const bool single = kind == ScheduleKind::kGPipe || kind == ScheduleKind::k1F1B;
-  if (layers_per_stage <= 0) return single ? 1 : 2;
-  const int stages = n_layers / layers_per_stage;
-  if (stages * layers_per_stage != n_layers || stages % pp != 0 || (single && stages != pp)) {
-    throw InvalidArgument("pipeline_parallel_layers_per_stage " + std::to_string(layers_per_stage) +
-                          " does not cut n_layers " + std::to_string(n_layers) +
-                          " into the stages " + std::string(schedule_name(kind)) + " runs on " +
-                          std::to_string(pp) +
-                          " ranks: " + (single ? "exactly " : "a multiple of ") +
-                          std::to_string(pp) + " stages of equal size");
-  }
-  return stages / pp;
-}
-
 std::unique_ptr<PipelineRuntime> make_pipeline(nn::Llama& model, dist::ProcessGroup& pp,
                                                const PipelineOptions& options) {
   const int n_layers = static_cast<int>(model.config().n_layers);
-  Schedule schedule;
-  if (!options.schedule_csv.empty()) {
-    schedule = read_schedule_csv(options.schedule_csv);
-    if (schedule.microbatches != options.microbatches) {
-      throw InvalidArgument("pipeline_parallel_schedule_csv runs " +
-                            std::to_string(schedule.microbatches) +
-                            " micro-batches; the batch "
-                            "and pipeline_parallel_microbatch_size make " +
-                            std::to_string(options.microbatches));
-    }
-  } else {
-    const ScheduleKind kind = parse_schedule_kind(options.schedule);
-    schedule = make_schedule(kind, pp.size(),
-                             stages_per_rank(kind, n_layers, pp.size(), options.layers_per_stage),
-                             options.microbatches);
-  }
+  Schedule schedule = make_pipeline_schedule(options, n_layers, pp.size());
   auto layers = split_layers(n_layers, schedule.num_stages(), options.layers_per_stage);
   return std::make_unique<PipelineRuntime>(model, pp, std::move(schedule), std::move(layers));
 }

@@ -536,6 +536,26 @@ void finish(Config& c) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> parse_overrides(
+    const std::vector<std::string>& extras) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::size_t i = 0; i < extras.size(); ++i) {
+    const std::string& arg = extras[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) {
+      throw ConfigError("unexpected argument '" + arg + "'; overrides are --section.key value");
+    }
+    const auto eq = arg.find('=');
+    if (eq != std::string::npos) {
+      out.emplace_back(arg.substr(2, eq - 2), arg.substr(eq + 1));
+    } else if (i + 1 < extras.size()) {
+      out.emplace_back(arg.substr(2), extras[++i]);
+    } else {
+      throw ConfigError(arg + " needs a value");
+    }
+  }
+  return out;
+}
+
 Config load_config(const std::string& path,
                    const std::vector<std::pair<std::string, std::string>>& overrides) {
   Config c;

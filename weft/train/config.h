@@ -129,6 +129,11 @@ struct Config {
   CommConfig comm;
 };
 
+// "--section.key value" and "--section.key=value" pairs from a command line's arguments (what
+// CLI11 leaves over), as load_config takes them; ConfigError for anything else.
+std::vector<std::pair<std::string, std::string>> parse_overrides(
+    const std::vector<std::string>& arguments);
+
 // Reads `path` (if not empty), then applies `overrides` ("section.key", "value" pairs, in
 // order), then checks the whole: throws ConfigError.
 Config load_config(const std::string& path,

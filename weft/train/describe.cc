@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "weft/data/tokenizer.h"
+#include "weft/train/trainer.h"
 
 namespace weft::train {
 
@@ -43,41 +43,42 @@ std::string parameters_of(const nn::LlamaConfig& m) {
 
 }  // namespace
 
-std::string describe(const Config& c) {
-  nn::LlamaConfig m = c.model;
-  if (m.vocab_size == 0) {
-    try {
-      m.vocab_size = data::load_tokenizer(c.tokenizer.path, c.tokenizer.encoding)->vocab_size();
-    } catch (const data::TokenizerError& e) {
-      throw ConfigError("model.vocab_size = 0 takes the tokenizer's, and tokenizer.path = '" +
-                        c.tokenizer.path + "' cannot be loaded: " + e.what());
-    }
-  }
+std::string describe_job(const Config& c, int world_size) {
+  const nn::LlamaConfig m = with_tokenizer_vocabulary(c).model;
   const ParallelismConfig& p = c.parallelism;
-  const std::int64_t replicate = std::max<std::int64_t>(1, p.data_parallel_replicate_degree);
+  const std::int64_t replicate = world_size > 0
+                                     ? parallel_options(c, world_size).dims.dp_replicate
+                                     : std::max<std::int64_t>(1, p.data_parallel_replicate_degree);
   const std::int64_t ranks = replicate * p.data_parallel_shard_degree * p.tensor_parallel_degree *
                              p.pipeline_parallel_degree * p.context_parallel_degree;
   char head[512];
-  std::snprintf(
-      head, sizeof(head),
-      "model: Llama, %s parameters (dim %lld, %lld layers, %lld heads, %lld key/value "
-      "heads, feed-forward %lld, vocabulary %lld, rope theta %g), %.1f GFLOP per token "
-      "at sequence length %lld\n"
-      "mesh: dp_replicate %lld x dp_shard %lld x cp %lld x tp %lld x pp %lld = %lld "
-      "rank%s%s; training.mixed_precision_param %s\n",
-      count(static_cast<double>(m.parameter_count())).c_str(), static_cast<long long>(m.dim),
-      static_cast<long long>(m.n_layers), static_cast<long long>(m.n_heads),
-      static_cast<long long>(m.kv_heads()), static_cast<long long>(m.hidden_dim()),
-      static_cast<long long>(m.vocab_size), m.rope_theta,
-      m.flops_per_token(c.training.seq_len) / 1e9, static_cast<long long>(c.training.seq_len),
-      static_cast<long long>(replicate), static_cast<long long>(p.data_parallel_shard_degree),
-      static_cast<long long>(p.context_parallel_degree),
-      static_cast<long long>(p.tensor_parallel_degree),
-      static_cast<long long>(p.pipeline_parallel_degree), static_cast<long long>(ranks),
-      ranks == 1 ? "" : "s",
-      p.data_parallel_replicate_degree == -1 ? " (dp_replicate: the rest of the world)" : "",
-      c.training.mixed_precision_param.c_str());
-  return head + std::string("parameters:\n") + parameters_of(m);
+  std::snprintf(head, sizeof(head),
+                "model: Llama, %s parameters (dim %lld, %lld layers, %lld heads, %lld key/value "
+                "heads, feed-forward %lld, vocabulary %lld, rope theta %g), %.1f GFLOP per token "
+                "at sequence length %lld\n"
+                "mesh: dp_replicate %lld x dp_shard %lld x cp %lld x tp %lld x pp %lld = %lld "
+                "rank%s%s; training.mixed_precision_param %s\n",
+                count(static_cast<double>(m.parameter_count())).c_str(),
+                static_cast<long long>(m.dim), static_cast<long long>(m.n_layers),
+                static_cast<long long>(m.n_heads), static_cast<long long>(m.kv_heads()),
+                static_cast<long long>(m.hidden_dim()), static_cast<long long>(m.vocab_size),
+                m.rope_theta, m.flops_per_token(c.training.seq_len) / 1e9,
+                static_cast<long long>(c.training.seq_len), static_cast<long long>(replicate),
+                static_cast<long long>(p.data_parallel_shard_degree),
+                static_cast<long long>(p.context_parallel_degree),
+                static_cast<long long>(p.tensor_parallel_degree),
+                static_cast<long long>(p.pipeline_parallel_degree), static_cast<long long>(ranks),
+                ranks == 1 ? "" : "s",
+                p.data_parallel_replicate_degree == -1 && world_size == 0
+                    ? " (dp_replicate: the rest of the world)"
+                    : "",
+                c.training.mixed_precision_param.c_str());
+  return head;
+}
+
+std::string describe(const Config& c) {
+  const Config resolved = with_tokenizer_vocabulary(c);  // the tokenizer loaded once
+  return describe_job(resolved, 0) + "parameters:\n" + parameters_of(resolved.model);
 }
 
 }  // namespace weft::train

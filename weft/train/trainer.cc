@@ -101,7 +101,6 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism();
-  refuse_what_cannot_fit(parallel_->report().memory(), false);
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank.
   parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
@@ -185,20 +184,37 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   return options;
 }
 
+estimate::Job estimate_job(const Config& config, int world_size) {
+  return {.model = config.model,
+          .options = parallel_options(config, world_size),
+          .batch = config.training.batch_size,
+          .seq = config.training.seq_len,
+          .activation_checkpointing = config.training.activation_checkpointing};
+}
+
+Config with_tokenizer_vocabulary(Config config) {
+  if (config.model.vocab_size != 0) return config;
+  return with_vocabulary(std::move(config), *run_tokenizer(config));
+}
+
 // The mesh over the world, and the model parallelized on it as parallel_options says.
 void Trainer::setup_parallelism() {
   world_size_ = world_ ? world_->size() : 1;
   // Every group the mesh and the checkpointer make inherits the world's timeout.
   if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
   const parallel::ParallelOptions options = parallel_options(config_, world_size_);
-  // Before the layout allocates anything: the least any rank can hold, the whole state
-  // (values, gradients, two moments) spread as far as the layout spreads it (FSDP shards over
-  // dp_shard x cp). The memory available is read now, before any rank's layout takes some
-  // (the check's all-reduce waits for every rank's reading), and kept for the second check.
-  const parallel::ParallelDims& d = options.dims;
-  const std::int64_t spread = d.dp_shard * (d.dp_shard > 1 ? d.cp : 1) * d.tp * d.pp;
+  // Before the layout allocates anything: what this rank will hold at its peak, estimated
+  // from the configuration (weft-estimate's figures). The memory available is read now, before
+  // any rank's layout takes some (the check's all-reduce waits for every rank's reading).
   available_at_start_ = available_memory_bytes();
-  refuse_what_cannot_fit({.parameters = 16 * model_.whole_numel() / spread}, true);
+  try {
+    const std::vector<estimate::RankMemory> ranks =
+        estimate::estimate_memory(estimate_job(config_, world_size_));
+    estimated_ = ranks[static_cast<std::size_t>(world_ ? world_->rank() : 0)];
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(std::string("parallelism: ") + e.what());
+  }
+  refuse_what_cannot_fit();
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
     parallel_ = parallel::parallelize(model_, mesh_.get(), options);
@@ -232,32 +248,38 @@ void Trainer::save() {
   }
 }
 
-// Before the weights are initialised (which is when most pages are touched; FSDP's shards are
-// zero-filled as the layout is made): a model whose state does not fit would otherwise grow
-// until the kernel kills the rank, saying nothing. Collective, so that every rank gives the
-// same error.
-void Trainer::refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const {
-  const std::int64_t state = held.parameters + held.gradients + held.optimizer;
+// Before the layout is made and the weights initialised (when most pages are touched): a
+// job that does not fit would otherwise grow until the kernel kills a rank, saying nothing.
+// Collective, so that every rank gives the same error.
+void Trainer::refuse_what_cannot_fit() const {
+  const std::int64_t peak = estimated_.total();
   const auto launched = dist::launch_environment();
   const std::int64_t here = launched ? launched->local_world_size : world_size_;
   const std::int64_t available = available_at_start_;
   // This rank's shortfall, and each figure for the message (the worst rank's).
-  std::vector<std::int64_t> worst{available < 0 ? 0 : here * state - available, state, here,
+  std::vector<std::int64_t> worst{available < 0 ? 0 : here * peak - available,
+                                  peak,
+                                  estimated_.state(),
+                                  estimated_.activations,
+                                  peak - estimated_.state() - estimated_.activations,
+                                  here,
                                   available};
   if (world_) world_->all_reduce(worst, dist::ReduceOp::kMax);
   if (worst[0] <= 0) return;
   const auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
-  char text[640];
+  char text[800];
   std::snprintf(text, sizeof(text),
-                "the model does not fit: a rank holds %s%.1f GiB of parameters, gradients and "
-                "optimizer state (%.2fB parameters in all; activations come on top), %.1f GiB "
-                "for the %lld rank%s on this host, which has %.1f GiB available. Make the model "
-                "smaller (model.dim, model.n_layers), or spread its state over more ranks and "
-                "hosts (parallelism.data_parallel_shard_degree, tensor_parallel_degree, "
-                "pipeline_parallel_degree)",
-                at_least ? "at least " : "", gib(worst[1]),
-                static_cast<double>(model_.whole_numel()) / 1e9, gib(worst[1] * worst[2]),
-                static_cast<long long>(worst[2]), worst[2] == 1 ? "" : "s", gib(worst[3]));
+                "the model does not fit: a rank holds %.1f GiB at its peak (parameters, "
+                "gradients and optimizer state %.1f GiB, activations %.1f, buffers and the "
+                "program %.1f; %.2fB parameters in all; weft-estimate shows every rank's), %.1f "
+                "GiB for the %lld rank%s on this host, which has %.1f GiB available. Make the "
+                "model smaller (model.dim, model.n_layers) or its batch (training.batch_size, "
+                "training.seq_len), set training.activation_checkpointing = true, or spread "
+                "its state over more ranks and hosts (parallelism.data_parallel_shard_degree, "
+                "tensor_parallel_degree, pipeline_parallel_degree)",
+                gib(worst[1]), gib(worst[2]), gib(worst[3]), gib(worst[4]),
+                static_cast<double>(model_.whole_numel()) / 1e9, gib(worst[1] * worst[5]),
+                static_cast<long long>(worst[5]), worst[5] == 1 ? "" : "s", gib(worst[6]));
   throw ConfigError(text);
 }
 
@@ -272,6 +294,13 @@ void Trainer::log_parallelism(bool at_end) {
                 "activations %.1f (one process: %.1f of parameters, gradients and optimizer)",
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.activations),
                 mib(m.one_process));
+  out_ << line << std::endl;
+  std::snprintf(line, sizeof(line),
+                "memory per rank (rank 0), estimated before the run: %.1f MiB at the peak "
+                "(activations %.1f, scratch %.1f, working %.1f, program %.1f); peak resident "
+                "%.1f MiB",
+                mib(estimated_.total()), mib(estimated_.activations), mib(estimated_.scratch),
+                mib(estimated_.working), mib(estimated_.program), mib(peak_memory_bytes()));
   out_ << line << std::endl;
   if (m.canonical_sums > 0) {
     std::snprintf(line, sizeof(line),

@@ -13,6 +13,7 @@
 
 #include "weft/data/tokenizer.h"
 #include "weft/dist/process_group.h"
+#include "weft/estimate/memory_estimate.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
 #include "weft/parallel/device_mesh.h"
@@ -28,6 +29,12 @@ namespace weft::train {
 // What parallel::parallelize gets from `config` ([parallelism], and the optimizer) for a job
 // of `world_size` ranks; ConfigError when the degrees do not fit it.
 parallel::ParallelOptions parallel_options(const Config& config, int world_size);
+// The job estimate::estimate_memory sees in `config` run by `world_size` ranks (model.vocab_size
+// resolved: with_tokenizer_vocabulary); ConfigError as parallel_options.
+estimate::Job estimate_job(const Config& config, int world_size);
+// `config` with model.vocab_size 0 made its tokenizer's (loaded from tokenizer.path), as the
+// trainer trains it; ConfigError when the tokenizer cannot be read or has more tokens.
+Config with_tokenizer_vocabulary(Config config);
 
 class Trainer {
  public:
@@ -53,9 +60,9 @@ class Trainer {
   double train_step();
   double validate();
   void setup_parallelism();
-  // ConfigError (every rank) when the state the ranks on one host hold (`held` per rank; at
-  // least that, before the layout is made) exceeds its memory.
-  void refuse_what_cannot_fit(const parallel::MemoryReport& held, bool at_least) const;
+  // ConfigError (every rank) when what the ranks on one host will hold at their peak
+  // (estimated_) exceeds its memory.
+  void refuse_what_cannot_fit() const;
   void resume();
   // checkpoint.initial_load_path's weights into this rank's pieces (a fresh run only).
   void load_initial_weights(const std::string& folder);
@@ -86,6 +93,7 @@ class Trainer {
   double peak_gflops_ = 0;  // one rank's, with its threads, measured alone
   double core_share_ = 1;   // each rank's share of the cores its threads want (below 1: fewer)
   std::int64_t available_at_start_ = -1;  // the host's memory before the layout took any
+  estimate::RankMemory estimated_;        // this rank's, from the configuration
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
   std::unique_ptr<parallel::ParallelModel> parallel_;

@@ -1,0 +1,125 @@
+// weft-estimate: what each rank of a training job will hold, from its configuration alone
+// (docs/ESTIMATE.md): nothing is allocated, so any model and any mesh estimates in
+// milliseconds.
+//
+//   weft-estimate --config configs/llama_512.toml --training.mixed_precision_param bfloat16
+//   weft-estimate --config configs/llama3_8b.toml --nproc 64 --parallelism.tensor_parallel_degree 8
+//       --parallelism.data_parallel_shard_degree 8 --json estimate.json
+//
+// Exit codes: 0 printed; 2 a bad command line or configuration, or a layout that cannot run
+// the model (the message says why).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "weft/estimate/memory_estimate.h"
+#include "weft/train/config.h"
+#include "weft/train/describe.h"
+#include "weft/train/trainer.h"
+
+namespace {
+
+using weft::estimate::RankMemory;
+
+double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+bool same_figures(const RankMemory& a, const RankMemory& b) {
+  return a.stage == b.stage && a.parameters == b.parameters && a.gradients == b.gradients &&
+         a.optimizer == b.optimizer && a.activations == b.activations && a.scratch == b.scratch &&
+         a.working == b.working;
+}
+
+// One line per run of consecutive ranks with the same figures.
+std::string table(const std::vector<RankMemory>& ranks) {
+  std::string out =
+      "memory per rank, estimated (MiB):\n"
+      "  ranks        stage  parameters  gradients  optimizer  activations    scratch    working"
+      "    program      total\n";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i + 1;
+    while (j < ranks.size() && same_figures(ranks[i], ranks[j])) ++j;
+    const RankMemory& m = ranks[i];
+    const std::string which =
+        j - i == 1 ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j - 1);
+    char line[240];
+    std::snprintf(
+        line, sizeof(line), "  %-12s %5d %11.1f %10.1f %10.1f %12.1f %10.1f %10.1f %10.1f %10.1f\n",
+        which.c_str(), m.stage, mib(m.parameters), mib(m.gradients), mib(m.optimizer),
+        mib(m.activations), mib(m.scratch), mib(m.working), mib(m.program), mib(m.total()));
+    out += line;
+    i = j;
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<RankMemory>& ranks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const RankMemory& m : ranks) {
+    out.push_back({{"rank", m.rank},
+                   {"stage", m.stage},
+                   {"parameters", m.parameters},
+                   {"gradients", m.gradients},
+                   {"optimizer", m.optimizer},
+                   {"activations", m.activations},
+                   {"scratch", m.scratch},
+                   {"working", m.working},
+                   {"program", m.program},
+                   {"total", m.total()}});
+  }
+  return {{"unit", "bytes"}, {"ranks", out}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "weft-estimate: the memory each rank of a training job will hold, from its configuration "
+      "alone (docs/ESTIMATE.md).\n"
+      "Configuration keys override as in weft-train: --section.key value",
+      "weft-estimate");
+  std::string config_path, json_path;
+  int nproc = 0;
+  app.add_option("--config", config_path, "TOML configuration, e.g. configs/debug.toml");
+  app.add_option("--nproc", nproc,
+                 "ranks in the job (default: the product of the configured degrees, "
+                 "data_parallel_replicate_degree -1 counting as 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "also write the figures, in bytes, to this file");
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    namespace train = weft::train;
+    const train::Config config = train::with_tokenizer_vocabulary(
+        train::load_config(config_path, train::parse_overrides(app.remaining())));
+    const train::ParallelismConfig& p = config.parallelism;
+    if (nproc == 0) {
+      nproc = static_cast<int>(std::max<std::int64_t>(1, p.data_parallel_replicate_degree) *
+                               p.data_parallel_shard_degree * p.tensor_parallel_degree *
+                               p.pipeline_parallel_degree * p.context_parallel_degree);
+    }
+    const std::vector<RankMemory> ranks =
+        weft::estimate::estimate_memory(train::estimate_job(config, nproc));
+    std::fputs(train::describe_job(config, nproc).c_str(), stdout);
+    std::fputs(table(ranks).c_str(), stdout);
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      out << to_json(ranks).dump(2) << "\n";
+      if (!out) throw weft::Error("cannot write " + json_path);
+    }
+  } catch (const weft::InvalidArgument& e) {
+    std::fprintf(stderr, "weft-estimate: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft-estimate: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,65 @@
+// What each rank of a training job will hold, computed from the configuration alone: nothing
+// is allocated, so a 405B model on 1,024 ranks estimates on a laptop in milliseconds.
+//
+//   estimate::Job job{.model = config.model, .options = parallel_options(config, world),
+//                     .batch = 8, .seq = 256};
+//   for (const estimate::RankMemory& m : estimate::estimate_memory(job)) ... m.total() ...
+//
+// The figures follow weft's own tensors (nn/, parallel/) one by one: the parameters, gradients
+// and optimizer state each layout keeps between steps (parallel::MemoryReport's), the
+// activations a forward keeps for backward (a pipeline's peak over its schedule, zero bubble's
+// deferred weight-gradient copies included) and the scratch the layers keep between steps
+// (backward's buffers, tensor parallelism's gathers), and activation checkpointing's
+// recomputation. What it leaves out (FSDP's gathered units, the pipeline's transfer buffers,
+// context parallelism's exchange buffers, the layout-invariant mode's partial sums) and how
+// close it comes to the measured peak: docs/ESTIMATE.md.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/nn/llama.h"
+#include "weft/parallel/parallelize.h"
+
+namespace weft::estimate {
+
+// A training job as the estimate sees it.
+struct Job {
+  nn::LlamaConfig model;
+  // The degrees, FSDP's mode, the pipeline's schedule and micro-batches, sequence and loss
+  // parallelism; param_dtype kBFloat16 means bfloat16 products (mixed_precision_param).
+  parallel::ParallelOptions options;
+  std::int64_t batch = 8;  // sequences per forward on each data-parallel rank (batch_size)
+  std::int64_t seq = 256;  // positions per sequence (seq_len)
+  bool activation_checkpointing = false;
+  // The process itself: code, libraries, the data's tokens, the start-up peak measurement
+  // (weft-train's peak resident memory with a one-layer model of width 32, x86-64 Debian 12).
+  std::int64_t program = std::int64_t{32} << 20;
+};
+
+// Bytes one rank holds.
+struct RankMemory {
+  int rank = 0;   // in the world
+  int stage = 0;  // pipeline rank (0 without pipeline parallelism)
+  // Between steps, as parallel::MemoryReport counts them.
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0;
+  // Kept by forward for backward at the most (MemoryReport::activations).
+  std::int64_t activations = 0;
+  // Kept by the layers between steps for their backward and their collectives (DDP's
+  // buckets among them).
+  std::int64_t scratch = 0;
+  // Held for a moment on top: activation checkpointing's recomputed block.
+  std::int64_t working = 0;
+  std::int64_t program = 0;  // Job::program
+
+  std::int64_t state() const { return parameters + gradients + optimizer; }
+  // The peak resident memory the rank should reach.
+  std::int64_t total() const { return state() + activations + scratch + working + program; }
+};
+
+// One entry per world rank (dims.product() of them), in rank order. InvalidArgument when the
+// layout cannot run the model (degrees that do not split it, a schedule that does not fit),
+// with parallelize()'s message.
+std::vector<RankMemory> estimate_memory(const Job& job);
+
+}  // namespace weft::estimate
