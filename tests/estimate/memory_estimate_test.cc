@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct Layout {
   bool bf16 = false, checkpointing = false, sequence_parallel = true, loss_parallel = true;
   bool tied = false;
 };
+
+void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 
 Job job_of(const Layout& layout) {
   Job job{.model = {.dim = 32,

@@ -36,21 +36,31 @@ struct Widths {
   std::int64_t local_rows(std::int64_t rows) const { return sequence_sharded ? rows / tp : rows; }
 };
 
+// A parameter as FSDP sees it: (rows, columns), a vector as (n, 1), and its unit (0 the
+// root: the embedding, the final norm and the output layer; 1 + l block l).
+struct LocalParameter {
+  std::int64_t rows, cols;
+  int unit;
+};
+
 // The whole model's parameters this pipeline rank holds (its stages' layers, the embedding
 // with layer 0, the final norm and the output layer with the last), as this tensor-parallel
-// rank's slices: (rows, columns) each, a vector as (n, 1), FSDP's view of them.
-std::vector<std::pair<std::int64_t, std::int64_t>> local_parameters(
-    const nn::LlamaConfig& c, const std::vector<nn::LayerRange>& stages, int tp) {
+// rank's slices.
+std::vector<LocalParameter> local_parameters(const nn::LlamaConfig& c,
+                                             const std::vector<nn::LayerRange>& stages, int tp) {
   const auto holds_layer = [&](std::int64_t l) {
     return std::any_of(stages.begin(), stages.end(),
                        [&](const nn::LayerRange& s) { return s.first <= l && l < s.last; });
   };
   const bool first = holds_layer(0), last = holds_layer(c.n_layers - 1);
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::vector<LocalParameter> out;
   for (const auto& [name, shape] : c.parameter_shapes()) {
     bool held = false;
+    int unit = 0;
     if (name.rfind("layers.", 0) == 0) {
-      held = holds_layer(std::stoll(name.substr(7)));
+      const std::int64_t layer = std::stoll(name.substr(7));
+      held = holds_layer(layer);
+      unit = static_cast<int>(layer) + 1;
     } else {
       held = name == "tok_embeddings.weight" ? first : last;
     }
@@ -59,7 +69,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> local_parameters(
     const bool row_parallel =
         name.find(".wo.") != std::string::npos || name.find(".w2.") != std::string::npos;
     if (shape.size() == 2) (row_parallel ? cols : rows) /= tp;
-    out.emplace_back(rows, cols);
+    out.push_back({rows, cols, unit});
   }
   return out;
 }
@@ -95,7 +105,7 @@ std::int64_t block_deferred(const Widths& w, std::int64_t rows) {
   return n;
 }
 
-// Buffers a block keeps between steps: backward's gradients of its activations.
+// Buffers the blocks share (nn::BlockScratch): backward's gradients of a block's activations.
 std::int64_t block_scratch(const Widths& w, std::int64_t rows) {
   return rows * (w.qkv() + w.heads * w.head_dim + w.hidden) * kFloat +
          w.local_rows(rows) * w.dim * kFloat;
@@ -115,6 +125,18 @@ std::int64_t tensor_parallel_scratch(const Widths& w, std::int64_t rows) {
   std::int64_t n = rows * w.dim * kFloat + w.local_rows(rows) * w.dim * kFloat;
   if (w.sequence_sharded) n += rows * w.dim * (w.operand + kFloat);
   return n;
+}
+
+// Context parallelism's ring (nn::RingScratch, shared by the blocks): this rank's keys and
+// values and one other rank's (all of them when all-gathered), their gradients, and one query
+// chunk's partial output, log-sum-exp and gradients.
+std::int64_t context_parallel_scratch(const Widths& w, std::int64_t rows, const Job& job) {
+  const int cp = job.options.dims.cp;
+  if (cp == 1 || job.options.layout_invariant) return 0;
+  const std::int64_t kv = rows * 2 * w.kv_heads * w.head_dim, chunk = rows / 2;
+  const std::int64_t blocks = job.options.cp_exchange == nn::KeyValueExchange::kRing ? 2 : 1 + cp;
+  return blocks * kv * (w.operand + kFloat) +
+         chunk * (w.heads * w.head_dim + w.heads + w.qkv() + 2 * w.kv_heads * w.head_dim) * kFloat;
 }
 
 struct Stage {
@@ -151,16 +173,49 @@ std::int64_t pipeline_peak(const std::vector<parallel::Action>& actions,
   return peak;
 }
 
+// A pipeline rank's buffers besides the activations in flight: its stages' own set of
+// activation tensors (which the model fills while the slots hold the others), and each
+// (stage, micro-batch) slot's input and gradient buffers (PipelineRuntime).
+std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
+                              const parallel::Schedule& schedule, const std::vector<Stage>& stages,
+                              int rank) {
+  std::int64_t n = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    if (schedule.stage_to_rank[s] != rank) continue;
+    n += stages[s].saved + 2 * schedule.microbatches * w.local_rows(rows) * w.dim * kFloat;
+  }
+  return n;
+}
+
+// FSDP's working memory in backward, from its sequence of events (parallel/fsdp.cc): the
+// unit in backward whole (values and gradients), the next one's gather in flight, and up to
+// three reductions (each a whole unit to reduce-scatter and a shard to receive); the root
+// stays whole for the step. Without full_shard the values are already counted in the state;
+// with zero1 the gradients too, and nothing is gathered.
+std::int64_t fsdp_working(const Job& job, const std::vector<std::int64_t>& units,
+                          std::int64_t shards) {
+  const std::int64_t root = units[0];
+  const std::int64_t block = *std::max_element(units.begin() + 1, units.end());
+  const parallel::ShardingMode mode = job.options.fsdp_mode;
+  std::int64_t whole = 2, root_whole = 2;  // values and gradients
+  if (mode != parallel::ShardingMode::kFullShard) whole = root_whole = 1;
+  if (mode == parallel::ShardingMode::kZero1) whole = root_whole = 0;
+  const std::int64_t gather = mode == parallel::ShardingMode::kZero1 ? 0 : block;
+  return whole * block + gather + 3 * (block + block / shards) + root_whole * root;
+}
+
 // The state a rank keeps between steps, as the data-parallel wrappers count it (DDP's
-// buckets as scratch).
-void add_state(const Job& job, const std::vector<std::pair<std::int64_t, std::int64_t>>& params,
-               RankMemory& m) {
+// buckets as scratch), and FSDP's working memory.
+void add_state(const Job& job, const std::vector<LocalParameter>& params, RankMemory& m) {
   const parallel::ParallelDims& d = job.options.dims;
   std::int64_t numel = 0, shard = 0;
   const std::int64_t shards = static_cast<std::int64_t>(d.dp_shard) * d.cp;
-  for (const auto& [rows, cols] : params) {
-    numel += rows * cols;
-    shard += (rows + shards - 1) / shards * cols;
+  std::vector<std::int64_t> units(static_cast<std::size_t>(job.model.n_layers) + 1, 0);
+  for (const LocalParameter& p : params) {
+    numel += p.rows * p.cols;
+    const std::int64_t padded = (p.rows + shards - 1) / shards * p.cols;
+    shard += padded;
+    units[static_cast<std::size_t>(p.unit)] += padded * shards * kFloat;
   }
   if (d.dp_shard == 1) {
     m.parameters = m.gradients = numel * kFloat;
@@ -173,66 +228,96 @@ void add_state(const Job& job, const std::vector<std::pair<std::int64_t, std::in
   m.parameters = (shard + (mode == parallel::ShardingMode::kFullShard ? 0 : numel)) * kFloat;
   m.gradients = (shard + (mode == parallel::ShardingMode::kZero1 ? numel : 0)) * kFloat;
   m.optimizer = 2 * shard * kFloat;
+  m.working += fsdp_working(job, units, shards);
 }
 
 }  // namespace
 
+namespace {
+
+// The pipeline's stages (one without pipeline parallelism) and what one forward keeps in each.
+struct Stages {
+  std::vector<Stage> stages;
+  parallel::Schedule schedule;  // with pipeline parallelism
+  std::int64_t rows = 0;        // of one forward: its sequences x this rank's positions
+};
+
+Stages cut_stages(const Job& job, const Widths& w) {
+  const parallel::ParallelDims& d = job.options.dims;
+  const int n_layers = static_cast<int>(job.model.n_layers);
+  Stages out;
+  std::int64_t sequences = job.batch;
+  if (d.pp > 1) {
+    out.schedule = parallel::make_pipeline_schedule(job.options.pipeline, n_layers, d.pp);
+    for (const nn::LayerRange& r : parallel::split_layers(n_layers, out.schedule.num_stages(),
+                                                          job.options.pipeline.layers_per_stage))
+      out.stages.push_back({r});
+    sequences = job.batch / out.schedule.microbatches;
+  } else {
+    out.stages.push_back({{0, n_layers}});
+  }
+  out.rows = sequences * (job.seq / d.cp);
+  for (Stage& s : out.stages) {
+    for (int l = s.layers.first; l < s.layers.last; ++l) {
+      s.saved += block_activations(w, out.rows, job.activation_checkpointing);
+      s.deferred += block_deferred(w, out.rows);
+    }
+    if (s.layers.last == n_layers) {
+      s.saved += head_activations(w, out.rows, d.pp > 1);
+      s.deferred += out.rows * w.vocab * w.operand;
+    }
+  }
+  return out;
+}
+
+// What pipeline rank `stage` (every rank without pipeline parallelism) holds.
+RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& cut, int stage) {
+  const parallel::ParallelDims& d = job.options.dims;
+  const std::int64_t rows = cut.rows;
+  RankMemory m;
+  m.stage = stage;
+  std::vector<nn::LayerRange> mine;
+  int layers = 0;
+  bool head = false;
+  for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+    if (d.pp > 1 && cut.schedule.stage_to_rank[s] != stage) continue;
+    const nn::LayerRange r = cut.stages[s].layers;
+    mine.push_back(r);
+    layers += r.last - r.first;
+    head = head || r.last == job.model.n_layers;
+  }
+  add_state(job, local_parameters(job.model, mine, d.tp), m);
+  m.activations =
+      d.pp > 1 ? pipeline_peak(cut.schedule.actions[static_cast<std::size_t>(stage)], cut.stages)
+               : cut.stages[0].saved + w.local_rows(rows) * w.dim * kFloat;
+  m.scratch += (layers > 0 ? block_scratch(w, rows) : 0) + (head ? head_scratch(w, rows) : 0) +
+               tensor_parallel_scratch(w, rows) + context_parallel_scratch(w, rows, job);
+  if (d.pp > 1) m.scratch += pipeline_scratch(w, rows, cut.schedule, cut.stages, stage);
+  // Backward recomputes a block's forward into a copy of its input, and frees it after.
+  if (job.activation_checkpointing && layers > 0) {
+    m.working += block_activations(w, rows, false) - block_activations(w, rows, true) +
+                 w.local_rows(rows) * w.dim * kFloat;
+  }
+  m.program = job.program;
+  return m;
+}
+
+}  // namespace
+
+// The ranks of one pipeline rank hold the same: the mesh is [pp, ...], so world rank r is
+// pipeline rank r / (world / pp).
 std::vector<RankMemory> estimate_memory(const Job& job) {
   const parallel::ParallelDims& d = job.options.dims;
   const Widths w(job.model, job.options);
-  const int n_layers = static_cast<int>(job.model.n_layers);
-  const std::int64_t seq = job.seq / d.cp;  // this rank's positions of each sequence
-  std::vector<Stage> stages;
-  parallel::Schedule schedule;
-  std::int64_t sequences = job.batch;  // per forward
-  if (d.pp > 1) {
-    schedule = parallel::make_pipeline_schedule(job.options.pipeline, n_layers, d.pp);
-    for (const nn::LayerRange& r : parallel::split_layers(n_layers, schedule.num_stages(),
-                                                          job.options.pipeline.layers_per_stage))
-      stages.push_back({r});
-    sequences = job.batch / schedule.microbatches;
-  } else {
-    stages.push_back({{0, n_layers}});
-  }
-  const std::int64_t rows = sequences * seq;
-  for (Stage& s : stages) {
-    for (int l = s.layers.first; l < s.layers.last; ++l) {
-      s.saved += block_activations(w, rows, job.activation_checkpointing);
-      s.deferred += block_deferred(w, rows);
-    }
-    if (s.layers.last == n_layers) {
-      s.saved += head_activations(w, rows, d.pp > 1);
-      s.deferred += rows * w.vocab * w.operand;
-    }
-  }
-  std::vector<RankMemory> out(static_cast<std::size_t>(d.product()));
-  const int per_stage = d.product() / d.pp;
+  const Stages cut = cut_stages(job, w);
+  std::vector<RankMemory> per_stage;
+  for (int stage = 0; stage < d.pp; ++stage)
+    per_stage.push_back(pipeline_rank_memory(job, w, cut, stage));
+  std::vector<RankMemory> out;
+  const int per_pipeline_rank = d.product() / d.pp;
   for (int rank = 0; rank < d.product(); ++rank) {
-    RankMemory& m = out[static_cast<std::size_t>(rank)];
-    m.rank = rank;
-    m.stage = rank / per_stage;
-    std::vector<nn::LayerRange> mine;
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-      if (d.pp == 1 || schedule.stage_to_rank[s] == m.stage) mine.push_back(stages[s].layers);
-    }
-    add_state(job, local_parameters(job.model, mine, d.tp), m);
-    int layers = 0;
-    bool head = false;
-    for (const nn::LayerRange& r : mine) {
-      layers += r.last - r.first;
-      head = head || r.last == n_layers;
-    }
-    m.activations = d.pp > 1
-                        ? pipeline_peak(schedule.actions[static_cast<std::size_t>(m.stage)], stages)
-                        : stages[0].saved + w.local_rows(rows) * w.dim * kFloat;
-    m.scratch += layers * block_scratch(w, rows) + (head ? head_scratch(w, rows) : 0) +
-                 tensor_parallel_scratch(w, rows);
-    // Backward recomputes a block's forward into a copy of its input, and frees it after.
-    if (job.activation_checkpointing && layers > 0) {
-      m.working = block_activations(w, rows, false) - block_activations(w, rows, true) +
-                  w.local_rows(rows) * w.dim * kFloat;
-    }
-    m.program = job.program;
+    out.push_back(per_stage[static_cast<std::size_t>(rank / per_pipeline_rank)]);
+    out.back().rank = rank;
   }
   return out;
 }

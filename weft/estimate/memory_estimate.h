@@ -5,14 +5,13 @@
 //                     .batch = 8, .seq = 256};
 //   for (const estimate::RankMemory& m : estimate::estimate_memory(job)) ... m.total() ...
 //
-// The figures follow weft's own tensors (nn/, parallel/) one by one: the parameters, gradients
-// and optimizer state each layout keeps between steps (parallel::MemoryReport's), the
-// activations a forward keeps for backward (a pipeline's peak over its schedule, zero bubble's
-// deferred weight-gradient copies included) and the scratch the layers keep between steps
-// (backward's buffers, tensor parallelism's gathers), and activation checkpointing's
-// recomputation. What it leaves out (FSDP's gathered units, the pipeline's transfer buffers,
-// context parallelism's exchange buffers, the layout-invariant mode's partial sums) and how
-// close it comes to the measured peak: docs/ESTIMATE.md.
+// The figures follow weft's own tensors (nn/, parallel/): the parameters, gradients and
+// optimizer state each layout keeps between steps and the activations a forward keeps for
+// backward (a pipeline's peak over its schedule) to the byte, as parallel::MemoryReport counts
+// them; the buffers the layers keep between steps and what a step holds for a moment
+// (activation checkpointing's recomputation, FSDP's whole units and reductions) as a model of
+// the code. How close the total comes to the measured peak, and what it leaves out:
+// docs/ESTIMATE.md.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +44,11 @@ struct RankMemory {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0;
   // Kept by forward for backward at the most (MemoryReport::activations).
   std::int64_t activations = 0;
-  // Kept by the layers between steps for their backward and their collectives (DDP's
-  // buckets among them).
+  // Kept between steps: the layers' buffers for backward and collectives, DDP's buckets, a
+  // pipeline stage's own activation tensors and transfer buffers.
   std::int64_t scratch = 0;
-  // Held for a moment on top: activation checkpointing's recomputed block.
+  // Held for a moment on top: activation checkpointing's recomputed block, FSDP's whole units
+  // and reductions in flight.
   std::int64_t working = 0;
   std::int64_t program = 0;  // Job::program
 

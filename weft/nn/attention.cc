@@ -25,7 +25,7 @@ AttentionConfig local_heads(AttentionConfig c, int parts) {
 // Rank `part` holds query heads [part * n_heads / parts, ...) and key/value heads
 // [part * n_kv_heads / parts, ...): exactly the groups its query heads read.
 Attention::Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& c,
-                     int parts, int part, const ContextParallel* cp)
+                     BlockScratch& scratch, int parts, int part, const ContextParallel* cp)
     : config_(local_heads(c, parts)),
       hd_(c.head_dim()),
       qkv_weight_(params.stack({{prefix + ".wq.weight", config_.n_heads * hd_},
@@ -37,6 +37,7 @@ Attention::Attention(ParameterList& params, const std::string& prefix, const Att
       wk_(params, params.at(prefix + ".wk.weight")),
       wv_(params, params.at(prefix + ".wv.weight")),
       wo_(params, prefix + ".wo", c.n_heads * hd_, c.dim, Sharding{1, parts, part}),
+      scratch_(scratch),
       cp_(cp),
       trees_(params.leaf_trees()) {
   for (Linear* l : {&wq_, &wk_, &wv_}) l->weight().product_operand = true;
@@ -78,19 +79,19 @@ BlockedShape Attention::blocked_shape(std::int64_t batch, std::int64_t seq) cons
           .head_dim = hd_};
 }
 
-// In mixed precision the projection's float32 output is scratch (the backward's dqkv_, which
-// the backward overwrites) and qkv_ keeps it rotated and rounded to bfloat16, which the
-// attention kernels read: half the bytes kept, and under context parallelism sent. The
-// attention's output is rounded once too (into att_, through the scratch datt_), for the
-// output projection's two products and the backward's delta.
+// In mixed precision the projection's float32 output is scratch (the backward's q|k|v
+// gradient, which the backward overwrites) and qkv_ keeps it rotated and rounded to bfloat16, which
+// the attention kernels read: half the bytes kept, and under context parallelism sent. The
+// attention's output is rounded once too (into att_, through the scratch of the output's gradient),
+// for the output projection's two products and the backward's delta.
 template <ProductOperand X>
 void Attention::forward(const X* x, float* out, std::int64_t batch, std::int64_t seq,
                         bool accumulate) {
   const std::int64_t rows = batch * seq, width = qkv_width(), att_width = config_.n_heads * hd_;
   float* lse = ensure(lse_, {batch, config_.n_heads, seq});
   const bool mixed = matmul_dtype() == DType::kBFloat16;
-  float* qkv = ensure(mixed ? dqkv_ : qkv_, {rows, width});
-  float* att = ensure(mixed ? datt_ : att_, {rows, att_width});
+  float* qkv = ensure(mixed ? scratch_.qkv_grad : qkv_, {rows, width});
+  float* att = ensure(mixed ? scratch_.attention_grad : att_, {rows, att_width});
   wqkv_.forward(x, qkv, rows);
   if (!mixed) {
     rotate(qkv, batch, seq, /*backward=*/false);
@@ -135,11 +136,11 @@ void Attention::rotate(const float* x, BFloat16* y, std::int64_t batch, std::int
 template <class T>
 void Attention::attend(const T* qkv, float* att, float* lse, std::int64_t batch, std::int64_t seq) {
   if (trees_.sequence_blocked()) {
-    blocked_attention_forward(cp_, blocked_shape(batch, seq), qkv, att, lse, blocked_);
+    blocked_attention_forward(cp_, blocked_shape(batch, seq), qkv, att, lse, scratch_.blocked);
     return;
   }
   if (ring()) {
-    ring_attention_forward(*cp_, ring_shape(batch, seq), qkv, att, lse, ring_);
+    ring_attention_forward(*cp_, ring_shape(batch, seq), qkv, att, lse, scratch_.ring);
     return;
   }
   const T* k = qkv + config_.n_heads * hd_;
@@ -153,11 +154,12 @@ void Attention::attend_backward(const T* qkv, const float* datt, float* dqkv, st
   const T* att = att_.data<T>();
   const float* lse = lse_.data<float>();
   if (trees_.sequence_blocked()) {
-    blocked_attention_backward(cp_, blocked_shape(batch, seq), qkv, att, datt, lse, dqkv, blocked_);
+    blocked_attention_backward(cp_, blocked_shape(batch, seq), qkv, att, datt, lse, dqkv,
+                               scratch_.blocked);
     return;
   }
   if (ring()) {
-    ring_attention_backward(*cp_, ring_shape(batch, seq), qkv, att, datt, lse, dqkv, ring_);
+    ring_attention_backward(*cp_, ring_shape(batch, seq), qkv, att, datt, lse, dqkv, scratch_.ring);
     return;
   }
   const T* k = qkv + config_.n_heads * hd_;
@@ -178,8 +180,8 @@ void Attention::backward(const float* dout, const X* x, float* dx, std::int64_t 
 void Attention::backward_input(const float* dout, float* dx, std::int64_t batch, std::int64_t seq,
                                DeferredWeightGrads* deferred) {
   const std::int64_t rows = batch * seq, width = qkv_width();
-  float* datt = ensure(datt_, {rows, config_.n_heads * hd_});
-  float* dqkv = ensure(dqkv_, {rows, width});
+  float* datt = ensure(scratch_.attention_grad, {rows, config_.n_heads * hd_});
+  float* dqkv = ensure(scratch_.qkv_grad, {rows, width});
   visit_operand(att_, [&](auto* att) {
     if (deferred == nullptr) {
       wo_.backward(dout, att, datt, rows);
@@ -203,13 +205,13 @@ void Attention::backward_input(const float* dout, float* dx, std::int64_t batch,
 template <ProductOperand X>
 void Attention::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                 bool copy_x) {
-  // The gradient of the projection's output: dqkv_ (float32) or qkv_ (bfloat16), scratch that
+  // The gradient of the projection's output: the scratch's (float32) or qkv_ (bfloat16), that
   // the next forward or backward overwrites.
   if (qkv_.dtype() == DType::kBFloat16) {
     const BFloat16* dqkv = qkv_.data<BFloat16>();
     wqkv_.backward_weight(dqkv, x, rows, deferred, /*copy_dy=*/true, copy_x);
   } else {
-    const float* dqkv = dqkv_.data<float>();
+    const float* dqkv = scratch_.qkv_grad.data<float>();
     wqkv_.backward_weight(dqkv, x, rows, deferred, /*copy_dy=*/true, copy_x);
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/kernels/attention.h"
+#include "weft/nn/block_scratch.h"
 #include "weft/nn/blocked_attention.h"
 #include "weft/nn/context_parallel.h"
 #include "weft/nn/kv_cache.h"
@@ -28,9 +29,11 @@ class Attention {
   // n_kv_heads / parts key/value heads they use (wq, wk, wv column-parallel, wo row-parallel).
   // Context-parallel when `cp` (which outlives the layer) is enabled: each sequence of seq
   // rows is then this rank's two chunks of a sequence cp.size() times as long, and attention
-  // runs around the ring (nn/context_parallel.h).
+  // runs around the ring (nn/context_parallel.h). `scratch` (shared with the model's other
+  // blocks) outlives the layer.
   Attention(ParameterList& params, const std::string& prefix, const AttentionConfig& config,
-            int parts = 1, int part = 0, const ContextParallel* cp = nullptr);
+            BlockScratch& scratch, int parts = 1, int part = 0,
+            const ContextParallel* cp = nullptr);
   // x and out: [batch * seq, dim]; the output (this rank's heads' share of it under tensor
   // parallelism) is written to out, or added to it inside the output projection's product
   // when accumulate (the block's residual stream). Keeps q, k, v, the attention output and
@@ -90,12 +93,10 @@ class Attention {
   Linear wqkv_, wq_, wk_, wv_, wo_;
   // Kept by forward: q|k|v rows after RoPE (bfloat16 in mixed precision), attention output.
   Tensor qkv_, att_, lse_;
-  Tensor q_;            // generation's queries
-  Tensor dqkv_, datt_;  // backward's scratch
+  Tensor q_;  // generation's queries
+  BlockScratch& scratch_;
   const ContextParallel* cp_;
   const LeafTrees& trees_;
-  RingScratch ring_;
-  BlockedScratch blocked_;
 };
 
 }  // namespace weft::nn

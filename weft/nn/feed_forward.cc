@@ -5,12 +5,13 @@
 namespace weft::nn {
 
 FeedForward::FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
-                         std::int64_t hidden, int parts, int part)
+                         std::int64_t hidden, BlockScratch& scratch, int parts, int part)
     : hidden_(hidden / parts),
       w13_weight_(params.stack({{prefix + ".w1.weight", hidden_}, {prefix + ".w3.weight", hidden_}},
                                dim, prefix + ".w13.weight", Sharding{0, parts, part})),
       w13_(params, w13_weight_),
-      w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}) {
+      w2_(params, prefix + ".w2", hidden, dim, Sharding{1, parts, part}),
+      scratch_(scratch) {
   for (const char* part_name : {".w1.weight", ".w3.weight"})
     params.at(prefix + part_name).product_operand = true;
   w13_.set_stacked(Sharding{0, parts, part}, {hidden_, hidden_});
@@ -45,10 +46,10 @@ void FeedForward::backward(const float* dout, const X* x, float* dx, std::int64_
 
 void FeedForward::backward_input(const float* dout, float* dx, std::int64_t rows,
                                  DeferredWeightGrads* deferred) {
-  float* dg = ensure(dg_, {rows, hidden_});
+  float* dg = ensure(scratch_.hidden_grad, {rows, hidden_});
   if (g_.dtype() == DType::kBFloat16) {
     w2_backward(dout, g_.data<BFloat16>(), dg, rows, deferred);
-    // dg_ becomes the bfloat16 gradient of w1|w3's output; ab_ is left as it is.
+    // The scratch becomes the bfloat16 gradient of w1|w3's output; ab_ is left as it is.
     const BFloat16* ab = ab_.data<BFloat16>();
     const BFloat16* dab =
         kernels::swiglu_backward_bf16(dg, ab, ab + hidden_, rows, hidden_, 2 * hidden_);
@@ -75,10 +76,10 @@ void FeedForward::w2_backward(const float* dout, const G* g, float* dg, std::int
 template <ProductOperand X>
 void FeedForward::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                   bool copy_x) {
-  // The gradient of w1|w3's output stays in ab_ (float32) or dg_ (bfloat16) until the next
+  // The gradient of w1|w3's output stays in ab_ (float32) or the scratch (bfloat16) until the next
   // forward, or backward.
   if (g_.dtype() == DType::kBFloat16) {
-    const auto* dab = reinterpret_cast<const BFloat16*>(dg_.data<float>());
+    const auto* dab = reinterpret_cast<const BFloat16*>(scratch_.hidden_grad.data<float>());
     w13_.backward_weight(dab, x, rows, deferred, /*copy_dy=*/deferred != nullptr, copy_x);
   } else {
     w13_.backward_weight(ab_.data<float>(), x, rows, deferred, /*copy_dy=*/false, copy_x);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/block_scratch.h"
 #include "weft/nn/layers.h"
 
 namespace weft::nn {
@@ -13,9 +14,10 @@ namespace weft::nn {
 class FeedForward {
  public:
   // Tensor-parallel over `parts` ranks, this one `part`: hidden / parts of the hidden units
-  // (w1 and w3 column-parallel, w2 row-parallel).
+  // (w1 and w3 column-parallel, w2 row-parallel). `scratch` (shared with the model's other
+  // blocks) outlives the layer.
   FeedForward(ParameterList& params, const std::string& prefix, std::int64_t dim,
-              std::int64_t hidden, int parts = 1, int part = 0);
+              std::int64_t hidden, BlockScratch& scratch, int parts = 1, int part = 0);
   // Writes the output (this rank's share of it under tensor parallelism) to out [rows, dim],
   // or adds it inside w2's product when accumulate (the block's residual stream).
   // x is float32, or bfloat16 (the norm's output in mixed precision).
@@ -52,9 +54,9 @@ class FeedForward {
   // [w1 x | w3 x] and silu(w1 x) * w3 x (bfloat16 in mixed precision): kept by forward for
   // backward.
   Tensor ab_, g_;
-  // backward's scratch: the gradient of g, then that of w13's output (in float32 it goes into
-  // ab_ instead; in mixed precision it is bfloat16, over dg_'s bytes).
-  Tensor dg_;
+  // Its hidden_grad: the gradient of g, then that of w13's output (in float32 that goes into
+  // ab_ instead; in mixed precision it is bfloat16, over the same bytes).
+  BlockScratch& scratch_;
 };
 
 }  // namespace weft::nn

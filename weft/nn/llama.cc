@@ -205,8 +205,8 @@ void Llama::build() {
   layers_.resize(static_cast<std::size_t>(n));
   for (const LayerRange& s : stages_) {
     for (int l = s.first; l < s.last; ++l) {
-      layers_[static_cast<std::size_t>(l)] =
-          std::make_unique<TransformerBlock>(params_, l, block_config(config_), *tp_, cp_);
+      layers_[static_cast<std::size_t>(l)] = std::make_unique<TransformerBlock>(
+          params_, l, block_config(config_), *tp_, cp_, scratch_);
     }
   }
 }

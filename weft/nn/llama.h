@@ -211,6 +211,7 @@ class Llama {
   LlamaConfig config_;
   std::unique_ptr<TensorParallelContext> tp_;  // stable: the blocks refer to it
   ContextParallel cp_;                         // the blocks refer to it
+  BlockScratch scratch_;                       // the blocks share it
   ParameterList params_;
   std::optional<Embedding> tok_embeddings_;
   std::vector<LayerRange> stages_;

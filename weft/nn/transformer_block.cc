@@ -61,15 +61,17 @@ void norm_backward(TensorParallelContext& tp, RMSNorm& norm, const float* dy, co
 }  // namespace
 
 TransformerBlock::TransformerBlock(ParameterList& params, int layer, const BlockConfig& c,
-                                   TensorParallelContext& tp, const ContextParallel& cp)
+                                   TensorParallelContext& tp, const ContextParallel& cp,
+                                   BlockScratch& scratch)
     : dim_(c.attention.dim),
       tp_(tp),
+      scratch_(scratch),
       attention_norm_(params, prefix(layer, "attention_norm"), dim_, c.norm_eps),
       ffn_norm_(params, prefix(layer, "ffn_norm"), dim_, c.norm_eps),
-      attention_(params, prefix(layer, "attention"), c.attention, tp.plan().size(),
+      attention_(params, prefix(layer, "attention"), c.attention, scratch, tp.plan().size(),
                  tp.plan().rank(), &cp),
-      feed_forward_(params, prefix(layer, "feed_forward"), dim_, c.hidden, tp.plan().size(),
-                    tp.plan().rank()) {}
+      feed_forward_(params, prefix(layer, "feed_forward"), dim_, c.hidden, scratch,
+                    tp.plan().size(), tp.plan().rank()) {}
 
 void TransformerBlock::forward(float* x, std::int64_t batch, std::int64_t seq) {
   const std::int64_t local = tp_.local_rows(batch * seq);
@@ -136,7 +138,7 @@ void TransformerBlock::backward(float* dx, std::int64_t batch, std::int64_t seq,
     std::memcpy(x, input_.data<float>(), static_cast<std::size_t>(local * dim_) * sizeof(float));
     run_forward(x, batch, seq);
   }
-  float* dh = ensure(dh_, {local, dim_});
+  float* dh = ensure(scratch_.residual_grad, {local, dim_});
   // Sequence-parallel norms see this rank's rows only: their weight gradients are partial
   // sums, collected here and summed across the group at the end (the layout-invariant mode
   // gathers each leaf's instead).

@@ -24,9 +24,9 @@ struct BlockConfig {
 
 class TransformerBlock {
  public:
-  // `tp` and `cp` (shared by the model's blocks) outlive the block.
+  // `tp`, `cp` and `scratch` (shared by the model's blocks) outlive the block.
   TransformerBlock(ParameterList& params, int layer, const BlockConfig& config,
-                   TensorParallelContext& tp, const ContextParallel& cp);
+                   TensorParallelContext& tp, const ContextParallel& cp, BlockScratch& scratch);
   // x: [local rows, dim] (tp.local_rows(batch * seq)), transformed in place.
   void forward(float* x, std::int64_t batch, std::int64_t seq);
   // dx: the gradient of the block's output, turned in place into that of its input. With
@@ -57,12 +57,13 @@ class TransformerBlock {
   std::int64_t dim_;
   bool checkpointing_ = false;
   TensorParallelContext& tp_;
+  BlockScratch& scratch_;
   RMSNorm attention_norm_, ffn_norm_;
   Attention attention_;
   FeedForward feed_forward_;
   Tensor input_;                         // always kept
   Tensor h1_, rstd1_, x2_, h2_, rstd2_;  // kept unless checkpointing
-  Tensor dh_, recompute_, norm_grads_;   // scratch
+  Tensor recompute_, norm_grads_;        // scratch
 };
 
 }  // namespace weft::nn

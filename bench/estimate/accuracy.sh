@@ -1,0 +1,49 @@
+#!/bin/bash
+# weft-train's start-up memory estimate (weft-estimate's figures) against the peak resident
+# memory rank 0 reaches, over layouts and configs: 3 steps each, one line a run.
+#
+#   bench/estimate/accuracy.sh            # after make run or make test
+#   STEPS=5 bench/estimate/accuracy.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+T=build/release/tools
+steps=${STEPS:-3}
+run() {  # ranks config overrides...
+  local n=$1 config=$2
+  shift 2
+  local launch=("$T/weft-train")
+  [ "$n" -gt 1 ] && launch=("$T/weftrun" --nproc-per-node "$n" "$T/weft-train")
+  local line
+  line=$("${launch[@]}" --config "configs/$config.toml" --training.steps "$steps" \
+    --checkpoint.enable false --validation.enable false "$@" 2>&1 |
+    grep -o "estimated before the run: .*" | head -1)
+  local estimated measured
+  estimated=$(sed -E 's/.*run: ([0-9.]+) MiB.*/\1/' <<<"$line")
+  measured=$(sed -E 's/.*peak resident ([0-9.]+) MiB.*/\1/' <<<"$line")
+  printf '%-10s %2d  %-88s %8s %8s %+6.1f %%\n' "$config" "$n" "$*" "$estimated" "$measured" \
+    "$(bc -l <<<"100 * ($estimated - $measured) / $measured")"
+}
+printf '%-10s %2s  %-88s %8s %8s %7s\n' config n overrides estimated measured error
+bf16=(--training.mixed_precision_param bfloat16)
+ckpt=(--training.activation_checkpointing true)
+P=--parallelism
+for config in debug llama_512; do
+  run 1 $config
+  run 1 $config "${bf16[@]}"
+  run 1 $config "${ckpt[@]}"
+  run 1 $config "${bf16[@]}" "${ckpt[@]}"
+  run 2 $config
+  run 2 $config "${bf16[@]}" $P.tensor_parallel_degree 2
+  run 2 $config $P.tensor_parallel_degree 2
+  run 2 $config $P.tensor_parallel_degree 2 $P.enable_sequence_parallel false
+  run 2 $config $P.context_parallel_degree 2
+  run 2 $config "${bf16[@]}" $P.context_parallel_degree 2 $P.context_parallel_rotate_method allgather
+  run 2 $config $P.pipeline_parallel_degree 2 $P.pipeline_parallel_microbatch_size 2
+  run 2 $config $P.pipeline_parallel_degree 2 $P.pipeline_parallel_microbatch_size 2 \
+    $P.pipeline_parallel_schedule GPipe
+  run 2 $config $P.pipeline_parallel_degree 2 $P.pipeline_parallel_microbatch_size 2 \
+    $P.pipeline_parallel_schedule ZBVZeroBubble "${bf16[@]}"
+  run 2 $config $P.data_parallel_shard_degree 2
+  run 2 $config $P.data_parallel_shard_degree 2 $P.fsdp_mode zero1
+  run 2 $config $P.data_parallel_shard_degree 2 "${bf16[@]}" "${ckpt[@]}"
+done
