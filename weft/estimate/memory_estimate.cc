@@ -6,6 +6,7 @@
 
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/pipeline_schedule.h"
+#include "weft/tensor/tensor.h"
 
 namespace weft::estimate {
 namespace {
@@ -190,8 +191,9 @@ std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
 // FSDP's working memory in backward, from its sequence of events (parallel/fsdp.cc): the
 // unit in backward whole (values and gradients), the next one's gather in flight, and up to
 // three reductions (each a whole unit to reduce-scatter and a shard to receive); the root
-// stays whole for the step. Without full_shard the values are already counted in the state;
-// with zero1 the gradients too, and nothing is gathered.
+// stays whole for the step; the other units' released values and gradients stay resident up
+// to Storage::kReleasedKeptBytes (kept for their next restore). Without full_shard the values
+// are already counted in the state; with zero1 the gradients too, and nothing is gathered.
 std::int64_t fsdp_working(const Job& job, const std::vector<std::int64_t>& units,
                           std::int64_t shards) {
   const std::int64_t root = units[0];
@@ -201,7 +203,12 @@ std::int64_t fsdp_working(const Job& job, const std::vector<std::int64_t>& units
   if (mode != parallel::ShardingMode::kFullShard) whole = root_whole = 1;
   if (mode == parallel::ShardingMode::kZero1) whole = root_whole = 0;
   const std::int64_t gather = mode == parallel::ShardingMode::kZero1 ? 0 : block;
-  return whole * block + gather + 3 * (block + block / shards) + root_whole * root;
+  std::int64_t released = -block;
+  for (std::size_t u = 1; u < units.size(); ++u) released += units[u];
+  const std::int64_t kept =
+      std::min<std::int64_t>(whole * std::max<std::int64_t>(0, released),
+                             static_cast<std::int64_t>(Storage::kReleasedKeptBytes));
+  return whole * block + gather + 3 * (block + block / shards) + root_whole * root + kept;
 }
 
 // The state a rank keeps between steps, as the data-parallel wrappers count it (DDP's

@@ -150,7 +150,7 @@ namespace {
 // ranks, 5-10 % of its time); older ones beyond the bound go back to the kernel.
 class MappingCache {
  public:
-  static constexpr std::size_t kCachedBytes = std::size_t{32} << 20;
+  static constexpr std::size_t kCachedBytes = Storage::kReleasedKeptBytes;
 
   void* take(std::size_t bytes) {
     std::lock_guard lock(mu_);

@@ -45,6 +45,9 @@ std::int64_t shape_numel(const Shape& shape);
 // Reading or writing a released storage's elements through a Tensor throws InvalidArgument.
 class Storage {
  public:
+  // What released blocks kept for reuse may hold at most.
+  static constexpr std::size_t kReleasedKeptBytes = std::size_t{32} << 20;
+
   explicit Storage(std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
