@@ -7,8 +7,9 @@
 //       --parallelism.data_parallel_shard_degree 8 --json estimate.json
 //
 // Exit codes: 0 printed; 2 a bad command line or configuration, or a layout that cannot run
-// the model (the message says why).
+// the model (the message says why); 1 the JSON file could not be written.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>

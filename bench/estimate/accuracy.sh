@@ -1,6 +1,7 @@
 #!/bin/bash
 # weft-train's start-up memory estimate (weft-estimate's figures) against the peak resident
-# memory rank 0 reaches, over layouts and configs: 3 steps each, one line a run.
+# memory rank 0 reaches, over layouts and configs: 3 steps each, one line a run (36 runs,
+# about 3 minutes on 2 cores).
 #
 #   bench/estimate/accuracy.sh            # after make run or make test
 #   STEPS=5 bench/estimate/accuracy.sh
@@ -46,4 +47,8 @@ for config in debug llama_512; do
   run 2 $config $P.data_parallel_shard_degree 2
   run 2 $config $P.data_parallel_shard_degree 2 $P.fsdp_mode zero1
   run 2 $config $P.data_parallel_shard_degree 2 "${bf16[@]}" "${ckpt[@]}"
+  run 4 $config $P.pipeline_parallel_degree 2 $P.data_parallel_shard_degree 2 \
+    $P.pipeline_parallel_microbatch_size 2
+  run 2 $config $P.pipeline_parallel_degree 2 $P.pipeline_parallel_microbatch_size 2 \
+    $P.pipeline_parallel_schedule InterleavedZeroBubble "${ckpt[@]}"
 done

@@ -14,6 +14,7 @@
 #include "weft/nn/layers.h"
 #include "weft/parallel/device_mesh.h"
 #include "weft/parallel/parallelize.h"
+#include "weft/parallel/pipeline_schedule.h"
 
 namespace weft::estimate {
 namespace {
@@ -133,6 +134,10 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{.name = "pp2_zero_bubble",
                .dims = dims(2, 1, 1, 1, 1),
                .schedule = "InterleavedZeroBubble"},
+        Layout{.name = "pp2_zero_bubble_checkpointing",
+               .dims = dims(2, 1, 1, 1, 1),
+               .schedule = "InterleavedZeroBubble",
+               .checkpointing = true},
         Layout{.name = "pp2_zbv_bf16",
                .dims = dims(2, 1, 1, 1, 1),
                .schedule = "ZBVZeroBubble",
@@ -140,6 +145,17 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{.name = "pp2_zbv_tp2", .dims = dims(2, 1, 1, 1, 2), .schedule = "ZBVZeroBubble"},
         Layout{.name = "pp2_fsdp2", .dims = dims(2, 1, 2, 1, 1)}),
     [](const testing::TestParamInfo<Layout>& p) { return p.param.name; });
+
+TEST(MemoryEstimateErrorsTest, NameWhatDoesNotFit) {
+  Job heads = job_of({.name = "tp3", .dims = dims(1, 1, 1, 1, 3)});
+  EXPECT_THROW(estimate_memory(heads), InvalidArgument);
+  Job deep = job_of({.name = "pp8", .dims = dims(8, 1, 1, 1, 1)});
+  EXPECT_THROW(estimate_memory(deep), InvalidArgument);
+  Job csv = job_of({.name = "csv", .dims = dims(2, 1, 1, 1, 1)});
+  csv.options.pipeline.schedule_csv =
+      parallel::write_schedule_csv(parallel::make_schedule(parallel::ScheduleKind::k1F1B, 4, 1, 4));
+  EXPECT_THROW(estimate_memory(csv), InvalidArgument);  // a schedule for 4 ranks on 2
+}
 
 }  // namespace
 }  // namespace weft::estimate

@@ -98,7 +98,8 @@ std::int64_t head_activations(const Widths& w, std::int64_t rows, bool pipelined
 }
 
 // A zero-bubble I's copies for its W (DeferredWeightGrads): the output gradients that the
-// backward goes on to overwrite, and the gathered inputs under sequence parallelism.
+// backward goes on to overwrite, and the gathered inputs under sequence parallelism (what
+// the I keeps until its W besides the activations).
 std::int64_t block_deferred(const Widths& w, std::int64_t rows) {
   std::int64_t n = 2 * rows * w.dim * kFloat + rows * w.qkv() * w.operand;
   if (w.operand == 2) n += rows * 2 * w.hidden * w.operand;
@@ -114,17 +115,18 @@ std::int64_t block_scratch(const Widths& w, std::int64_t rows) {
 
 std::int64_t head_scratch(const Widths& w, std::int64_t rows) {
   std::int64_t n = rows * kFloat + rows * w.vocab * w.operand + rows * w.dim * kFloat;
-  if (w.sequence_sharded) n += w.local_rows(rows) * w.dim * kFloat;
+  if (w.tp > 1) n += w.local_rows(rows) * w.dim * kFloat;  // the norm's input gradient
   if (w.gathered_logits) n += rows * w.vocab * w.tp * kFloat;
   return n;
 }
 
-// Tensor parallelism's buffers (nn/tensor_parallel.h): a partial sum, its reduction, and
-// under sequence parallelism the gathered rows (an operand, and a gradient).
+// Tensor parallelism's buffers (nn/tensor_parallel.h): a partial sum, and under sequence
+// parallelism its reduce-scattered rows and the gathered rows (an operand, and a gradient).
 std::int64_t tensor_parallel_scratch(const Widths& w, std::int64_t rows) {
   if (w.tp == 1) return 0;
-  std::int64_t n = rows * w.dim * kFloat + w.local_rows(rows) * w.dim * kFloat;
-  if (w.sequence_sharded) n += rows * w.dim * (w.operand + kFloat);
+  std::int64_t n = rows * w.dim * kFloat;
+  if (w.sequence_sharded)
+    n += w.local_rows(rows) * w.dim * kFloat + rows * w.dim * (w.operand + kFloat);
   return n;
 }
 
@@ -192,23 +194,25 @@ std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
 // unit in backward whole (values and gradients), the next one's gather in flight, and up to
 // three reductions (each a whole unit to reduce-scatter and a shard to receive); the root
 // stays whole for the step; the other units' released values and gradients stay resident up
-// to Storage::kReleasedKeptBytes (kept for their next restore). Without full_shard the values
-// are already counted in the state; with zero1 the gradients too, and nothing is gathered.
+// to Storage::kReleasedKeptBytes (kept for their next restore). Under pipeline parallelism
+// every unit stays whole from its first forward to its last backward of the step. Without
+// full_shard the values are already counted in the state and nothing is gathered; with zero1
+// the gradients too.
 std::int64_t fsdp_working(const Job& job, const std::vector<std::int64_t>& units,
                           std::int64_t shards) {
-  const std::int64_t root = units[0];
-  const std::int64_t block = *std::max_element(units.begin() + 1, units.end());
   const parallel::ShardingMode mode = job.options.fsdp_mode;
-  std::int64_t whole = 2, root_whole = 2;  // values and gradients
-  if (mode != parallel::ShardingMode::kFullShard) whole = root_whole = 1;
-  if (mode == parallel::ShardingMode::kZero1) whole = root_whole = 0;
-  const std::int64_t gather = mode == parallel::ShardingMode::kZero1 ? 0 : block;
-  std::int64_t released = -block;
-  for (std::size_t u = 1; u < units.size(); ++u) released += units[u];
-  const std::int64_t kept =
-      std::min<std::int64_t>(whole * std::max<std::int64_t>(0, released),
-                             static_cast<std::int64_t>(Storage::kReleasedKeptBytes));
-  return whole * block + gather + 3 * (block + block / shards) + root_whole * root + kept;
+  std::int64_t whole = 2;  // values and gradients
+  if (mode != parallel::ShardingMode::kFullShard) whole = 1;
+  if (mode == parallel::ShardingMode::kZero1) whole = 0;
+  const std::int64_t root = units[0], block = *std::max_element(units.begin() + 1, units.end());
+  const std::int64_t reductions = 3 * (block + block / shards);
+  std::int64_t blocks = 0;
+  for (std::size_t u = 1; u < units.size(); ++u) blocks += units[u];
+  if (job.options.dims.pp > 1) return whole * (root + blocks) + reductions;
+  const std::int64_t gather = mode == parallel::ShardingMode::kFullShard ? block : 0;
+  const std::int64_t kept = std::min<std::int64_t>(
+      whole * (blocks - block), static_cast<std::int64_t>(Storage::kReleasedKeptBytes));
+  return whole * (block + root) + gather + reductions + kept;
 }
 
 // The state a rank keeps between steps, as the data-parallel wrappers count it (DDP's
@@ -238,10 +242,6 @@ void add_state(const Job& job, const std::vector<LocalParameter>& params, RankMe
   m.working += fsdp_working(job, units, shards);
 }
 
-}  // namespace
-
-namespace {
-
 // The pipeline's stages (one without pipeline parallelism) and what one forward keeps in each.
 struct Stages {
   std::vector<Stage> stages;
@@ -268,6 +268,9 @@ Stages cut_stages(const Job& job, const Widths& w) {
     for (int l = s.layers.first; l < s.layers.last; ++l) {
       s.saved += block_activations(w, out.rows, job.activation_checkpointing);
       s.deferred += block_deferred(w, out.rows);
+      // With checkpointing an I's recomputed activations stay for its W.
+      if (job.activation_checkpointing)
+        s.deferred += block_activations(w, out.rows, false) - block_activations(w, out.rows, true);
     }
     if (s.layers.last == n_layers) {
       s.saved += head_activations(w, out.rows, d.pp > 1);
@@ -315,6 +318,8 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
 // pipeline rank r / (world / pp).
 std::vector<RankMemory> estimate_memory(const Job& job) {
   const parallel::ParallelDims& d = job.options.dims;
+  job.model.validate();
+  if (d.tp > 1) job.model.validate_tensor_parallel(d.tp);
   const Widths w(job.model, job.options);
   const Stages cut = cut_stages(job, w);
   std::vector<RankMemory> per_stage;

@@ -58,8 +58,9 @@ struct RankMemory {
 };
 
 // One entry per world rank (dims.product() of them), in rank order. InvalidArgument when the
-// layout cannot run the model (degrees that do not split it, a schedule that does not fit),
-// with parallelize()'s message.
+// model's sizes do not fit together or the tensor-parallel degree cannot split them
+// (nn::LlamaConfig::validate, validate_tensor_parallel), or the pipeline's schedule does not
+// fit its degree and layers; other layout errors are parallelize()'s to find.
 std::vector<RankMemory> estimate_memory(const Job& job);
 
 }  // namespace weft::estimate

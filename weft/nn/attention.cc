@@ -206,7 +206,7 @@ template <ProductOperand X>
 void Attention::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                 bool copy_x) {
   // The gradient of the projection's output: the scratch's (float32) or qkv_ (bfloat16), that
-  // the next forward or backward overwrites.
+  // any block's next forward or backward overwrites.
   if (qkv_.dtype() == DType::kBFloat16) {
     const BFloat16* dqkv = qkv_.data<BFloat16>();
     wqkv_.backward_weight(dqkv, x, rows, deferred, /*copy_dy=*/true, copy_x);

@@ -1,4 +1,8 @@
-// The working memory of a model's blocks, shared by all of them (nn::Llama owns one).
+// The working memory of a model's blocks, shared by all of them (nn::Llama owns one). A block
+// writes it before reading it and is done with it when its forward or backward returns, so
+// the blocks must run one at a time, and a backward split in two (backward_input, then
+// backward_weight) must have no other block's forward or backward between its halves unless
+// its weight gradients are deferred (DeferredWeightGrads copies what it reads from here).
 #pragma once
 
 #include "weft/nn/blocked_attention.h"

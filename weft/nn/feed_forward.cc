@@ -76,8 +76,8 @@ void FeedForward::w2_backward(const float* dout, const G* g, float* dg, std::int
 template <ProductOperand X>
 void FeedForward::backward_weight(const X* x, std::int64_t rows, DeferredWeightGrads* deferred,
                                   bool copy_x) {
-  // The gradient of w1|w3's output stays in ab_ (float32) or the scratch (bfloat16) until the next
-  // forward, or backward.
+  // The gradient of w1|w3's output stays in ab_ (float32) until this block's next forward, or
+  // in the scratch (bfloat16) until any block's next forward or backward.
   if (g_.dtype() == DType::kBFloat16) {
     const auto* dab = reinterpret_cast<const BFloat16*>(scratch_.hidden_grad.data<float>());
     w13_.backward_weight(dab, x, rows, deferred, /*copy_dy=*/deferred != nullptr, copy_x);

@@ -31,7 +31,8 @@ class FeedForward {
   void backward(const float* dout, const X* x, float* dx, std::int64_t rows,
                 DeferredWeightGrads* deferred = nullptr);
   // backward in two halves: everything but w1|w3's weight gradient (which needs x), then
-  // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism).
+  // that gradient. Between them the caller may reduce dx and fetch x (tensor parallelism),
+  // but not run another block (the second half reads the shared scratch: block_scratch.h).
   // copy_x: x may change before a deferred gradient runs.
   void backward_input(const float* dout, float* dx, std::int64_t rows,
                       DeferredWeightGrads* deferred = nullptr);

@@ -57,6 +57,11 @@ Schedule make_pipeline_schedule(const PipelineOptions& options, int n_layers, in
                             "and pipeline_parallel_microbatch_size make " +
                             std::to_string(options.microbatches));
     }
+    if (schedule.ranks != pp) {
+      throw InvalidArgument("pipeline_parallel_schedule_csv is a schedule for " +
+                            std::to_string(schedule.ranks) +
+                            " ranks; pipeline_parallel_degree is " + std::to_string(pp));
+    }
     return schedule;
   }
   const ScheduleKind kind = parse_schedule_kind(options.schedule);
@@ -368,11 +373,12 @@ void PipelineRuntime::backward(const Action& a) {
   const auto local = static_cast<std::size_t>(local_index_[static_cast<std::size_t>(a.stage)]);
   const bool split = a.kind == ActionKind::kBackwardInput;
   if (before_backward_) before_backward_(!split && a.microbatch == last_backward_[local]);
+  const std::int64_t saved = s.saved.bytes();
   model_.swap_activations(layers, s.saved);
   model_.backward_stage(layers, buffer(s.grad), loss_scale_, split ? &s.deferred : nullptr);
   model_.swap_activations(layers, s.saved);
-  if (split) {
-    held(s.deferred.bytes());
+  if (split) {  // with checkpointing the recomputed activations stay for the W too
+    held(s.deferred.bytes() + s.saved.bytes() - saved);
   } else {
     release(s, local);
   }

@@ -33,7 +33,8 @@ namespace weft::parallel {
 
 // The schedule `options` names for `pp` ranks over n_layers blocks (its CSV when given): one
 // stage per rank for GPipe and 1F1B, two for the interleaved and V schedules, unless
-// layers_per_stage says how many stages the layers make. InvalidArgument when they do not fit.
+// layers_per_stage says how many stages the layers make. InvalidArgument when they do not fit
+// (a CSV for another number of ranks or micro-batches too).
 Schedule make_pipeline_schedule(const PipelineOptions& options, int n_layers, int pp);
 
 // Cuts n_layers blocks into `stages` consecutive ranges: `layers_per_stage` each when positive

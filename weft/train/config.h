@@ -132,7 +132,7 @@ struct Config {
 // "--section.key value" and "--section.key=value" pairs from a command line's arguments (what
 // CLI11 leaves over), as load_config takes them; ConfigError for anything else.
 std::vector<std::pair<std::string, std::string>> parse_overrides(
-    const std::vector<std::string>& arguments);
+    const std::vector<std::string>& extras);
 
 // Reads `path` (if not empty), then applies `overrides` ("section.key", "value" pairs, in
 // order), then checks the whole: throws ConfigError.

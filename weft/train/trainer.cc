@@ -194,7 +194,8 @@ estimate::Job estimate_job(const Config& config, int world_size) {
 
 Config with_tokenizer_vocabulary(Config config) {
   if (config.model.vocab_size != 0) return config;
-  return with_vocabulary(std::move(config), *run_tokenizer(config));
+  const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer(config);  // before the move
+  return with_vocabulary(std::move(config), *tokenizer);
 }
 
 // The mesh over the world, and the model parallelized on it as parallel_options says.
@@ -252,7 +253,8 @@ void Trainer::save() {
 // job that does not fit would otherwise grow until the kernel kills a rank, saying nothing.
 // Collective, so that every rank gives the same error.
 void Trainer::refuse_what_cannot_fit() const {
-  const std::int64_t peak = estimated_.total();
+  // The program itself is running already: the memory available leaves it out.
+  const std::int64_t peak = estimated_.total() - estimated_.program;
   const auto launched = dist::launch_environment();
   const std::int64_t here = launched ? launched->local_world_size : world_size_;
   const std::int64_t available = available_at_start_;
@@ -270,8 +272,8 @@ void Trainer::refuse_what_cannot_fit() const {
   char text[800];
   std::snprintf(text, sizeof(text),
                 "the model does not fit: a rank holds %.1f GiB at its peak (parameters, "
-                "gradients and optimizer state %.1f GiB, activations %.1f, buffers and the "
-                "program %.1f; %.2fB parameters in all; weft-estimate shows every rank's), %.1f "
+                "gradients and optimizer state %.1f GiB, activations %.1f, buffers %.1f; %.2fB "
+                "parameters in all; weft-estimate shows every rank's), %.1f "
                 "GiB for the %lld rank%s on this host, which has %.1f GiB available. Make the "
                 "model smaller (model.dim, model.n_layers) or its batch (training.batch_size, "
                 "training.seq_len), set training.activation_checkpointing = true, or spread "
@@ -297,10 +299,11 @@ void Trainer::log_parallelism(bool at_end) {
   out_ << line << std::endl;
   std::snprintf(line, sizeof(line),
                 "memory per rank (rank 0), estimated before the run: %.1f MiB at the peak "
-                "(activations %.1f, scratch %.1f, working %.1f, program %.1f); peak resident "
-                "%.1f MiB",
-                mib(estimated_.total()), mib(estimated_.activations), mib(estimated_.scratch),
-                mib(estimated_.working), mib(estimated_.program), mib(peak_memory_bytes()));
+                "(state %.1f, activations %.1f, scratch %.1f, working %.1f, program %.1f); peak "
+                "resident %.1f MiB",
+                mib(estimated_.total()), mib(estimated_.state()), mib(estimated_.activations),
+                mib(estimated_.scratch), mib(estimated_.working), mib(estimated_.program),
+                mib(peak_memory_bytes()));
   out_ << line << std::endl;
   if (m.canonical_sums > 0) {
     std::snprintf(line, sizeof(line),

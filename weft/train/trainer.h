@@ -29,11 +29,13 @@ namespace weft::train {
 // What parallel::parallelize gets from `config` ([parallelism], and the optimizer) for a job
 // of `world_size` ranks; ConfigError when the degrees do not fit it.
 parallel::ParallelOptions parallel_options(const Config& config, int world_size);
-// The job estimate::estimate_memory sees in `config` run by `world_size` ranks (model.vocab_size
-// resolved: with_tokenizer_vocabulary); ConfigError as parallel_options.
+// The job estimate::estimate_memory sees in `config` run by `world_size` ranks (give it a
+// config whose model.vocab_size is resolved: with_tokenizer_vocabulary); ConfigError as
+// parallel_options.
 estimate::Job estimate_job(const Config& config, int world_size);
 // `config` with model.vocab_size 0 made its tokenizer's (loaded from tokenizer.path), as the
-// trainer trains it; ConfigError when the tokenizer cannot be read or has more tokens.
+// trainer trains it; ConfigError when the tokenizer cannot be read or has more tokens than a
+// vocab_size 0 leaves room for. A vocab_size set is kept as it is, unchecked.
 Config with_tokenizer_vocabulary(Config config);
 
 class Trainer {
