@@ -357,7 +357,8 @@ void PipelineRuntime::forward(const Action& a) {
     spare.pop_back();
   }
   model_.swap_activations(layers, s.saved);
-  held(s.saved.bytes());
+  s.forward_bytes = s.saved.bytes();
+  held(s.forward_bytes);
   const int next = a.stage + 1;
   if (next < schedule_.num_stages() && local_index_[static_cast<std::size_t>(next)] >= 0)
     slot(next, a.microbatch).x = std::move(s.x);
@@ -400,10 +401,13 @@ void PipelineRuntime::held(std::int64_t bytes) {
   peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
 }
 
-// The micro-batch's activations are spent: their buffers serve a later forward.
+// The micro-batch's activations are spent: their buffers serve a later forward, unless an I
+// recomputed whole blocks into them (activation checkpointing under zero bubble), which a
+// forward does not keep: those are freed.
 void PipelineRuntime::release(Slot& s, std::size_t local) {
-  held(-s.saved.bytes());
-  spare_[local].push_back(std::move(s.saved));
+  const std::int64_t bytes = s.saved.bytes();
+  held(-bytes);
+  if (bytes == s.forward_bytes) spare_[local].push_back(std::move(s.saved));
   s.saved = nn::Activations{};
 }
 

@@ -117,6 +117,7 @@ class PipelineRuntime {
     Tensor grad;  // the gradient of its output, then of its input
     nn::Activations saved;
     nn::DeferredWeightGrads deferred;  // between zero bubble's I and W
+    std::int64_t forward_bytes = 0;    // of `saved` as its F kept them
     std::shared_ptr<dist::Work> x_arrival, grad_arrival;
   };
   enum Direction { kActivations, kGradients };
