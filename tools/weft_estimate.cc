@@ -100,14 +100,9 @@ int main(int argc, char** argv) {
     namespace train = weft::train;
     const train::Config config = train::with_tokenizer_vocabulary(
         train::load_config(config_path, train::parse_overrides(app.remaining())));
-    const train::ParallelismConfig& p = config.parallelism;
-    if (nproc == 0) {
-      nproc = static_cast<int>(std::max<std::int64_t>(1, p.data_parallel_replicate_degree) *
-                               p.data_parallel_shard_degree * p.tensor_parallel_degree *
-                               p.pipeline_parallel_degree * p.context_parallel_degree);
-    }
-    const std::vector<RankMemory> ranks =
-        weft::estimate::estimate_memory(train::estimate_job(config, nproc));
+    if (nproc == 0) nproc = train::configured_ranks(config);
+    const std::vector<RankMemory> ranks = weft::estimate::estimate_memory(
+        train::estimate_job(config, train::parallel_options(config, nproc)));
     std::fputs(train::describe_job(config, nproc).c_str(), stdout);
     std::fputs(table(ranks).c_str(), stdout);
     if (!json_path.empty()) {

@@ -36,7 +36,7 @@ TEST(EstimateToolTest, WritesEstimateMemorysFiguresForEveryRank) {
       kConfig,
       {{"parallelism.pipeline_parallel_degree", "2"}, {"parallelism.tensor_parallel_degree", "2"}});
   const std::vector<estimate::RankMemory> expected =
-      estimate::estimate_memory(train::estimate_job(config, 4));
+      estimate::estimate_memory(train::estimate_job(config, train::parallel_options(config, 4)));
   const nlohmann::json written = nlohmann::json::parse(std::ifstream(json));
   ASSERT_EQ(written["ranks"].size(), expected.size());
   for (std::size_t r = 0; r < expected.size(); ++r) {

@@ -49,8 +49,7 @@ std::string describe_job(const Config& c, int world_size) {
   const std::int64_t replicate = world_size > 0
                                      ? parallel_options(c, world_size).dims.dp_replicate
                                      : std::max<std::int64_t>(1, p.data_parallel_replicate_degree);
-  const std::int64_t ranks = replicate * p.data_parallel_shard_degree * p.tensor_parallel_degree *
-                             p.pipeline_parallel_degree * p.context_parallel_degree;
+  const std::int64_t ranks = world_size > 0 ? world_size : configured_ranks(c);
   char head[512];
   std::snprintf(head, sizeof(head),
                 "model: Llama, %s parameters (dim %lld, %lld layers, %lld heads, %lld key/value "

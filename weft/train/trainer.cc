@@ -184,9 +184,16 @@ parallel::ParallelOptions parallel_options(const Config& config, int world_size)
   return options;
 }
 
-estimate::Job estimate_job(const Config& config, int world_size) {
+int configured_ranks(const Config& config) {
+  const ParallelismConfig& p = config.parallelism;
+  return static_cast<int>(std::max<std::int64_t>(1, p.data_parallel_replicate_degree) *
+                          p.data_parallel_shard_degree * p.tensor_parallel_degree *
+                          p.pipeline_parallel_degree * p.context_parallel_degree);
+}
+
+estimate::Job estimate_job(const Config& config, const parallel::ParallelOptions& options) {
   return {.model = config.model,
-          .options = parallel_options(config, world_size),
+          .options = options,
           .batch = config.training.batch_size,
           .seq = config.training.seq_len,
           .activation_checkpointing = config.training.activation_checkpointing};
@@ -210,7 +217,7 @@ void Trainer::setup_parallelism() {
   available_at_start_ = available_memory_bytes();
   try {
     const std::vector<estimate::RankMemory> ranks =
-        estimate::estimate_memory(estimate_job(config_, world_size_));
+        estimate::estimate_memory(estimate_job(config_, options));
     estimated_ = ranks[static_cast<std::size_t>(world_ ? world_->rank() : 0)];
   } catch (const InvalidArgument& e) {
     throw ConfigError(std::string("parallelism: ") + e.what());

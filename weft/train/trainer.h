@@ -29,10 +29,12 @@ namespace weft::train {
 // What parallel::parallelize gets from `config` ([parallelism], and the optimizer) for a job
 // of `world_size` ranks; ConfigError when the degrees do not fit it.
 parallel::ParallelOptions parallel_options(const Config& config, int world_size);
-// The job estimate::estimate_memory sees in `config` run by `world_size` ranks (give it a
-// config whose model.vocab_size is resolved: with_tokenizer_vocabulary); ConfigError as
-// parallel_options.
-estimate::Job estimate_job(const Config& config, int world_size);
+// The ranks the configured degrees make, data_parallel_replicate_degree -1 counting as 1.
+int configured_ranks(const Config& config);
+// The job estimate::estimate_memory sees in `config` laid out as `options` (parallel_options'
+// for the job's rank count; give it a config whose model.vocab_size is resolved:
+// with_tokenizer_vocabulary).
+estimate::Job estimate_job(const Config& config, const parallel::ParallelOptions& options);
 // `config` with model.vocab_size 0 made its tokenizer's (loaded from tokenizer.path), as the
 // trainer trains it; ConfigError when the tokenizer cannot be read or has more tokens than a
 // vocab_size 0 leaves room for. A vocab_size set is kept as it is, unchecked.
