@@ -263,7 +263,11 @@ SizeResult bench_size(ProcessGroup& pg, const BenchOptions& o, std::size_t bytes
     c.fill();
     std::vector<double> times;
     for (int it = 0; it < o.warmup + o.iters; ++it) {
-      pg.barrier();  // start together; not timed
+      if (o.between) {
+        o.between();
+      } else {
+        pg.barrier();  // start together; not timed
+      }
       const auto start = std::chrono::steady_clock::now();
       c.run();
       const std::chrono::duration<double, std::micro> took =

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,9 @@ struct BenchOptions {
   dist::ReduceOp redop = dist::ReduceOp::kSum;
   bool check = false;
   std::string group = "all";  // --group: all, host or cross
+  // Run before each iteration instead of a barrier (untimed): the ranks then arrive as that
+  // work lets them, as in training (weft-bench machine times collectives after compute).
+  std::function<void()> between;
 };
 
 struct SizeResult {

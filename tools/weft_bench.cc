@@ -4,6 +4,10 @@
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench all_reduce -b 8 -e 64M -f 4
 //   build/release/tools/weft-bench broadcast --threads 4 --check
 //   weftrun --nnodes 2 ... weft-bench all_reduce --group host   (each host's ranks at once)
+//   weftrun --nproc-per-node 2 build/release/tools/weft-bench machine --out machine.json
+//
+// machine measures what weft-estimate's step time reads (estimate/machine.h): the compute
+// path on every rank at once, and each collective's alpha-beta fit on the backend.
 //
 // size is the bytes of the largest buffer of the operation (the output for all_gather, the
 // input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "bench_ops.h"
 #include "weft/base/simd.h"
 #include "weft/dist.h"
@@ -114,14 +119,17 @@ const char* error_kind(const std::exception& e) {
 int main(int argc, char** argv) {
   CLI::App app("weft-bench: collective benchmarks, nccl-tests' conventions", "weft-bench");
   BenchOptions o;
-  std::string min = "8", max = "64M", dtype = "float32", redop = "sum", backend;
+  std::string min = "8", max = "64M", dtype = "float32", redop = "sum", backend, machine_path;
   int threads = 0;
   double timeout = 0;
   // --help shows each option's default from the variable it sets, never a copy of the value.
   app.option_defaults()->always_capture_default();
-  app.add_option("op", o.op, "The operation to time")
+  std::vector<std::string> ops = weft::tools::bench_op_names();
+  ops.emplace_back("machine");
+  app.add_option("op", o.op, "The operation to time, or machine: the costs weft-estimate reads")
       ->required()
-      ->check(CLI::IsMember(weft::tools::bench_op_names()));
+      ->check(CLI::IsMember(ops));
+  app.add_option("--out", machine_path, "machine: the JSON file to write (merged by backend)");
   app.add_option("-b,--min-bytes", min, "Smallest size, e.g. 8, 1K, 4M")->type_name("SIZE");
   app.add_option("-e,--max-bytes", max, "Largest size")->type_name("SIZE");
   app.add_option("-f,--step-factor", o.factor, "Size multiplier between steps")
@@ -156,13 +164,20 @@ int main(int argc, char** argv) {
     o.dtype = weft::tools::parse_dtype(dtype);
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;
+    const bool machine = o.op == "machine";
+    if (machine && machine_path.empty()) throw CLI::ValidationError("machine needs --out FILE");
+    const auto run_op = [&](ProcessGroup& pg) {
+      if (!machine) return run(pg, o);
+      weft::tools::measure_machine(pg, machine_path);
+      return 0L;
+    };
     if (threads > 0 && o.group != "all") {
       throw CLI::ValidationError(
           "--group host and cross run under a launcher (weftrun, mpirun, srun), not --threads");
     }
     if (threads > 0) {
       weft::dist::run_threads(threads, [&](ProcessGroup& pg) {
-        const long w = run(pg, o);
+        const long w = run_op(pg);
         if (pg.rank() == 0) wrong = w;
       });
     } else {
@@ -170,7 +185,7 @@ int main(int argc, char** argv) {
       if (timeout > 0) op_timeout = weft::Seconds(timeout);
       auto world = weft::dist::init_process_group({.backend = backend, .timeout = op_timeout});
       auto pg = bench_group(world, o.group);
-      wrong = run(*pg, o);
+      wrong = run_op(*pg);
     }
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& e) {

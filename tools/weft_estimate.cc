@@ -1,10 +1,12 @@
-// weft-estimate: what each rank of a training job will hold, from its configuration alone
-// (docs/ESTIMATE.md): nothing is allocated, so any model and any mesh estimates in
-// milliseconds.
+// weft-estimate: what each rank of a training job will hold, and with a machine's measured
+// costs how long its step takes, from its configuration alone (docs/ESTIMATE.md): nothing is
+// allocated, so any model and any mesh estimates in milliseconds.
 //
 //   weft-estimate --config configs/llama_512.toml --training.mixed_precision_param bfloat16
 //   weft-estimate --config configs/llama3_8b.toml --nproc 64 --parallelism.tensor_parallel_degree 8
 //       --parallelism.data_parallel_shard_degree 8 --json estimate.json
+//   weftrun --nproc-per-node 2 weft-bench machine --out machine.json
+//   weft-estimate --config configs/debug.toml --nproc 2 --machine machine.json --svg step.svg
 //
 // Exit codes: 0 printed; 2 a bad command line or configuration, or a layout that cannot run
 // the model (the message says why); 1 the JSON file could not be written.
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "weft/estimate/memory_estimate.h"
+#include "weft/estimate/step_time.h"
+#include "weft/parallel/pipeline_picture.h"
 #include "weft/train/config.h"
 #include "weft/train/describe.h"
 #include "weft/train/trainer.h"
@@ -25,6 +29,8 @@
 namespace {
 
 using weft::estimate::RankMemory;
+using weft::estimate::RankTime;
+using weft::estimate::StepEstimate;
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -74,6 +80,52 @@ nlohmann::json to_json(const std::vector<RankMemory>& ranks) {
   return {{"unit", "bytes"}, {"ranks", out}};
 }
 
+double ms(double seconds) { return seconds * 1e3; }
+
+std::string step_table(const StepEstimate& t) {
+  std::string out =
+      "step time per pipeline rank, estimated (ms):\n"
+      "  stage    forward   backward  optimizer   blocking  exposed (of background)  pipeline idle"
+      "       step\n";
+  for (const RankTime& r : t.ranks) {
+    char line[240];
+    std::snprintf(line, sizeof(line),
+                  "  %5d %10.1f %10.1f %10.1f %10.1f %10.1f (%10.1f) %14.1f %10.1f\n", r.stage,
+                  ms(r.forward), ms(r.backward), ms(r.optimizer), ms(r.blocking), ms(r.exposed),
+                  ms(r.background), ms(r.pipeline_idle), ms(r.step()));
+    out += line;
+  }
+  char line[160];
+  std::snprintf(line, sizeof(line), "step %.1f ms, %.0f tokens/s\n", ms(t.seconds),
+                t.tokens_per_second);
+  return out + line;
+}
+
+nlohmann::json to_json(const StepEstimate& t) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankTime& r : t.ranks) {
+    ranks.push_back({{"stage", r.stage},
+                     {"forward", r.forward},
+                     {"backward", r.backward},
+                     {"optimizer", r.optimizer},
+                     {"blocking", r.blocking},
+                     {"background", r.background},
+                     {"exposed", r.exposed},
+                     {"pipeline_idle", r.pipeline_idle},
+                     {"step", r.step()}});
+  }
+  return {{"unit", "seconds"},
+          {"step", t.seconds},
+          {"tokens_per_second", t.tokens_per_second},
+          {"pipeline_ranks", ranks}};
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw weft::Error("cannot write " + path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,7 +141,16 @@ int main(int argc, char** argv) {
                  "ranks in the job (default: the product of the configured degrees, "
                  "data_parallel_replicate_degree -1 counting as 1)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--json", json_path, "also write the figures, in bytes, to this file");
+  app.add_option("--json", json_path, "also write the figures (bytes, seconds) to this file");
+  std::string machine_path, svg_path;
+  weft::estimate::Placement placement;
+  app.add_option("--machine", machine_path,
+                 "the machine's measured costs (weft-bench machine): also estimate the step time");
+  app.add_option("--backend", placement.backend, "the collectives' backend")->capture_default_str();
+  app.add_option("--ranks-per-host", placement.ranks_per_host, "ranks on each host (0: all on one)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--svg", svg_path,
+                 "with --machine: draw the step's forwards and backwards on each pipeline rank");
   app.allow_extras();
   try {
     app.parse(argc, argv);
@@ -101,15 +162,26 @@ int main(int argc, char** argv) {
     const train::Config config = train::with_tokenizer_vocabulary(
         train::load_config(config_path, train::parse_overrides(app.remaining())));
     if (nproc == 0) nproc = train::configured_ranks(config);
+    if (!svg_path.empty() && machine_path.empty())
+      throw weft::InvalidArgument("--svg draws the step time's timeline: give --machine too");
     const std::vector<RankMemory> ranks = weft::estimate::estimate_memory(
         train::estimate_job(config, train::parallel_options(config, nproc)));
     std::fputs(train::describe_job(config, nproc).c_str(), stdout);
     std::fputs(table(ranks).c_str(), stdout);
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      out << to_json(ranks).dump(2) << "\n";
-      if (!out) throw weft::Error("cannot write " + json_path);
+    nlohmann::json json = to_json(ranks);
+    if (!machine_path.empty()) {
+      placement.threads = static_cast<int>(config.training.threads);
+      const StepEstimate t = weft::estimate::estimate_step_time(
+          train::estimate_job(config, train::parallel_options(config, nproc)),
+          weft::estimate::read_machine(machine_path), placement);
+      std::fputs(step_table(t).c_str(), stdout);
+      json["step_time"] = to_json(t);
+      if (!svg_path.empty()) {
+        write_file(svg_path, weft::parallel::timeline_svg(t.schedule, t.simulation,
+                                                          "estimated step of " + config_path));
+      }
     }
+    if (!json_path.empty()) write_file(json_path, json.dump(2) + "\n");
   } catch (const weft::InvalidArgument& e) {
     std::fprintf(stderr, "weft-estimate: %s\n", e.what());
     return 2;

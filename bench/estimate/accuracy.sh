@@ -1,14 +1,19 @@
 #!/bin/bash
 # weft-train's start-up memory estimate (weft-estimate's figures) against the peak resident
-# memory rank 0 reaches, over layouts and configs: 3 steps each, one line a run (36 runs,
-# about 3 minutes on 2 cores).
+# memory rank 0 reaches, and weft-estimate's step time (from this machine's costs, measured
+# first by weft-bench machine) against the median of the measured steps after the first,
+# over layouts and configs: one line a run (36 runs, about 5 minutes on 2 cores).
 #
 #   bench/estimate/accuracy.sh            # after make run or make test
-#   STEPS=5 bench/estimate/accuracy.sh
+#   STEPS=8 bench/estimate/accuracy.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=build/release/tools
-steps=${STEPS:-3}
+steps=${STEPS:-6}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$T/weftrun" --nproc-per-node 2 "$T/weft-bench" machine --out "$work/machine.json" >/dev/null
+error() { bc -l <<<"100 * ($1 - $2) / $2"; }
 run() {  # ranks config overrides...
   local n=$1 config=$2
   shift 2
@@ -16,15 +21,25 @@ run() {  # ranks config overrides...
   [ "$n" -gt 1 ] && launch=("$T/weftrun" --nproc-per-node "$n" "$T/weft-train")
   local line
   line=$("${launch[@]}" --config "configs/$config.toml" --training.steps "$steps" \
-    --checkpoint.enable false --validation.enable false "$@" 2>&1 |
+    --checkpoint.enable false --validation.enable false --metrics.log_freq 1 \
+    --metrics.jsonl_path "$work/metrics.jsonl" "$@" 2>&1 |
     grep -o "estimated before the run: .*" | head -1)
-  local estimated measured
+  local estimated measured step_estimated step_measured
   estimated=$(sed -E 's/.*run: ([0-9.]+) MiB.*/\1/' <<<"$line")
   measured=$(sed -E 's/.*peak resident ([0-9.]+) MiB.*/\1/' <<<"$line")
-  printf '%-10s %2d  %-88s %8s %8s %+6.1f %%\n' "$config" "$n" "$*" "$estimated" "$measured" \
-    "$(bc -l <<<"100 * ($estimated - $measured) / $measured")"
+  step_measured=$(python3 -c "import json, statistics, sys
+print(statistics.median(r['time_s'] for r in map(json.loads, open(sys.argv[1])) if r.get('step', 0) > 1))" \
+    "$work/metrics.jsonl")
+  rm -f "$work/metrics.jsonl"
+  step_estimated=$("$T/weft-estimate" --config "configs/$config.toml" --nproc "$n" \
+    --machine "$work/machine.json" "$@" | sed -nE 's/^step ([0-9.]+) ms.*/\1/p')
+  step_estimated=$(bc -l <<<"$step_estimated / 1000")
+  printf '%-10s %2d  %-88s %8s %8s %+6.1f %%  %7.3f %7.3f %+6.1f %%\n' "$config" "$n" "$*" \
+    "$estimated" "$measured" "$(error "$estimated" "$measured")" "$step_estimated" \
+    "$step_measured" "$(error "$step_estimated" "$step_measured")"
 }
-printf '%-10s %2s  %-88s %8s %8s %7s\n' config n overrides estimated measured error
+printf '%-10s %2s  %-88s %8s %8s %8s  %7s %7s %8s\n' config n overrides 'MiB est' measured error \
+  's est' measured error
 bf16=(--training.mixed_precision_param bfloat16)
 ckpt=(--training.activation_checkpointing true)
 P=--parallelism

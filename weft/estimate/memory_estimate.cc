@@ -4,76 +4,12 @@
 #include <string>
 #include <utility>
 
-#include "weft/parallel/pipeline.h"
+#include "weft/estimate/layout.h"
 #include "weft/parallel/pipeline_schedule.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::estimate {
 namespace {
-
-constexpr std::int64_t kFloat = 4;
-
-// The sizes one rank's layers work with, tensor parallelism's slices taken.
-struct Widths {
-  std::int64_t dim, head_dim, heads, kv_heads, hidden, vocab;  // this rank's
-  std::int64_t tp;
-  bool sequence_sharded;  // sequence parallelism: the residual stream's rows split over tp
-  bool gathered_logits;   // tensor parallelism without loss parallelism
-  std::int64_t operand;   // bytes of what products read: 2 in bfloat16, 4 in float32
-
-  Widths(const nn::LlamaConfig& c, const parallel::ParallelOptions& o)
-      : dim(c.dim),
-        head_dim(c.dim / c.n_heads),
-        heads(c.n_heads / o.dims.tp),
-        kv_heads(c.kv_heads() / o.dims.tp),
-        hidden(c.hidden_dim() / o.dims.tp),
-        vocab(c.vocab_size / o.dims.tp),
-        tp(o.dims.tp),
-        sequence_sharded(o.dims.tp > 1 && o.sequence_parallel),
-        gathered_logits(o.dims.tp > 1 && !o.loss_parallel && !o.layout_invariant),
-        operand(o.param_dtype == DType::kBFloat16 ? 2 : 4) {}
-
-  std::int64_t qkv() const { return (heads + 2 * kv_heads) * head_dim; }
-  std::int64_t local_rows(std::int64_t rows) const { return sequence_sharded ? rows / tp : rows; }
-};
-
-// A parameter as FSDP sees it: (rows, columns), a vector as (n, 1), and its unit (0 the
-// root: the embedding, the final norm and the output layer; 1 + l block l).
-struct LocalParameter {
-  std::int64_t rows, cols;
-  int unit;
-};
-
-// The whole model's parameters this pipeline rank holds (its stages' layers, the embedding
-// with layer 0, the final norm and the output layer with the last), as this tensor-parallel
-// rank's slices.
-std::vector<LocalParameter> local_parameters(const nn::LlamaConfig& c,
-                                             const std::vector<nn::LayerRange>& stages, int tp) {
-  const auto holds_layer = [&](std::int64_t l) {
-    return std::any_of(stages.begin(), stages.end(),
-                       [&](const nn::LayerRange& s) { return s.first <= l && l < s.last; });
-  };
-  const bool first = holds_layer(0), last = holds_layer(c.n_layers - 1);
-  std::vector<LocalParameter> out;
-  for (const auto& [name, shape] : c.parameter_shapes()) {
-    bool held = false;
-    int unit = 0;
-    if (name.rfind("layers.", 0) == 0) {
-      const std::int64_t layer = std::stoll(name.substr(7));
-      held = holds_layer(layer);
-      unit = static_cast<int>(layer) + 1;
-    } else {
-      held = name == "tok_embeddings.weight" ? first : last;
-    }
-    if (!held) continue;
-    std::int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
-    const bool row_parallel =
-        name.find(".wo.") != std::string::npos || name.find(".w2.") != std::string::npos;
-    if (shape.size() == 2) (row_parallel ? cols : rows) /= tp;
-    out.push_back({rows, cols, unit});
-  }
-  return out;
-}
 
 // What one forward of `rows` rows (sequences x this rank's positions) keeps in one block, as
 // TransformerBlock, Attention and FeedForward count it.
@@ -242,28 +178,17 @@ void add_state(const Job& job, const std::vector<LocalParameter>& params, RankMe
   m.working += fsdp_working(job, units, shards);
 }
 
-// The pipeline's stages (one without pipeline parallelism) and what one forward keeps in each.
+// What one forward keeps in each of the pipeline's stages (one without pipeline parallelism).
 struct Stages {
   std::vector<Stage> stages;
   parallel::Schedule schedule;  // with pipeline parallelism
   std::int64_t rows = 0;        // of one forward: its sequences x this rank's positions
 };
 
-Stages cut_stages(const Job& job, const Widths& w) {
-  const parallel::ParallelDims& d = job.options.dims;
+Stages saved_by_stage(const Job& job, const Widths& w, const StageCut& cut) {
   const int n_layers = static_cast<int>(job.model.n_layers);
-  Stages out;
-  std::int64_t sequences = job.batch;
-  if (d.pp > 1) {
-    out.schedule = parallel::make_pipeline_schedule(job.options.pipeline, n_layers, d.pp);
-    for (const nn::LayerRange& r : parallel::split_layers(n_layers, out.schedule.num_stages(),
-                                                          job.options.pipeline.layers_per_stage))
-      out.stages.push_back({r});
-    sequences = job.batch / out.schedule.microbatches;
-  } else {
-    out.stages.push_back({{0, n_layers}});
-  }
-  out.rows = sequences * (job.seq / d.cp);
+  Stages out{{}, cut.schedule, cut.rows};
+  for (const nn::LayerRange& r : cut.stages) out.stages.push_back({r});
   for (Stage& s : out.stages) {
     for (int l = s.layers.first; l < s.layers.last; ++l) {
       s.saved += block_activations(w, out.rows, job.activation_checkpointing);
@@ -273,7 +198,7 @@ Stages cut_stages(const Job& job, const Widths& w) {
         s.deferred += block_activations(w, out.rows, false) - block_activations(w, out.rows, true);
     }
     if (s.layers.last == n_layers) {
-      s.saved += head_activations(w, out.rows, d.pp > 1);
+      s.saved += head_activations(w, out.rows, job.options.dims.pp > 1);
       s.deferred += out.rows * w.vocab * w.operand;
     }
   }
@@ -318,10 +243,9 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
 // pipeline rank r / (world / pp).
 std::vector<RankMemory> estimate_memory(const Job& job) {
   const parallel::ParallelDims& d = job.options.dims;
-  job.model.validate();
-  if (d.tp > 1) job.model.validate_tensor_parallel(d.tp);
+  const StageCut stages = cut_stages(job);
   const Widths w(job.model, job.options);
-  const Stages cut = cut_stages(job, w);
+  const Stages cut = saved_by_stage(job, w, stages);
   std::vector<RankMemory> per_stage;
   for (int stage = 0; stage < d.pp; ++stage)
     per_stage.push_back(pipeline_rank_memory(job, w, cut, stage));

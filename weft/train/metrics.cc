@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "weft/base/error.h"
-#include "weft/kernels/matmul.h"
-#include "weft/kernels/parallel.h"
+#include "weft/estimate/machine.h"
 
 namespace weft::train {
 namespace {
@@ -33,29 +32,11 @@ std::string clock(double seconds) {
   return text;
 }
 
-template <class T>
-double best_linear_gflops() {
-  constexpr std::int64_t n = 1024;
-  const std::int64_t rows = n * kernels::threads();
-  const std::vector<T> x(static_cast<std::size_t>(rows * n), T(0.5f)), w(n * n, T(0.25f));
-  std::vector<float> y(static_cast<std::size_t>(rows * n));
-  double best = 0;
-  // About half a second: enough for the clock to ramp up and for a representative best.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < until; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    kernels::linear_forward(x.data(), w.data(), y.data(), rows, n, n);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(rows * n * n) / s / 1e9);
-  }
-  return best;
-}
-
 }  // namespace
 
 double measure_peak_gflops(DType dtype) {
-  return dtype == DType::kBFloat16 ? best_linear_gflops<BFloat16>() : best_linear_gflops<float>();
+  // About half a second: enough for the clock to ramp up and for a representative best.
+  return estimate::measure_product_gflops(dtype, std::chrono::milliseconds(500));
 }
 
 std::int64_t peak_memory_bytes() {

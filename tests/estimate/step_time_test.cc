@@ -1,0 +1,243 @@
+// The step-time model against figures computed independently: the FLOPs LlamaConfig counts,
+// the alpha-beta formulas, the pipeline's simulation; and the machine's file and fits.
+#include "weft/estimate/step_time.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "tests/support/temp_dir.h"
+#include "weft/base/error.h"
+#include "weft/parallel/pipeline_schedule.h"
+
+namespace weft::estimate {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kRate = 100;  // GFLOP/s, every product
+
+// Products at kRate, memory infinitely fast, weft's kernels free unless a test prices them,
+// collectives at alpha 10 us and beta 1 ns a byte on "shm".
+Machine synthetic(int cores = 2) {
+  Machine m;
+  m.cpu = "test";
+  m.target = "test";
+  m.cores = cores;
+  m.ranks = 1;
+  for (ComputeCosts* c : {&m.float32, &m.bfloat16}) {
+    c->product_gflops = kRate;
+    c->bandwidth_gbs = 1e12;
+    c->product_grid.assign(
+        std::size(kProductRows) * std::size(kProductWidths) * std::size(kProductWidths), kRate);
+    for (const auto& [name, per] : kernel_names()) c->ns[name] = 0;
+  }
+  BackendCosts shm;
+  shm.ranks = 2;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"})
+    shm.ops[op] = AlphaBeta{10e-6, 1e-9};
+  m.backends["shm"] = shm;
+  return m;
+}
+
+Job debug_job() {
+  Job job;
+  job.model.dim = 256;
+  job.model.n_layers = 4;
+  job.model.n_heads = 4;
+  job.model.vocab_size = 256;
+  job.model.multiple_of = 32;
+  job.model.max_seq_len = 256;
+  job.batch = 8;
+  job.seq = 256;
+  return job;
+}
+
+// Seconds of the products of one step on one process: the FLOPs LlamaConfig counts for
+// training (6 x the products' parameters a token), without attention's.
+double product_seconds(const Job& job) {
+  const double attention = 12.0 * static_cast<double>(job.model.n_layers * job.model.dim * job.seq);
+  const double tokens = static_cast<double>(job.batch * job.seq);
+  return tokens * (job.model.flops_per_token(job.seq) - attention) / (kRate * 1e9);
+}
+
+TEST(StepTimeTest, OneProcessCostsTheModelsProductFlopsAtTheMeasuredRate) {
+  const Job job = debug_job();
+  const StepEstimate t = estimate_step_time(job, synthetic(), {});
+  ASSERT_EQ(t.ranks.size(), 1u);
+  EXPECT_NEAR(t.seconds, product_seconds(job), 1e-9);
+  EXPECT_NEAR(t.ranks[0].backward, 2 * t.ranks[0].forward, 1e-9);
+  EXPECT_EQ(t.ranks[0].blocking + t.ranks[0].background + t.ranks[0].pipeline_idle, 0);
+  EXPECT_NEAR(t.tokens_per_second, 8 * 256 / t.seconds, 1e-6);
+}
+
+TEST(StepTimeTest, KernelsCostTheirNanosecondsPerElement) {
+  const Job job = debug_job();
+  Machine m = synthetic();
+  m.float32.ns["rmsnorm_forward"] = 1;  // two a block and the final norm's, rows x dim each
+  m.float32.ns["adamw"] = 2;            // every parameter once
+  const StepEstimate t = estimate_step_time(job, m, {});
+  const double rows = 8 * 256, norms = (2 * 4 + 1) * rows * 256 * 1e-9;
+  double params = 0;
+  for (const auto& [name, shape] : job.model.parameter_shapes()) {
+    double n = 1;
+    for (const std::int64_t d : shape) n *= static_cast<double>(d);
+    params += n;
+  }
+  EXPECT_NEAR(t.ranks[0].optimizer, 2 * params * 1e-9, 1e-12);
+  EXPECT_NEAR(t.seconds, product_seconds(job) + norms + 2 * params * 1e-9, 1e-9);
+}
+
+TEST(StepTimeTest, CheckpointingRunsEachBlocksForwardAgainInBackward) {
+  Job job = debug_job();
+  const StepEstimate plain = estimate_step_time(job, synthetic(), {});
+  job.activation_checkpointing = true;
+  const StepEstimate ckpt = estimate_step_time(job, synthetic(), {});
+  const double head = 8.0 * 256 * 2 * 256 * 256 / (kRate * 1e9);  // the output layer's forward
+  EXPECT_NEAR(ckpt.ranks[0].backward - plain.ranks[0].backward, plain.ranks[0].forward - head,
+              1e-9);
+}
+
+TEST(StepTimeTest, TensorParallelismSplitsTheProductsAndAddsItsCollectives) {
+  Job job = debug_job();
+  job.options.dims.tp = 2;
+  job.options.sequence_parallel = false;
+  job.options.loss_parallel = false;
+  const StepEstimate t = estimate_step_time(job, synthetic(), {});
+  ASSERT_EQ(t.ranks.size(), 1u);
+  EXPECT_NEAR(t.ranks[0].forward + t.ranks[0].backward, product_seconds(job) / 2, 1e-9);
+  // Per block two all-reduces of rows x dim floats each way; the embedding all-reduces its
+  // output, the head its input's gradient, and all-gathers the logits.
+  const double rows = 8 * 256, block = rows * 256 * 4;
+  const AlphaBeta ab{10e-6, 1e-9};
+  const double expected = 4 * 4 * collective_seconds("all_reduce", ab, 2, block) +
+                          2 * collective_seconds("all_reduce", ab, 2, block) +
+                          collective_seconds("all_gather", ab, 2, rows * 256 * 4);
+  EXPECT_NEAR(t.ranks[0].blocking, expected, 1e-12);
+}
+
+TEST(StepTimeTest, DataParallelCollectivesHideOnlyWithACoreToSpare) {
+  Job job = debug_job();
+  job.options.dims.dp_replicate = 2;
+  const StepEstimate busy = estimate_step_time(job, synthetic(/*cores=*/2), {});
+  const RankTime& r = busy.ranks[0];
+  double params = 0;
+  for (const auto& [name, shape] : job.model.parameter_shapes()) {
+    double n = 1;
+    for (const std::int64_t d : shape) n *= static_cast<double>(d);
+    params += n;
+  }
+  // One bucket: the whole model's gradients (under 25 MiB).
+  EXPECT_NEAR(r.background, collective_seconds("all_reduce", {10e-6, 1e-9}, 2, params * 4), 1e-12);
+  EXPECT_EQ(r.exposed, r.background);
+  const StepEstimate spare = estimate_step_time(job, synthetic(/*cores=*/8), {});
+  EXPECT_LT(spare.ranks[0].exposed, r.background);
+  EXPECT_LT(spare.seconds, busy.seconds);
+}
+
+TEST(StepTimeTest, APipelineIsItsScheduleSimulatedWithTheEstimatedCosts) {
+  Job job = debug_job();
+  job.options.dims.pp = 2;
+  job.options.pipeline.schedule = "GPipe";
+  job.options.pipeline.microbatches = 4;
+  const StepEstimate t = estimate_step_time(job, synthetic(), {});
+  ASSERT_EQ(t.ranks.size(), 2u);
+  ASSERT_EQ(t.schedule.ranks, 2);
+  EXPECT_EQ(t.simulation.makespan,
+            parallel::simulate(t.schedule,
+                               [&] {
+                                 std::vector<parallel::ActionCosts> costs;
+                                 for (const RankTime& r : t.ranks) {
+                                   parallel::ActionCosts a;
+                                   a.forward = r.forward / 4;
+                                   a.backward_input =
+                                       r.backward / 4;  // B = I + W; the simulation sums them
+                                   a.backward_weight = 0;
+                                   a.transfer_latency = collective_seconds(
+                                       "sendrecv", {10e-6, 1e-9}, 2, 2.0 * 256 * 256 * 4);
+                                   costs.push_back(a);
+                                 }
+                                 return costs;
+                               }())
+                .makespan);
+  for (const RankTime& r : t.ranks) {
+    EXPECT_GT(r.pipeline_idle, 0);
+    EXPECT_NEAR(r.step() - r.optimizer, t.simulation.makespan, 1e-9);
+  }
+}
+
+TEST(StepTimeTest, OversubscribedCoresSlowComputeDown) {
+  Job job = debug_job();
+  job.options.dims.dp_replicate = 4;
+  const Machine m = synthetic(/*cores=*/2);  // measured with one rank
+  const StepEstimate t = estimate_step_time(job, m, {});
+  EXPECT_NEAR(t.ranks[0].forward + t.ranks[0].backward, 2 * product_seconds(debug_job()), 1e-9);
+}
+
+TEST(StepTimeTest, AMissingBackendSaysHowToMeasureIt) {
+  Job job = debug_job();
+  job.options.dims.dp_replicate = 2;
+  Placement tcp;
+  tcp.backend = "tcp";
+  try {
+    estimate_step_time(job, synthetic(), tcp);
+    FAIL() << "no tcp fits";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("weft-bench machine"));
+    EXPECT_THAT(e.what(), HasSubstr("only shm"));
+  }
+}
+
+TEST(MachineTest, TheFitRecoversAlphaAndBetaOfExactTimes) {
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"}) {
+    for (const int n : {2, 4}) {
+      const AlphaBeta truth{25e-6, 0.3e-9};
+      std::map<double, double> seconds;
+      for (double bytes = 4096; bytes <= 16 << 20; bytes *= 4)
+        seconds[bytes] = collective_seconds(op, truth, n, bytes);
+      const AlphaBeta fit = fit_alpha_beta(op, n, seconds);
+      EXPECT_NEAR(fit.alpha_s, truth.alpha_s, 1e-12) << op << " on " << n;
+      EXPECT_NEAR(fit.beta_s_per_byte, truth.beta_s_per_byte, 1e-18) << op << " on " << n;
+      EXPECT_LT(fit.worst_fit_error, 1e-9);
+    }
+  }
+}
+
+TEST(MachineTest, AFitNeverGoesNegative) {
+  // Times that fall with size would want a negative beta: the fit keeps alpha alone.
+  const AlphaBeta fit = fit_alpha_beta("all_reduce", 2, {{4096, 2e-3}, {1 << 20, 1e-3}});
+  EXPECT_GE(fit.alpha_s, 0);
+  EXPECT_EQ(fit.beta_s_per_byte, 0);
+}
+
+TEST(MachineTest, ProductRatesInterpolateInLogSizeAndClampAtTheEdges) {
+  ComputeCosts c;
+  c.product_grid.resize(std::size(kProductRows) * std::size(kProductWidths) *
+                        std::size(kProductWidths));
+  for (std::size_t i = 0; i < c.product_grid.size(); ++i) c.product_grid[i] = 100 + i;
+  EXPECT_DOUBLE_EQ(c.product_rate(512, 128, 128), 100);
+  EXPECT_DOUBLE_EQ(c.product_rate(2048, 2048, 2048), 100 + c.product_grid.size() - 1);
+  EXPECT_DOUBLE_EQ(c.product_rate(1 << 20, 1 << 16, 1 << 16), c.product_rate(2048, 2048, 2048));
+  EXPECT_DOUBLE_EQ(c.product_rate(64, 16, 16), 100);
+  // Halfway in log2 between out 128 and 256 (index 0 and 1): halfway between their rates.
+  EXPECT_NEAR(c.product_rate(512, 128, static_cast<std::int64_t>(std::round(128 * std::sqrt(2)))),
+              100.5, 1e-2);
+}
+
+TEST(MachineTest, TheFileRoundTripsAndABadOneSaysWhatIsWrong) {
+  const test::TempDir dir("weft-machine");
+  const std::string path = (dir.path() / "machine.json").string();
+  std::ofstream(path) << to_json(synthetic());
+  const Machine m = read_machine(path);
+  EXPECT_EQ(m.cores, 2);
+  EXPECT_DOUBLE_EQ(m.backend("shm").op("sendrecv").alpha_s, 10e-6);
+  EXPECT_EQ(m.float32.product_rate(1000, 1000, 1000), kRate);
+  std::ofstream(path) << R"({"cpu": "x"})";
+  EXPECT_THROW(read_machine(path), InvalidArgument);
+  EXPECT_THROW(read_machine((dir.path() / "absent.json").string()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace weft::estimate

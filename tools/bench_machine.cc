@@ -1,0 +1,83 @@
+#include "bench_machine.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "bench_ops.h"
+#include "weft/estimate/machine.h"
+#include "weft/kernels/matmul.h"
+#include "weft/kernels/parallel.h"
+
+namespace weft::tools {
+namespace {
+
+// The sizes the fit sees: from where the latency dominates to where the bandwidth does.
+constexpr std::size_t kSmallest = 4 << 10, kLargest = 16 << 20;
+
+// What a training step does between its collectives, in small: a product of about a
+// millisecond, then a pass over 16 MiB that leaves the caches holding other data. Each rank
+// arrives at the next collective when its own work ends, as in training, not at a barrier.
+class Compute {
+ public:
+  void operator()() {
+    kernels::linear_forward(x_.data(), w_.data(), y_.data(), kRows, kWidth, kWidth);
+    std::fill(evict_.begin(), evict_.end(), evict_[0] + 1.0f);
+  }
+
+ private:
+  static constexpr std::int64_t kRows = 1024, kWidth = 512;
+  std::vector<float> x_ = std::vector<float>(kRows * kWidth, 0.5f);
+  std::vector<float> w_ = std::vector<float>(kWidth * kWidth, 0.25f);
+  std::vector<float> y_ = std::vector<float>(kRows * kWidth);
+  std::vector<float> evict_ = std::vector<float>(std::size_t{4} << 20);
+};
+
+estimate::BackendCosts measure_collectives(dist::ProcessGroup& pg) {
+  estimate::BackendCosts costs;
+  costs.ranks = pg.size();
+  Compute compute;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"}) {
+    BenchOptions o;
+    o.op = op;
+    o.iters = 10;
+    o.warmup = 3;
+    o.between = [&compute] { compute(); };
+    std::map<double, double> seconds;
+    for (std::size_t bytes = kSmallest; bytes <= kLargest; bytes *= 4) {
+      const SizeResult r = bench_size(pg, o, bytes);
+      seconds[static_cast<double>(r.bytes)] = r.time_us * 1e-6;
+    }
+    costs.ops[op] = estimate::fit_alpha_beta(op, pg.size(), seconds);
+  }
+  return costs;
+}
+
+}  // namespace
+
+void measure_machine(dist::ProcessGroup& pg, const std::string& path) {
+  estimate::Machine machine = estimate::describe_host(pg.size(), kernels::threads());
+  pg.barrier();
+  machine.float32 = estimate::measure_compute(DType::kFloat32);
+  machine.bfloat16 = estimate::measure_compute(DType::kBFloat16);
+  pg.barrier();
+  const std::string backend(pg.backend_name());
+  machine.backends[backend] = measure_collectives(pg);
+  if (pg.rank() != 0) return;
+  if (std::filesystem::exists(path)) {
+    try {
+      for (const auto& [name, costs] : estimate::read_machine(path).backends)
+        if (name != backend) machine.backends[name] = costs;
+    } catch (const InvalidArgument& e) {
+      std::fprintf(stderr, "weft-bench: replacing what is there: %s\n", e.what());
+    }
+  }
+  const std::string text = estimate::to_json(machine);
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw Error("cannot write " + path);
+  std::fputs(text.c_str(), stdout);
+}
+
+}  // namespace weft::tools

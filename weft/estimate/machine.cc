@@ -1,0 +1,528 @@
+#include "weft/estimate/machine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/base/simd.h"
+#include "weft/kernels/attention.h"
+#include "weft/kernels/convert.h"
+#include "weft/kernels/elementwise.h"
+#include "weft/kernels/embedding.h"
+#include "weft/kernels/loss.h"
+#include "weft/kernels/matmul.h"
+#include "weft/kernels/parallel.h"
+#include "weft/kernels/rmsnorm.h"
+#include "weft/kernels/rope.h"
+#include "weft/kernels/swiglu.h"
+#include "weft/nn/optim.h"
+
+namespace weft::estimate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The fastest of at least three runs (after one untimed) within about `budget`, in seconds:
+// the best is what the code costs when nothing else interferes, as in a steady training step.
+double best_seconds(const std::function<void()>& run,
+                    std::chrono::milliseconds budget = std::chrono::milliseconds(25)) {
+  run();
+  double best = 1e30;
+  const auto until = Clock::now() + budget;
+  for (int rep = 0; rep < 3 || Clock::now() < until; ++rep) {
+    const auto start = Clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+double ns_per(double seconds, std::int64_t elements) {
+  return seconds * 1e9 / static_cast<double>(elements);
+}
+
+template <class T>
+double product_gflops(std::chrono::milliseconds budget) {
+  constexpr std::int64_t n = 1024;
+  const std::int64_t rows = n * kernels::threads();
+  const std::vector<T> x(static_cast<std::size_t>(rows * n), T(0.5f)), w(n * n, T(0.25f));
+  std::vector<float> y(static_cast<std::size_t>(rows * n));
+  const double s = best_seconds(
+      [&] { kernels::linear_forward(x.data(), w.data(), y.data(), rows, n, n); }, budget);
+  return 2.0 * static_cast<double>(rows * n * n) / s / 1e9;
+}
+
+// As training's Linear calls them: in mixed precision a bfloat16 input against the float32
+// weight (which the product rounds as it packs it, each call).
+template <class T>
+std::vector<double> product_grid() {
+  std::vector<double> grid;
+  for (const std::int64_t rows : kProductRows) {
+    for (const std::int64_t in : kProductWidths) {
+      for (const std::int64_t out : kProductWidths) {
+        const std::vector<T> x(static_cast<std::size_t>(rows * in), T(0.5f));
+        const std::vector<float> w(static_cast<std::size_t>(in * out), 0.25f);
+        std::vector<float> y(static_cast<std::size_t>(rows * out));
+        const double s = best_seconds(
+            [&] { kernels::linear_forward(x.data(), w.data(), y.data(), rows, in, out); },
+            std::chrono::milliseconds(8));
+        grid.push_back(2.0 * static_cast<double>(rows * in * out) / s / 1e9);
+      }
+    }
+  }
+  return grid;
+}
+
+// Where `size` falls on `axis` in log2: the index below and the weight of the one above.
+template <std::size_t N>
+std::pair<std::size_t, double> locate(const std::int64_t (&axis)[N], std::int64_t size) {
+  const double x = std::log2(static_cast<double>(std::max<std::int64_t>(size, 1)));
+  for (std::size_t i = 0; i + 1 < N; ++i) {
+    const double lo = std::log2(static_cast<double>(axis[i]));
+    const double hi = std::log2(static_cast<double>(axis[i + 1]));
+    if (x <= hi || i + 2 == N) return {i, std::clamp((x - lo) / (hi - lo), 0.0, 1.0)};
+  }
+  return {0, 0};
+}
+
+double bandwidth_gbs() {
+  const std::size_t n = std::size_t{16} << 20;  // floats: 64 MiB
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  const double s = best_seconds([&] {
+    kernels::parallel_for(
+        static_cast<std::int64_t>(n), 1 << 16, [&](std::int64_t i, std::int64_t e) {
+          std::memcpy(b.data() + i, a.data() + i, static_cast<std::size_t>(e - i) * sizeof(float));
+        });
+  });
+  return 2.0 * static_cast<double>(n * sizeof(float)) / s / 1e9;
+}
+
+// The sizes the kernels are timed at: a block of configs/llama_512.toml's width (heads of 64),
+// over a batch of 8 x 256 positions.
+constexpr std::int64_t kRows = 2048, kDim = 512, kHidden = 1408, kVocab = 2048;
+constexpr std::int64_t kHeads = 8, kHeadDim = 64;
+
+std::vector<float> filled(std::int64_t n, float value = 0.5f) {
+  return std::vector<float>(static_cast<std::size_t>(n), value);
+}
+std::vector<BFloat16> filled16(std::int64_t n) {
+  return std::vector<BFloat16>(static_cast<std::size_t>(n), BFloat16(0.5f));
+}
+
+void measure_norms(bool mixed, ComputeCosts& c) {
+  const std::int64_t n = kRows * kDim;
+  auto x = filled(n), w = filled(kDim, 1.0f), y = filled(n), rstd = filled(kRows), dx = filled(n),
+       dw = filled(kDim);
+  auto y16 = filled16(n);
+  c.ns["rmsnorm_forward"] = ns_per(
+      best_seconds([&] {
+        if (mixed) {
+          kernels::rmsnorm_forward(x.data(), w.data(), y16.data(), rstd.data(), kRows, kDim, 1e-5);
+        } else {
+          kernels::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kRows, kDim, 1e-5);
+        }
+      }),
+      n);
+  c.ns["rmsnorm_backward"] =
+      ns_per(best_seconds([&] {
+               kernels::rmsnorm_backward(y.data(), x.data(), w.data(), rstd.data(), dx.data(),
+                                         dw.data(), kRows, kDim, false);
+             }),
+             n);
+}
+
+void measure_rope(bool mixed, ComputeCosts& c) {
+  const std::int64_t batch = kRows / 256, seq = 256, heads = 2 * kHeads;
+  const std::int64_t n = kRows * heads * kHeadDim;
+  auto x = filled(n);
+  auto y16 = filled16(n);
+  for (const bool backward : {false, true}) {
+    c.ns[backward ? "rope_backward" : "rope_forward"] =
+        ns_per(best_seconds([&] {
+                 if (mixed && backward) {
+                   kernels::rope_backward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim,
+                                               1e4, 0, heads * kHeadDim);
+                 } else if (mixed) {
+                   kernels::rope_forward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim,
+                                              1e4, 0, heads * kHeadDim);
+                 } else if (backward) {
+                   kernels::rope_backward(x.data(), batch, seq, heads, kHeadDim, 1e4);
+                 } else {
+                   kernels::rope_forward(x.data(), batch, seq, heads, kHeadDim, 1e4);
+                 }
+               }),
+               n);
+  }
+}
+
+void measure_swiglu(bool mixed, ComputeCosts& c) {
+  const std::int64_t n = kRows * kHidden;
+  auto ab = filled(2 * n), h = filled(n), dh = filled(n);
+  auto ab16 = filled16(2 * n), h16 = filled16(n);
+  c.ns["swiglu_forward"] =
+      ns_per(best_seconds([&] {
+               if (mixed) {
+                 kernels::swiglu_forward(ab16.data(), ab16.data() + kHidden, h16.data(), kRows,
+                                         kHidden, 2 * kHidden);
+               } else {
+                 kernels::swiglu_forward(ab.data(), ab.data() + kHidden, h.data(), kRows, kHidden,
+                                         2 * kHidden);
+               }
+             }),
+             n);
+  c.ns["swiglu_backward"] =
+      ns_per(best_seconds([&] {
+               if (mixed) {
+                 std::fill(dh.begin(), dh.end(), 0.5f);
+                 kernels::swiglu_backward_bf16(dh.data(), ab16.data(), ab16.data() + kHidden, kRows,
+                                               kHidden, 2 * kHidden);
+               } else {
+                 std::fill(ab.begin(), ab.end(), 0.5f);
+                 kernels::swiglu_backward(dh.data(), ab.data(), ab.data() + kHidden, kRows, kHidden,
+                                          2 * kHidden);
+               }
+             }),
+             n);
+}
+
+template <class T>
+void measure_attention(ComputeCosts& c) {
+  const std::int64_t batch = 2, seq = 256;
+  const kernels::AttentionShape s{batch, seq, kHeads, kHeads, kHeadDim};
+  const std::int64_t n = batch * seq * kHeads * kHeadDim;
+  const std::int64_t units = batch * kHeads * seq * (seq + 1) / 2 * kHeadDim;
+  std::vector<T> q(static_cast<std::size_t>(n), T(0.1f)), k = q, v = q;
+  auto out = filled(n), lse = filled(batch * kHeads * seq), dout = filled(n), dq = filled(n),
+       dk = filled(n), dv = filled(n);
+  std::vector<T> out_t(static_cast<std::size_t>(n), T(0.1f));
+  c.ns["attention_forward"] = ns_per(
+      best_seconds([&] {
+        if constexpr (std::is_same_v<T, float>) {
+          kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+        } else {
+          kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+        }
+      }),
+      units);
+  kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  c.ns["attention_backward"] = ns_per(
+      best_seconds([&] {
+        if constexpr (std::is_same_v<T, float>) {
+          kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), dout.data(),
+                                      lse.data(), dq.data(), dk.data(), dv.data());
+        } else {
+          kernels::attention_backward(s, q.data(), k.data(), v.data(), out_t.data(), dout.data(),
+                                      lse.data(), dq.data(), dk.data(), dv.data());
+        }
+      }),
+      units);
+}
+
+void measure_loss_and_embedding(bool mixed, ComputeCosts& c) {
+  const std::int64_t n = kRows * kVocab;
+  auto logits = filled(n, 0.01f), losses = filled(kRows), dlogits = filled(n);
+  auto dlogits16 = filled16(n);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(kRows));
+  for (std::int64_t i = 0; i < kRows; ++i) targets[static_cast<std::size_t>(i)] = (i * 7) % kVocab;
+  c.ns["cross_entropy"] = ns_per(
+      best_seconds([&] {
+        kernels::cross_entropy_forward(logits.data(), targets.data(), kRows, kVocab, losses.data());
+        if (mixed) {
+          kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
+                                          dlogits16.data());
+        } else {
+          kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
+                                          dlogits.data());
+        }
+      }),
+      n);
+  const std::int64_t m = kRows * kDim;
+  auto table = filled(kVocab * kDim), out = filled(m);
+  c.ns["embedding_forward"] = ns_per(
+      best_seconds([&] {
+        kernels::embedding_forward(targets.data(), kRows, table.data(), kVocab, kDim, out.data());
+      }),
+      m);
+  c.ns["embedding_backward"] = ns_per(
+      best_seconds([&] {
+        kernels::embedding_backward(targets.data(), kRows, out.data(), kVocab, kDim, table.data());
+      }),
+      m);
+}
+
+void measure_optimizer(ComputeCosts& c) {
+  const std::int64_t n = std::int64_t{4} << 20;
+  auto p = filled(n), g = filled(n, 1e-3f), m = filled(n, 0.0f), v = filled(n, 0.0f);
+  std::vector<BFloat16> p16(static_cast<std::size_t>(n));
+  const nn::AdamWOptions options;
+  std::int64_t step = 0;
+  c.ns["adamw"] =
+      ns_per(best_seconds([&] {
+               nn::adamw_update(p.data(), g.data(), m.data(), v.data(), n, options, 1e-3, ++step);
+             }),
+             n);
+  c.ns["sum_squares"] = ns_per(best_seconds([&] { (void)kernels::sum_squares(g.data(), n); }), n);
+  c.ns["to_bfloat16"] =
+      ns_per(best_seconds([&] { kernels::to_bfloat16_threaded(p.data(), p16.data(), n); }), n);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+const std::map<std::string, std::string>& kernel_names() {
+  static const std::map<std::string, std::string> names{
+      {"rmsnorm_forward", "rows x dim"},
+      {"rmsnorm_backward", "rows x dim"},
+      {"rope_forward", "rows x (heads + kv_heads) x head_dim"},
+      {"rope_backward", "rows x (heads + kv_heads) x head_dim"},
+      {"swiglu_forward", "rows x hidden"},
+      {"swiglu_backward", "rows x hidden"},
+      {"attention_forward", "batch x heads x causal pairs x head_dim"},
+      {"attention_backward", "batch x heads x causal pairs x head_dim"},
+      {"cross_entropy", "rows x vocab (forward and backward)"},
+      {"embedding_forward", "rows x dim"},
+      {"embedding_backward", "rows x dim"},
+      {"adamw", "parameters"},
+      {"sum_squares", "parameters (the gradients' norm)"},
+      {"to_bfloat16", "elements rounded"},
+  };
+  return names;
+}
+
+double ComputeCosts::product_rate(std::int64_t rows, std::int64_t in, std::int64_t out) const {
+  constexpr std::size_t kWidths = std::size(kProductWidths);
+  const auto [r, wr] = locate(kProductRows, rows);
+  const auto [i, wi] = locate(kProductWidths, in);
+  const auto [o, wo] = locate(kProductWidths, out);
+  double rate = 0;
+  for (std::size_t dr = 0; dr < 2; ++dr) {
+    for (std::size_t di = 0; di < 2; ++di) {
+      for (std::size_t d_o = 0; d_o < 2; ++d_o) {
+        const double weight = (dr ? wr : 1 - wr) * (di ? wi : 1 - wi) * (d_o ? wo : 1 - wo);
+        if (weight == 0) continue;
+        rate += weight * product_grid[((r + dr) * kWidths + i + di) * kWidths + o + d_o];
+      }
+    }
+  }
+  return rate;
+}
+
+double ComputeCosts::kernel_ns(const std::string& name) const {
+  const auto it = ns.find(name);
+  if (it == ns.end()) throw InvalidArgument("the machine's costs lack the kernel '" + name + "'");
+  return it->second;
+}
+
+double measure_product_gflops(DType dtype, std::chrono::milliseconds budget) {
+  return dtype == DType::kBFloat16 ? product_gflops<BFloat16>(budget)
+                                   : product_gflops<float>(budget);
+}
+
+ComputeCosts measure_compute(DType products) {
+  const bool mixed = products == DType::kBFloat16;
+  ComputeCosts c;
+  c.product_gflops = measure_product_gflops(products, std::chrono::milliseconds(200));
+  c.product_grid = mixed ? product_grid<BFloat16>() : product_grid<float>();
+  c.bandwidth_gbs = bandwidth_gbs();
+  measure_norms(mixed, c);
+  measure_rope(mixed, c);
+  measure_swiglu(mixed, c);
+  if (mixed) {
+    measure_attention<BFloat16>(c);
+  } else {
+    measure_attention<float>(c);
+  }
+  measure_loss_and_embedding(mixed, c);
+  measure_optimizer(c);
+  return c;
+}
+
+Machine describe_host(int ranks, int threads) {
+  Machine m;
+  m.cpu = cpu_model();
+  m.target = simd::current_target();
+  m.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.ranks = ranks;
+  m.threads = threads;
+  return m;
+}
+
+// --- the collectives' model ---------------------------------------------------------------
+
+double steps(const std::string& op, int n) {
+  if (n <= 1) return 0;
+  if (op == "all_reduce") return 2.0 * (n - 1);
+  if (op == "all_gather" || op == "reduce_scatter") return n - 1.0;
+  if (op == "sendrecv") return 1;
+  throw InvalidArgument("no alpha-beta model for the collective '" + op + "'");
+}
+
+double traffic(const std::string& op, int n, double bytes) {
+  if (n <= 1) return 0;
+  if (op == "all_reduce") return 2.0 * (n - 1) / n * bytes;
+  if (op == "all_gather" || op == "reduce_scatter") return (n - 1.0) / n * bytes;
+  if (op == "sendrecv") return bytes;
+  throw InvalidArgument("no alpha-beta model for the collective '" + op + "'");
+}
+
+double collective_seconds(const std::string& op, const AlphaBeta& fit, int n, double bytes) {
+  return steps(op, n) * fit.alpha_s + traffic(op, n, bytes) * fit.beta_s_per_byte;
+}
+
+// Minimises sum ((s a + t b - y) / y)^2 over a, b >= 0: the 2x2 normal equations, and the
+// best one-parameter fit where the joint one leaves its quadrant.
+AlphaBeta fit_alpha_beta(const std::string& op, int n, const std::map<double, double>& seconds) {
+  if (seconds.size() < 2 || n < 2)
+    throw InvalidArgument("an alpha-beta fit needs two sizes or more on two ranks or more");
+  double ss = 0, st = 0, tt = 0, sy = 0, ty = 0;
+  for (const auto& [bytes, y] : seconds) {
+    const double s = steps(op, n) / y, t = traffic(op, n, bytes) / y;
+    ss += s * s, st += s * t, tt += t * t, sy += s, ty += t;
+  }
+  AlphaBeta fit;
+  const double det = ss * tt - st * st;
+  fit.alpha_s = det != 0 ? (sy * tt - ty * st) / det : 0;
+  fit.beta_s_per_byte = det != 0 ? (ty * ss - sy * st) / det : 0;
+  if (fit.alpha_s < 0 || fit.beta_s_per_byte < 0) {
+    const double alpha_only = sy / ss, beta_only = ty / tt;
+    double alpha_error = 0, beta_error = 0;
+    for (const auto& [bytes, y] : seconds) {
+      alpha_error += std::pow(steps(op, n) * alpha_only / y - 1, 2);
+      beta_error += std::pow(traffic(op, n, bytes) * beta_only / y - 1, 2);
+    }
+    fit = alpha_error < beta_error ? AlphaBeta{alpha_only, 0} : AlphaBeta{0, beta_only};
+  }
+  for (const auto& [bytes, y] : seconds)
+    fit.worst_fit_error =
+        std::max(fit.worst_fit_error, std::abs(collective_seconds(op, fit, n, bytes) / y - 1));
+  return fit;
+}
+
+const AlphaBeta& BackendCosts::op(const std::string& name) const {
+  const auto it = ops.find(name);
+  if (it == ops.end()) throw InvalidArgument("the machine's costs lack the collective " + name);
+  return it->second;
+}
+
+const ComputeCosts& Machine::compute(DType products) const {
+  return products == DType::kBFloat16 ? bfloat16 : float32;
+}
+
+const BackendCosts& Machine::backend(const std::string& name) const {
+  const auto it = backends.find(name);
+  if (it == backends.end()) {
+    std::string have;
+    for (const auto& [b, costs] : backends) have += (have.empty() ? "" : ", ") + b;
+    throw InvalidArgument("the machine's costs have no collectives measured on the " + name +
+                          " backend (" + (have.empty() ? "none" : "only " + have) +
+                          "): run weft-bench machine under weftrun with --backend " + name);
+  }
+  return it->second;
+}
+
+// --- JSON ----------------------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json compute_json(const ComputeCosts& c) {
+  return {{"product_gflops", c.product_gflops},
+          {"product_grid", c.product_grid},
+          {"bandwidth_gbs", c.bandwidth_gbs},
+          {"ns", c.ns}};
+}
+
+ComputeCosts compute_from(const nlohmann::json& j) {
+  ComputeCosts c;
+  c.product_gflops = j.at("product_gflops").get<double>();
+  c.bandwidth_gbs = j.at("bandwidth_gbs").get<double>();
+  c.ns = j.at("ns").get<std::map<std::string, double>>();
+  c.product_grid = j.at("product_grid").get<std::vector<double>>();
+  const std::size_t points =
+      std::size(kProductRows) * std::size(kProductWidths) * std::size(kProductWidths);
+  if (c.product_grid.size() != points ||
+      std::any_of(c.product_grid.begin(), c.product_grid.end(), [](double r) { return r <= 0; }))
+    throw InvalidArgument("product_grid must hold " + std::to_string(points) + " positive rates");
+  for (const auto& [name, per] : kernel_names())
+    if (!c.ns.count(name)) throw InvalidArgument("no cost for the kernel " + name);
+  if (c.product_gflops <= 0 || c.bandwidth_gbs <= 0)
+    throw InvalidArgument("product_gflops and bandwidth_gbs must be positive");
+  return c;
+}
+
+}  // namespace
+
+std::string to_json(const Machine& m) {
+  nlohmann::json backends = nlohmann::json::object();
+  for (const auto& [name, b] : m.backends) {
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [op, f] : b.ops)
+      ops[op] = {{"alpha_us", f.alpha_s * 1e6},
+                 {"beta_ns_per_byte", f.beta_s_per_byte * 1e9},
+                 {"worst_fit_error", f.worst_fit_error}};
+    backends[name] = {{"ranks", b.ranks}, {"ops", ops}};
+  }
+  const nlohmann::json j{{"cpu", m.cpu},
+                         {"target", m.target},
+                         {"cores", m.cores},
+                         {"ranks", m.ranks},
+                         {"threads", m.threads},
+                         {"float32", compute_json(m.float32)},
+                         {"bfloat16", compute_json(m.bfloat16)},
+                         {"backends", backends}};
+  return j.dump(2) + "\n";
+}
+
+Machine read_machine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidArgument("cannot read the machine's costs " + path);
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    Machine m;
+    m.cpu = j.at("cpu").get<std::string>();
+    m.target = j.at("target").get<std::string>();
+    m.cores = j.at("cores").get<int>();
+    m.ranks = j.at("ranks").get<int>();
+    m.threads = j.at("threads").get<int>();
+    if (m.cores < 1 || m.ranks < 1 || m.threads < 1)
+      throw InvalidArgument("cores, ranks and threads must be positive");
+    m.float32 = compute_from(j.at("float32"));
+    m.bfloat16 = compute_from(j.at("bfloat16"));
+    for (const auto& [name, b] : j.at("backends").items()) {
+      BackendCosts costs;
+      costs.ranks = b.at("ranks").get<int>();
+      for (const auto& [op, f] : b.at("ops").items()) {
+        AlphaBeta fit{f.at("alpha_us").get<double>() * 1e-6,
+                      f.at("beta_ns_per_byte").get<double>() * 1e-9,
+                      f.value("worst_fit_error", 0.0)};
+        if (fit.alpha_s < 0 || fit.beta_s_per_byte < 0)
+          throw InvalidArgument(name + " " + op + ": alpha and beta must be >= 0");
+        (void)steps(op, 2);  // a known collective
+        costs.ops[op] = fit;
+      }
+      m.backends[name] = costs;
+    }
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument("the machine's costs " + path + " are not valid: " + e.what());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("the machine's costs " + path + ": " + e.what());
+  }
+}
+
+}  // namespace weft::estimate

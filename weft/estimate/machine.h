@@ -1,0 +1,95 @@
+// What a step costs on this machine, measured: the products' peak, the memory bandwidth and
+// weft's own kernels (measure_compute, in a second), and each collective's alpha-beta fit per
+// backend (weft-bench machine, which writes all of it as JSON for weft-estimate to read).
+//
+//   weftrun --nproc-per-node 2 weft-bench machine --out machine.json
+//   weft-estimate --config configs/debug.toml --nproc 2 --machine machine.json
+//
+// A Machine can also describe a cluster that is not here (weft-estimate's --link-* options):
+// the estimate of step time (step_time.h) reads nothing else.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "weft/base/dtype.h"
+
+namespace weft::estimate {
+
+// Linear's forward measured at rows x in x out for each of kProductRows x kProductWidths x
+// kProductWidths, GFLOP/s: a product's rate is interpolated between them (log2 of each size;
+// outside the grid, the nearest edge's).
+inline constexpr std::int64_t kProductRows[] = {512, 2048};
+inline constexpr std::int64_t kProductWidths[] = {128, 256, 512, 1024, 2048};
+
+// One precision's compute path (float32, or bfloat16 mixed precision).
+struct ComputeCosts {
+  // Matrix products at their best: Linear's forward over 1024 rows a thread of 1024 x 1024
+  // (the figure weft-train's mfu is against), GFLOP/s on the threads measured.
+  double product_gflops = 0;
+  // [rows][in][out] over the grid above, GFLOP/s.
+  std::vector<double> product_grid;
+  double bandwidth_gbs = 0;  // memory copy, GB/s (read + write), 64 MiB buffers
+  // weft's kernels, nanoseconds per element (per unit for attention: batch x heads x causal
+  // (query, key) pairs x head_dim). The names and their elements: kernel_names() below.
+  std::map<std::string, double> ns;
+
+  double kernel_ns(const std::string& name) const;  // InvalidArgument for a name not measured
+  // The rate of a product of this shape, from product_grid.
+  double product_rate(std::int64_t rows, std::int64_t in, std::int64_t out) const;
+};
+
+// The kernels measure_compute times, each with what its cost is per.
+const std::map<std::string, std::string>& kernel_names();
+
+// A collective's time for `bytes` over n ranks: steps(n) x alpha + traffic(n, bytes) x beta,
+// with the steps and traffic of a ring (docs/ESTIMATE.md): all_reduce 2(n-1) steps moving
+// 2(n-1)/n of the buffer, all_gather and reduce_scatter n-1 steps moving (n-1)/n of the whole
+// buffer, sendrecv (each rank sending to the next) one step moving it all.
+struct AlphaBeta {
+  double alpha_s = 0;          // per step
+  double beta_s_per_byte = 0;  // per byte a rank moves
+  double worst_fit_error = 0;  // the fit's largest relative error over the sizes measured
+};
+double steps(const std::string& op, int n);
+double traffic(const std::string& op, int n, double bytes);
+double collective_seconds(const std::string& op, const AlphaBeta& fit, int n, double bytes);
+// Least squares on the relative error over (bytes, seconds) pairs measured on n ranks.
+AlphaBeta fit_alpha_beta(const std::string& op, int n, const std::map<double, double>& seconds);
+
+struct BackendCosts {
+  int ranks = 0;                         // measured on
+  std::map<std::string, AlphaBeta> ops;  // all_reduce, all_gather, reduce_scatter, sendrecv
+  const AlphaBeta& op(const std::string& name) const;
+};
+
+struct Machine {
+  std::string cpu;     // the model name
+  std::string target;  // weft's kernels' vector target (simd::current_target())
+  int cores = 1;       // this host's
+  int ranks = 1;       // computing at once while measured (each with `threads`)
+  int threads = 1;     // weft's threads a rank
+  ComputeCosts float32, bfloat16;
+  std::map<std::string, BackendCosts> backends;  // by backend name (shm, tcp, threads, mpi)
+
+  const ComputeCosts& compute(DType products) const;
+  const BackendCosts& backend(const std::string& name) const;  // InvalidArgument if absent
+};
+
+// Linear's forward at its best over about `budget`, GFLOP/s (ComputeCosts::product_gflops).
+double measure_product_gflops(DType dtype, std::chrono::milliseconds budget);
+// Every figure of ComputeCosts for `products` (kFloat32, or kBFloat16 for mixed precision),
+// on kernels::threads() threads; about half a second.
+ComputeCosts measure_compute(DType products);
+// This host's CPU model name, cores, and weft's vector target, with the compute costs left
+// empty (Machine::ranks and threads as given).
+Machine describe_host(int ranks, int threads);
+
+std::string to_json(const Machine& machine);
+// InvalidArgument naming the file and what is wrong with it.
+Machine read_machine(const std::string& path);
+
+}  // namespace weft::estimate

@@ -1,0 +1,300 @@
+#include "weft/estimate/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "weft/base/error.h"
+#include "weft/estimate/layout.h"
+
+namespace weft::estimate {
+namespace {
+
+// The machine's costs as this job sees them: compute slowed down where the host runs more
+// ranks x threads than it has cores (against the share each rank had when measured).
+struct Costs {
+  const ComputeCosts& compute;
+  const BackendCosts* network;  // null for one rank
+  double slowdown = 1;
+  std::int64_t operand = 4;
+
+  double product(std::int64_t rows, std::int64_t in, std::int64_t out) const {
+    const double flops = 2.0 * static_cast<double>(rows * in) * static_cast<double>(out);
+    const double bytes =
+        static_cast<double>((rows * in + in * out) * operand + rows * out * kFloat);
+    const double rate = compute.product_rate(rows, in, out) * 1e9;
+    return slowdown * std::max(flops / rate, bytes / (compute.bandwidth_gbs * 1e9));
+  }
+  double kernel(const char* name, double elements) const {
+    return slowdown * compute.kernel_ns(name) * elements * 1e-9;
+  }
+  double copy(double bytes) const { return slowdown * 2 * bytes / (compute.bandwidth_gbs * 1e9); }
+  double collective(const char* op, int n, double bytes) const {
+    if (n <= 1) return 0;
+    return collective_seconds(op, network->op(op), n, bytes);
+  }
+};
+
+// One forward and backward of a piece of the model on one micro-batch: compute split as a
+// zero-bubble schedule splits it (the input's gradient, then the weights'), and the blocking
+// collectives of each half.
+struct Pass {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  double forward_comm = 0, backward_comm = 0;
+
+  Pass& operator+=(const Pass& o) {
+    forward += o.forward, backward_input += o.backward_input, backward_weight += o.backward_weight;
+    forward_comm += o.forward_comm, backward_comm += o.backward_comm;
+    return *this;
+  }
+};
+
+// The shape of one forward on this rank.
+struct Shape {
+  Widths w;
+  std::int64_t rows;       // sequences x this rank's positions
+  std::int64_t sequences;  // of one forward
+  std::int64_t seq;        // the whole sequence's positions
+  int cp;
+  bool ring;  // context parallelism exchanging keys and values around a ring
+};
+
+Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
+  const Widths& w = s.w;
+  const std::int64_t R = s.rows, L = w.local_rows(R), D = w.dim, H = w.hidden;
+  const std::int64_t A = w.heads * w.head_dim;
+  const double pairs = static_cast<double>(s.seq) * static_cast<double>(s.seq + 1) / 2 / s.cp;
+  const double units = static_cast<double>(s.sequences * w.heads * w.head_dim) * pairs;
+  const double products =
+      c.product(R, D, w.qkv()) + c.product(R, A, D) + c.product(R, D, 2 * H) + c.product(R, H, D);
+  Pass p;
+  p.forward = products + 2 * c.kernel("rmsnorm_forward", L * D) + 2 * c.copy(L * D * kFloat) +
+              c.kernel("rope_forward", R * (w.heads + w.kv_heads) * w.head_dim) +
+              c.kernel("attention_forward", units) + c.kernel("swiglu_forward", R * H);
+  if (w.operand == 2) p.forward += c.kernel("to_bfloat16", R * A);
+  p.backward_input = products + 2 * c.kernel("rmsnorm_backward", L * D) +
+                     c.kernel("rope_backward", R * (w.heads + w.kv_heads) * w.head_dim) +
+                     c.kernel("attention_backward", units) + c.kernel("swiglu_backward", R * H);
+  p.backward_weight = products;
+  // Tensor parallelism: each region's input gathered (sequence parallelism) and its partial
+  // output reduce-scattered, or all-reduced; backward the same for the gradients.
+  const int tp = static_cast<int>(w.tp);
+  const double rows_bytes = static_cast<double>(R * D * kFloat);
+  if (w.sequence_sharded) {
+    p.forward_comm = 2 * c.collective("all_gather", tp, static_cast<double>(R * D * w.operand)) +
+                     2 * c.collective("reduce_scatter", tp, rows_bytes);
+    p.backward_comm = 2 * c.collective("all_gather", tp, rows_bytes) +
+                      2 * c.collective("reduce_scatter", tp, rows_bytes) +
+                      c.collective("all_reduce", tp, 2.0 * D * kFloat);
+  } else {
+    p.forward_comm = 2 * c.collective("all_reduce", tp, rows_bytes);
+    p.backward_comm = 2 * c.collective("all_reduce", tp, rows_bytes);
+  }
+  // Context parallelism: the keys and values around the ring (and their gradients back), or
+  // all-gathered (and the gradients reduce-scattered).
+  const double kv = static_cast<double>(R * 2 * w.kv_heads * w.head_dim);
+  if (s.cp > 1 && s.ring) {
+    p.forward_comm += (s.cp - 1) * c.collective("sendrecv", 2, kv * w.operand);
+    p.backward_comm += (s.cp - 1) * (c.collective("sendrecv", 2, kv * w.operand) +
+                                     c.collective("sendrecv", 2, kv * kFloat));
+  } else if (s.cp > 1) {
+    p.forward_comm += c.collective("all_gather", s.cp, s.cp * kv * w.operand);
+    p.backward_comm += c.collective("all_gather", s.cp, s.cp * kv * w.operand) +
+                       c.collective("reduce_scatter", s.cp, s.cp * kv * kFloat);
+  }
+  if (checkpointing) {  // backward runs the forward again first
+    p.backward_input += p.forward;
+    p.backward_comm += p.forward_comm;
+  }
+  return p;
+}
+
+// The final norm, the output layer and the loss.
+Pass head_pass(const Shape& s, const Costs& c) {
+  const Widths& w = s.w;
+  const std::int64_t R = s.rows, L = w.local_rows(R), D = w.dim;
+  const int tp = static_cast<int>(w.tp);
+  Pass p;
+  p.forward = c.kernel("rmsnorm_forward", L * D) + c.product(R, D, w.vocab) +
+              c.kernel("cross_entropy", R * w.vocab);
+  p.backward_input = c.kernel("rmsnorm_backward", L * D) + c.product(R, D, w.vocab);
+  p.backward_weight = c.product(R, D, w.vocab);
+  if (w.sequence_sharded) {
+    p.forward_comm = c.collective("all_gather", tp, static_cast<double>(R * D * w.operand));
+    p.backward_comm = c.collective("reduce_scatter", tp, static_cast<double>(R * D * kFloat));
+  } else if (tp > 1) {
+    p.backward_comm = c.collective("all_reduce", tp, static_cast<double>(R * D * kFloat));
+  }
+  if (w.gathered_logits) {
+    p.forward_comm +=
+        c.collective("all_gather", tp, static_cast<double>(R * w.vocab * tp * kFloat));
+  } else if (tp > 1) {  // loss parallelism: the rows' maxima and sums
+    p.forward_comm += 2 * c.collective("all_reduce", tp, static_cast<double>(R * kFloat));
+  }
+  return p;
+}
+
+Pass embedding_pass(const Shape& s, const Costs& c) {
+  const std::int64_t R = s.rows, D = s.w.dim;
+  const int tp = static_cast<int>(s.w.tp);
+  Pass p;
+  p.forward = c.kernel("embedding_forward", R * D);
+  p.backward_weight = c.kernel("embedding_backward", R * D);
+  const double bytes = static_cast<double>(R * D * kFloat);
+  if (s.w.sequence_sharded) {
+    p.forward_comm = c.collective("reduce_scatter", tp, bytes);
+    p.backward_comm = c.collective("all_gather", tp, bytes);
+  } else if (tp > 1) {
+    p.forward_comm = c.collective("all_reduce", tp, bytes);
+  }
+  return p;
+}
+
+// One micro-batch through the layers of `stage` (and the embedding and head where it holds them).
+Pass stage_pass(const Job& job, const Shape& s, const Costs& c, const nn::LayerRange& stage) {
+  Pass p;
+  if (stage.first == 0) p += embedding_pass(s, c);
+  const Pass block = block_pass(s, c, job.activation_checkpointing);
+  for (int l = stage.first; l < stage.last; ++l) p += block;
+  if (stage.last == job.model.n_layers) p += head_pass(s, c);
+  return p;
+}
+
+// Data parallelism's collectives over one step, and the optimizer's compute, for a rank
+// holding `params`.
+struct DataParallel {
+  double background = 0, optimizer = 0;
+};
+
+DataParallel data_parallel(const Job& job, const Costs& c,
+                           const std::vector<LocalParameter>& params, int microbatches) {
+  const parallel::ParallelDims& d = job.options.dims;
+  const double reduce = job.options.reduce_dtype == DType::kBFloat16 ? 2 : kFloat;
+  const double gather = job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat;
+  const int shards = d.dp_shard * d.cp;
+  std::vector<double> units(static_cast<std::size_t>(job.model.n_layers) + 1, 0);
+  double numel = 0;
+  for (const LocalParameter& p : params) {
+    const double padded = static_cast<double>((p.rows + shards - 1) / shards * p.cols) * shards;
+    units[static_cast<std::size_t>(p.unit)] += d.dp_shard > 1 ? padded : 0;
+    numel += static_cast<double>(p.rows * p.cols);
+  }
+  DataParallel out;
+  double local = numel;  // what the optimizer updates
+  if (d.dp_shard == 1) {
+    const int n = d.dp_replicate * d.cp;
+    const double bytes = numel * reduce, bucket = static_cast<double>(job.options.bucket_bytes);
+    const double full = std::floor(bytes / bucket), rest = bytes - full * bucket;
+    if (n > 1)
+      out.background = full * c.collective("all_reduce", n, bucket) +
+                       (rest > 0 ? c.collective("all_reduce", n, rest) : 0);
+  } else {
+    const parallel::ShardingMode mode = job.options.fsdp_mode;
+    const bool full_shard = mode == parallel::ShardingMode::kFullShard;
+    const int reductions = mode == parallel::ShardingMode::kZero1 ? 1 : microbatches;
+    local = 0;
+    for (const double u : units) {
+      if (u == 0) continue;
+      local += u / shards;
+      // full_shard gathers each unit for forward and again for backward (once a step under
+      // pipelines, where units stay whole); zero1 and zero2 refresh the full copy after step().
+      const int gathers = full_shard ? (d.pp > 1 ? 1 : 2) : 1;
+      out.background +=
+          gathers * c.collective("all_gather", shards, u * (full_shard ? gather : kFloat)) +
+          reductions * c.collective("reduce_scatter", shards, u * reduce);
+      if (d.dp_replicate > 1)
+        out.background += c.collective("all_reduce", d.dp_replicate, u / shards * reduce);
+    }
+  }
+  out.optimizer = c.kernel("adamw", local) + 2 * c.kernel("sum_squares", local);
+  return out;
+}
+
+// Compute is slower where the host runs more threads than cores, relative to the machine's
+// measurement (which ran `ranks` ranks of `threads` threads at once).
+double slowdown(const Machine& m, const Placement& p, int world) {
+  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
+  const auto oversubscribed = [&](int ranks, int threads) {
+    return std::max(1.0, static_cast<double>(ranks * threads) / m.cores);
+  };
+  const double threads_ratio = static_cast<double>(m.threads) / p.threads;
+  return threads_ratio * oversubscribed(here, p.threads) / oversubscribed(m.ranks, m.threads);
+}
+
+bool spare_core(const Machine& m, const Placement& p, int world) {
+  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
+  return here * p.threads < m.cores;
+}
+
+// Background collectives hide behind compute only with a core to run on; the first gather
+// and the last reduction never hide.
+double exposed(double background, double compute, bool spare, int units) {
+  if (!spare || background == 0) return background;
+  const double ends = 2 * background / std::max(1, 2 * units);
+  return std::max(ends, background - compute);
+}
+
+}  // namespace
+
+StepEstimate estimate_step_time(const Job& job, const Machine& machine,
+                                const Placement& placement) {
+  const StageCut cut = cut_stages(job);
+  const parallel::ParallelDims& d = job.options.dims;
+  const int world = d.product();
+  const Costs c{machine.compute(job.options.param_dtype),
+                world > 1 ? &machine.backend(placement.backend) : nullptr,
+                slowdown(machine, placement, world),
+                job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat};
+  const Shape shape{Widths(job.model, job.options),
+                    cut.rows,
+                    cut.sequences,
+                    job.seq,
+                    d.cp,
+                    job.options.cp_exchange == nn::KeyValueExchange::kRing};
+  const int microbatches = d.pp > 1 ? cut.schedule.microbatches : 1;
+  const bool spare = spare_core(machine, placement, world);
+  StepEstimate out;
+  std::vector<parallel::ActionCosts> action_costs;
+  for (int rank = 0; rank < d.pp; ++rank) {
+    const std::vector<nn::LayerRange> held = cut.held_by(rank);
+    Pass pass;
+    for (const nn::LayerRange& stage : held) pass += stage_pass(job, shape, c, stage);
+    RankTime t;
+    t.stage = rank;
+    t.forward = microbatches * pass.forward;
+    t.backward = microbatches * (pass.backward_input + pass.backward_weight);
+    t.blocking = microbatches * (pass.forward_comm + pass.backward_comm);
+    const DataParallel dp =
+        data_parallel(job, c, local_parameters(job.model, held, d.tp), microbatches);
+    t.optimizer = dp.optimizer;
+    t.background = dp.background;
+    t.exposed =
+        exposed(dp.background, t.forward + t.backward, spare, static_cast<int>(job.model.n_layers));
+    out.ranks.push_back(t);
+    const double stages = static_cast<double>(held.size());
+    parallel::ActionCosts a;
+    a.forward = (pass.forward + pass.forward_comm) / stages;
+    a.backward_input = (pass.backward_input + pass.backward_comm) / stages;
+    a.backward_weight = pass.backward_weight / stages;
+    action_costs.push_back(a);
+  }
+  if (d.pp > 1) {
+    const double transfer = c.collective(
+        "sendrecv", 2, static_cast<double>(shape.w.local_rows(cut.rows) * shape.w.dim * kFloat));
+    for (parallel::ActionCosts& a : action_costs) a.transfer_latency = transfer;
+    out.schedule = cut.schedule;
+  } else {  // one forward and one backward: a pipeline of one rank and one micro-batch
+    out.schedule = parallel::make_schedule(parallel::ScheduleKind::kGPipe, 1, 1, 1);
+  }
+  out.simulation = parallel::simulate(out.schedule, action_costs);
+  if (d.pp > 1) {
+    for (RankTime& t : out.ranks)
+      t.pipeline_idle =
+          std::max(0.0, out.simulation.makespan - (t.forward + t.backward + t.blocking));
+  }
+  for (const RankTime& t : out.ranks) out.seconds = std::max(out.seconds, t.step());
+  out.tokens_per_second =
+      static_cast<double>(job.batch * job.seq * d.data_parallel()) / out.seconds;
+  return out;
+}
+
+}  // namespace weft::estimate
