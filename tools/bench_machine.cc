@@ -1,8 +1,10 @@
 #include "bench_machine.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "bench_ops.h"
@@ -59,8 +61,21 @@ estimate::BackendCosts measure_collectives(dist::ProcessGroup& pg) {
 void measure_machine(dist::ProcessGroup& pg, const std::string& path) {
   estimate::Machine machine = estimate::describe_host(pg.size(), kernels::threads());
   pg.barrier();
-  machine.float32 = estimate::measure_compute(DType::kFloat32);
-  machine.bfloat16 = estimate::measure_compute(DType::kBFloat16);
+  const auto together = [&pg] { pg.barrier(); };
+  // The same compute alone on rank 0 (the others asleep, not spinning in a barrier), then on
+  // every rank at once.
+  pg.barrier();
+  double alone = 0;
+  if (pg.rank() == 0) {
+    alone = estimate::sample_compute_seconds();
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+  pg.barrier();
+  const double shared = estimate::sample_compute_seconds();
+  machine.shared_slowdown = pg.rank() == 0 ? shared / alone : 1;
+  machine.float32 = estimate::measure_compute(DType::kFloat32, together);
+  machine.bfloat16 = estimate::measure_compute(DType::kBFloat16, together);
   pg.barrier();
   const std::string backend(pg.backend_name());
   machine.backends[backend] = measure_collectives(pg);

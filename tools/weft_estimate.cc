@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "placement_options.h"
 #include "weft/estimate/memory_estimate.h"
 #include "weft/estimate/step_time.h"
 #include "weft/parallel/pipeline_picture.h"
@@ -143,12 +144,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the figures (bytes, seconds) to this file");
   std::string machine_path, svg_path;
-  weft::estimate::Placement placement;
+  weft::tools::PlacementOptions where;
   app.add_option("--machine", machine_path,
                  "the machine's measured costs (weft-bench machine): also estimate the step time");
-  app.add_option("--backend", placement.backend, "the collectives' backend")->capture_default_str();
-  app.add_option("--ranks-per-host", placement.ranks_per_host, "ranks on each host (0: all on one)")
-      ->check(CLI::NonNegativeNumber);
+  where.add_to(app);
   app.add_option("--svg", svg_path,
                  "with --machine: draw the step's forwards and backwards on each pipeline rank");
   app.allow_extras();
@@ -170,10 +169,10 @@ int main(int argc, char** argv) {
     std::fputs(table(ranks).c_str(), stdout);
     nlohmann::json json = to_json(ranks);
     if (!machine_path.empty()) {
-      placement.threads = static_cast<int>(config.training.threads);
       const StepEstimate t = weft::estimate::estimate_step_time(
           train::estimate_job(config, train::parallel_options(config, nproc)),
-          weft::estimate::read_machine(machine_path), placement);
+          weft::estimate::read_machine(machine_path),
+          where.placement(static_cast<int>(config.training.threads)));
       std::fputs(step_table(t).c_str(), stdout);
       json["step_time"] = to_json(t);
       if (!svg_path.empty()) {

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <new>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "weft/base/simd.h"
 #include "weft/dist/init.h"
 #include "weft/dist/launch_env.h"
+#include "weft/train/auto_layout.h"
 #include "weft/train/describe.h"
 #include "weft/train/trainer.h"
 
@@ -90,6 +92,10 @@ int main(int argc, char** argv) {
     if (launched && launched->world_size > 1)
       world = weft::dist::init_process_group(
           {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
+    std::ostringstream quiet;  // rank 0 says which layout the plan chose
+    config = weft::train::with_planned_layout(std::move(config), world.get(),
+                                              launched ? launched->local_world_size : 1,
+                                              world && world->rank() != 0 ? quiet : std::cout);
     weft::train::Trainer trainer(std::move(config), std::cout, progress_mode(launched), world);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {

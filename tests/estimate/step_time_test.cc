@@ -30,8 +30,7 @@ Machine synthetic(int cores = 2) {
   for (ComputeCosts* c : {&m.float32, &m.bfloat16}) {
     c->product_gflops = kRate;
     c->bandwidth_gbs = 1e12;
-    c->product_grid.assign(
-        std::size(kProductRows) * std::size(kProductWidths) * std::size(kProductWidths), kRate);
+    c->set_product_rate(kRate);
     for (const auto& [name, per] : kernel_names()) c->ns[name] = 0;
   }
   BackendCosts shm;
@@ -116,6 +115,24 @@ TEST(StepTimeTest, TensorParallelismSplitsTheProductsAndAddsItsCollectives) {
                           2 * collective_seconds("all_reduce", ab, 2, block) +
                           collective_seconds("all_gather", ab, 2, rows * 256 * 4);
   EXPECT_NEAR(t.ranks[0].blocking, expected, 1e-12);
+}
+
+TEST(StepTimeTest, GroupsThatSpanHostsRunAtTheSlowerLink) {
+  Job job = debug_job();
+  job.options.dims.tp = 2;
+  job.options.dims.dp_replicate = 2;
+  Placement two_hosts;
+  two_hosts.ranks_per_host = 2;
+  two_hosts.between_hosts = AlphaBeta{50e-6, 10e-9};
+  const Machine m = synthetic(/*cores=*/4);
+  const StepEstimate one_host = estimate_step_time(job, m, {});
+  const StepEstimate across = estimate_step_time(job, m, two_hosts);
+  // TP's pairs stay on a host; DDP's replicas (2 ranks apart) cross the network.
+  EXPECT_DOUBLE_EQ(across.ranks[0].blocking, one_host.ranks[0].blocking);
+  const double gradients = across.ranks[0].background / one_host.ranks[0].background;
+  EXPECT_GT(gradients, 5);
+  two_hosts.ranks_per_host = 1;  // now TP's pairs cross it too
+  EXPECT_GT(estimate_step_time(job, m, two_hosts).ranks[0].blocking, one_host.ranks[0].blocking);
 }
 
 TEST(StepTimeTest, DataParallelCollectivesHideOnlyWithACoreToSpare) {
@@ -214,16 +231,21 @@ TEST(MachineTest, AFitNeverGoesNegative) {
 
 TEST(MachineTest, ProductRatesInterpolateInLogSizeAndClampAtTheEdges) {
   ComputeCosts c;
-  c.product_grid.resize(std::size(kProductRows) * std::size(kProductWidths) *
-                        std::size(kProductWidths));
-  for (std::size_t i = 0; i < c.product_grid.size(); ++i) c.product_grid[i] = 100 + i;
-  EXPECT_DOUBLE_EQ(c.product_rate(512, 128, 128), 100);
-  EXPECT_DOUBLE_EQ(c.product_rate(2048, 2048, 2048), 100 + c.product_grid.size() - 1);
-  EXPECT_DOUBLE_EQ(c.product_rate(1 << 20, 1 << 16, 1 << 16), c.product_rate(2048, 2048, 2048));
-  EXPECT_DOUBLE_EQ(c.product_rate(64, 16, 16), 100);
+  c.set_product_rate(1);
+  std::vector<double>& grid =
+      c.product_grids[static_cast<std::size_t>(ProductKind::kBackwardWeight)];
+  for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = 100 + static_cast<double>(i);
+  const auto rate = [&](std::int64_t rows, std::int64_t in, std::int64_t out) {
+    return c.product_rate(ProductKind::kBackwardWeight, rows, in, out);
+  };
+  EXPECT_DOUBLE_EQ(rate(256, 128, 128), 100);
+  EXPECT_DOUBLE_EQ(rate(1024, 2048, 2048), 100 + static_cast<double>(grid.size()) - 1);
+  EXPECT_DOUBLE_EQ(rate(1 << 20, 1 << 16, 1 << 16), rate(1024, 2048, 2048));
+  EXPECT_DOUBLE_EQ(rate(64, 16, 16), 100);
   // Halfway in log2 between out 128 and 256 (index 0 and 1): halfway between their rates.
-  EXPECT_NEAR(c.product_rate(512, 128, static_cast<std::int64_t>(std::round(128 * std::sqrt(2)))),
-              100.5, 1e-2);
+  EXPECT_NEAR(rate(256, 128, static_cast<std::int64_t>(std::round(128 * std::sqrt(2)))), 100.5,
+              1e-2);
+  EXPECT_DOUBLE_EQ(c.product_rate(ProductKind::kForward, 1024, 2048, 2048), 1);
 }
 
 TEST(MachineTest, TheFileRoundTripsAndABadOneSaysWhatIsWrong) {
@@ -233,7 +255,7 @@ TEST(MachineTest, TheFileRoundTripsAndABadOneSaysWhatIsWrong) {
   const Machine m = read_machine(path);
   EXPECT_EQ(m.cores, 2);
   EXPECT_DOUBLE_EQ(m.backend("shm").op("sendrecv").alpha_s, 10e-6);
-  EXPECT_EQ(m.float32.product_rate(1000, 1000, 1000), kRate);
+  EXPECT_EQ(m.float32.product_rate(ProductKind::kBackwardInput, 1000, 1000, 1000), kRate);
   std::ofstream(path) << R"({"cpu": "x"})";
   EXPECT_THROW(read_machine(path), InvalidArgument);
   EXPECT_THROW(read_machine((dir.path() / "absent.json").string()), InvalidArgument);

@@ -1,6 +1,6 @@
-// weft-bench machine and weft-estimate --machine, run as the built binaries: the costs the
-// bench writes read back, and the step time weft-estimate prints and writes is
-// estimate_step_time's for the job weft-train would run.
+// weft-bench machine, weft-estimate --machine and weft-plan, run as the built binaries: the
+// costs the bench writes read back, the step time weft-estimate prints and writes is
+// estimate_step_time's for the job weft-train would run, and weft-plan's first choice plan()'s.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +11,9 @@
 
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "weft/estimate/plan.h"
 #include "weft/estimate/step_time.h"
+#include "weft/train/auto_layout.h"
 #include "weft/train/config.h"
 #include "weft/train/trainer.h"
 
@@ -27,7 +29,7 @@ TEST(MachineToolTest, TheBenchsCostsGiveWeftEstimateItsStepTime) {
   const test::TempDir dir("weft-machine");
   const std::string machine = (dir.path() / "machine.json").string();
   const test::Finished bench =
-      test::run({WEFT_BENCH_TOOL, "machine", "--threads", "2", "--out", machine});
+      test::run({WEFT_BENCH_TOOL, "machine", "--threads", "2", "--out", machine}, {}, Seconds(150));
   ASSERT_EQ(bench.code, 0) << bench.err;
   const estimate::Machine m = estimate::read_machine(machine);
   EXPECT_EQ(m.ranks, 2);
@@ -57,6 +59,32 @@ TEST(MachineToolTest, TheBenchsCostsGiveWeftEstimateItsStepTime) {
   std::ostringstream picture;
   picture << std::ifstream(svg).rdbuf();
   EXPECT_THAT(picture.str(), StartsWith("<svg"));
+
+  // weft-plan on the same costs: its first choice is plan()'s, as flags weft-train reads.
+  const std::string plan_json = (dir.path() / "plan.json").string();
+  const test::Finished p =
+      test::run({WEFT_PLAN_TOOL, "--config", kConfig, "--nproc", "2", "--machine", machine,
+                 "--backend", "thread", "--memory-per-rank", "1", "--json", plan_json});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("the fastest, as weft-train's flags:\n  --parallelism."));
+  const train::Config base = train::load_config(kConfig, {});
+  const estimate::Plan expected_plan =
+      estimate::plan(train::plan_request(base, 2, std::int64_t{1} << 30), m, placement);
+  const nlohmann::json chosen = nlohmann::json::parse(std::ifstream(plan_json));
+  ASSERT_FALSE(expected_plan.best.empty());
+  EXPECT_EQ(chosen["weighed"], expected_plan.weighed);
+  EXPECT_DOUBLE_EQ(chosen["best"][0]["step_seconds"].get<double>(),
+                   expected_plan.best[0].time.seconds);
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const auto& [key, value] : chosen["best"][0]["keys"].items())
+    keys.emplace_back(key, value.get<std::string>());
+  EXPECT_EQ(train::parallel_options(train::load_config(kConfig, keys), 2).dims.mesh_dims(),
+            expected_plan.best[0].job.options.dims.mesh_dims());
+  const test::Finished tight =
+      test::run({WEFT_PLAN_TOOL, "--config", kConfig, "--nproc", "2", "--machine", machine,
+                 "--backend", "thread", "--memory-per-rank", "0.01"});
+  EXPECT_EQ(tight.code, 2);
+  EXPECT_THAT(tight.err, HasSubstr("no layout fits"));
 }
 
 TEST(MachineToolTest, MistakesAreExitCodeTwoWithTheReason) {

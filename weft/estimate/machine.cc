@@ -29,20 +29,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The fastest of at least three runs (after one untimed) within about `budget`, in seconds:
-// the best is what the code costs when nothing else interferes, as in a steady training step.
-double best_seconds(const std::function<void()>& run,
-                    std::chrono::milliseconds budget = std::chrono::milliseconds(25)) {
+// At least `runs` runs (after one untimed) within about `budget`, in seconds, sorted.
+std::vector<double> timed_runs(const std::function<void()>& run, std::chrono::milliseconds budget,
+                               std::size_t runs = 5) {
   run();
-  double best = 1e30;
+  std::vector<double> times;
   const auto until = Clock::now() + budget;
-  for (int rep = 0; rep < 3 || Clock::now() < until; ++rep) {
+  while (times.size() < runs || Clock::now() < until) {
     const auto start = Clock::now();
     run();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
-  return best;
+  std::sort(times.begin(), times.end());
+  return times;
 }
+
+// Times the measurements. `together` (when set) runs before each and waits for every rank of
+// the job, so that the ranks measure each kernel at the same time, as they run it in training.
+struct Timer {
+  std::function<void()> together;
+
+  // The median: a training step meets the machine as it typically is, not at its best moment.
+  double typical(const std::function<void()>& run,
+                 std::chrono::milliseconds budget = std::chrono::milliseconds(25),
+                 std::size_t runs = 5) const {
+    if (together) together();
+    const std::vector<double> times = timed_runs(run, budget, runs);
+    return times[times.size() / 2];
+  }
+};
 
 double ns_per(double seconds, std::int64_t elements) {
   return seconds * 1e9 / static_cast<double>(elements);
@@ -54,25 +69,38 @@ double product_gflops(std::chrono::milliseconds budget) {
   const std::int64_t rows = n * kernels::threads();
   const std::vector<T> x(static_cast<std::size_t>(rows * n), T(0.5f)), w(n * n, T(0.25f));
   std::vector<float> y(static_cast<std::size_t>(rows * n));
-  const double s = best_seconds(
-      [&] { kernels::linear_forward(x.data(), w.data(), y.data(), rows, n, n); }, budget);
+  const double s = timed_runs(
+      [&] { kernels::linear_forward(x.data(), w.data(), y.data(), rows, n, n); }, budget)[0];
   return 2.0 * static_cast<double>(rows * n * n) / s / 1e9;
 }
 
-// As training's Linear calls them: in mixed precision a bfloat16 input against the float32
-// weight (which the product rounds as it packs it, each call).
+// As training's Linear calls them: in mixed precision the inputs and output gradients are
+// bfloat16 against the float32 weight (which the product rounds as it packs it, each call).
 template <class T>
-std::vector<double> product_grid() {
+std::vector<double> product_grid(ProductKind kind, const Timer& t) {
   std::vector<double> grid;
   for (const std::int64_t rows : kProductRows) {
     for (const std::int64_t in : kProductWidths) {
       for (const std::int64_t out : kProductWidths) {
-        const std::vector<T> x(static_cast<std::size_t>(rows * in), T(0.5f));
+        const std::vector<T> x(static_cast<std::size_t>(rows * in), T(0.5f)),
+            dy(static_cast<std::size_t>(rows * out), T(0.5f));
         const std::vector<float> w(static_cast<std::size_t>(in * out), 0.25f);
-        std::vector<float> y(static_cast<std::size_t>(rows * out));
-        const double s = best_seconds(
-            [&] { kernels::linear_forward(x.data(), w.data(), y.data(), rows, in, out); },
-            std::chrono::milliseconds(8));
+        std::vector<float> y(static_cast<std::size_t>(rows * out)),
+            dx(static_cast<std::size_t>(rows * in)), dw(static_cast<std::size_t>(in * out));
+        const auto run = [&] {
+          if (kind == ProductKind::kForward) {
+            kernels::linear_forward(x.data(), w.data(), y.data(), rows, in, out);
+          } else if (kind == ProductKind::kBackwardWeight) {
+            kernels::linear_backward<T>(dy.data(), x.data(), nullptr, nullptr, dw.data(), rows, in,
+                                        out, false, false);
+          } else if constexpr (std::is_same_v<T, float>) {
+            kernels::linear_backward<float>(dy.data(), nullptr, w.data(), dx.data(), nullptr, rows,
+                                            in, out);
+          } else {
+            kernels::linear_backward_input(dy.data(), w.data(), dx.data(), rows, in, out, false);
+          }
+        };
+        const double s = t.typical(run, std::chrono::milliseconds(4), 3);
         grid.push_back(2.0 * static_cast<double>(rows * in * out) / s / 1e9);
       }
     }
@@ -92,10 +120,10 @@ std::pair<std::size_t, double> locate(const std::int64_t (&axis)[N], std::int64_
   return {0, 0};
 }
 
-double bandwidth_gbs() {
+double bandwidth_gbs(const Timer& t) {
   const std::size_t n = std::size_t{16} << 20;  // floats: 64 MiB
   std::vector<float> a(n, 1.0f), b(n, 0.0f);
-  const double s = best_seconds([&] {
+  const double s = t.typical([&] {
     kernels::parallel_for(
         static_cast<std::int64_t>(n), 1 << 16, [&](std::int64_t i, std::int64_t e) {
           std::memcpy(b.data() + i, a.data() + i, static_cast<std::size_t>(e - i) * sizeof(float));
@@ -116,84 +144,79 @@ std::vector<BFloat16> filled16(std::int64_t n) {
   return std::vector<BFloat16>(static_cast<std::size_t>(n), BFloat16(0.5f));
 }
 
-void measure_norms(bool mixed, ComputeCosts& c) {
+void measure_norms(bool mixed, ComputeCosts& c, const Timer& t) {
   const std::int64_t n = kRows * kDim;
   auto x = filled(n), w = filled(kDim, 1.0f), y = filled(n), rstd = filled(kRows), dx = filled(n),
        dw = filled(kDim);
   auto y16 = filled16(n);
-  c.ns["rmsnorm_forward"] = ns_per(
-      best_seconds([&] {
-        if (mixed) {
-          kernels::rmsnorm_forward(x.data(), w.data(), y16.data(), rstd.data(), kRows, kDim, 1e-5);
-        } else {
-          kernels::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kRows, kDim, 1e-5);
-        }
-      }),
-      n);
-  c.ns["rmsnorm_backward"] =
-      ns_per(best_seconds([&] {
-               kernels::rmsnorm_backward(y.data(), x.data(), w.data(), rstd.data(), dx.data(),
-                                         dw.data(), kRows, kDim, false);
-             }),
-             n);
+  c.ns["rmsnorm_forward"] = ns_per(t.typical([&] {
+    if (mixed) {
+      kernels::rmsnorm_forward(x.data(), w.data(), y16.data(), rstd.data(), kRows, kDim, 1e-5);
+    } else {
+      kernels::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kRows, kDim, 1e-5);
+    }
+  }),
+                                   n);
+  c.ns["rmsnorm_backward"] = ns_per(t.typical([&] {
+    kernels::rmsnorm_backward(y.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(),
+                              kRows, kDim, false);
+  }),
+                                    n);
 }
 
-void measure_rope(bool mixed, ComputeCosts& c) {
+void measure_rope(bool mixed, ComputeCosts& c, const Timer& t) {
   const std::int64_t batch = kRows / 256, seq = 256, heads = 2 * kHeads;
   const std::int64_t n = kRows * heads * kHeadDim;
   auto x = filled(n);
   auto y16 = filled16(n);
   for (const bool backward : {false, true}) {
-    c.ns[backward ? "rope_backward" : "rope_forward"] =
-        ns_per(best_seconds([&] {
-                 if (mixed && backward) {
-                   kernels::rope_backward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim,
-                                               1e4, 0, heads * kHeadDim);
-                 } else if (mixed) {
-                   kernels::rope_forward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim,
-                                              1e4, 0, heads * kHeadDim);
-                 } else if (backward) {
-                   kernels::rope_backward(x.data(), batch, seq, heads, kHeadDim, 1e4);
-                 } else {
-                   kernels::rope_forward(x.data(), batch, seq, heads, kHeadDim, 1e4);
-                 }
-               }),
-               n);
+    c.ns[backward ? "rope_backward" : "rope_forward"] = ns_per(t.typical([&] {
+      if (mixed && backward) {
+        kernels::rope_backward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim, 1e4, 0,
+                                    heads * kHeadDim);
+      } else if (mixed) {
+        kernels::rope_forward_bf16(x.data(), y16.data(), batch, seq, heads, kHeadDim, 1e4, 0,
+                                   heads * kHeadDim);
+      } else if (backward) {
+        kernels::rope_backward(x.data(), batch, seq, heads, kHeadDim, 1e4);
+      } else {
+        kernels::rope_forward(x.data(), batch, seq, heads, kHeadDim, 1e4);
+      }
+    }),
+                                                               n);
   }
 }
 
-void measure_swiglu(bool mixed, ComputeCosts& c) {
+void measure_swiglu(bool mixed, ComputeCosts& c, const Timer& t) {
   const std::int64_t n = kRows * kHidden;
   auto ab = filled(2 * n), h = filled(n), dh = filled(n);
   auto ab16 = filled16(2 * n), h16 = filled16(n);
-  c.ns["swiglu_forward"] =
-      ns_per(best_seconds([&] {
-               if (mixed) {
-                 kernels::swiglu_forward(ab16.data(), ab16.data() + kHidden, h16.data(), kRows,
-                                         kHidden, 2 * kHidden);
-               } else {
-                 kernels::swiglu_forward(ab.data(), ab.data() + kHidden, h.data(), kRows, kHidden,
-                                         2 * kHidden);
-               }
-             }),
-             n);
-  c.ns["swiglu_backward"] =
-      ns_per(best_seconds([&] {
-               if (mixed) {
-                 std::fill(dh.begin(), dh.end(), 0.5f);
-                 kernels::swiglu_backward_bf16(dh.data(), ab16.data(), ab16.data() + kHidden, kRows,
-                                               kHidden, 2 * kHidden);
-               } else {
-                 std::fill(ab.begin(), ab.end(), 0.5f);
-                 kernels::swiglu_backward(dh.data(), ab.data(), ab.data() + kHidden, kRows, kHidden,
-                                          2 * kHidden);
-               }
-             }),
-             n);
+  c.ns["swiglu_forward"] = ns_per(t.typical([&] {
+    if (mixed) {
+      kernels::swiglu_forward(ab16.data(), ab16.data() + kHidden, h16.data(), kRows, kHidden,
+                              2 * kHidden);
+    } else {
+      kernels::swiglu_forward(ab.data(), ab.data() + kHidden, h.data(), kRows, kHidden,
+                              2 * kHidden);
+    }
+  }),
+                                  n);
+  c.ns["swiglu_backward"] = ns_per(t.typical([&] {
+    if (mixed) {
+      std::fill(dh.begin(), dh.end(), 0.5f);
+      kernels::swiglu_backward_bf16(dh.data(), ab16.data(), ab16.data() + kHidden, kRows, kHidden,
+                                    2 * kHidden);
+    } else {
+      std::fill(ab.begin(), ab.end(), 0.5f);
+      kernels::swiglu_backward(dh.data(), ab.data(), ab.data() + kHidden, kRows, kHidden,
+                               2 * kHidden);
+    }
+  }),
+                                   n);
 }
 
 template <class T>
-void measure_attention(ComputeCosts& c) {
+void measure_attention(ComputeCosts& c, const Timer& t) {
   const std::int64_t batch = 2, seq = 256;
   const kernels::AttentionShape s{batch, seq, kHeads, kHeads, kHeadDim};
   const std::int64_t n = batch * seq * kHeads * kHeadDim;
@@ -202,75 +225,69 @@ void measure_attention(ComputeCosts& c) {
   auto out = filled(n), lse = filled(batch * kHeads * seq), dout = filled(n), dq = filled(n),
        dk = filled(n), dv = filled(n);
   std::vector<T> out_t(static_cast<std::size_t>(n), T(0.1f));
-  c.ns["attention_forward"] = ns_per(
-      best_seconds([&] {
-        if constexpr (std::is_same_v<T, float>) {
-          kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-        } else {
-          kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-        }
-      }),
-      units);
+  c.ns["attention_forward"] = ns_per(t.typical([&] {
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    } else {
+      kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    }
+  }),
+                                     units);
   kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-  c.ns["attention_backward"] = ns_per(
-      best_seconds([&] {
-        if constexpr (std::is_same_v<T, float>) {
-          kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), dout.data(),
-                                      lse.data(), dq.data(), dk.data(), dv.data());
-        } else {
-          kernels::attention_backward(s, q.data(), k.data(), v.data(), out_t.data(), dout.data(),
-                                      lse.data(), dq.data(), dk.data(), dv.data());
-        }
-      }),
-      units);
+  c.ns["attention_backward"] = ns_per(t.typical([&] {
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), dout.data(),
+                                  lse.data(), dq.data(), dk.data(), dv.data());
+    } else {
+      kernels::attention_backward(s, q.data(), k.data(), v.data(), out_t.data(), dout.data(),
+                                  lse.data(), dq.data(), dk.data(), dv.data());
+    }
+  }),
+                                      units);
 }
 
-void measure_loss_and_embedding(bool mixed, ComputeCosts& c) {
+void measure_loss_and_embedding(bool mixed, ComputeCosts& c, const Timer& t) {
   const std::int64_t n = kRows * kVocab;
   auto logits = filled(n, 0.01f), losses = filled(kRows), dlogits = filled(n);
   auto dlogits16 = filled16(n);
   std::vector<std::int32_t> targets(static_cast<std::size_t>(kRows));
   for (std::int64_t i = 0; i < kRows; ++i) targets[static_cast<std::size_t>(i)] = (i * 7) % kVocab;
-  c.ns["cross_entropy"] = ns_per(
-      best_seconds([&] {
-        kernels::cross_entropy_forward(logits.data(), targets.data(), kRows, kVocab, losses.data());
-        if (mixed) {
-          kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
-                                          dlogits16.data());
-        } else {
-          kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
-                                          dlogits.data());
-        }
-      }),
-      n);
+  c.ns["cross_entropy"] = ns_per(t.typical([&] {
+    kernels::cross_entropy_forward(logits.data(), targets.data(), kRows, kVocab, losses.data());
+    if (mixed) {
+      kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
+                                      dlogits16.data());
+    } else {
+      kernels::cross_entropy_backward(logits.data(), targets.data(), kRows, kVocab, 1e-3,
+                                      dlogits.data());
+    }
+  }),
+                                 n);
   const std::int64_t m = kRows * kDim;
   auto table = filled(kVocab * kDim), out = filled(m);
-  c.ns["embedding_forward"] = ns_per(
-      best_seconds([&] {
-        kernels::embedding_forward(targets.data(), kRows, table.data(), kVocab, kDim, out.data());
-      }),
-      m);
-  c.ns["embedding_backward"] = ns_per(
-      best_seconds([&] {
-        kernels::embedding_backward(targets.data(), kRows, out.data(), kVocab, kDim, table.data());
-      }),
-      m);
+  c.ns["embedding_forward"] = ns_per(t.typical([&] {
+    kernels::embedding_forward(targets.data(), kRows, table.data(), kVocab, kDim, out.data());
+  }),
+                                     m);
+  c.ns["embedding_backward"] = ns_per(t.typical([&] {
+    kernels::embedding_backward(targets.data(), kRows, out.data(), kVocab, kDim, table.data());
+  }),
+                                      m);
 }
 
-void measure_optimizer(ComputeCosts& c) {
+void measure_optimizer(ComputeCosts& c, const Timer& t) {
   const std::int64_t n = std::int64_t{4} << 20;
   auto p = filled(n), g = filled(n, 1e-3f), m = filled(n, 0.0f), v = filled(n, 0.0f);
   std::vector<BFloat16> p16(static_cast<std::size_t>(n));
   const nn::AdamWOptions options;
   std::int64_t step = 0;
-  c.ns["adamw"] =
-      ns_per(best_seconds([&] {
-               nn::adamw_update(p.data(), g.data(), m.data(), v.data(), n, options, 1e-3, ++step);
-             }),
-             n);
-  c.ns["sum_squares"] = ns_per(best_seconds([&] { (void)kernels::sum_squares(g.data(), n); }), n);
+  c.ns["adamw"] = ns_per(t.typical([&] {
+    nn::adamw_update(p.data(), g.data(), m.data(), v.data(), n, options, 1e-3, ++step);
+  }),
+                         n);
+  c.ns["sum_squares"] = ns_per(t.typical([&] { (void)kernels::sum_squares(g.data(), n); }), n);
   c.ns["to_bfloat16"] =
-      ns_per(best_seconds([&] { kernels::to_bfloat16_threaded(p.data(), p16.data(), n); }), n);
+      ns_per(t.typical([&] { kernels::to_bfloat16_threaded(p.data(), p16.data(), n); }), n);
 }
 
 std::string cpu_model() {
@@ -305,7 +322,13 @@ const std::map<std::string, std::string>& kernel_names() {
   return names;
 }
 
-double ComputeCosts::product_rate(std::int64_t rows, std::int64_t in, std::int64_t out) const {
+void ComputeCosts::set_product_rate(double gflops) {
+  for (std::vector<double>& grid : product_grids) grid.assign(kProductGridPoints, gflops);
+}
+
+double ComputeCosts::product_rate(ProductKind kind, std::int64_t rows, std::int64_t in,
+                                  std::int64_t out) const {
+  const std::vector<double>& grid = product_grids[static_cast<std::size_t>(kind)];
   constexpr std::size_t kWidths = std::size(kProductWidths);
   const auto [r, wr] = locate(kProductRows, rows);
   const auto [i, wi] = locate(kProductWidths, in);
@@ -316,7 +339,7 @@ double ComputeCosts::product_rate(std::int64_t rows, std::int64_t in, std::int64
       for (std::size_t d_o = 0; d_o < 2; ++d_o) {
         const double weight = (dr ? wr : 1 - wr) * (di ? wi : 1 - wi) * (d_o ? wo : 1 - wo);
         if (weight == 0) continue;
-        rate += weight * product_grid[((r + dr) * kWidths + i + di) * kWidths + o + d_o];
+        rate += weight * grid[((r + dr) * kWidths + i + di) * kWidths + o + d_o];
       }
     }
   }
@@ -334,23 +357,53 @@ double measure_product_gflops(DType dtype, std::chrono::milliseconds budget) {
                                    : product_gflops<float>(budget);
 }
 
-ComputeCosts measure_compute(DType products) {
+ComputeCosts measure_compute(DType products, const std::function<void()>& together) {
   const bool mixed = products == DType::kBFloat16;
+  const Timer t{together};
   ComputeCosts c;
+  if (together) together();
   c.product_gflops = measure_product_gflops(products, std::chrono::milliseconds(200));
-  c.product_grid = mixed ? product_grid<BFloat16>() : product_grid<float>();
-  c.bandwidth_gbs = bandwidth_gbs();
-  measure_norms(mixed, c);
-  measure_rope(mixed, c);
-  measure_swiglu(mixed, c);
-  if (mixed) {
-    measure_attention<BFloat16>(c);
-  } else {
-    measure_attention<float>(c);
+  for (const ProductKind kind :
+       {ProductKind::kForward, ProductKind::kBackwardInput, ProductKind::kBackwardWeight}) {
+    c.product_grids[static_cast<std::size_t>(kind)] =
+        mixed ? product_grid<BFloat16>(kind, t) : product_grid<float>(kind, t);
   }
-  measure_loss_and_embedding(mixed, c);
-  measure_optimizer(c);
+  c.bandwidth_gbs = bandwidth_gbs(t);
+  measure_norms(mixed, c, t);
+  measure_rope(mixed, c, t);
+  measure_swiglu(mixed, c, t);
+  if (mixed) {
+    measure_attention<BFloat16>(c, t);
+  } else {
+    measure_attention<float>(c, t);
+  }
+  measure_loss_and_embedding(mixed, c, t);
+  measure_optimizer(c, t);
   return c;
+}
+
+// A block of llama_512's size over a batch of 8 x 256: its working set (tens of MiB) is
+// what training shares between ranks, beyond the caches.
+double sample_compute_seconds() {
+  const Timer t;
+  constexpr std::int64_t rows = 2048, in = 512, out = 2816;
+  const std::vector<float> x(rows * in, 0.5f), w(in * out, 0.25f);
+  const std::vector<BFloat16> x16(rows * in, BFloat16(0.5f));
+  std::vector<float> y(rows * out), dx(rows * in);
+  std::vector<BFloat16> h(rows * out / 2);
+  const kernels::AttentionShape s{8, 256, kHeads, kHeads, kHeadDim};
+  const std::vector<float> q(8 * 256 * kHeads * kHeadDim, 0.1f);
+  std::vector<float> att(q.size()), lse(8 * 256 * kHeads);
+  return t.typical(
+      [&] {
+        kernels::linear_forward(x.data(), w.data(), y.data(), rows, in, out);
+        kernels::swiglu_forward(y.data(), y.data() + out / 2, y.data(), rows, out / 2, out);
+        kernels::linear_backward<float>(y.data(), nullptr, w.data(), dx.data(), nullptr, rows, in,
+                                        out);
+        kernels::linear_forward(x16.data(), w.data(), y.data(), rows, in, out);
+        kernels::attention_forward(s, q.data(), q.data(), q.data(), att.data(), lse.data());
+      },
+      std::chrono::milliseconds(300));
 }
 
 Machine describe_host(int ranks, int threads) {
@@ -441,8 +494,11 @@ const BackendCosts& Machine::backend(const std::string& name) const {
 namespace {
 
 nlohmann::json compute_json(const ComputeCosts& c) {
+  nlohmann::json grids = nlohmann::json::object();
+  for (std::size_t k = 0; k < c.product_grids.size(); ++k)
+    grids[kProductKindNames[k]] = c.product_grids[k];
   return {{"product_gflops", c.product_gflops},
-          {"product_grid", c.product_grid},
+          {"product_grids", grids},
           {"bandwidth_gbs", c.bandwidth_gbs},
           {"ns", c.ns}};
 }
@@ -452,14 +508,14 @@ ComputeCosts compute_from(const nlohmann::json& j) {
   c.product_gflops = j.at("product_gflops").get<double>();
   c.bandwidth_gbs = j.at("bandwidth_gbs").get<double>();
   c.ns = j.at("ns").get<std::map<std::string, double>>();
-  c.product_grid = j.at("product_grid").get<std::vector<double>>();
-  const std::size_t points =
-      std::size(kProductRows) * std::size(kProductWidths) * std::size(kProductWidths);
-  if (c.product_grid.size() != points ||
-      std::any_of(c.product_grid.begin(), c.product_grid.end(), [](double r) { return r <= 0; }))
-    throw InvalidArgument("product_grid must hold " + std::to_string(points) + " positive rates");
-  for (const auto& [name, per] : kernel_names())
-    if (!c.ns.count(name)) throw InvalidArgument("no cost for the kernel " + name);
+  for (std::size_t k = 0; k < c.product_grids.size(); ++k) {
+    std::vector<double>& grid = c.product_grids[k];
+    grid = j.at("product_grids").at(kProductKindNames[k]).get<std::vector<double>>();
+    if (grid.size() != kProductGridPoints ||
+        std::any_of(grid.begin(), grid.end(), [](double r) { return r <= 0; }))
+      throw InvalidArgument(std::string("product_grids.") + kProductKindNames[k] + " must hold " +
+                            std::to_string(kProductGridPoints) + " positive rates");
+  }
   if (c.product_gflops <= 0 || c.bandwidth_gbs <= 0)
     throw InvalidArgument("product_gflops and bandwidth_gbs must be positive");
   return c;
@@ -482,6 +538,7 @@ std::string to_json(const Machine& m) {
                          {"cores", m.cores},
                          {"ranks", m.ranks},
                          {"threads", m.threads},
+                         {"shared_slowdown", m.shared_slowdown},
                          {"float32", compute_json(m.float32)},
                          {"bfloat16", compute_json(m.bfloat16)},
                          {"backends", backends}};
@@ -499,6 +556,8 @@ Machine read_machine(const std::string& path) {
     m.cores = j.at("cores").get<int>();
     m.ranks = j.at("ranks").get<int>();
     m.threads = j.at("threads").get<int>();
+    m.shared_slowdown = j.at("shared_slowdown").get<double>();
+    if (m.shared_slowdown <= 0) throw InvalidArgument("shared_slowdown must be positive");
     if (m.cores < 1 || m.ranks < 1 || m.threads < 1)
       throw InvalidArgument("cores, ranks and threads must be positive");
     m.float32 = compute_from(j.at("float32"));

@@ -9,8 +9,11 @@
 // the estimate of step time (step_time.h) reads nothing else.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,27 +22,35 @@
 
 namespace weft::estimate {
 
-// Linear's forward measured at rows x in x out for each of kProductRows x kProductWidths x
-// kProductWidths, GFLOP/s: a product's rate is interpolated between them (log2 of each size;
-// outside the grid, the nearest edge's).
-inline constexpr std::int64_t kProductRows[] = {512, 2048};
+// A Linear's three products: its forward (y = x W^T), its input's gradient (dx = dy W) and
+// its weight's (dW = dy^T x). Each is measured at rows x in x out for each of kProductRows x
+// kProductWidths x kProductWidths, in GFLOP/s; a product's rate is interpolated between them
+// (log2 of each size; outside the grid, the nearest edge's).
+enum class ProductKind { kForward, kBackwardInput, kBackwardWeight };
+inline constexpr const char* kProductKindNames[] = {"forward", "backward_input", "backward_weight"};
+inline constexpr std::int64_t kProductRows[] = {256, 1024};
 inline constexpr std::int64_t kProductWidths[] = {128, 256, 512, 1024, 2048};
+inline constexpr std::size_t kProductGridPoints =
+    std::size(kProductRows) * std::size(kProductWidths) * std::size(kProductWidths);
 
 // One precision's compute path (float32, or bfloat16 mixed precision).
 struct ComputeCosts {
   // Matrix products at their best: Linear's forward over 1024 rows a thread of 1024 x 1024
   // (the figure weft-train's mfu is against), GFLOP/s on the threads measured.
   double product_gflops = 0;
-  // [rows][in][out] over the grid above, GFLOP/s.
-  std::vector<double> product_grid;
+  // Per ProductKind, [rows][in][out] over the grid above, GFLOP/s.
+  std::array<std::vector<double>, 3> product_grids;
   double bandwidth_gbs = 0;  // memory copy, GB/s (read + write), 64 MiB buffers
+  // Every figure below is the median of its runs; the peak above is the best.
   // weft's kernels, nanoseconds per element (per unit for attention: batch x heads x causal
   // (query, key) pairs x head_dim). The names and their elements: kernel_names() below.
   std::map<std::string, double> ns;
 
   double kernel_ns(const std::string& name) const;  // InvalidArgument for a name not measured
-  // The rate of a product of this shape, from product_grid.
-  double product_rate(std::int64_t rows, std::int64_t in, std::int64_t out) const;
+  // The rate of a product of this kind and shape, from product_grids.
+  double product_rate(ProductKind kind, std::int64_t rows, std::int64_t in, std::int64_t out) const;
+  // Every product at `gflops` (a machine described rather than measured).
+  void set_product_rate(double gflops);
 };
 
 // The kernels measure_compute times, each with what its cost is per.
@@ -72,6 +83,9 @@ struct Machine {
   int cores = 1;       // this host's
   int ranks = 1;       // computing at once while measured (each with `threads`)
   int threads = 1;     // weft's threads a rank
+  // A step's compute with `ranks` ranks computing at once, over one rank computing alone
+  // (shared caches, memory bandwidth, cores' siblings): the costs below are the former's.
+  double shared_slowdown = 1;
   ComputeCosts float32, bfloat16;
   std::map<std::string, BackendCosts> backends;  // by backend name (shm, tcp, threads, mpi)
 
@@ -82,8 +96,13 @@ struct Machine {
 // Linear's forward at its best over about `budget`, GFLOP/s (ComputeCosts::product_gflops).
 double measure_product_gflops(DType dtype, std::chrono::milliseconds budget);
 // Every figure of ComputeCosts for `products` (kFloat32, or kBFloat16 for mixed precision),
-// on kernels::threads() threads; about half a second.
-ComputeCosts measure_compute(DType products);
+// on kernels::threads() threads; a few seconds. `together`, when given, is called before each
+// measurement and returns when every rank of the job has called it (a barrier), so that the
+// ranks measure each kernel at once, sharing the host as training does.
+ComputeCosts measure_compute(DType products, const std::function<void()>& together = {});
+// Seconds of a small mix of a step's compute (products in float32 and bfloat16, SwiGLU,
+// attention), for Machine::shared_slowdown: timed alone, then with every rank at once.
+double sample_compute_seconds();
 // This host's CPU model name, cores, and weft's vector target, with the compute costs left
 // empty (Machine::ranks and threads as given).
 Machine describe_host(int ranks, int threads);

@@ -9,28 +9,42 @@
 namespace weft::estimate {
 namespace {
 
+// A process group of the mesh: `size` ranks `stride` apart in the world.
+struct Group {
+  int size = 1, stride = 1;
+};
+
 // The machine's costs as this job sees them: compute slowed down where the host runs more
 // ranks x threads than it has cores (against the share each rank had when measured).
 struct Costs {
   const ComputeCosts& compute;
   const BackendCosts* network;  // null for one rank
+  const Placement& placement;
   double slowdown = 1;
   std::int64_t operand = 4;
 
-  double product(std::int64_t rows, std::int64_t in, std::int64_t out) const {
+  double product(ProductKind kind, std::int64_t rows, std::int64_t in, std::int64_t out) const {
     const double flops = 2.0 * static_cast<double>(rows * in) * static_cast<double>(out);
     const double bytes =
         static_cast<double>((rows * in + in * out) * operand + rows * out * kFloat);
-    const double rate = compute.product_rate(rows, in, out) * 1e9;
+    const double rate = compute.product_rate(kind, rows, in, out) * 1e9;
     return slowdown * std::max(flops / rate, bytes / (compute.bandwidth_gbs * 1e9));
   }
   double kernel(const char* name, double elements) const {
     return slowdown * compute.kernel_ns(name) * elements * 1e-9;
   }
   double copy(double bytes) const { return slowdown * 2 * bytes / (compute.bandwidth_gbs * 1e9); }
-  double collective(const char* op, int n, double bytes) const {
-    if (n <= 1) return 0;
-    return collective_seconds(op, network->op(op), n, bytes);
+  // sendrecv is one exchange between neighbours of the group, whatever its size.
+  double collective(const char* op, Group g, double bytes) const {
+    if (g.size <= 1) return 0;
+    AlphaBeta link = network->op(op);
+    const int host = placement.ranks_per_host;
+    if (placement.between_hosts && host > 0 && (g.size - 1) * g.stride >= host) {
+      link.alpha_s = std::max(link.alpha_s, placement.between_hosts->alpha_s);
+      link.beta_s_per_byte =
+          std::max(link.beta_s_per_byte, placement.between_hosts->beta_s_per_byte);
+    }
+    return collective_seconds(op, link, g.size, bytes);
   }
 };
 
@@ -56,6 +70,7 @@ struct Shape {
   std::int64_t seq;        // the whole sequence's positions
   int cp;
   bool ring;  // context parallelism exchanging keys and values around a ring
+  Group tp_group, cp_group;
 };
 
 Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
@@ -64,20 +79,24 @@ Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
   const std::int64_t A = w.heads * w.head_dim;
   const double pairs = static_cast<double>(s.seq) * static_cast<double>(s.seq + 1) / 2 / s.cp;
   const double units = static_cast<double>(s.sequences * w.heads * w.head_dim) * pairs;
-  const double products =
-      c.product(R, D, w.qkv()) + c.product(R, A, D) + c.product(R, D, 2 * H) + c.product(R, H, D);
+  const auto products = [&](ProductKind k) {  // q|k|v, the output projection, w1|w3, w2
+    return c.product(k, R, D, w.qkv()) + c.product(k, R, A, D) + c.product(k, R, D, 2 * H) +
+           c.product(k, R, H, D);
+  };
   Pass p;
-  p.forward = products + 2 * c.kernel("rmsnorm_forward", L * D) + 2 * c.copy(L * D * kFloat) +
+  p.forward = products(ProductKind::kForward) + 2 * c.kernel("rmsnorm_forward", L * D) +
+              2 * c.copy(L * D * kFloat) +
               c.kernel("rope_forward", R * (w.heads + w.kv_heads) * w.head_dim) +
               c.kernel("attention_forward", units) + c.kernel("swiglu_forward", R * H);
   if (w.operand == 2) p.forward += c.kernel("to_bfloat16", R * A);
-  p.backward_input = products + 2 * c.kernel("rmsnorm_backward", L * D) +
+  p.backward_input = products(ProductKind::kBackwardInput) +
+                     2 * c.kernel("rmsnorm_backward", L * D) +
                      c.kernel("rope_backward", R * (w.heads + w.kv_heads) * w.head_dim) +
                      c.kernel("attention_backward", units) + c.kernel("swiglu_backward", R * H);
-  p.backward_weight = products;
+  p.backward_weight = products(ProductKind::kBackwardWeight);
   // Tensor parallelism: each region's input gathered (sequence parallelism) and its partial
   // output reduce-scattered, or all-reduced; backward the same for the gradients.
-  const int tp = static_cast<int>(w.tp);
+  const Group tp = s.tp_group;
   const double rows_bytes = static_cast<double>(R * D * kFloat);
   if (w.sequence_sharded) {
     p.forward_comm = 2 * c.collective("all_gather", tp, static_cast<double>(R * D * w.operand)) +
@@ -93,13 +112,13 @@ Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
   // all-gathered (and the gradients reduce-scattered).
   const double kv = static_cast<double>(R * 2 * w.kv_heads * w.head_dim);
   if (s.cp > 1 && s.ring) {
-    p.forward_comm += (s.cp - 1) * c.collective("sendrecv", 2, kv * w.operand);
-    p.backward_comm += (s.cp - 1) * (c.collective("sendrecv", 2, kv * w.operand) +
-                                     c.collective("sendrecv", 2, kv * kFloat));
+    p.forward_comm += (s.cp - 1) * c.collective("sendrecv", s.cp_group, kv * w.operand);
+    p.backward_comm += (s.cp - 1) * (c.collective("sendrecv", s.cp_group, kv * w.operand) +
+                                     c.collective("sendrecv", s.cp_group, kv * kFloat));
   } else if (s.cp > 1) {
-    p.forward_comm += c.collective("all_gather", s.cp, s.cp * kv * w.operand);
-    p.backward_comm += c.collective("all_gather", s.cp, s.cp * kv * w.operand) +
-                       c.collective("reduce_scatter", s.cp, s.cp * kv * kFloat);
+    p.forward_comm += c.collective("all_gather", s.cp_group, s.cp * kv * w.operand);
+    p.backward_comm += c.collective("all_gather", s.cp_group, s.cp * kv * w.operand) +
+                       c.collective("reduce_scatter", s.cp_group, s.cp * kv * kFloat);
   }
   if (checkpointing) {  // backward runs the forward again first
     p.backward_input += p.forward;
@@ -112,22 +131,23 @@ Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
 Pass head_pass(const Shape& s, const Costs& c) {
   const Widths& w = s.w;
   const std::int64_t R = s.rows, L = w.local_rows(R), D = w.dim;
-  const int tp = static_cast<int>(w.tp);
+  const Group tp = s.tp_group;
   Pass p;
-  p.forward = c.kernel("rmsnorm_forward", L * D) + c.product(R, D, w.vocab) +
+  p.forward = c.kernel("rmsnorm_forward", L * D) + c.product(ProductKind::kForward, R, D, w.vocab) +
               c.kernel("cross_entropy", R * w.vocab);
-  p.backward_input = c.kernel("rmsnorm_backward", L * D) + c.product(R, D, w.vocab);
-  p.backward_weight = c.product(R, D, w.vocab);
+  p.backward_input =
+      c.kernel("rmsnorm_backward", L * D) + c.product(ProductKind::kBackwardInput, R, D, w.vocab);
+  p.backward_weight = c.product(ProductKind::kBackwardWeight, R, D, w.vocab);
   if (w.sequence_sharded) {
     p.forward_comm = c.collective("all_gather", tp, static_cast<double>(R * D * w.operand));
     p.backward_comm = c.collective("reduce_scatter", tp, static_cast<double>(R * D * kFloat));
-  } else if (tp > 1) {
+  } else if (w.tp > 1) {
     p.backward_comm = c.collective("all_reduce", tp, static_cast<double>(R * D * kFloat));
   }
   if (w.gathered_logits) {
     p.forward_comm +=
-        c.collective("all_gather", tp, static_cast<double>(R * w.vocab * tp * kFloat));
-  } else if (tp > 1) {  // loss parallelism: the rows' maxima and sums
+        c.collective("all_gather", tp, static_cast<double>(R * w.vocab * w.tp * kFloat));
+  } else if (w.tp > 1) {  // loss parallelism: the rows' maxima and sums
     p.forward_comm += 2 * c.collective("all_reduce", tp, static_cast<double>(R * kFloat));
   }
   return p;
@@ -135,7 +155,7 @@ Pass head_pass(const Shape& s, const Costs& c) {
 
 Pass embedding_pass(const Shape& s, const Costs& c) {
   const std::int64_t R = s.rows, D = s.w.dim;
-  const int tp = static_cast<int>(s.w.tp);
+  const Group tp = s.tp_group;
   Pass p;
   p.forward = c.kernel("embedding_forward", R * D);
   p.backward_weight = c.kernel("embedding_backward", R * D);
@@ -143,7 +163,7 @@ Pass embedding_pass(const Shape& s, const Costs& c) {
   if (s.w.sequence_sharded) {
     p.forward_comm = c.collective("reduce_scatter", tp, bytes);
     p.backward_comm = c.collective("all_gather", tp, bytes);
-  } else if (tp > 1) {
+  } else if (s.w.tp > 1) {
     p.forward_comm = c.collective("all_reduce", tp, bytes);
   }
   return p;
@@ -180,13 +200,15 @@ DataParallel data_parallel(const Job& job, const Costs& c,
   }
   DataParallel out;
   double local = numel;  // what the optimizer updates
+  // The mesh is [pp, dp_replicate, dp_shard, cp, tp]: DDP's group (replicas x cp) and FSDP's
+  // (dp_shard x cp) are tp apart, the replicas dp_shard x cp x tp apart.
+  const Group shard{shards, d.tp}, replicas{d.dp_replicate, shards * d.tp};
   if (d.dp_shard == 1) {
-    const int n = d.dp_replicate * d.cp;
+    const Group ddp{d.dp_replicate * d.cp, d.tp};
     const double bytes = numel * reduce, bucket = static_cast<double>(job.options.bucket_bytes);
     const double full = std::floor(bytes / bucket), rest = bytes - full * bucket;
-    if (n > 1)
-      out.background = full * c.collective("all_reduce", n, bucket) +
-                       (rest > 0 ? c.collective("all_reduce", n, rest) : 0);
+    out.background = full * c.collective("all_reduce", ddp, bucket) +
+                     (rest > 0 ? c.collective("all_reduce", ddp, rest) : 0);
   } else {
     const parallel::ShardingMode mode = job.options.fsdp_mode;
     const bool full_shard = mode == parallel::ShardingMode::kFullShard;
@@ -199,25 +221,28 @@ DataParallel data_parallel(const Job& job, const Costs& c,
       // pipelines, where units stay whole); zero1 and zero2 refresh the full copy after step().
       const int gathers = full_shard ? (d.pp > 1 ? 1 : 2) : 1;
       out.background +=
-          gathers * c.collective("all_gather", shards, u * (full_shard ? gather : kFloat)) +
-          reductions * c.collective("reduce_scatter", shards, u * reduce);
-      if (d.dp_replicate > 1)
-        out.background += c.collective("all_reduce", d.dp_replicate, u / shards * reduce);
+          gathers * c.collective("all_gather", shard, u * (full_shard ? gather : kFloat)) +
+          reductions * c.collective("reduce_scatter", shard, u * reduce);
+      out.background += c.collective("all_reduce", replicas, u / shards * reduce);
     }
   }
   out.optimizer = c.kernel("adamw", local) + 2 * c.kernel("sum_squares", local);
   return out;
 }
 
-// Compute is slower where the host runs more threads than cores, relative to the machine's
-// measurement (which ran `ranks` ranks of `threads` threads at once).
+// Compute relative to the machine's costs, measured with m = Machine::ranks ranks computing
+// at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
+// between those two (linear in k up to m), and beyond its cores they share them.
 double slowdown(const Machine& m, const Placement& p, int world) {
   const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
   const auto oversubscribed = [&](int ranks, int threads) {
     return std::max(1.0, static_cast<double>(ranks * threads) / m.cores);
   };
+  const double shared =
+      m.ranks > 1 ? 1 + (m.shared_slowdown - 1) * (std::min(here, m.ranks) - 1) / (m.ranks - 1) : 1;
   const double threads_ratio = static_cast<double>(m.threads) / p.threads;
-  return threads_ratio * oversubscribed(here, p.threads) / oversubscribed(m.ranks, m.threads);
+  return threads_ratio * shared / m.shared_slowdown * oversubscribed(here, p.threads) /
+         oversubscribed(m.ranks, m.threads);
 }
 
 bool spare_core(const Machine& m, const Placement& p, int world) {
@@ -241,7 +266,7 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
   const parallel::ParallelDims& d = job.options.dims;
   const int world = d.product();
   const Costs c{machine.compute(job.options.param_dtype),
-                world > 1 ? &machine.backend(placement.backend) : nullptr,
+                world > 1 ? &machine.backend(placement.backend) : nullptr, placement,
                 slowdown(machine, placement, world),
                 job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat};
   const Shape shape{Widths(job.model, job.options),
@@ -249,7 +274,9 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
                     cut.sequences,
                     job.seq,
                     d.cp,
-                    job.options.cp_exchange == nn::KeyValueExchange::kRing};
+                    job.options.cp_exchange == nn::KeyValueExchange::kRing,
+                    {d.tp, 1},
+                    {d.cp, d.tp}};
   const int microbatches = d.pp > 1 ? cut.schedule.microbatches : 1;
   const bool spare = spare_core(machine, placement, world);
   StepEstimate out;
@@ -278,8 +305,9 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
     action_costs.push_back(a);
   }
   if (d.pp > 1) {
-    const double transfer = c.collective(
-        "sendrecv", 2, static_cast<double>(shape.w.local_rows(cut.rows) * shape.w.dim * kFloat));
+    const double transfer =
+        c.collective("sendrecv", {2, world / d.pp},
+                     static_cast<double>(shape.w.local_rows(cut.rows) * shape.w.dim * kFloat));
     for (parallel::ActionCosts& a : action_costs) a.transfer_latency = transfer;
     out.schedule = cut.schedule;
   } else {  // one forward and one backward: a pipeline of one rank and one micro-batch

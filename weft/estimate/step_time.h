@@ -13,6 +13,7 @@
 // and context parallelism's, a pipeline's transfers) never do.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,15 @@
 
 namespace weft::estimate {
 
-// Where the job runs. The collectives cost what `backend` costs in the machine's fits.
+// Where the job runs. The collectives cost what `backend` costs in the machine's fits; a group
+// whose ranks span hosts (ranks numbered host by host, ranks_per_host each, the mesh's
+// innermost dimension fastest) costs, when `between_hosts` is given, the slower of the two
+// links in each of alpha and beta: a ring runs at its slowest hop.
 struct Placement {
   std::string backend = "shm";
-  int threads = 1;         // weft's threads a rank ([training] threads)
-  int ranks_per_host = 0;  // 0: every rank on one host (the machine's)
+  int threads = 1;                         // weft's threads a rank ([training] threads)
+  int ranks_per_host = 0;                  // 0: every rank on one host (the machine's)
+  std::optional<AlphaBeta> between_hosts;  // the network: latency a step, seconds a byte
 };
 
 // One pipeline rank's step (every rank alike without pipeline parallelism), in seconds.

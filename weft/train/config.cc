@@ -217,6 +217,11 @@ const std::vector<Field>& fields() {
                  "how context parallelism moves keys and values: alltoall, around the ring one "
                  "block per step, overlapped with attention; allgather, all at once before it",
                  -INFINITY, INFINITY, {"alltoall", "allgather"}),
+      WEFT_FIELD(parallelism, auto_machine,
+                 "a machine's measured costs (weft-bench machine --out FILE): train with the "
+                 "layout weft-plan ranks first for this many ranks, at the same global batch, "
+                 "in place of the degrees, schedule, fsdp_mode, batch_size and "
+                 "activation_checkpointing given; empty: as given"),
       WEFT_FIELD(comm, init_timeout_seconds,
                  "seconds a rank waits for the others to join the job (weftrun's rendezvous)", 1.0,
                  86400.0),

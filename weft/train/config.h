@@ -101,6 +101,9 @@ struct ParallelismConfig {
   std::int64_t pipeline_parallel_layers_per_stage = 0;  // 0: 1 stage per rank, 2 interleaved
   std::int64_t context_parallel_degree = 1;             // ranks each sequence is split over
   std::string context_parallel_rotate_method = "alltoall";  // alltoall: the ring; allgather
+  // A machine's costs (weft-bench machine): the layout weft-plan ranks first replaces the
+  // degrees, schedule, FSDP mode, batch_size and activation checkpointing above.
+  std::string auto_machine;
 };
 
 // TorchTitan's [comm]: how long a rank waits for the others.

@@ -1,0 +1,60 @@
+#!/bin/bash
+# weft-plan's choice against measurement: for debug and llama_512 on 2 ranks, weft-plan's five
+# fastest layouts and five common ones (FSDP, DDP, TP, CP, 1F1B) each train STEPS steps at
+# the same global batch; one line a layout (estimated and measured median step), then how far
+# the plan's first choice is from the fastest measured. About 6 minutes on 2 cores.
+#
+#   bench/estimate/plan.sh            # after make run or make test
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+T=build/release/tools
+steps=${STEPS:-6}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$T/weftrun" --nproc-per-node 2 "$T/weft-bench" machine --out "$work/machine.json" >/dev/null
+for config in debug llama_512; do
+  "$T/weft-plan" --config "configs/$config.toml" --nproc 2 --machine "$work/machine.json" \
+    --json "$work/plan.json" >/dev/null
+  python3 - "$work/plan.json" "$config" >"$work/layouts" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+def flags(keys): return " ".join(f"--{k} {v}" for k, v in keys.items())
+for i, c in enumerate(plan["best"]):
+    print(f"plan{i + 1}\t{c['layout']}\t{flags(c['keys'])}")
+P = "--parallelism."
+common = {
+    "FSDP 2": "data_parallel_shard_degree 2 --training.batch_size 8",
+    "DDP 2": "data_parallel_replicate_degree 2 --training.batch_size 8",
+    "TP 2": "tensor_parallel_degree 2 --parallelism.data_parallel_replicate_degree 1 --training.batch_size 16",
+    "CP 2": "context_parallel_degree 2 --parallelism.data_parallel_replicate_degree 1 --training.batch_size 16",
+    "PP 2, 1F1B x 8": "pipeline_parallel_degree 2 --parallelism.data_parallel_replicate_degree 1 "
+                      "--parallelism.pipeline_parallel_microbatch_size 2 --training.batch_size 16",
+}
+for name, rest in common.items():
+    print(f"common\t{name}\t{P}{rest}")
+PY
+  printf '%-10s %-7s %-70s %8s %8s\n' "$config" which layout 'est s' 'meas s'
+  while IFS=$'\t' read -r which name flags; do
+    rm -f "$work/metrics.jsonl"
+    # shellcheck disable=SC2086
+    "$T/weftrun" --nproc-per-node 2 "$T/weft-train" --config "configs/$config.toml" \
+      --training.steps "$steps" --checkpoint.enable false --validation.enable false \
+      --metrics.log_freq 1 --metrics.jsonl_path "$work/metrics.jsonl" $flags >/dev/null 2>&1
+    measured=$(python3 -c "import json, statistics, sys
+print('%.3f' % statistics.median(r['time_s'] for r in map(json.loads, open(sys.argv[1])) if r.get('step', 0) > 1))" \
+      "$work/metrics.jsonl")
+    # shellcheck disable=SC2086
+    estimated=$("$T/weft-estimate" --config "configs/$config.toml" --nproc 2 \
+      --machine "$work/machine.json" $flags | sed -nE 's/^step ([0-9.]+) ms.*/\1/p')
+    printf '%-10s %-7s %-70s %8.3f %8s\n' "" "$which" "$name" "$(bc -l <<<"$estimated / 1000")" \
+      "$measured" | tee -a "$work/$config.results"
+  done <"$work/layouts"
+  python3 - "$work/$config.results" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+first = next(float(r[-1]) for r in rows if r[0] == "plan1")
+fastest = min(float(r[-1]) for r in rows)
+print(f"  the plan's first choice: {first:.3f} s, the fastest measured {fastest:.3f} s: "
+      f"{100 * (first - fastest) / fastest:+.1f} %")
+PY
+done

@@ -1,0 +1,116 @@
+// The planner against estimating layouts one by one: its first choice is the fastest of them,
+// every choice fits the budget and keeps the global batch, and layouts that cannot run the
+// model are never offered.
+#include "weft/estimate/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/base/error.h"
+
+namespace weft::estimate {
+namespace {
+
+// Products at 100 GFLOP/s, weft's kernels at 1 ns an element, collectives at alpha 20 us and
+// beta 0.5 ns a byte.
+Machine machine() {
+  Machine m;
+  m.cores = 2;
+  m.ranks = 2;
+  for (ComputeCosts* c : {&m.float32, &m.bfloat16}) {
+    c->product_gflops = 100;
+    c->bandwidth_gbs = 20;
+    c->set_product_rate(100);
+    for (const auto& [name, per] : kernel_names()) c->ns[name] = 1;
+  }
+  BackendCosts shm;
+  shm.ranks = 2;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"})
+    shm.ops[op] = AlphaBeta{20e-6, 0.5e-9};
+  m.backends["shm"] = shm;
+  return m;
+}
+
+PlanRequest request(int world) {
+  PlanRequest r;
+  r.base.model.dim = 256;
+  r.base.model.n_layers = 4;
+  r.base.model.n_heads = 4;
+  r.base.model.vocab_size = 256;
+  r.base.model.multiple_of = 32;
+  r.base.model.max_seq_len = 256;
+  r.base.seq = 256;
+  r.world = world;
+  r.global_batch = 16;
+  r.keep = 1000;
+  return r;
+}
+
+std::int64_t peak(const Job& job) {
+  std::int64_t most = 0;
+  for (const RankMemory& m : estimate_memory(job)) most = std::max(most, m.total());
+  return most;
+}
+
+TEST(PlanTest, TheFirstChoiceIsTheFastestOfTheLayoutsEstimatedOneByOne) {
+  const PlanRequest r = request(2);
+  const Plan p = plan(r, machine(), {});
+  ASSERT_FALSE(p.best.empty());
+  EXPECT_EQ(p.fitting, p.weighed);  // no budget
+  for (std::size_t i = 1; i < p.best.size(); ++i)
+    EXPECT_LE(p.best[i - 1].time.seconds, p.best[i].time.seconds);
+  const auto layout = [&](parallel::ParallelDims dims, std::int64_t batch) {
+    Job job = r.base;
+    job.options.dims = dims;
+    job.batch = batch;
+    return job;
+  };
+  Job pipeline = layout({.pp = 2}, 16);
+  pipeline.options.pipeline.microbatches = 8;
+  for (const Job& job : {layout({.dp_replicate = 2}, 8), layout({.dp_shard = 2}, 8),
+                         layout({.tp = 2}, 16), layout({.cp = 2}, 16), pipeline}) {
+    EXPECT_LE(p.best[0].time.seconds, estimate_step_time(job, machine(), {}).seconds);
+  }
+}
+
+TEST(PlanTest, EveryChoiceFitsTheBudgetAndKeepsTheGlobalBatch) {
+  PlanRequest r = request(4);
+  const Plan all = plan(r, machine(), {});
+  std::int64_t least = all.best[0].peak, most = 0;
+  for (const Candidate& c : all.best)
+    least = std::min(least, c.peak), most = std::max(most, c.peak);
+  ASSERT_LT(least, most);
+  r.memory_per_rank = (least + most) / 2;
+  const Plan fitting = plan(r, machine(), {});
+  EXPECT_EQ(fitting.weighed, all.weighed);
+  EXPECT_LT(fitting.fitting, all.fitting);
+  for (const Candidate& c : fitting.best) {
+    EXPECT_LE(c.peak, r.memory_per_rank);
+    EXPECT_EQ(c.peak, peak(c.job));
+    EXPECT_EQ(c.job.batch * c.job.options.dims.data_parallel(), r.global_batch);
+    EXPECT_EQ(c.job.options.dims.product(), 4);
+  }
+  r.memory_per_rank = least - 1;
+  const Plan none = plan(r, machine(), {});
+  EXPECT_TRUE(none.best.empty());
+  EXPECT_EQ(none.fitting, 0u);
+}
+
+TEST(PlanTest, LayoutsThatCannotRunTheModelAreNeverOffered) {
+  PlanRequest r = request(3);  // 4 heads: no tensor parallelism of 3; 16 sequences: no dp 3
+  r.global_batch = 15;
+  const Plan p = plan(r, machine(), {});
+  ASSERT_FALSE(p.best.empty());
+  for (const Candidate& c : p.best) {
+    EXPECT_NE(c.job.options.dims.tp, 3);
+    EXPECT_NE(c.job.options.dims.cp, 3);  // 256 positions do not cut into 2 x 3 chunks
+    EXPECT_EQ(c.job.options.dims.product(), 3);
+  }
+}
+
+TEST(PlanTest, ABadRequestSaysSo) {
+  PlanRequest r = request(0);
+  EXPECT_THROW(plan(r, machine(), {}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace weft::estimate
