@@ -59,8 +59,12 @@ estimate::BackendCosts measure_collectives(dist::ProcessGroup& pg) {
 }  // namespace
 
 void measure_machine(dist::ProcessGroup& pg, const std::string& path) {
+  if (pg.size() < 2) {
+    throw InvalidArgument(
+        "weft-bench machine fits the collectives on 2 ranks or more: run it under weftrun "
+        "--nproc-per-node N (or with --threads N), N the ranks a host will run");
+  }
   estimate::Machine machine = estimate::describe_host(pg.size(), kernels::threads());
-  pg.barrier();
   const auto together = [&pg] { pg.barrier(); };
   // The same compute alone on rank 0 (the others asleep, not spinning in a barrier), then on
   // every rank at once.
@@ -69,7 +73,7 @@ void measure_machine(dist::ProcessGroup& pg, const std::string& path) {
   if (pg.rank() == 0) {
     alone = estimate::sample_compute_seconds();
   } else {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // rank 0 takes about half a second
   }
   pg.barrier();
   const double shared = estimate::sample_compute_seconds();

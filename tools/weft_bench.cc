@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
     long wrong = 0;
     const bool machine = o.op == "machine";
     if (machine && machine_path.empty()) throw CLI::ValidationError("machine needs --out FILE");
+    if (machine && o.group != "all")
+      throw CLI::ValidationError("machine measures the world group: leave --group out");
     const auto run_op = [&](ProcessGroup& pg) {
       if (!machine) return run(pg, o);
       weft::tools::measure_machine(pg, machine_path);

@@ -163,15 +163,15 @@ int main(int argc, char** argv) {
     if (nproc == 0) nproc = train::configured_ranks(config);
     if (!svg_path.empty() && machine_path.empty())
       throw weft::InvalidArgument("--svg draws the step time's timeline: give --machine too");
-    const std::vector<RankMemory> ranks = weft::estimate::estimate_memory(
-        train::estimate_job(config, train::parallel_options(config, nproc)));
+    const weft::estimate::Job job =
+        train::estimate_job(config, train::parallel_options(config, nproc));
+    const std::vector<RankMemory> ranks = weft::estimate::estimate_memory(job);
     std::fputs(train::describe_job(config, nproc).c_str(), stdout);
     std::fputs(table(ranks).c_str(), stdout);
     nlohmann::json json = to_json(ranks);
     if (!machine_path.empty()) {
       const StepEstimate t = weft::estimate::estimate_step_time(
-          train::estimate_job(config, train::parallel_options(config, nproc)),
-          weft::estimate::read_machine(machine_path),
+          job, weft::estimate::read_machine(machine_path),
           where.placement(static_cast<int>(config.training.threads)));
       std::fputs(step_table(t).c_str(), stdout);
       json["step_time"] = to_json(t);

@@ -9,7 +9,7 @@
 //       --memory-per-rank 64 --ranks-per-host 8
 //
 // Exit codes: 0 printed; 2 a bad command line or configuration, or no layout fits (the
-// message says how close the nearest came); 1 the JSON file could not be written.
+// message says what to give more of); 1 the JSON file could not be written.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -110,9 +110,12 @@ int main(int argc, char** argv) {
         where.placement(static_cast<int>(config.training.threads));
     const int here =
         placement.ranks_per_host > 0 ? std::min(placement.ranks_per_host, nproc) : nproc;
-    const std::int64_t budget =
-        memory_gib > 0 ? static_cast<std::int64_t>(memory_gib * (1 << 30))
-                       : std::max<std::int64_t>(weft::available_memory_bytes(), 0) / here;
+    const std::int64_t available = weft::available_memory_bytes();
+    if (memory_gib == 0 && available < 0)
+      throw weft::InvalidArgument(
+          "cannot read this host's available memory: give --memory-per-rank");
+    const std::int64_t budget = memory_gib > 0 ? static_cast<std::int64_t>(memory_gib * (1 << 30))
+                                               : std::max<std::int64_t>(available / here, 1);
     weft::estimate::PlanRequest request = train::plan_request(config, nproc, budget, global_batch);
     request.keep = keep;
     const auto start = std::chrono::steady_clock::now();

@@ -19,30 +19,34 @@ Widths::Widths(const nn::LlamaConfig& c, const parallel::ParallelOptions& o)
       gathered_logits(o.dims.tp > 1 && !o.loss_parallel && !o.layout_invariant),
       operand(o.param_dtype == DType::kBFloat16 ? 2 : 4) {}
 
-std::vector<LocalParameter> local_parameters(const nn::LlamaConfig& c,
+std::vector<ModelParameter> model_parameters(const nn::LlamaConfig& c) {
+  std::vector<ModelParameter> out;
+  for (const auto& [name, shape] : c.parameter_shapes()) {
+    int layer = static_cast<int>(c.n_layers);
+    if (name.rfind("layers.", 0) == 0) layer = static_cast<int>(std::stoll(name.substr(7)));
+    if (name == "tok_embeddings.weight") layer = -1;
+    const bool row_parallel =
+        name.find(".wo.") != std::string::npos || name.find(".w2.") != std::string::npos;
+    out.push_back(
+        {shape[0], shape.size() > 1 ? shape[1] : 1, layer, shape.size() == 2, row_parallel});
+  }
+  return out;
+}
+
+std::vector<LocalParameter> local_parameters(const std::vector<ModelParameter>& model, int n_layers,
                                              const std::vector<nn::LayerRange>& stages, int tp) {
-  const auto holds_layer = [&](std::int64_t l) {
+  const auto holds_layer = [&](int l) {
     return std::any_of(stages.begin(), stages.end(),
                        [&](const nn::LayerRange& s) { return s.first <= l && l < s.last; });
   };
-  const bool first = holds_layer(0), last = holds_layer(c.n_layers - 1);
+  const bool first = holds_layer(0), last = holds_layer(n_layers - 1);
   std::vector<LocalParameter> out;
-  for (const auto& [name, shape] : c.parameter_shapes()) {
-    bool held = false;
-    int unit = 0;
-    if (name.rfind("layers.", 0) == 0) {
-      const std::int64_t layer = std::stoll(name.substr(7));
-      held = holds_layer(layer);
-      unit = static_cast<int>(layer) + 1;
-    } else {
-      held = name == "tok_embeddings.weight" ? first : last;
-    }
+  for (const ModelParameter& p : model) {
+    const bool held = p.layer < 0 ? first : p.layer == n_layers ? last : holds_layer(p.layer);
     if (!held) continue;
-    std::int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
-    const bool row_parallel =
-        name.find(".wo.") != std::string::npos || name.find(".w2.") != std::string::npos;
-    if (shape.size() == 2) (row_parallel ? cols : rows) /= tp;
-    out.push_back({rows, cols, unit});
+    std::int64_t rows = p.rows, cols = p.cols;
+    if (p.matrix) (p.row_parallel ? cols : rows) /= tp;
+    out.push_back({rows, cols, p.layer < 0 || p.layer == n_layers ? 0 : p.layer + 1});
   }
   return out;
 }
@@ -71,6 +75,7 @@ StageCut cut_stages(const Job& job) {
     out.stages.push_back({0, n_layers});
   }
   out.rows = out.sequences * (job.seq / d.cp);
+  out.parameters = model_parameters(job.model);
   return out;
 }
 

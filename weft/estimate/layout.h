@@ -34,18 +34,29 @@ struct LocalParameter {
   int unit;
 };
 
-// The whole model's parameters this pipeline rank holds (its stages' layers, the embedding
-// with layer 0, the final norm and the output layer with the last), as this tensor-parallel
-// rank's slices.
-std::vector<LocalParameter> local_parameters(const nn::LlamaConfig& c,
+// A parameter of the whole model: its shape ((n, 1) for a vector), the layer it belongs to
+// (-1 the embedding, which goes with layer 0; n_layers the final norm and the output layer,
+// which go with the last), and whether tensor parallelism splits its columns (wo, w2) or its
+// rows.
+struct ModelParameter {
+  std::int64_t rows, cols;
+  int layer;
+  bool matrix, row_parallel;
+};
+std::vector<ModelParameter> model_parameters(const nn::LlamaConfig& c);
+
+// The parameters this pipeline rank holds (its stages' layers, the embedding with layer 0,
+// the final norm and the output layer with the last), as this tensor-parallel rank's slices.
+std::vector<LocalParameter> local_parameters(const std::vector<ModelParameter>& model, int n_layers,
                                              const std::vector<nn::LayerRange>& stages, int tp);
 
 // The pipeline's stages (one, every layer, without pipeline parallelism).
 struct StageCut {
   std::vector<nn::LayerRange> stages;
-  parallel::Schedule schedule;  // with pipeline parallelism
-  std::int64_t sequences = 0;   // of one forward (a micro-batch's under pipelines)
-  std::int64_t rows = 0;        // of one forward: its sequences x this rank's positions
+  parallel::Schedule schedule;             // with pipeline parallelism
+  std::int64_t sequences = 0;              // of one forward (a micro-batch's under pipelines)
+  std::int64_t rows = 0;                   // of one forward: its sequences x this rank's positions
+  std::vector<ModelParameter> parameters;  // the whole model's
 
   // The stages pipeline rank `rank` holds (every stage without pipeline parallelism).
   std::vector<nn::LayerRange> held_by(int rank) const;

@@ -202,12 +202,11 @@ void measure_swiglu(bool mixed, ComputeCosts& c, const Timer& t) {
   }),
                                   n);
   c.ns["swiglu_backward"] = ns_per(t.typical([&] {
+    // In place: later runs read the earlier ones' outputs, at the same cost.
     if (mixed) {
-      std::fill(dh.begin(), dh.end(), 0.5f);
       kernels::swiglu_backward_bf16(dh.data(), ab16.data(), ab16.data() + kHidden, kRows, kHidden,
                                     2 * kHidden);
     } else {
-      std::fill(ab.begin(), ab.end(), 0.5f);
       kernels::swiglu_backward(dh.data(), ab.data(), ab.data() + kHidden, kRows, kHidden,
                                2 * kHidden);
     }
@@ -226,11 +225,7 @@ void measure_attention(ComputeCosts& c, const Timer& t) {
        dk = filled(n), dv = filled(n);
   std::vector<T> out_t(static_cast<std::size_t>(n), T(0.1f));
   c.ns["attention_forward"] = ns_per(t.typical([&] {
-    if constexpr (std::is_same_v<T, float>) {
-      kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-    } else {
-      kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
-    }
+    kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
   }),
                                      units);
   kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
@@ -390,7 +385,6 @@ double sample_compute_seconds() {
   const std::vector<float> x(rows * in, 0.5f), w(in * out, 0.25f);
   const std::vector<BFloat16> x16(rows * in, BFloat16(0.5f));
   std::vector<float> y(rows * out), dx(rows * in);
-  std::vector<BFloat16> h(rows * out / 2);
   const kernels::AttentionShape s{8, 256, kHeads, kHeads, kHeadDim};
   const std::vector<float> q(8 * 256 * kHeads * kHeadDim, 0.1f);
   std::vector<float> att(q.size()), lse(8 * 256 * kHeads);
@@ -518,6 +512,11 @@ ComputeCosts compute_from(const nlohmann::json& j) {
   }
   if (c.product_gflops <= 0 || c.bandwidth_gbs <= 0)
     throw InvalidArgument("product_gflops and bandwidth_gbs must be positive");
+  for (const auto& [name, per] : kernel_names())
+    if (!c.ns.count(name)) throw InvalidArgument("no cost for the kernel " + name);
+  for (const auto& [name, ns] : c.ns)
+    if (!std::isfinite(ns) || ns < 0)
+      throw InvalidArgument("the kernel " + name + "'s cost must be a number >= 0");
   return c;
 }
 
@@ -565,6 +564,7 @@ Machine read_machine(const std::string& path) {
     for (const auto& [name, b] : j.at("backends").items()) {
       BackendCosts costs;
       costs.ranks = b.at("ranks").get<int>();
+      if (costs.ranks < 2) throw InvalidArgument(name + ": fitted on 2 ranks or more");
       for (const auto& [op, f] : b.at("ops").items()) {
         AlphaBeta fit{f.at("alpha_us").get<double>() * 1e-6,
                       f.at("beta_ns_per_byte").get<double>() * 1e-9,

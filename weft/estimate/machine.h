@@ -1,12 +1,12 @@
-// What a step costs on this machine, measured: the products' peak, the memory bandwidth and
-// weft's own kernels (measure_compute, in a second), and each collective's alpha-beta fit per
-// backend (weft-bench machine, which writes all of it as JSON for weft-estimate to read).
+// What a step costs on this machine, measured: the products' rates, the memory bandwidth and
+// weft's own kernels (measure_compute, in a few seconds), and each collective's alpha-beta fit
+// per backend (weft-bench machine, which writes all of it as JSON for weft-estimate to read).
 //
 //   weftrun --nproc-per-node 2 weft-bench machine --out machine.json
 //   weft-estimate --config configs/debug.toml --nproc 2 --machine machine.json
 //
-// A Machine can also describe a cluster that is not here (weft-estimate's --link-* options):
-// the estimate of step time (step_time.h) reads nothing else.
+// The estimate of step time (step_time.h) reads nothing else about the hardware; a cluster of
+// such machines adds its network as a Placement (weft-estimate's --link-* options).
 #pragma once
 
 #include <array>

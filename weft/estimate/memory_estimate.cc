@@ -183,11 +183,12 @@ struct Stages {
   std::vector<Stage> stages;
   parallel::Schedule schedule;  // with pipeline parallelism
   std::int64_t rows = 0;        // of one forward: its sequences x this rank's positions
+  const std::vector<ModelParameter>* parameters = nullptr;  // the whole model's
 };
 
 Stages saved_by_stage(const Job& job, const Widths& w, const StageCut& cut) {
   const int n_layers = static_cast<int>(job.model.n_layers);
-  Stages out{{}, cut.schedule, cut.rows};
+  Stages out{{}, cut.schedule, cut.rows, &cut.parameters};
   for (const nn::LayerRange& r : cut.stages) out.stages.push_back({r});
   for (Stage& s : out.stages) {
     for (int l = s.layers.first; l < s.layers.last; ++l) {
@@ -221,7 +222,8 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
     layers += r.last - r.first;
     head = head || r.last == job.model.n_layers;
   }
-  add_state(job, local_parameters(job.model, mine, d.tp), m);
+  add_state(job,
+            local_parameters(*cut.parameters, static_cast<int>(job.model.n_layers), mine, d.tp), m);
   m.activations =
       d.pp > 1 ? pipeline_peak(cut.schedule.actions[static_cast<std::size_t>(stage)], cut.stages)
                : cut.stages[0].saved + w.local_rows(rows) * w.dim * kFloat;

@@ -50,13 +50,14 @@ bool runs_tensor_parallel(const nn::LlamaConfig& model, int tp) {
   }
 }
 
-// Estimates `job` into `out` unless it cannot run; false then.
-bool weigh(const Job& job, const Machine& machine, const Placement& placement, Candidate& out) {
+// Estimates `job` into `out` unless it cannot run (false then); its step time only when its
+// memory fits `budget` (0: any).
+bool weigh(const Job& job, const Machine& machine, const Placement& placement, std::int64_t budget,
+           Candidate& out) {
   try {
-    const std::vector<RankMemory> memory = estimate_memory(job);
     out.peak = 0;
-    for (const RankMemory& m : memory) out.peak = std::max(out.peak, m.total());
-    out.time = estimate_step_time(job, machine, placement);
+    for (const RankMemory& m : estimate_memory(job)) out.peak = std::max(out.peak, m.total());
+    if (budget == 0 || out.peak <= budget) out.time = estimate_step_time(job, machine, placement);
     out.job = job;
     return true;
   } catch (const InvalidArgument&) {
@@ -71,6 +72,8 @@ Plan plan(const PlanRequest& request, const Machine& machine, const Placement& p
   base.model.validate();
   if (request.world < 1 || request.global_batch < 1)
     throw InvalidArgument("a plan needs one rank or more and a batch of one sequence or more");
+  // The machine's errors are the caller's, not a layout's that cannot run.
+  if (request.world > 1) (void)machine.backend(placement.backend);
   Plan out;
   std::vector<Candidate> fitting;
   for (const int tp : divisors(request.world)) {
@@ -101,7 +104,7 @@ Plan plan(const PlanRequest& request, const Machine& machine, const Placement& p
                 job.batch = batch;
                 job.activation_checkpointing = checkpointing;
                 Candidate c;
-                if (!weigh(job, machine, placement, c)) continue;
+                if (!weigh(job, machine, placement, request.memory_per_rank, c)) continue;
                 ++out.weighed;
                 if (request.memory_per_rank > 0 && c.peak > request.memory_per_rank) continue;
                 fitting.push_back(std::move(c));

@@ -7,9 +7,9 @@
 //   estimate::PlanRequest request{.base = job, .world = 8, .memory_per_rank = 16ll << 30};
 //   for (const estimate::Candidate& c : estimate::plan(request, machine, placement).best) ...
 //
-// The global batch (base.batch x the data-parallel degree the request names) stays fixed: a
-// layout with data-parallel degree d trains global_batch / d sequences a rank, so layouts
-// compare at the same optimisation step.
+// The global batch (PlanRequest::global_batch) stays fixed: a layout with data-parallel
+// degree d trains global_batch / d sequences a rank, so layouts compare at the same
+// optimisation step.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ namespace weft::estimate {
 
 struct PlanRequest {
   // The model, sequence length, precision and optimizer; its layout, batch and checkpointing
-  // are what the plan chooses.
+  // are what the plan chooses (base.batch is not read).
   Job base;
   int world = 1;
   std::int64_t global_batch = 8;     // sequences a step, over all data-parallel ranks

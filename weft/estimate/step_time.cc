@@ -9,10 +9,24 @@
 namespace weft::estimate {
 namespace {
 
-// A process group of the mesh: `size` ranks `stride` apart in the world.
+// A process group of the mesh: `size` ranks `stride` apart in the world, and whether some
+// group of this shape has ranks on two hosts.
 struct Group {
   int size = 1, stride = 1;
+  bool spans_hosts = false;
 };
+
+// The groups of `size` ranks `stride` apart that tile `world` (those of a mesh dimension),
+// with ranks_per_host a host (0: one host).
+Group mesh_group(int size, int stride, int world, int ranks_per_host) {
+  Group g{size, stride};
+  if (ranks_per_host <= 0 || size <= 1) return g;
+  for (int r = 0; r + stride < world && !g.spans_hosts; ++r) {
+    const bool same_group = (r / stride) % size != size - 1;
+    g.spans_hosts = same_group && r / ranks_per_host != (r + stride) / ranks_per_host;
+  }
+  return g;
+}
 
 // The machine's costs as this job sees them: compute slowed down where the host runs more
 // ranks x threads than it has cores (against the share each rank had when measured).
@@ -20,8 +34,9 @@ struct Costs {
   const ComputeCosts& compute;
   const BackendCosts* network;  // null for one rank
   const Placement& placement;
+  int world = 1;
   double slowdown = 1;
-  std::int64_t operand = 4;
+  std::int64_t operand = 4;  // bytes of a product's operands (Widths::operand)
 
   double product(ProductKind kind, std::int64_t rows, std::int64_t in, std::int64_t out) const {
     const double flops = 2.0 * static_cast<double>(rows * in) * static_cast<double>(out);
@@ -34,12 +49,14 @@ struct Costs {
     return slowdown * compute.kernel_ns(name) * elements * 1e-9;
   }
   double copy(double bytes) const { return slowdown * 2 * bytes / (compute.bandwidth_gbs * 1e9); }
+  Group group(int size, int stride) const {
+    return mesh_group(size, stride, world, placement.ranks_per_host);
+  }
   // sendrecv is one exchange between neighbours of the group, whatever its size.
   double collective(const char* op, Group g, double bytes) const {
     if (g.size <= 1) return 0;
     AlphaBeta link = network->op(op);
-    const int host = placement.ranks_per_host;
-    if (placement.between_hosts && host > 0 && (g.size - 1) * g.stride >= host) {
+    if (placement.between_hosts && g.spans_hosts) {
       link.alpha_s = std::max(link.alpha_s, placement.between_hosts->alpha_s);
       link.beta_s_per_byte =
           std::max(link.beta_s_per_byte, placement.between_hosts->beta_s_per_byte);
@@ -134,7 +151,7 @@ Pass head_pass(const Shape& s, const Costs& c) {
   const Group tp = s.tp_group;
   Pass p;
   p.forward = c.kernel("rmsnorm_forward", L * D) + c.product(ProductKind::kForward, R, D, w.vocab) +
-              c.kernel("cross_entropy", R * w.vocab);
+              c.kernel("cross_entropy", R * w.vocab * (w.gathered_logits ? w.tp : 1));
   p.backward_input =
       c.kernel("rmsnorm_backward", L * D) + c.product(ProductKind::kBackwardInput, R, D, w.vocab);
   p.backward_weight = c.product(ProductKind::kBackwardWeight, R, D, w.vocab);
@@ -183,10 +200,13 @@ Pass stage_pass(const Job& job, const Shape& s, const Costs& c, const nn::LayerR
 // holding `params`.
 struct DataParallel {
   double background = 0, optimizer = 0;
+  // Of the collectives behind `background`, the share compute cannot hide: DDP's last
+  // bucket, FSDP's first gather and last reduction.
+  double never_hidden = 0;
 };
 
 DataParallel data_parallel(const Job& job, const Costs& c,
-                           const std::vector<LocalParameter>& params, int microbatches) {
+                           const std::vector<LocalParameter>& params) {
   const parallel::ParallelDims& d = job.options.dims;
   const double reduce = job.options.reduce_dtype == DType::kBFloat16 ? 2 : kFloat;
   const double gather = job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat;
@@ -202,27 +222,31 @@ DataParallel data_parallel(const Job& job, const Costs& c,
   double local = numel;  // what the optimizer updates
   // The mesh is [pp, dp_replicate, dp_shard, cp, tp]: DDP's group (replicas x cp) and FSDP's
   // (dp_shard x cp) are tp apart, the replicas dp_shard x cp x tp apart.
-  const Group shard{shards, d.tp}, replicas{d.dp_replicate, shards * d.tp};
+  const Group shard = c.group(shards, d.tp), replicas = c.group(d.dp_replicate, shards * d.tp);
   if (d.dp_shard == 1) {
-    const Group ddp{d.dp_replicate * d.cp, d.tp};
+    const Group ddp = c.group(d.dp_replicate * d.cp, d.tp);
     const double bytes = numel * reduce, bucket = static_cast<double>(job.options.bucket_bytes);
     const double full = std::floor(bytes / bucket), rest = bytes - full * bucket;
     out.background = full * c.collective("all_reduce", ddp, bucket) +
                      (rest > 0 ? c.collective("all_reduce", ddp, rest) : 0);
+    out.never_hidden = 1 / std::max(1.0, full + (rest > 0 ? 1 : 0));
   } else {
     const parallel::ShardingMode mode = job.options.fsdp_mode;
     const bool full_shard = mode == parallel::ShardingMode::kFullShard;
-    const int reductions = mode == parallel::ShardingMode::kZero1 ? 1 : microbatches;
     local = 0;
+    const double held = static_cast<double>(
+        std::count_if(units.begin(), units.end(), [](double u) { return u > 0; }));
+    out.never_hidden = 2 / std::max(2.0, 2 * held);
     for (const double u : units) {
       if (u == 0) continue;
       local += u / shards;
       // full_shard gathers each unit for forward and again for backward (once a step under
       // pipelines, where units stay whole); zero1 and zero2 refresh the full copy after step().
+      // Each unit is reduced once a step (under pipelines after its last micro-batch).
       const int gathers = full_shard ? (d.pp > 1 ? 1 : 2) : 1;
       out.background +=
           gathers * c.collective("all_gather", shard, u * (full_shard ? gather : kFloat)) +
-          reductions * c.collective("reduce_scatter", shard, u * reduce);
+          c.collective("reduce_scatter", shard, u * reduce);
       out.background += c.collective("all_reduce", replicas, u / shards * reduce);
     }
   }
@@ -232,7 +256,8 @@ DataParallel data_parallel(const Job& job, const Costs& c,
 
 // Compute relative to the machine's costs, measured with m = Machine::ranks ranks computing
 // at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
-// between those two (linear in k up to m), and beyond its cores they share them.
+// between those two (linear in k up to m), and beyond its cores they share them; and in
+// proportion to the threads a rank computes with (measured with Machine::threads).
 double slowdown(const Machine& m, const Placement& p, int world) {
   const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
   const auto oversubscribed = [&](int ranks, int threads) {
@@ -250,12 +275,10 @@ bool spare_core(const Machine& m, const Placement& p, int world) {
   return here * p.threads < m.cores;
 }
 
-// Background collectives hide behind compute only with a core to run on; the first gather
-// and the last reduction never hide.
-double exposed(double background, double compute, bool spare, int units) {
-  if (!spare || background == 0) return background;
-  const double ends = 2 * background / std::max(1, 2 * units);
-  return std::max(ends, background - compute);
+// Background collectives hide behind compute only with a core to run on, and never all.
+double exposed(const DataParallel& dp, double compute, bool spare) {
+  if (!spare) return dp.background;
+  return std::max(dp.background * dp.never_hidden, dp.background - compute);
 }
 
 }  // namespace
@@ -266,7 +289,9 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
   const parallel::ParallelDims& d = job.options.dims;
   const int world = d.product();
   const Costs c{machine.compute(job.options.param_dtype),
-                world > 1 ? &machine.backend(placement.backend) : nullptr, placement,
+                world > 1 ? &machine.backend(placement.backend) : nullptr,
+                placement,
+                world,
                 slowdown(machine, placement, world),
                 job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat};
   const Shape shape{Widths(job.model, job.options),
@@ -275,8 +300,8 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
                     job.seq,
                     d.cp,
                     job.options.cp_exchange == nn::KeyValueExchange::kRing,
-                    {d.tp, 1},
-                    {d.cp, d.tp}};
+                    c.group(d.tp, 1),
+                    c.group(d.cp, d.tp)};
   const int microbatches = d.pp > 1 ? cut.schedule.microbatches : 1;
   const bool spare = spare_core(machine, placement, world);
   StepEstimate out;
@@ -290,12 +315,11 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
     t.forward = microbatches * pass.forward;
     t.backward = microbatches * (pass.backward_input + pass.backward_weight);
     t.blocking = microbatches * (pass.forward_comm + pass.backward_comm);
-    const DataParallel dp =
-        data_parallel(job, c, local_parameters(job.model, held, d.tp), microbatches);
+    const DataParallel dp = data_parallel(
+        job, c, local_parameters(cut.parameters, static_cast<int>(job.model.n_layers), held, d.tp));
     t.optimizer = dp.optimizer;
     t.background = dp.background;
-    t.exposed =
-        exposed(dp.background, t.forward + t.backward, spare, static_cast<int>(job.model.n_layers));
+    t.exposed = exposed(dp, t.forward + t.backward, spare);
     out.ranks.push_back(t);
     const double stages = static_cast<double>(held.size());
     parallel::ActionCosts a;
@@ -306,9 +330,19 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
   }
   if (d.pp > 1) {
     const double transfer =
-        c.collective("sendrecv", {2, world / d.pp},
+        c.collective("sendrecv", c.group(d.pp, world / d.pp),
                      static_cast<double>(shape.w.local_rows(cut.rows) * shape.w.dim * kFloat));
-    for (parallel::ActionCosts& a : action_costs) a.transfer_latency = transfer;
+    // The copies run on the ranks' cores: without one to spare, each F's send of its
+    // activations and each backward's of its gradients take the rank's time too.
+    for (std::size_t r = 0; r < action_costs.size(); ++r) {
+      parallel::ActionCosts& a = action_costs[r];
+      a.transfer_latency = transfer;
+      if (spare) continue;
+      a.forward += transfer;
+      a.backward_input += transfer;
+      out.ranks[r].blocking += 2.0 * transfer * microbatches *
+                               static_cast<double>(cut.held_by(static_cast<int>(r)).size());
+    }
     out.schedule = cut.schedule;
   } else {  // one forward and one backward: a pipeline of one rank and one micro-batch
     out.schedule = parallel::make_schedule(parallel::ScheduleKind::kGPipe, 1, 1, 1);

@@ -4,10 +4,10 @@
 //   const estimate::StepEstimate t = estimate::estimate_step_time(job, machine, {});
 //   ... t.seconds, t.tokens_per_second, t.ranks[stage].forward ...
 //
-// The model (docs/ESTIMATE.md): each matrix product costs the most of its FLOPs at the
-// measured peak and its bytes at the measured bandwidth (a roofline); weft's other kernels
-// their measured nanoseconds per element; each collective its alpha-beta fit on the backend;
-// a pipeline its schedule simulated (parallel::simulate) with those costs per action. A
+// The model (docs/ESTIMATE.md): each matrix product costs the most of its FLOPs at the rate
+// measured for its kind and shape and its bytes at the measured bandwidth (a roofline); weft's
+// other kernels their measured nanoseconds per element; each collective its alpha-beta fit on the
+// backend; a pipeline its schedule simulated (parallel::simulate) with those costs per action. A
 // collective that runs in the background (DDP's buckets, FSDP's gathers and reductions) hides
 // behind compute only where the host has a core to spare for it; the blocking ones (tensor
 // and context parallelism's, a pipeline's transfers) never do.

@@ -71,43 +71,69 @@ Config with_layout(Config config, const estimate::Job& job) {
   return config;
 }
 
+namespace {
+
+// The layout plan() ranks first for `config` on `ranks` ranks, within `budget` bytes a rank.
+estimate::Candidate planned(const Config& config, int ranks, std::int64_t budget,
+                            const estimate::Placement& placement, std::size_t& fitting) {
+  estimate::PlanRequest request = plan_request(config, ranks, budget);
+  request.keep = 1;
+  const estimate::Plan plan =
+      estimate::plan(request, estimate::read_machine(config.parallelism.auto_machine), placement);
+  if (plan.best.empty()) {
+    throw ConfigError("parallelism.auto_machine: none of " + std::to_string(plan.weighed) +
+                      " layouts of " + std::to_string(ranks) + " ranks fits " +
+                      std::to_string(budget >> 20) +
+                      " MiB a rank: give more ranks or memory, or a smaller batch or model");
+  }
+  fitting = plan.fitting;
+  return plan.best[0];
+}
+
+}  // namespace
+
 Config with_planned_layout(Config config, dist::ProcessGroup* world, int host_ranks,
                            std::ostream& out) {
   if (config.parallelism.auto_machine.empty()) return config;
   const int ranks = world ? world->size() : 1;
-  std::vector<std::int64_t> budget{std::max<std::int64_t>(available_memory_bytes(), 0) /
-                                   std::max(host_ranks, 1)};
-  if (world) world->all_reduce(budget, dist::ReduceOp::kMin);
+  host_ranks = std::max(host_ranks, 1);
+  // Every rank plans from the least memory any rank has, so that all choose alike; and
+  // every rank learns whether any could not, so that none goes on alone.
+  std::vector<std::int64_t> least{available_memory_bytes()};
+  if (world) world->all_reduce(least, dist::ReduceOp::kMin);
+  std::string error;
+  estimate::Candidate best;
+  std::size_t fitting = 0;
   try {
+    if (least[0] < 0)
+      throw ConfigError("parallelism.auto_machine: a rank cannot read its host's available memory");
     config = with_tokenizer_vocabulary(std::move(config));
-    estimate::PlanRequest request = plan_request(config, ranks, budget[0]);
-    request.keep = 1;
     estimate::Placement placement;
     placement.threads = static_cast<int>(config.training.threads);
+    placement.ranks_per_host = host_ranks;
     if (world) placement.backend = std::string(world->backend_name());
-    const estimate::Plan plan =
-        estimate::plan(request, estimate::read_machine(config.parallelism.auto_machine), placement);
-    if (plan.best.empty()) {
-      throw ConfigError("parallelism.auto_machine: none of " + std::to_string(plan.weighed) +
-                        " layouts of " + std::to_string(ranks) + " ranks fits " +
-                        std::to_string(budget[0] >> 20) +
-                        " MiB a rank: give more ranks or memory, or a smaller batch or model");
-    }
-    const estimate::Candidate& best = plan.best[0];
-    std::string keys;
-    for (const auto& [key, value] : layout_keys(best.job)) keys += " " + key + "=" + value;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "the fastest of %zu layouts that fit (estimated %.1f ms a step, %.0f MiB a "
-                  "rank):",
-                  plan.fitting, best.time.seconds * 1e3,
-                  static_cast<double>(best.peak) / (1 << 20));
-    out << "parallelism.auto_machine: " << line << keys << std::endl;
-    return with_layout(std::move(config), best.job);
+    best = planned(config, ranks, std::max<std::int64_t>(least[0] / host_ranks, 1), placement,
+                   fitting);
+  } catch (const ConfigError& e) {
+    error = e.what();
   } catch (const InvalidArgument& e) {
-    if (dynamic_cast<const ConfigError*>(&e)) throw;
-    throw ConfigError(std::string("parallelism.auto_machine: ") + e.what());
+    error = std::string("parallelism.auto_machine: ") + e.what();
   }
+  std::vector<std::int64_t> failed{error.empty() ? 0 : 1};
+  if (world) world->all_reduce(failed, dist::ReduceOp::kMax);
+  if (!error.empty()) throw ConfigError(error);
+  if (failed[0] != 0)
+    throw ConfigError(
+        "parallelism.auto_machine: another rank could not plan the layout (its "
+        "error says why)");
+  std::string keys;
+  for (const auto& [key, value] : layout_keys(best.job)) keys += " " + key + "=" + value;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "the fastest of %zu layouts that fit (estimated %.1f ms a step, %.0f MiB a rank):",
+                fitting, best.time.seconds * 1e3, static_cast<double>(best.peak) / (1 << 20));
+  out << "parallelism.auto_machine: " << line << keys << std::endl;
+  return with_layout(std::move(config), best.job);
 }
 
 }  // namespace weft::train

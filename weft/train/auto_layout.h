@@ -1,6 +1,6 @@
-// A configuration's layout chosen by estimate::plan (weft-plan, weft-train
-// --parallelism.auto): the request a configuration makes, and the chosen layout written back
-// as configuration keys.
+// A configuration's layout chosen by estimate::plan (weft-plan, weft-train's
+// parallelism.auto_machine): the request a configuration makes, and the chosen layout written
+// back as configuration keys.
 #pragma once
 
 #include <memory>
@@ -30,10 +30,11 @@ std::vector<std::pair<std::string, std::string>> layout_keys(const estimate::Job
 Config with_layout(Config config, const estimate::Job& job);
 
 // weft-train's parallelism.auto_machine: `config` with the layout plan() ranks first for the
-// world's ranks (one without a world), within the memory the host has for each of its
-// `host_ranks` ranks (the least any rank sees, so that every rank chooses the same), and one
-// line on `out` saying which. `config` as it is when auto_machine is empty; ConfigError when
-// the machine's file cannot be read or no layout fits.
+// world's ranks (one without a world), `host_ranks` a host, within the memory a host has for
+// each of its ranks (the least any rank sees, so that every rank chooses the same), and one
+// line on `out` saying which. `config` as it is when auto_machine is empty. Collective over
+// the world: ConfigError on every rank when any cannot read the machine's file or its
+// memory, or no layout fits.
 Config with_planned_layout(Config config, dist::ProcessGroup* world, int host_ranks,
                            std::ostream& out);
 
