@@ -107,6 +107,19 @@ TEST(PlanTest, LayoutsThatCannotRunTheModelAreNeverOffered) {
   }
 }
 
+TEST(PlanTest, LayoutInvariantTrainingGetsDegreesThatDivideItsBlocks) {
+  PlanRequest r = request(4);
+  r.base.options.layout_invariant = true;
+  r.base.options.feature_blocks = 2;   // TP 1 or 2
+  r.base.options.sequence_blocks = 1;  // no context parallelism
+  const Plan p = plan(r, machine(), {});
+  ASSERT_FALSE(p.best.empty());
+  for (const Candidate& c : p.best) {
+    EXPECT_LE(c.job.options.dims.tp, 2);
+    EXPECT_EQ(c.job.options.dims.cp, 1);
+  }
+}
+
 TEST(PlanTest, ABadRequestSaysSo) {
   PlanRequest r = request(0);
   EXPECT_THROW(plan(r, machine(), {}), InvalidArgument);

@@ -50,6 +50,13 @@ bool runs_tensor_parallel(const nn::LlamaConfig& model, int tp) {
   }
 }
 
+// Layout-invariant training cuts tensor parallelism's products into feature_blocks and each
+// sequence into sequence_blocks (ParallelOptions): the degrees must divide them.
+bool runs_layout_invariant(const parallel::ParallelOptions& o, int tp, int cp) {
+  if (!o.layout_invariant) return true;
+  return (tp == 1 || o.feature_blocks % tp == 0) && (cp == 1 || o.sequence_blocks % (2 * cp) == 0);
+}
+
 // Estimates `job` into `out` unless it cannot run (false then); its step time only when its
 // memory fits `budget` (0: any).
 bool weigh(const Job& job, const Machine& machine, const Placement& placement, std::int64_t budget,
@@ -81,6 +88,7 @@ Plan plan(const PlanRequest& request, const Machine& machine, const Placement& p
     for (const int cp : divisors(request.world / tp)) {
       // A rank's chunks of fewer than 64 positions each leave attention little to do.
       if (cp > 1 && (base.seq % (2 * cp) != 0 || base.seq / (2 * cp) < 64)) continue;
+      if (!runs_layout_invariant(base.options, tp, cp)) continue;
       for (const int pp : divisors(request.world / (tp * cp))) {
         if (pp > base.model.n_layers) continue;
         const int dp = request.world / (tp * cp * pp);
