@@ -5,39 +5,22 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/estimate/described_machine.h"
 #include "weft/base/error.h"
 
 namespace weft::estimate {
 namespace {
 
-// Products at 100 GFLOP/s, weft's kernels at 1 ns an element, collectives at alpha 20 us and
-// beta 0.5 ns a byte.
+// Products at 100 GFLOP/s, memory at 20 GB/s, weft's kernels at 1 ns an element,
+// collectives at alpha 20 us and beta 0.5 ns a byte.
 Machine machine() {
-  Machine m;
-  m.cores = 2;
-  m.ranks = 2;
-  for (ComputeCosts* c : {&m.float32, &m.bfloat16}) {
-    c->product_gflops = 100;
-    c->bandwidth_gbs = 20;
-    c->set_product_rate(100);
-    for (const auto& [name, per] : kernel_names()) c->ns[name] = 1;
-  }
-  BackendCosts shm;
-  shm.ranks = 2;
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"})
-    shm.ops[op] = AlphaBeta{20e-6, 0.5e-9};
-  m.backends["shm"] = shm;
-  return m;
+  return test::described_machine(
+      {.ranks = 2, .bandwidth_gbs = 20, .kernel_ns = 1, .link = {20e-6, 0.5e-9}});
 }
 
 PlanRequest request(int world) {
   PlanRequest r;
-  r.base.model.dim = 256;
-  r.base.model.n_layers = 4;
-  r.base.model.n_heads = 4;
-  r.base.model.vocab_size = 256;
-  r.base.model.multiple_of = 32;
-  r.base.model.max_seq_len = 256;
+  r.base.model = test::debug_model();
   r.base.seq = 256;
   r.world = world;
   r.global_batch = 16;

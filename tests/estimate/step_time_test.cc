@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "tests/estimate/described_machine.h"
 #include "tests/support/temp_dir.h"
 #include "weft/base/error.h"
 #include "weft/parallel/pipeline_schedule.h"
@@ -22,33 +23,12 @@ constexpr double kRate = 100;  // GFLOP/s, every product
 // Products at kRate, memory infinitely fast, weft's kernels free unless a test prices them,
 // collectives at alpha 10 us and beta 1 ns a byte on "shm".
 Machine synthetic(int cores = 2) {
-  Machine m;
-  m.cpu = "test";
-  m.target = "test";
-  m.cores = cores;
-  m.ranks = 1;
-  for (ComputeCosts* c : {&m.float32, &m.bfloat16}) {
-    c->product_gflops = kRate;
-    c->bandwidth_gbs = 1e12;
-    c->set_product_rate(kRate);
-    for (const auto& [name, per] : kernel_names()) c->ns[name] = 0;
-  }
-  BackendCosts shm;
-  shm.ranks = 2;
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"})
-    shm.ops[op] = AlphaBeta{10e-6, 1e-9};
-  m.backends["shm"] = shm;
-  return m;
+  return test::described_machine({.cores = cores, .product_gflops = kRate});
 }
 
 Job debug_job() {
   Job job;
-  job.model.dim = 256;
-  job.model.n_layers = 4;
-  job.model.n_heads = 4;
-  job.model.vocab_size = 256;
-  job.model.multiple_of = 32;
-  job.model.max_seq_len = 256;
+  job.model = test::debug_model();
   job.batch = 8;
   job.seq = 256;
   return job;
