@@ -22,8 +22,9 @@ struct Buffer {
   Buffer(void* d, std::size_t n, DType t) : data(d), count(n), dtype(t) {}
   template <Element T>
   Buffer(std::span<T> s) : data(s.data()), count(s.size()), dtype(dtype_of<T>()) {}  // NOLINT
-  template <Element T>
-  Buffer(std::vector<T>& v) : data(v.data()), count(v.size()), dtype(dtype_of<T>()) {}  // NOLINT
+  template <Element T, typename Allocator>
+  Buffer(std::vector<T, Allocator>& v)  // NOLINT(google-explicit-constructor)
+      : data(v.data()), count(v.size()), dtype(dtype_of<T>()) {}
 
   std::size_t size_bytes() const { return count * dtype_size(dtype); }
   std::byte* bytes() const { return static_cast<std::byte*>(data); }

@@ -129,8 +129,8 @@ std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
 // FSDP's working memory in backward, from its sequence of events (parallel/fsdp.cc): the
 // unit in backward whole (values and gradients), the next one's gather in flight, and up to
 // three reductions (each a whole unit to reduce-scatter and a shard to receive); the root
-// stays whole for the step; the other units' released values and gradients stay resident up
-// to Storage::kReleasedKeptBytes (kept for their next restore). Under pipeline parallelism
+// stays whole for the step; released units are kept for reuse only within the peak
+// (tensor/mappings.h), so they add nothing to it. Under pipeline parallelism
 // every unit stays whole from its first forward to its last backward of the step. Without
 // full_shard the values are already counted in the state and nothing is gathered; with zero1
 // the gradients too.
@@ -146,9 +146,7 @@ std::int64_t fsdp_working(const Job& job, const std::vector<std::int64_t>& units
   for (std::size_t u = 1; u < units.size(); ++u) blocks += units[u];
   if (job.options.dims.pp > 1) return whole * (root + blocks) + reductions;
   const std::int64_t gather = mode == parallel::ShardingMode::kFullShard ? block : 0;
-  const std::int64_t kept = std::min<std::int64_t>(
-      whole * (blocks - block), static_cast<std::int64_t>(Storage::kReleasedKeptBytes));
-  return whole * (block + root) + gather + reductions + kept;
+  return whole * (block + root) + gather + reductions;
 }
 
 // The state a rank keeps between steps, as the data-parallel wrappers count it (DDP's

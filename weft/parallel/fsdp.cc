@@ -68,8 +68,8 @@ struct FullyShardedDataParallel::Unit {
   bool in_backward = false;             // pipelined: between its first and last backward
   std::int64_t packed_size = 0;         // words of a rank's block in a bfloat16 gather
   bool has_bf16 = false;                // a piece that a bfloat16 gather rounds
-  std::vector<float> gathered;          // every rank's block, while a gather is in flight
-  std::vector<float> packed;            // this rank's block rounded, for a bfloat16 gather
+  MappedVector<float> gathered;         // every rank's block, while a gather is in flight
+  MappedVector<float> packed;           // this rank's block rounded, for a bfloat16 gather
   bool gathered_bf16 = false;           // the gather in flight is a bfloat16 one
   std::shared_ptr<dist::Work> gather;
   // Layout-invariant mode: the blocks of leaves' sums of this rank's shard of the unit, one
@@ -82,7 +82,7 @@ struct FullyShardedDataParallel::Reduction {
   Unit* unit;
   // float32: send and recv are reduced. bfloat16: send is rounded into send16 and given back,
   // and recv16 is received; both hold two bf16 values to a float (pooled float buffers).
-  std::vector<float> send, recv, send16, recv16;
+  MappedVector<float> send, recv, send16, recv16;
   std::shared_ptr<dist::Work> work;
 };
 
@@ -99,8 +99,10 @@ std::string unit_name(const Units& units, const Unit& u) {
 }
 
 // A pooled float buffer as the bfloat16 array it holds (two values to a float).
-BFloat16* bf16_in(std::vector<float>& buffer) { return reinterpret_cast<BFloat16*>(buffer.data()); }
-dist::Buffer bf16_buffer(std::vector<float>& buffer, std::int64_t n) {
+BFloat16* bf16_in(MappedVector<float>& buffer) {
+  return reinterpret_cast<BFloat16*>(buffer.data());
+}
+dist::Buffer bf16_buffer(MappedVector<float>& buffer, std::int64_t n) {
   return dist::Buffer(buffer.data(), static_cast<std::size_t>(n), DType::kBFloat16);
 }
 
@@ -237,11 +239,11 @@ FullyShardedDataParallel::Unit& FullyShardedDataParallel::unit_for(int model_uni
 }
 
 // Gathers and reductions reuse their buffers from step to step: fresh ones of a few MiB would
-// cost a page fault per 4 KiB each time (malloc returns large blocks to the kernel).
-std::vector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
-  std::vector<float> b;
+// cost a page fault per 4 KiB each time, and a pooled one of a larger size serves.
+MappedVector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
+  MappedVector<float> b;
   const auto fits = std::find_if(spare_.begin(), spare_.end(),
-                                 [n](const std::vector<float>& s) { return s.capacity() >= n; });
+                                 [n](const MappedVector<float>& s) { return s.capacity() >= n; });
   if (fits != spare_.end()) {
     b = std::move(*fits);
     spare_.erase(fits);
@@ -250,7 +252,7 @@ std::vector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
   return b;
 }
 
-void FullyShardedDataParallel::give_back(std::vector<float>&& buffer) {
+void FullyShardedDataParallel::give_back(MappedVector<float>&& buffer) {
   if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
 }
 
@@ -534,8 +536,8 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
   const auto per_user = entries * u.size;
   // To rank r: [user][entry][its rows of the unit].
   const std::int64_t stride = static_cast<std::int64_t>(users) * per_user;
-  std::vector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
-  std::vector<float> recv = take_buffer(send.size());
+  MappedVector<float> send = take_buffer(static_cast<std::size_t>(stride * ranks_));
+  MappedVector<float> recv = take_buffer(send.size());
   count_unsharded(2 * bytes_of(stride * ranks_));
   for (std::int64_t e = 0; e < static_cast<std::int64_t>(mine); ++e) {
     for (const Source& s : sources) {
@@ -586,8 +588,8 @@ void FullyShardedDataParallel::combine_leaf_blocks(Unit& u, nn::LeafSums<float>&
   const std::vector<nn::LeafBlock> mine = sums.blocks();
   const auto all = blocks_of_all(*replicate_, mine);
   const std::size_t size = static_cast<std::size_t>(u.size), entries = all[0].size();
-  std::vector<float> local = take_buffer(entries * size);  // zeros past this rank's blocks
-  std::vector<float> gathered = take_buffer(local.size() * all.size());
+  MappedVector<float> local = take_buffer(entries * size);  // zeros past this rank's blocks
+  MappedVector<float> gathered = take_buffer(local.size() * all.size());
   for (std::size_t e = 0; e < mine.size(); ++e)
     std::copy(sums.values(e), sums.values(e) + size, local.data() + e * size);
   replicate_->all_gather(gathered, local);
@@ -623,7 +625,7 @@ void FullyShardedDataParallel::reduce_across_replicas() {
     return;
   }
   const auto n = static_cast<std::int64_t>(grads_.size());
-  std::vector<float> grads16 = take_buffer((grads_.size() + 1) / 2);
+  MappedVector<float> grads16 = take_buffer((grads_.size() + 1) / 2);
   kernels::to_bfloat16_threaded(grads_.data(), bf16_in(grads16), n);
   replicate_->all_reduce(bf16_buffer(grads16, n));
   kernels::to_float_threaded(bf16_in(grads16), grads_.data(), n);

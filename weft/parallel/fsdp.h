@@ -48,6 +48,7 @@
 #include "weft/dist/process_group.h"
 #include "weft/nn/llama.h"
 #include "weft/nn/optim.h"
+#include "weft/tensor/mappings.h"
 
 namespace weft::parallel {
 
@@ -184,9 +185,9 @@ class FullyShardedDataParallel {
   void exchange_leaf_blocks(Unit& u);
   void combine_leaf_blocks(Unit& u);
   void combine_leaf_blocks(Unit& u, nn::LeafSums<float>& sums);
-  void count_unsharded(std::int64_t bytes);       // + in use, - done with: for memory()
-  std::vector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
-  void give_back(std::vector<float>&& buffer);
+  void count_unsharded(std::int64_t bytes);        // + in use, - done with: for memory()
+  MappedVector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
+  void give_back(MappedVector<float>&& buffer);
 
   nn::Llama& model_;
   dist::ProcessGroup& shard_;
@@ -197,11 +198,11 @@ class FullyShardedDataParallel {
   int ranks_, rank_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0] the root, [1 + l] block l
   std::int64_t shard_size_ = 0;               // elements of every unit's shard, this rank
-  std::vector<float> values_, grads_, exp_avg_, exp_avg_sq_;  // this rank's shards
+  MappedVector<float> values_, grads_, exp_avg_, exp_avg_sq_;  // this rank's shards
   std::deque<std::unique_ptr<Reduction>> reductions_;
   // Two gathers (each with its rounded block in bf16) and two reductions in flight.
   static constexpr std::size_t kSpareBuffers = 8;
-  std::vector<std::vector<float>> spare_;
+  std::vector<MappedVector<float>> spare_;
   int hooks_ = -1;
   bool syncing_ = false, pipelined_ = false, held_ = false, layout_invariant_ = false;
   std::int64_t steps_ = 0;

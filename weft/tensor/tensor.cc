@@ -1,24 +1,21 @@
 #include "weft/tensor/tensor.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <new>
 #include <utility>
 #include <vector>
 
 #include "weft/base/check.h"
+#include "weft/tensor/mappings.h"
 
 namespace weft {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
-constexpr std::size_t kMapBytes = std::size_t{256} << 10;
-constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+constexpr std::size_t kMapBytes = mappings::kMinBytes;
 
 [[noreturn]] void invalid(const std::string& what) { throw InvalidArgument("Tensor: " + what); }
 
@@ -142,65 +139,13 @@ std::size_t Storage::rounded() const {
   return (std::max<std::size_t>(bytes_, 1) + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-namespace {
-
-// Released mappings kept for the next restore() of the same size, at most kCachedBytes in
-// all: sharded data parallelism releases and restores a layer's storages every step, and
-// fresh mappings cost a page fault per 4 KiB (about 15,000 per step for the debug model on 2
-// ranks, 5-10 % of its time); older ones beyond the bound go back to the kernel.
-class MappingCache {
- public:
-  static constexpr std::size_t kCachedBytes = Storage::kReleasedKeptBytes;
-
-  void* take(std::size_t bytes) {
-    std::lock_guard lock(mu_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->first != bytes) continue;
-      void* p = it->second;
-      free_.erase(it);
-      cached_ -= bytes;
-      return p;
-    }
-    return nullptr;
-  }
-  bool keep(void* p, std::size_t bytes) {
-    std::lock_guard lock(mu_);
-    if (cached_ + bytes > kCachedBytes) return false;
-    free_.emplace_back(bytes, p);
-    cached_ += bytes;
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::pair<std::size_t, void*>> free_;
-  std::size_t cached_ = 0;
-};
-
-MappingCache& mapping_cache() {
-  static MappingCache* cache = new MappingCache;  // never destroyed: storages outlive statics
-  return *cache;
-}
-
-}  // namespace
-
 // malloc keeps freed large blocks for reuse (its mmap threshold grows with every freed
-// mapping), so memory freed between layers would stay in the resident set; a mapping of our
-// own goes back to the kernel by munmap (beyond the small cache above) and comes back
-// zero-filled without a memset.
+// mapping), so memory freed between layers would stay in the resident set beyond the
+// program's peak; large blocks come from weft's own mappings instead (mappings.h).
 void Storage::restore() {
   if (data_ != nullptr) return;
   if (bytes_ >= kMapBytes) {
-    if (void* cached = mapping_cache().take(rounded())) {
-      std::memset(cached, 0, rounded());
-      data_ = static_cast<std::byte*>(cached);
-      return;
-    }
-    void* p = mmap(nullptr, rounded(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    // Advice only: where huge pages are off or short, the mapping keeps 4 KiB pages.
-    if (rounded() >= kHugePageBytes) madvise(p, rounded(), MADV_HUGEPAGE);
-    data_ = static_cast<std::byte*>(p);
+    data_ = static_cast<std::byte*>(mappings::take(rounded()));
     return;
   }
   data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded()));
@@ -212,8 +157,8 @@ void Storage::release() {
   if (data_ == nullptr) return;
   if (bytes_ < kMapBytes) {
     std::free(data_);
-  } else if (!mapping_cache().keep(data_, rounded())) {
-    munmap(data_, rounded());
+  } else {
+    mappings::give(data_, rounded());
   }
   data_ = nullptr;
 }

@@ -32,12 +32,12 @@ std::string shape_string(const Shape& shape);  // "[8, 256]"
 std::int64_t shape_numel(const Shape& shape);
 
 // Bytes owned by one or more tensors; 64-byte aligned, zero-filled on creation. Blocks of
-// 256 KiB and more are mapped from the kernel directly, so that releasing one returns its
-// memory to the system (the resident set then shows what a program holds), except for up to
-// 32 MiB of recently released blocks kept for reuse by blocks of the same size. Blocks of 2 MiB
-// and more ask for transparent huge pages (madvise; the system may refuse): training's large
-// activations are read in strided rows and long streams, and 4 KiB pages cost a TLB miss per
-// row (docs/TRAINING.md).
+// 256 KiB and more are mapped from the kernel directly (mappings.h): released blocks are
+// kept for reuse by blocks of the same size only while that keeps the resident set within the
+// program's own peak, so the peak resident memory shows what a program holds at its peak.
+// Blocks of 2 MiB and more ask for transparent huge pages (madvise; the system may refuse):
+// training's large activations are read in strided rows and long streams, and 4 KiB pages
+// cost a TLB miss per row (docs/TRAINING.md).
 //
 // release() frees the bytes while every view keeps its place in the storage; restore()
 // allocates them again, zero-filled. This is how sharded data parallelism frees a layer's
@@ -45,9 +45,6 @@ std::int64_t shape_numel(const Shape& shape);
 // Reading or writing a released storage's elements through a Tensor throws InvalidArgument.
 class Storage {
  public:
-  // What released blocks kept for reuse may hold at most.
-  static constexpr std::size_t kReleasedKeptBytes = std::size_t{32} << 20;
-
   explicit Storage(std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;

@@ -1,0 +1,125 @@
+#include "weft/tensor/mappings.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+
+namespace weft::mappings {
+namespace {
+
+constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+
+// The resident set now and its peak, in bytes; 0 where /proc is unreadable (nothing is kept
+// then beyond what a new block needs). Opened each time: a forked child's "self" is its own.
+std::size_t resident_now() {
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128] = {};
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  const char* resident = n > 0 ? std::strchr(text, ' ') : nullptr;  // the second field, pages
+  if (resident == nullptr) return 0;
+  return std::strtoull(resident + 1, nullptr, 10) * static_cast<std::size_t>(::getpagesize());
+}
+
+std::size_t resident_peak() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  return static_cast<std::size_t>(r.ru_maxrss) * 1024;
+}
+
+struct Block {
+  void* address;
+  std::size_t bytes;
+};
+
+class Registry {
+ public:
+  // A kept block of this size, or nullptr once a new one fits under the peak.
+  void* reuse_or_make_room(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    usage_.in_use += bytes;
+    const auto same =
+        std::find_if(kept_.begin(), kept_.end(), [&](const Block& b) { return b.bytes == bytes; });
+    if (same != kept_.end()) {
+      void* address = same->address;
+      kept_.erase(same);
+      usage_.kept -= bytes;
+      return address;
+    }
+    usage_.peak = std::max(usage_.peak, usage_.in_use);
+    if (kept_.empty()) return nullptr;
+    std::size_t resident = resident_now();
+    const std::size_t most_resident = resident_peak();
+    const auto over = [&] {
+      return usage_.in_use + usage_.kept > usage_.peak || resident == 0 ||
+             resident + bytes > most_resident;
+    };
+    while (!kept_.empty() && over()) {  // oldest first
+      const Block oldest = kept_.front();
+      kept_.pop_front();
+      munmap(oldest.address, oldest.bytes);
+      usage_.kept -= oldest.bytes;
+      resident -= std::min(resident, oldest.bytes);
+    }
+    return nullptr;
+  }
+
+  void unmade(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    usage_.in_use -= bytes;
+  }
+
+  void keep(void* address, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    usage_.in_use -= bytes;
+    usage_.kept += bytes;
+    kept_.push_back({address, bytes});
+  }
+
+  Usage usage() {
+    std::lock_guard lock(mu_);
+    return usage_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::deque<Block> kept_;
+  Usage usage_;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: storages outlive statics
+  return *r;
+}
+
+}  // namespace
+
+void* take(std::size_t bytes) {
+  if (void* kept = registry().reuse_or_make_room(bytes)) {
+    std::memset(kept, 0, bytes);
+    return kept;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    registry().unmade(bytes);
+    throw std::bad_alloc();
+  }
+  // Advice only: where huge pages are off or short, the mapping keeps 4 KiB pages.
+  if (bytes >= kHugePageBytes) madvise(p, bytes, MADV_HUGEPAGE);
+  return p;  // a fresh mapping is zero-filled
+}
+
+void give(void* block, std::size_t bytes) { registry().keep(block, bytes); }
+
+Usage usage() { return registry().usage(); }
+
+}  // namespace weft::mappings
