@@ -5,9 +5,12 @@
 //   build/release/tools/weft-bench broadcast --threads 4 --check
 //   weftrun --nnodes 2 ... weft-bench all_reduce --group host   (each host's ranks at once)
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench machine --out machine.json
+//   weftrun --nproc-per-node 2 build/release/tools/weft-bench --tune
 //
 // machine measures what weft-estimate's step time reads (estimate/machine.h): the compute
-// path on every rank at once, and each collective's alpha-beta fit on the backend.
+// path on every rank at once, and each collective's alpha-beta fit on the backend. --tune (or
+// the op tune) measures where the backend's engine should change algorithm on this machine
+// and writes the table later jobs of the same backend and rank count read (bench_tune.h).
 //
 // size is the bytes of the largest buffer of the operation (the output for all_gather, the
 // input for reduce_scatter, each rank's buffer for all_to_all); time is the median of the
@@ -28,6 +31,7 @@
 
 #include "bench_machine.h"
 #include "bench_ops.h"
+#include "bench_tune.h"
 #include "weft/base/simd.h"
 #include "weft/dist.h"
 
@@ -126,10 +130,17 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   std::vector<std::string> ops = weft::tools::bench_op_names();
   ops.emplace_back("machine");
-  app.add_option("op", o.op, "The operation to time, or machine: the costs weft-estimate reads")
-      ->required()
+  ops.emplace_back("tune");
+  bool tune = false;
+  app.add_option("op", o.op,
+                 "The operation to time; machine: the costs weft-estimate reads; tune: as --tune")
       ->check(CLI::IsMember(ops));
-  app.add_option("--out", machine_path, "machine: the JSON file to write (merged by backend)");
+  app.add_flag("--tune", tune,
+               "Measure where the collectives should change algorithm here and write the table "
+               "every job of this backend and rank count reads");
+  app.add_option("--out", machine_path,
+                 "machine: the JSON file to write (merged by backend); tune: the table (default: "
+                 "where jobs read it, $WEFT_COLLECTIVE_TABLE or ~/.cache/weft/collectives)");
   app.add_option("-b,--min-bytes", min, "Smallest size, e.g. 8, 1K, 4M")->type_name("SIZE");
   app.add_option("-e,--max-bytes", max, "Largest size")->type_name("SIZE");
   app.add_option("-f,--step-factor", o.factor, "Size multiplier between steps")
@@ -155,6 +166,15 @@ int main(int argc, char** argv) {
                  "cross under a launcher (weftrun, mpirun, srun) only")
       ->check(CLI::IsMember({"all", "host", "cross"}));
   CLI11_PARSE(app, argc, argv);
+  if (tune && !o.op.empty() && o.op != "tune") {
+    std::fprintf(stderr, "weft-bench: --tune takes no operation (given: %s)\n", o.op.c_str());
+    return 2;
+  }
+  if (tune) o.op = "tune";
+  if (o.op.empty()) {
+    std::fprintf(stderr, "weft-bench: name an operation, machine, or --tune (--help lists them)\n");
+    return 2;
+  }
   try {
     weft::simd::use_target_from_env();  // WEFT_SIMD_TARGET=AVX2: that vector path
     o.min_bytes = parse_size(min);
@@ -164,13 +184,18 @@ int main(int argc, char** argv) {
     o.dtype = weft::tools::parse_dtype(dtype);
     o.redop = weft::tools::parse_redop(redop);
     long wrong = 0;
-    const bool machine = o.op == "machine";
+    const bool machine = o.op == "machine", tuning = o.op == "tune";
     if (machine && machine_path.empty()) throw CLI::ValidationError("machine needs --out FILE");
-    if (machine && o.group != "all")
-      throw CLI::ValidationError("machine measures the world group: leave --group out");
+    if ((machine || tuning) && o.group != "all")
+      throw CLI::ValidationError(o.op + " measures the world group: leave --group out");
     const auto run_op = [&](ProcessGroup& pg) {
-      if (!machine) return run(pg, o);
-      weft::tools::measure_machine(pg, machine_path);
+      if (tuning) {
+        weft::tools::tune_collectives(pg, machine_path, o.min_bytes, o.max_bytes);
+      } else if (machine) {
+        weft::tools::measure_machine(pg, machine_path);
+      } else {
+        return run(pg, o);
+      }
       return 0L;
     };
     if (threads > 0 && o.group != "all") {

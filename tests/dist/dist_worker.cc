@@ -83,6 +83,27 @@ void check_subgroups_across_hosts(ProcessGroup& pg, int per_host, const std::str
   check(*part);
 }
 
+// A collective table may put any algorithm at any size (weft-bench --tune): each algorithm
+// the thresholds choose among, forced at every size, gives the same values.
+void check_every_algorithm(ProcessGroup& pg) {
+  constexpr std::size_t kNever = std::size_t{1} << 48;
+  CollectiveTuning single_copy, one_step, sliced, ring;
+  single_copy.one_step_all_reduce_max = 0;
+  single_copy.single_copy_all_reduce_min = single_copy.single_copy_broadcast_min = 0;
+  single_copy.single_copy_all_reduce_max = single_copy.single_copy_broadcast_max = kNever;
+  one_step.one_step_all_reduce_max = kNever;  // at most a slot, whatever the table says
+  sliced.one_step_all_reduce_max = 0;
+  sliced.single_copy_all_reduce_min = sliced.single_copy_broadcast_min = kNever;
+  ring.ring_all_reduce_min = 0;
+  const CollectiveTuning agreed = pg.tuning();
+  for (const CollectiveTuning& t : {single_copy, one_step, sliced, ring}) {
+    pg.tune(t);
+    test::all_checks<float>(pg);
+    test::all_checks<BFloat16>(pg);
+  }
+  pg.tune(agreed);
+}
+
 // The world group, then subgroups of every rank until the backend's engines for subgroups
 // have all been seen: on shm the step engine over a pooled region, and once the pool is
 // spent the generic engine over the rings; on tcp the generic engine.
@@ -119,6 +140,7 @@ TEST(DistWorker, AllCollectivesOnEveryEngine) {
   if (pg->backend_name() == "shm" && pg->size() > 1) {
     EXPECT_EQ(checked, (std::set<std::string>{"shm", "generic"}));
   }
+  check_every_algorithm(*pg);
 }
 
 }  // namespace

@@ -184,7 +184,8 @@ TEST(HelpTest, UsageErrorsExitWithTwo) {
 }
 
 TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {
-  expect_options(WEFT_BENCH_TOOL, {{"--out", "TEXT"},
+  expect_options(WEFT_BENCH_TOOL, {{"--tune", ""},
+                                   {"--out", "TEXT"},
                                    {"-b,--min-bytes", "SIZE=8"},
                                    {"-e,--max-bytes", "SIZE=64M"},
                                    {"-f,--step-factor", "]=2"},

@@ -20,6 +20,19 @@ std::size_t available_cores() {
   return hw > 0 ? hw : 1;
 }
 
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos && colon + 1 < line.size()) {
+      const auto start = line.find_first_not_of(' ', colon + 1);
+      if (start != std::string::npos) return line.substr(start);
+    }
+  }
+  return "unknown";
+}
+
 namespace {
 
 // The number after `key` in a "key: N kB" line of /proc/meminfo, in bytes; -1 if absent.

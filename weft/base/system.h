@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace weft {
 
@@ -14,5 +15,8 @@ std::size_t available_cores();
 // (/proc/meminfo), or less where the process's cgroup (v2) limits it (memory.max less
 // memory.current, plus the page cache it can reclaim); -1 when neither can be read.
 std::int64_t available_memory_bytes();
+
+// The CPU's model name (/proc/cpuinfo's first "model name"), or "unknown".
+std::string cpu_model();
 
 }  // namespace weft

@@ -39,6 +39,14 @@ class Backend {
   // The largest buffer one operation may carry, in bytes (ProcessGroup rejects larger ones
   // before anything is sent).
   virtual std::size_t max_message_bytes() const { return std::numeric_limits<std::size_t>::max(); }
+
+  // The thresholds every group's engine gets (weft/dist/engine/tuning.h): the defaults, or
+  // the table the world group's ranks agreed on when it was made.
+  const CollectiveTuning& tuning() const { return tuning_; }
+  void set_tuning(const CollectiveTuning& tuning) { tuning_ = tuning; }
+
+ private:
+  CollectiveTuning tuning_;
 };
 
 // A backend whose groups all run the generic engine over its transport: thread and tcp.

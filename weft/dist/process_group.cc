@@ -3,10 +3,12 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <set>
 #include <sstream>
 
+#include "weft/base/system.h"
 #include "weft/dist/algorithms/collectives.h"
 #include "weft/dist/internal/call_check.h"
 #include "weft/dist/internal/op_queue.h"
@@ -134,16 +136,47 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
   rank_ = static_cast<int>(it - members_.begin());
   engine_ =
       backend_->make_engine(members_, world, [this](std::int64_t mine) { return agree(mine); });
+  if (world) agree_on_tuning();
+  tune(backend_->tuning());
   if (world) recorder_.set_rank(global, transport().size());
   recorder_group_ = recorder_.add_group(id_, options_.name, members_, rank_);
+}
+
+void ProcessGroup::agree_on_tuning() {
+  const TuningKey key{cpu_model(), std::string(backend_->name()), transport().size()};
+  std::string why;
+  const std::optional<CollectiveTuning> table = read_table(key, &why);
+  // On a tag of its own (the last sequence number's, long unused when the group's operations
+  // reach it), so the user's first collective stays #0.
+  const std::vector<std::int64_t> all = agree(table ? fingerprint(*table) : 0, 0x7ffff);
+  const bool same =
+      std::all_of(all.begin(), all.end(), [&](std::int64_t f) { return f == all[0]; });
+  backend_->set_tuning(same && table ? *table : CollectiveTuning{});
+  if (rank_ != 0) return;
+  if (!why.empty()) std::fprintf(stderr, "weft: %s\n", why.c_str());
+  if (!same) {
+    std::fprintf(stderr,
+                 "weft: the ranks read different collective tables (%s on rank 0): every rank "
+                 "uses the defaults\n",
+                 table_path(key).value_or("none").c_str());
+  }
+}
+
+void ProcessGroup::tune(const CollectiveTuning& tuning) {
+  tuning_ = tuning;
+  engine_->tune(tuning);
 }
 
 // An all-gather of one integer on the generic engine, for the backend while it builds this
 // group's engine: the group's first collective sequence number.
 std::vector<std::int64_t> ProcessGroup::agree(std::int64_t mine) {
+  return agree(mine, next_seq_++);
+}
+
+std::vector<std::int64_t> ProcessGroup::agree(std::int64_t mine, std::uint64_t seq) {
   GenericEngine bootstrap(backend_->transport(), members_);
   std::vector<std::int64_t> all(members_.size());
-  const OpContext op{collective_tag(id_, next_seq_++), Deadline::after(options_.timeout)};
+  const OpContext op{collective_tag(id_, seq), Deadline::after(options_.timeout)};
   try {
     bootstrap.all_gather(Buffer(all), Buffer(&mine, 1, DType::kInt64), op);
   } catch (const std::exception& e) {

@@ -89,6 +89,12 @@ class ProcessGroup {
   // transport), "shm" (the shared-memory step engine: the world group, and the first few
   // subgroups each rank joins; see docs/COLLECTIVES.md), ... Results are the same on each.
   std::string_view engine_name() const { return engine_->name(); }
+  // The thresholds at which the engine changes algorithm: the collective table the world
+  // group's ranks agreed on when it was made, or the defaults (weft/dist/engine/tuning.h).
+  // tune() sets them for this group (weft-bench --tune times each algorithm so): call it on
+  // every rank alike, with no operation in flight.
+  const CollectiveTuning& tuning() const { return tuning_; }
+  void tune(const CollectiveTuning& tuning);
   const std::string& name() const { return options_.name; }
   Seconds timeout() const;
   void set_timeout(Seconds timeout);
@@ -257,6 +263,9 @@ class ProcessGroup {
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,
                std::uint32_t id, bool world);
   std::vector<std::int64_t> agree(std::int64_t mine);
+  std::vector<std::int64_t> agree(std::int64_t mine, std::uint64_t seq);
+  // The world group's ranks read their collective tables and keep one only if all read the same.
+  void agree_on_tuning();
   Transport& transport() const { return *backend_->transport(); }
 
   struct OpRun {
@@ -317,6 +326,7 @@ class ProcessGroup {
   std::shared_ptr<Work> completed_;
   // Runs every collective of this group; made by the backend.
   std::unique_ptr<CollectiveEngine> engine_;
+  CollectiveTuning tuning_;
 };
 
 }  // namespace weft::dist

@@ -12,6 +12,7 @@
 
 #include "weft/base/error.h"
 #include "weft/base/simd.h"
+#include "weft/base/system.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/convert.h"
 #include "weft/kernels/elementwise.h"
@@ -283,16 +284,6 @@ void measure_optimizer(ComputeCosts& c, const Timer& t) {
   c.ns["sum_squares"] = ns_per(t.typical([&] { (void)kernels::sum_squares(g.data(), n); }), n);
   c.ns["to_bfloat16"] =
       ns_per(t.typical([&] { kernels::to_bfloat16_threaded(p.data(), p16.data(), n); }), n);
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-  }
-  return "unknown";
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "weft/base/deadline.h"
 #include "weft/dist/buffer.h"
+#include "weft/dist/engine/tuning.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/transport/transport.h"
 
@@ -74,6 +75,9 @@ class CollectiveEngine {
   // after a timeout, the group ranks that have not. Engines that cannot tell return
   // std::nullopt; the message then names the rank this one was waiting for.
   virtual void note_arrival(Tag /*tag*/) {}
+  // The thresholds at which this engine changes algorithm; the same on every rank of the
+  // group, with no operation in flight. Engines without a choice ignore it.
+  virtual void tune(const CollectiveTuning& /*tuning*/) {}
   virtual std::optional<std::vector<int>> not_arrived(Tag /*tag*/) { return std::nullopt; }
 };
 

@@ -13,17 +13,15 @@
 namespace weft::dist {
 namespace {
 
-// The table. Only all-reduce has a choice: below kRingAllReduceBytes, recursive doubling
-// (log n exchanges of m bytes, latency-bound sizes); above, the ring (2 (n - 1) messages of
-// m / n bytes, whose bandwidth term does not grow with n); docs/COLLECTIVES.md has the costs,
+// The table. Only all-reduce has a choice: below the tuning's ring_all_reduce_min, recursive
+// doubling (log n exchanges of m bytes, latency-bound sizes); above, the ring (2 (n - 1) messages
+// of m / n bytes, whose bandwidth term does not grow with n); docs/COLLECTIVES.md has the costs,
 // docs/PERFORMANCE_LOG.md ("Recursive doubling against the ring") the measured crossover.
 // Every other operation has one algorithm: binomial trees for broadcast and reduce, rings for
 // all-gather and reduce-scatter, direct sends for gather and scatter, pairwise exchange for
 // all-to-all, dissemination for the barrier.
 // WEFT_ALL_REDUCE_ALGORITHM=doubling|tree|ring overrides the choice (tree: reduce, then
 // broadcast; for measuring the crossover; it must be the same on every rank).
-constexpr std::size_t kRingAllReduceBytes = std::size_t{1} << 20;
-
 enum class AllReduce { kRecursiveDoubling, kReduceBroadcast, kRing };
 
 std::optional<AllReduce> forced_all_reduce() {
@@ -39,13 +37,13 @@ std::optional<AllReduce> forced_all_reduce() {
   return forced;
 }
 
-AllReduce all_reduce_algorithm(const Buffer& buf, int ranks) {
+AllReduce all_reduce_algorithm(const Buffer& buf, int ranks, std::size_t ring_min) {
   const std::optional<AllReduce> forced = forced_all_reduce();
   if (buf.count < static_cast<std::size_t>(ranks)) {
     return forced == AllReduce::kReduceBroadcast ? *forced : AllReduce::kRecursiveDoubling;
   }
   if (forced) return *forced;
-  return buf.size_bytes() >= kRingAllReduceBytes ? AllReduce::kRing : AllReduce::kRecursiveDoubling;
+  return buf.size_bytes() >= ring_min ? AllReduce::kRing : AllReduce::kRecursiveDoubling;
 }
 
 }  // namespace
@@ -68,7 +66,7 @@ void GenericEngine::broadcast(Buffer buf, int root, const OpContext& op) {
 
 void GenericEngine::all_reduce(Buffer buf, ReduceOp reduce, const OpContext& op) {
   if (size() == 1) return;
-  switch (all_reduce_algorithm(buf, size())) {
+  switch (all_reduce_algorithm(buf, size(), ring_min_)) {
     case AllReduce::kRecursiveDoubling:
       return algorithms::all_reduce_recursive_doubling(comm(op), buf, reduce);
     case AllReduce::kReduceBroadcast:

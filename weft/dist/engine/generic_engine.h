@@ -48,6 +48,7 @@ class GenericEngine final : public CollectiveEngine {
   void barrier(const OpContext& op) override;
   void note_arrival(Tag tag) override;
   std::optional<std::vector<int>> not_arrived(Tag tag) override;
+  void tune(const CollectiveTuning& tuning) override { ring_min_ = tuning.ring_all_reduce_min; }
 
  private:
   Comm comm(const OpContext& op) const;
@@ -57,6 +58,7 @@ class GenericEngine final : public CollectiveEngine {
   std::vector<int> members_;
   int rank_;
   std::shared_ptr<ArrivalBoard> board_;
+  std::size_t ring_min_ = CollectiveTuning{}.ring_all_reduce_min;
 };
 
 }  // namespace weft::dist

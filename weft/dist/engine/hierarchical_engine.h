@@ -75,6 +75,11 @@ class HierarchicalEngine final : public CollectiveEngine {
     flat_->all_to_all_v(out, out_counts, in, in_counts, op);
   }
   void barrier(const OpContext& op) override { flat_->barrier(op); }
+  void tune(const CollectiveTuning& tuning) override {
+    for (CollectiveEngine* e : {local_.get(), cross_.get(), flat_.get()}) {
+      if (e != nullptr) e->tune(tuning);
+    }
+  }
 
  private:
   void all_reduce_overlapped(Buffer buf, ReduceOp reduce, const OpContext& op);

@@ -29,11 +29,6 @@ namespace {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
-// All-reduce of at most this many bytes runs in one step: every rank reads every rank's
-// whole buffer. Above it, each rank reduces one slice (two steps per chunk). Measured: see
-// docs/PERFORMANCE_LOG.md, "Slots and chunks".
-constexpr std::size_t kOneStepAllReduceMax = std::size_t{16} << 10;
-static_assert(kOneStepAllReduceMax <= Collectives::kSlotBytes);
 // Waiting: checks of the flag before yielding (when every rank has a core of its own), then
 // how long to keep yielding before sleeping on the futex. Measured (docs/PERFORMANCE_LOG.md,
 // "Spin, yield, sleep"): spinning only helps while the peer runs on another core; with more
@@ -44,13 +39,6 @@ constexpr int kSpinChecks = 100;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 constexpr std::size_t kReduceBlockBytes = 4096;
-// Single copy (process_vm_readv) for the sizes where it measured faster than the slots or as
-// fast (docs/PERFORMANCE_LOG.md, "Single copy"); broadcasts only with a core per rank
-// (Collectives::choose).
-constexpr std::size_t kSingleCopyBroadcastMin = std::size_t{64} << 10;
-constexpr std::size_t kSingleCopyBroadcastMax = std::size_t{4} << 20;
-constexpr std::size_t kSingleCopyAllReduceMin = std::size_t{1} << 20;
-constexpr std::size_t kSingleCopyAllReduceMax = std::size_t{4} << 20;
 // Fewer, larger kernel copies measured faster, though the scratch then outgrows L2 (2-rank
 // all-reduce, docs/PERFORMANCE_LOG.md, "Single copy's chunk": 4 MiB in 386-391 us with 1-2 MiB
 // chunks, 393-405 with 512 KiB, 403-405 with 256 KiB).
@@ -402,15 +390,17 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
       // With more ranks than cores a reader waits for the root to be scheduled and the root
       // for every reader: the slots' pipelining measured faster.
       return can_read_peers_ && !oversubscribed_ &&
-                     within(kSingleCopyBroadcastMin, kSingleCopyBroadcastMax)
+                     within(tuning_.single_copy_broadcast_min, tuning_.single_copy_broadcast_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSlots;
     case Op::all_reduce:
-      if (bytes <= kOneStepAllReduceMax) return Algorithm::kOneStep;
+      if (bytes <= std::min(tuning_.one_step_all_reduce_max, kSlotBytes))
+        return Algorithm::kOneStep;
       // With more ranks than cores too: each of the slots' steps (one per 64 KiB chunk) then
       // costs a round of the scheduler, single copy's three in all do not; oversubscribed, 1
       // and 4 MiB measured faster, 2 MiB level (docs/PERFORMANCE_LOG.md, "Single copy").
-      return can_read_peers_ && within(kSingleCopyAllReduceMin, kSingleCopyAllReduceMax)
+      return can_read_peers_ &&
+                     within(tuning_.single_copy_all_reduce_min, tuning_.single_copy_all_reduce_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSliced;
     default:

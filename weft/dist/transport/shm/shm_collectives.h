@@ -73,6 +73,12 @@ class Collectives final : public CollectiveEngine {
   void reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpContext& context) override;
   void all_to_all(Buffer out, Buffer in, const OpContext& context) override;
   void barrier(const OpContext& context) override;
+  // The table's thresholds (docs/COLLECTIVES.md; the one-step all-reduce at most a slot), and
+  // the generic engine's for what runs on it.
+  void tune(const CollectiveTuning& tuning) override {
+    tuning_ = tuning;
+    rings_->tune(tuning);
+  }
   void all_gather_v(Buffer out, Buffer in, const std::vector<std::size_t>& counts,
                     const OpContext& context) override {
     rings_->all_gather_v(out, in, counts, context);
@@ -159,10 +165,11 @@ class Collectives final : public CollectiveEngine {
   bool oversubscribed_;               // the job has more ranks than cores: no spinning, fewer steps
   std::uint32_t step_ = 0;            // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
-  bool can_read_peers_;               // every rank can read every other's memory (single copy)
-  std::vector<int> pids_;             // by group rank
-  std::vector<std::byte> scratch_;    // peers' parts of a chunk, for single-copy reduction
-  Call call_;                         // the operation running now
+  CollectiveTuning tuning_;
+  bool can_read_peers_;             // every rank can read every other's memory (single copy)
+  std::vector<int> pids_;           // by group rank
+  std::vector<std::byte> scratch_;  // peers' parts of a chunk, for single-copy reduction
+  Call call_;                       // the operation running now
   std::unique_ptr<CollectiveEngine> rings_;
 };
 

@@ -1,0 +1,264 @@
+#include "bench_tune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_ops.h"
+#include "weft/base/system.h"
+
+namespace weft::tools {
+namespace {
+
+using dist::CollectiveTuning;
+
+constexpr std::size_t kNever = std::size_t{1} << 48;  // a threshold no buffer reaches
+constexpr double kMargin = 0.95;  // a size leaves the defaults' algorithm only if 5 % faster
+
+// One decision: the operation, the sizes to try, the tuning that forces each of the two
+// algorithms at a size (the second is the one the thresholds switch to), and whether a
+// tuning picks the second at a size.
+struct Decision {
+  const char* what;
+  const char* op;
+  std::size_t from, to;
+  const char* first_name;
+  std::function<CollectiveTuning(std::size_t)> first;
+  const char* second_name;
+  std::function<CollectiveTuning(std::size_t)> second;
+  std::function<bool(const CollectiveTuning&, std::size_t)> picks_second;
+  // How the thresholds place the second algorithm: sizes up to hi, from lo, or in [lo, hi];
+  // set() writes them.
+  enum class Shape { kUpTo, kFrom, kRange } shape;
+  std::function<void(CollectiveTuning&, std::size_t lo, std::size_t hi)> set;
+};
+
+struct Timed {
+  std::size_t bytes;
+  double first_us, second_us;
+  bool default_second;  // what the defaults pick here
+};
+
+CollectiveTuning never_single_copy(CollectiveTuning t) {
+  t.single_copy_all_reduce_min = t.single_copy_broadcast_min = kNever;
+  t.single_copy_all_reduce_max = t.single_copy_broadcast_max = 0;
+  return t;
+}
+
+std::vector<Decision> decisions(std::string_view engine) {
+  const CollectiveTuning sliced = [] {
+    CollectiveTuning t = never_single_copy({});
+    t.one_step_all_reduce_max = 0;
+    return t;
+  }();
+  if (engine == "shm") {
+    return {
+        {"all_reduce in one step", "all_reduce", 1 << 10, 64 << 10, "sliced",
+         [=](std::size_t) { return sliced; }, "one step",
+         [=](std::size_t s) {
+           CollectiveTuning t = sliced;
+           t.one_step_all_reduce_max = s;
+           return t;
+         },
+         [](const CollectiveTuning& t, std::size_t s) { return s <= t.one_step_all_reduce_max; },
+         Decision::Shape::kUpTo,
+         [](CollectiveTuning& t, std::size_t, std::size_t hi) { t.one_step_all_reduce_max = hi; }},
+        {"all_reduce single copy", "all_reduce", 64 << 10, 64 << 20, "sliced",
+         [=](std::size_t) { return sliced; }, "single copy",
+         [=](std::size_t s) {
+           CollectiveTuning t = sliced;
+           t.single_copy_all_reduce_min = t.single_copy_all_reduce_max = s;
+           return t;
+         },
+         [](const CollectiveTuning& t, std::size_t s) {
+           return s >= t.single_copy_all_reduce_min && s <= t.single_copy_all_reduce_max;
+         },
+         Decision::Shape::kRange,
+         [](CollectiveTuning& t, std::size_t lo, std::size_t hi) {
+           t.single_copy_all_reduce_min = lo;
+           t.single_copy_all_reduce_max = hi;
+         }},
+        {"broadcast single copy", "broadcast", 16 << 10, 64 << 20, "slots",
+         [=](std::size_t) { return sliced; }, "single copy",
+         [=](std::size_t s) {
+           CollectiveTuning t = sliced;
+           t.single_copy_broadcast_min = t.single_copy_broadcast_max = s;
+           return t;
+         },
+         [](const CollectiveTuning& t, std::size_t s) {
+           return s >= t.single_copy_broadcast_min && s <= t.single_copy_broadcast_max;
+         },
+         Decision::Shape::kRange,
+         [](CollectiveTuning& t, std::size_t lo, std::size_t hi) {
+           t.single_copy_broadcast_min = lo;
+           t.single_copy_broadcast_max = hi;
+         }},
+    };
+  }
+  if (engine == "generic") {
+    return {{"all_reduce ring", "all_reduce", 4 << 10, 16 << 20, "recursive doubling",
+             [](std::size_t) {
+               CollectiveTuning t;
+               t.ring_all_reduce_min = kNever;
+               return t;
+             },
+             "ring",
+             [](std::size_t s) {
+               CollectiveTuning t;
+               t.ring_all_reduce_min = s;
+               return t;
+             },
+             [](const CollectiveTuning& t, std::size_t s) { return s >= t.ring_all_reduce_min; },
+             Decision::Shape::kFrom,
+             [](CollectiveTuning& t, std::size_t lo, std::size_t) { t.ring_all_reduce_min = lo; }}};
+  }
+  return {};
+}
+
+double time_us(dist::ProcessGroup& pg, const char* op, std::size_t bytes,
+               const CollectiveTuning& tuning) {
+  pg.tune(tuning);
+  BenchOptions o;
+  o.op = op;
+  o.iters = bytes >= (std::size_t{16} << 20) ? 10 : 30;
+  o.warmup = 3;
+  return bench_size(pg, o, bytes).time_us;
+}
+
+// Both algorithms at every size (alternating, the better of two rounds each).
+std::vector<Timed> measure(dist::ProcessGroup& pg, const Decision& d) {
+  std::vector<Timed> out;
+  for (std::size_t s = d.from; s <= d.to; s *= 2) {
+    Timed t{s, 1e30, 1e30, d.picks_second(CollectiveTuning{}, s)};
+    for (int round = 0; round < 2; ++round) {
+      t.first_us = std::min(t.first_us, time_us(pg, d.op, s, d.first(s)));
+      t.second_us = std::min(t.second_us, time_us(pg, d.op, s, d.second(s)));
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+// The thresholds (lo, hi) that fit what was measured best: the least sum over the sizes of
+// the log of the time the picked algorithm took, a size counted 5 % slower where the pick
+// leaves the defaults' algorithm (so noise does not move a threshold).
+void decide(const Decision& d, const std::vector<Timed>& timed, CollectiveTuning& t) {
+  std::vector<std::size_t> edges;
+  for (const Timed& x : timed) edges.push_back(x.bytes);
+  std::vector<std::pair<std::size_t, std::size_t>> candidates;
+  using Shape = Decision::Shape;
+  if (d.shape == Shape::kUpTo) candidates.emplace_back(0, d.from / 2);
+  if (d.shape != Shape::kUpTo)
+    candidates.emplace_back(kNever, d.shape == Shape::kFrom ? kNever : 0);
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    if (d.shape == Shape::kUpTo) candidates.emplace_back(0, edges[i]);
+    if (d.shape == Shape::kFrom) candidates.emplace_back(edges[i], kNever);
+    for (std::size_t j = i; d.shape == Shape::kRange && j < edges.size(); ++j) {
+      candidates.emplace_back(edges[i], edges[j]);
+    }
+  }
+  double best_cost = 1e300;
+  for (const auto& [lo, hi] : candidates) {
+    double cost = 0;
+    for (const Timed& x : timed) {
+      const bool second = x.bytes >= lo && x.bytes <= hi;
+      cost += std::log(second ? x.second_us : x.first_us);
+      if (second != x.default_second) cost -= std::log(kMargin);
+    }
+    if (cost < best_cost) {
+      best_cost = cost;
+      d.set(t, lo, hi);
+    }
+  }
+}
+
+std::string size_text(std::size_t bytes) {
+  if (bytes >= kNever) return "never";
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+void print_decision(const Decision& d, const std::vector<Timed>& timed,
+                    const CollectiveTuning& tuned) {
+  std::printf("# %s, us (the better of two medians; *: the table's pick): %s | %s\n", d.what,
+              d.first_name, d.second_name);
+  for (const Timed& x : timed) {
+    const bool second = d.picks_second(tuned, x.bytes);
+    std::printf("  %10s %12.1f%s %12.1f%s\n", size_text(x.bytes).c_str(), x.first_us,
+                second ? " " : "*", x.second_us, second ? "*" : " ");
+  }
+}
+
+// The defaults against the table, every size of every decision, alternating.
+void print_effect(dist::ProcessGroup& pg, const std::vector<Decision>& ds,
+                  const CollectiveTuning& tuned) {
+  if (pg.rank() == 0) {
+    std::printf("# the table's effect: %-10s %10s %12s %12s %8s\n", "op", "size", "defaults us",
+                "table us", "speedup");
+  }
+  for (const char* op : {"all_reduce", "broadcast"}) {
+    std::vector<std::size_t> sizes;
+    for (const Decision& d : ds) {
+      if (std::string(d.op) != op) continue;
+      for (std::size_t s = d.from; s <= d.to; s *= 2) sizes.push_back(s);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    for (std::size_t s : sizes) {
+      double before = 1e30, after = 1e30;
+      for (int round = 0; round < 2; ++round) {
+        before = std::min(before, time_us(pg, op, s, CollectiveTuning{}));
+        after = std::min(after, time_us(pg, op, s, tuned));
+      }
+      if (pg.rank() == 0) {
+        std::printf("  %30s %10s %12.1f %12.1f %7.2fx\n", op, size_text(s).c_str(), before, after,
+                    before / after);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void tune_collectives(dist::ProcessGroup& pg, const std::string& out, std::size_t min_bytes,
+                      std::size_t max_bytes) {
+  const dist::TuningKey key{cpu_model(), std::string(pg.backend_name()), pg.size()};
+  std::vector<Decision> ds;
+  for (Decision& d : decisions(pg.engine_name())) {
+    d.from = std::max(d.from, min_bytes);
+    d.to = std::min(d.to, max_bytes);
+    if (d.from <= d.to) ds.push_back(std::move(d));
+  }
+  if (ds.empty()) {
+    if (pg.rank() == 0) {
+      std::printf("# weft-bench tune: the %s engine (backend %s) has no thresholds to tune\n",
+                  std::string(pg.engine_name()).c_str(), key.backend.c_str());
+    }
+    return;
+  }
+  if (pg.rank() == 0) {
+    std::printf("# weft-bench tune: %s, backend %s, %d ranks, engine %s\n", key.cpu.c_str(),
+                key.backend.c_str(), key.ranks, std::string(pg.engine_name()).c_str());
+  }
+  const CollectiveTuning started = pg.tuning();
+  CollectiveTuning tuned;
+  for (const Decision& d : ds) {
+    const std::vector<Timed> timed = measure(pg, d);
+    decide(d, timed, tuned);
+    if (pg.rank() == 0) print_decision(d, timed, tuned);
+  }
+  print_effect(pg, ds, tuned);
+  pg.tune(started);
+  if (pg.rank() != 0) return;
+  const std::filesystem::path path =
+      !out.empty() ? std::filesystem::path(out)
+                   : dist::table_path(key).value_or(dist::default_table_path(key));
+  dist::write_table(path, key, tuned);
+  std::printf("# wrote %s:\n%s", path.c_str(), dist::format_table(key, tuned).c_str());
+}
+
+}  // namespace weft::tools
