@@ -2,7 +2,7 @@
 // as threads laid out as hosts x ranks per host (the local and cross engines here are generic
 // engines over the thread transport, standing in for shm and tcp; tests/dist/netns runs the
 // auto backend itself across namespaces).
-#include "weft/dist/engine/hierarchical_engine.h"
+#include "weft/dist/auto/hierarchical_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "weft/dist/engine/generic_engine.h"
-#include "weft/dist/transport/thread/thread_transport.h"
+#include "weft/dist/threads/thread_transport.h"
 
 namespace weft::dist {
 namespace {

@@ -11,7 +11,7 @@
 #include "tests/support/forked_ranks.h"
 #include "tests/support/temp_dir.h"
 #include "weft/dist.h"
-#include "weft/dist/backends/auto_backend.h"
+#include "weft/dist/auto/auto_backend.h"
 #include "weft/net/socket.h"
 #include "weft/store/file_store.h"
 #include "weft/store/prefix_store.h"

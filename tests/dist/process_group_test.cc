@@ -18,7 +18,7 @@
 
 #include "weft/dist.h"
 #include "weft/dist/algorithms/collectives.h"
-#include "weft/dist/transport/thread/thread_transport.h"
+#include "weft/dist/threads/thread_transport.h"
 
 namespace weft::dist {
 namespace {

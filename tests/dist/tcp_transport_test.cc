@@ -2,7 +2,7 @@
 // receives posted before and after their message, malformed frames, and the difference
 // between a peer that is slow (heartbeats keep coming: PeerTimeout) and one that is gone
 // (nothing for 2 s: PeerError).
-#include "weft/dist/transport/tcp/tcp_transport.h"
+#include "weft/dist/tcp/tcp_transport.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <numeric>
 #include <thread>
 
-#include "weft/dist/transport/tcp/tcp_frame.h"
+#include "weft/dist/tcp/tcp_frame.h"
 #include "weft/store/tcp_store.h"
 
 namespace weft::dist {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "weft/dist/transport/tcp/tcp_transport.h"
+#include "weft/dist/tcp/tcp_transport.h"
 #include "weft/net/socket.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // libFuzzer target: both sides of the tcp transport's handshake (weft/net/auth.h and the
-// hello of weft/dist/transport/tcp/tcp_handshake.h), fed arbitrary bytes as the other side's
+// hello of weft/dist/tcp/tcp_handshake.h), fed arbitrary bytes as the other side's
 // whole stream over a socket pair. The first byte picks the side: even, this process is the
 // listening rank 0 of 4 and the input is a dialer's hello and proof; odd, this process dials
 // and the input is a listener's nonce, proof and ack. Neither may accept a peer: the input
@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "weft/dist/transport/tcp/tcp_handshake.h"
+#include "weft/dist/tcp/tcp_handshake.h"
 #include "weft/net/auth.h"
 #include "weft/net/socket.h"
 

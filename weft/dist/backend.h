@@ -1,22 +1,25 @@
 // Backend: what one process of a job holds for a communication backend, shared by every
 // process group it creates: the Transport (point-to-point messages) and the knowledge of
 // how to run a group's collectives, handed to each new group as its CollectiveEngine.
-// Backends are made by the factories registered with init_process_group (weft/dist/init.h);
-// this header is for writing one.
+// Backends are made by the factories registered here (register_backend) and chosen by
+// init_process_group (weft/dist/init.h, the user's header); this header is for writing one.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "weft/base/deadline.h"
 #include "weft/base/function_ref.h"
 #include "weft/dist/engine/collective_engine.h"
 #include "weft/dist/engine/generic_engine.h"
 #include "weft/dist/transport/transport.h"
+#include "weft/store/store.h"
 
 namespace weft::dist {
 
@@ -74,5 +77,36 @@ class GenericBackend final : public Backend {
   std::size_t max_message_bytes_;
   std::shared_ptr<ArrivalBoard> board_;
 };
+
+class ProcessGroup;
+
+// What a backend gets to build the world group from.
+struct BackendContext {
+  int rank = 0;        // -1 for a backend that places ranks itself, when nothing said where
+  int world_size = 1;  // likewise
+  std::shared_ptr<store::Store> store;  // the job's store, private to this attempt (null for
+                                        // a backend that rendezvouses by itself)
+  std::string token;                    // the job token (may be empty when run by hand)
+  std::string host;                     // the address peers reach this rank at
+  Seconds timeout{300};
+};
+
+using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)>;
+
+// For backends: the world group (every rank of the backend's transport, in rank order), once
+// the backend has connected its transport.
+std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
+                                               const BackendContext& context);
+
+struct BackendTraits {
+  // False for a backend whose processes find each other by themselves (mpi: MPI's launcher
+  // places them): init_process_group then opens no store and lets the backend set the rank
+  // and world size the caller or the environment left open.
+  bool uses_store = true;
+};
+
+// Makes `name` available to init_process_group. The built-in backends (shm, tcp, auto, and
+// mpi when built with it) are registered in weft/dist/internal/registry.cc. Thread-safe.
+void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 
 }  // namespace weft::dist

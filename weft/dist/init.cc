@@ -9,8 +9,8 @@
 #include <mutex>
 #include <numeric>
 
-#include "weft/dist/backends/registry.h"
 #include "weft/dist/internal/machine_id.h"
+#include "weft/dist/internal/registry.h"
 #include "weft/dist/launch_env.h"
 #include "weft/net/socket.h"
 #include "weft/store/file_store.h"

@@ -7,7 +7,6 @@
 //                                                .rank = 3, .world_size = 8});
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,34 +43,8 @@ struct InitOptions {
 // rank has joined or the timeout passes (weft::TimeoutError).
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 
-// What a backend gets to build the world group from.
-struct BackendContext {
-  int rank = 0;        // -1 for a backend that places ranks itself, when nothing said where
-  int world_size = 1;  // likewise
-  std::shared_ptr<store::Store> store;  // the job's store, private to this attempt (null for
-                                        // a backend that rendezvouses by itself)
-  std::string token;                    // the job token (may be empty when run by hand)
-  std::string host;                     // the address peers reach this rank at
-  Seconds timeout{300};
-};
-
-using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)>;
-
-// For backends: the world group (every rank of the backend's transport, in rank order), once
-// the backend has connected its transport.
-std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
-                                               const BackendContext& context);
-
-struct BackendTraits {
-  // False for a backend whose processes find each other by themselves (mpi: MPI's launcher
-  // places them): init_process_group then opens no store and lets the backend set the rank
-  // and world size the caller or the environment left open.
-  bool uses_store = true;
-};
-
-// Makes `name` available to init_process_group. The built-in backends (shm, tcp, auto, and
-// mpi when built with it) are registered in weft/dist/backends/registry.cc. Thread-safe.
-void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
+// The names init_process_group accepts: the built-in backends and those registered with
+// register_backend (weft/dist/backend.h, for writing one).
 std::vector<std::string> registered_backends();
 
 }  // namespace weft::dist

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "weft/dist/backend.h"
-#include "weft/dist/transport/thread/thread_transport.h"
+#include "weft/dist/threads/thread_transport.h"
 
 namespace weft::dist {
 

@@ -1,8 +1,8 @@
 // Transport: the small point-to-point interface that send/recv of a process group and the
 // generic collective engine (weft/dist/engine) are written against. A backend provides one
-// Transport per rank, each in a folder of its own: transport/thread (ranks as threads),
-// transport/shm (processes on one host, with the shared-memory step engine its groups run
-// their collectives on) and transport/tcp (across hosts).
+// Transport per rank, in its backend's folder: threads/ (ranks as threads), shm/ (processes on
+// one host, with the shared-memory step engine its groups run their collectives on), tcp/
+// (across hosts) and mpi/.
 //
 // Messages are matched by (source rank, tag) in the order they were sent. Sends are eager:
 // send() returns without waiting for the receiver to post a receive, so two ranks that send

@@ -1,0 +1,443 @@
+#include "weft/dist/shm/shm_transport.h"
+
+#include <sched.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include "weft/base/futex.h"
+#include "weft/dist/shm/shm_collectives.h"
+
+namespace weft::dist {
+namespace shm {
+
+constexpr std::uint32_t kMagic = 0x32534657;  // "WFS2"; changed with every change of layout
+constexpr Tag kAbortTag = ~Tag{0};            // an abort notice, not a message
+
+// The first cache line of every segment.
+struct alignas(64) Control {
+  std::atomic<std::uint32_t> doorbell;  // bumped whenever there is news for this rank
+  std::atomic<std::uint32_t> waiters;   // threads of this rank sleeping on the doorbell
+  std::uint32_t magic;
+  std::uint32_t world_size;
+  std::uint64_t ring_bytes;
+  std::int32_t pid;
+  std::uint64_t self_address;  // where this segment is mapped in its owner (single-copy probe)
+};
+
+// One single-producer, single-consumer byte ring; the data follows the header.
+struct Ring {
+  alignas(64) std::atomic<std::uint64_t> head;  // bytes written, by the producer
+  alignas(64) std::atomic<std::uint64_t> tail;  // bytes consumed, by the consumer
+};
+
+struct MessageHeader {
+  Tag tag;
+  std::uint64_t length;
+};
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+}  // namespace shm
+
+namespace {
+
+using shm::Control;
+using shm::Ring;
+
+constexpr std::size_t ring_stride(std::size_t ring_bytes) { return sizeof(Ring) + ring_bytes; }
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
+constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // as the tcp transport
+constexpr int kSpinRounds = 200;
+
+// A process is gone once /proc has no entry for it, or it is a zombie (killed, not reaped).
+bool process_alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  const char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+std::string key(const std::string& what, int rank) {
+  return "shm/" + what + "/" + std::to_string(rank);
+}
+
+}  // namespace
+
+// A message being reassembled by the drain thread.
+struct ShmTransport::Inbound {
+  std::byte header_bytes[sizeof(shm::MessageHeader)];
+  std::size_t header_have = 0;
+  std::vector<std::byte> payload;
+  std::size_t payload_have = 0;
+  bool in_payload = false;
+  shm::MessageHeader header{};
+};
+
+ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Store> store,
+                           ShmTransportOptions options)
+    : rank_(rank),
+      world_size_(world_size),
+      options_(options),
+      store_(std::move(store)),
+      segment_bytes_(sizeof(Control) +
+                     static_cast<std::size_t>(world_size) * ring_stride(options.ring_bytes) +
+                     (1 + kGroupRegions) * shm::Collectives::region_bytes()),
+      dead_(static_cast<std::size_t>(world_size)) {
+  const auto n = static_cast<std::size_t>(world_size);
+  segments_.resize(n);
+  segments_[static_cast<std::size_t>(rank)] = shm::Segment::create(segment_bytes_);
+  Control& me = control(rank);
+  me.magic = shm::kMagic;
+  me.world_size = static_cast<std::uint32_t>(world_size);
+  me.ring_bytes = options_.ring_bytes;
+  me.pid = ::getpid();
+  me.self_address = reinterpret_cast<std::uintptr_t>(&me);
+  store_->set(key("name", rank), segments_[static_cast<std::size_t>(rank)].name());
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank) continue;
+    segments_[static_cast<std::size_t>(p)] =
+        shm::Segment::open(store_->get(key("name", p)), segment_bytes_);
+    const Control& c = control(p);
+    if (c.magic != shm::kMagic || c.world_size != me.world_size || c.ring_bytes != me.ring_bytes) {
+      throw PeerError("shm: rank " + std::to_string(p) +
+                      "'s segment does not match this one "
+                      "(different weft builds or options)");
+    }
+  }
+  // Counted before "mapped", so the counts are complete once every rank has mapped: every
+  // rank then reads the same facts, and its engines pick the same algorithms.
+  store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
+  cpu_set_t cpus;
+  const bool few_cpus =
+      ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < world_size;
+  store_->add("shm/oversubscribed", few_cpus ? 1 : 0);
+  // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
+  if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
+  store_->wait({"shm/all_mapped"}, options_.connect_timeout);
+  segments_[static_cast<std::size_t>(rank)].unlink();
+  job_.size = world_size;
+  job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
+  job_.oversubscribed = store_->add("shm/oversubscribed", 0) > 0;
+  for (int p = 0; p < world_size; ++p) {
+    send_mu_.push_back(std::make_unique<std::mutex>());
+    inbound_.push_back(std::make_unique<Inbound>());
+  }
+  drainer_ = std::thread([this] { drain_loop(); });
+}
+
+ShmTransport::~ShmTransport() {
+  closing_.store(true);
+  ring_doorbell(rank_);
+  drainer_.join();
+}
+
+Control& ShmTransport::control(int rank) const {
+  return *static_cast<Control*>(segments_[static_cast<std::size_t>(rank)].data());
+}
+
+Ring& ShmTransport::ring(int to, int from) const {
+  auto* base = static_cast<std::byte*>(segments_[static_cast<std::size_t>(to)].data());
+  return *reinterpret_cast<Ring*>(
+      base + sizeof(Control) + static_cast<std::size_t>(from) * ring_stride(options_.ring_bytes));
+}
+
+std::byte* ShmTransport::ring_data(int to, int from) const {
+  return reinterpret_cast<std::byte*>(&ring(to, from)) + sizeof(Ring);
+}
+
+// The collective engine's regions, after the rings.
+std::byte* ShmTransport::collective_region(int rank, int index) const {
+  return reinterpret_cast<std::byte*>(&ring(rank, 0)) +
+         static_cast<std::size_t>(world_size_) * ring_stride(options_.ring_bytes) +
+         static_cast<std::size_t>(index) * shm::Collectives::region_bytes();
+}
+
+std::vector<std::byte*> ShmTransport::collective_regions() const {
+  std::vector<std::byte*> regions;
+  for (int r = 0; r < world_size_; ++r) regions.push_back(collective_region(r));
+  return regions;
+}
+
+std::unique_ptr<shm::Collectives> ShmTransport::world_collectives(
+    std::unique_ptr<CollectiveEngine> rings) {
+  std::vector<int> everyone(static_cast<std::size_t>(world_size_));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  return std::make_unique<shm::Collectives>(
+      collective_regions(), rank_, everyone, job_, [this](int peer) { check_peer(peer); },
+      pids_of(everyone), std::move(rings));
+}
+
+// A region is used by one group for good: a step count restarting at zero in a region that
+// peers remember at a later step would look like progress. kGroupRegions bounds the
+// subgroups with an engine; later ones use the general algorithms.
+int ShmTransport::reserve_region() {
+  const int index = next_group_region_.fetch_add(1);
+  return index <= kGroupRegions ? index : -1;
+}
+
+std::unique_ptr<shm::Collectives> ShmTransport::collectives_for(
+    const std::vector<int>& members, const std::vector<std::int64_t>& regions,
+    std::unique_ptr<CollectiveEngine> rings) {
+  std::vector<std::byte*> group_regions;
+  int me = -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (regions[i] < 1 || regions[i] > kGroupRegions) return nullptr;
+    group_regions.push_back(collective_region(members[i], static_cast<int>(regions[i])));
+    if (members[i] == rank_) me = static_cast<int>(i);
+  }
+  if (me < 0) return nullptr;
+  return std::make_unique<shm::Collectives>(
+      group_regions, me, members, job_, [this](int peer) { check_peer(peer); }, pids_of(members),
+      std::move(rings));
+}
+
+// Reads each peer's magic number out of the peer's own address space: process_vm_readv works
+// between processes of one user unless a ptrace policy (Yama, a container's seccomp profile)
+// forbids it, and the engine's single-copy algorithms need it between every pair.
+bool ShmTransport::can_read_peers() const {
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_) continue;
+    const Control& c = control(p);
+    const auto magic_offset =
+        reinterpret_cast<const std::byte*>(&c.magic) - reinterpret_cast<const std::byte*>(&c);
+    std::uint32_t magic = 0;
+    iovec local{&magic, sizeof magic};
+    iovec remote{reinterpret_cast<void*>(c.self_address + static_cast<std::uint64_t>(magic_offset)),
+                 sizeof magic};
+    if (::process_vm_readv(c.pid, &local, 1, &remote, 1, 0) != sizeof magic ||
+        magic != shm::kMagic) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<int> ShmTransport::pids_of(const std::vector<int>& ranks) const {
+  std::vector<int> pids;
+  for (int r : ranks) pids.push_back(control(r).pid);
+  return pids;
+}
+
+void ShmTransport::check_peer(int peer) {
+  if (aborted_.load()) throw PeerError(mailbox_.abort_reason());
+  if (dead_[static_cast<std::size_t>(peer)].load()) {
+    throw PeerError("rank " + std::to_string(peer) + " (pid " + std::to_string(control(peer).pid) +
+                    ") died (crashed or was killed)");
+  }
+}
+
+// After the mailbox holds the reason: wakes this rank's collective waiters to read it.
+void ShmTransport::mark_aborted() {
+  aborted_.store(true);
+  std::vector<std::byte*> all;
+  for (int r = 0; r < world_size_; ++r) {
+    for (int i = 0; i <= kGroupRegions; ++i) all.push_back(collective_region(r, i));
+  }
+  shm::Collectives::wake_all(all);
+}
+
+void ShmTransport::ring_doorbell(int rank) {
+  Control& c = control(rank);
+  c.doorbell.fetch_add(1);
+  if (c.waiters.load() > 0) futex_wake_all(c.doorbell, FutexScope::kShared);
+}
+
+void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline) {
+  Control& c = control(rank);
+  for (int i = 0; i < kSpinRounds; ++i) {
+    if (c.doorbell.load(std::memory_order_acquire) != seen) return;
+  }
+  const Clock::duration slice = std::min<Clock::duration>(deadline.remaining(), kLivenessPeriod);
+  // Announce the sleeper before the futex re-checks the word, so a ringer cannot miss us.
+  c.waiters.fetch_add(1);
+  if (c.doorbell.load() == seen) {
+    futex_wait(c.doorbell, seen, Deadline::after(slice), FutexScope::kShared);
+  }
+  c.waiters.fetch_sub(1);
+}
+
+bool ShmTransport::peer_alive(int peer) const {
+  return !dead_[static_cast<std::size_t>(peer)].load() && process_alive(control(peer).pid);
+}
+
+void ShmTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
+  if (peer == rank_) {
+    mailbox_.deliver(rank_, tag, {bytes.begin(), bytes.end()});
+    return;
+  }
+  std::lock_guard lock(*send_mu_[static_cast<std::size_t>(peer)]);
+  write_message(peer, tag, bytes, deadline);
+}
+
+// Streams the header and payload into peer's ring, waiting for space as its drainer frees it.
+void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> bytes,
+                                 Deadline deadline) {
+  const shm::MessageHeader header{tag, bytes.size()};
+  const std::span<const std::byte> parts[] = {
+      {reinterpret_cast<const std::byte*>(&header), sizeof(header)}, bytes};
+  Ring& r = ring(peer, rank_);
+  std::byte* data = ring_data(peer, rank_);
+  const std::uint64_t cap = options_.ring_bytes;
+  auto last_check = Clock::now();
+  for (const auto& part : parts) {
+    std::size_t done = 0;
+    while (done < part.size()) {
+      const std::uint32_t seen = control(rank_).doorbell.load(std::memory_order_acquire);
+      const std::uint64_t head = r.head.load(std::memory_order_relaxed);
+      const std::uint64_t free = cap - (head - r.tail.load(std::memory_order_acquire));
+      if (free == 0) {
+        if (deadline.expired()) {
+          throw PeerTimeout(peer,
+                            "rank " + std::to_string(peer) + " did not take a message in time");
+        }
+        if (Clock::now() - last_check > kLivenessPeriod) {
+          last_check = Clock::now();
+          if (!peer_alive(peer)) {
+            throw PeerError("rank " + std::to_string(peer) + " (pid " +
+                            std::to_string(control(peer).pid) + ") died");
+          }
+        }
+        ring_doorbell(peer);  // make sure its drainer is awake
+        wait_doorbell(rank_, seen, deadline);
+        continue;
+      }
+      const std::uint64_t at = head % cap;
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>({free, part.size() - done, cap - at}));
+      std::memcpy(data + at, part.data() + done, n);
+      r.head.store(head + n, std::memory_order_release);
+      done += n;
+      ring_doorbell(peer);
+    }
+  }
+}
+
+void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) {
+  mailbox_.recv(peer, tag, out, deadline);
+}
+
+int ShmTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+  return mailbox_.recv_any(tag, out, deadline);
+}
+
+void ShmTransport::abort(const std::string& reason) {
+  mailbox_.abort(reason);
+  mark_aborted();
+  const Deadline soon = Deadline::after(Seconds(1));
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_ || dead_[static_cast<std::size_t>(p)].load()) continue;
+    std::unique_lock lock(*send_mu_[static_cast<std::size_t>(p)], std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // a send to it is stuck; its own failure will show
+    try {
+      write_message(p, shm::kAbortTag, std::as_bytes(std::span(reason)), soon);
+    } catch (const weft::Error&) {
+      // That peer is gone or stuck: it learns nothing from us, and fails on its own.
+    }
+  }
+}
+
+// Moves every whole message available in `from`'s ring into the mailbox; true if it moved
+// any bytes.
+bool ShmTransport::drain(int from, Inbound& in) {
+  Ring& r = ring(rank_, from);
+  const std::byte* data = ring_data(rank_, from);
+  const std::uint64_t cap = options_.ring_bytes;
+  bool moved = false;
+  // A header rejected as malformed stays in place: this ring is not read again.
+  if (!in.in_payload && in.header_have == sizeof(in.header)) return false;
+  for (;;) {
+    const std::uint64_t tail = r.tail.load(std::memory_order_relaxed);
+    const std::uint64_t avail = r.head.load(std::memory_order_acquire) - tail;
+    if (avail == 0) return moved;
+    const std::uint64_t at = tail % cap;
+    std::size_t want;
+    std::byte* dst;
+    if (!in.in_payload) {
+      want = sizeof(in.header) - in.header_have;
+      dst = in.header_bytes + in.header_have;
+    } else {
+      want = in.payload.size() - in.payload_have;
+      dst = in.payload.data() + in.payload_have;
+    }
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>({avail, want, cap - at}));
+    std::memcpy(dst, data + at, n);
+    r.tail.store(tail + n, std::memory_order_release);
+    moved = true;
+    if (!in.in_payload) {
+      in.header_have += n;
+      if (in.header_have < sizeof(in.header)) continue;
+      std::memcpy(&in.header, in.header_bytes, sizeof(in.header));
+      if (in.header.length > kMaxMessage) {
+        // Never allocate what a corrupted header claims: this peer's stream is unusable.
+        dead_[static_cast<std::size_t>(from)].store(true);
+        mailbox_.fail_peer(from, "rank " + std::to_string(from) +
+                                     " wrote a malformed message "
+                                     "header into shared memory");
+        return moved;
+      }
+      in.payload.assign(static_cast<std::size_t>(in.header.length), std::byte{0});
+      in.payload_have = 0;
+      in.in_payload = true;
+    } else {
+      in.payload_have += n;
+    }
+    if (in.in_payload && in.payload_have == in.payload.size()) {
+      if (in.header.tag == shm::kAbortTag) {
+        mailbox_.abort(
+            std::string(reinterpret_cast<const char*>(in.payload.data()), in.payload.size()));
+        mark_aborted();
+      } else {
+        mailbox_.deliver(from, in.header.tag, std::move(in.payload));
+      }
+      in = Inbound{};
+    }
+  }
+}
+
+void ShmTransport::check_peers() {
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_ || dead_[static_cast<std::size_t>(p)].load()) continue;
+    if (!process_alive(control(p).pid)) {
+      dead_[static_cast<std::size_t>(p)].store(true);
+      mailbox_.fail_peer(p, "rank " + std::to_string(p) + " (pid " +
+                                std::to_string(control(p).pid) + ") died (crashed or was killed)");
+      shm::Collectives::wake_all(collective_regions());
+    }
+  }
+}
+
+// The drain thread: waits on the doorbell, then empties every inbound ring. It blocks
+// without a deadline on purpose (it serves the rank for its whole life) but wakes every
+// 100 ms to check that its peers are alive; the destructor ends it.
+void ShmTransport::drain_loop() {
+  auto last_check = Clock::now();
+  while (!closing_.load()) {
+    const std::uint32_t seen = control(rank_).doorbell.load(std::memory_order_acquire);
+    bool moved = false;
+    for (int p = 0; p < world_size_; ++p) {
+      if (p == rank_) continue;
+      if (drain(p, *inbound_[static_cast<std::size_t>(p)])) {
+        moved = true;
+        ring_doorbell(p);  // space freed: a sender may be waiting for it
+      }
+    }
+    if (Clock::now() - last_check > kLivenessPeriod) {
+      last_check = Clock::now();
+      check_peers();
+    }
+    if (!moved) wait_doorbell(rank_, seen, Deadline::after(Seconds(1)));
+  }
+}
+
+}  // namespace weft::dist

@@ -1,0 +1,50 @@
+// One source for every vector target (Highway's foreach_target re-includes it per target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weft/dist/shm/vector_copy.cc"
+#include "weft/dist/shm/vector_copy.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+// GCC must not turn the loop back into a memcpy call.
+#if defined(__GNUC__) && !defined(__clang__)
+#define WEFT_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define WEFT_NO_MEMCPY_IDIOM
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace weft::dist::shm::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+WEFT_NO_MEMCPY_IDIOM void VectorCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const hn::ScalableTag<std::uint8_t> d;
+  const std::size_t n = hn::Lanes(d);
+  auto* out = reinterpret_cast<std::uint8_t*>(dst);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(src);
+  std::size_t i = 0;
+  for (; i + 2 * n <= bytes; i += 2 * n) {
+    const auto a = hn::LoadU(d, in + i), b = hn::LoadU(d, in + i + n);
+    hn::StoreU(a, d, out + i);
+    hn::StoreU(b, d, out + i + n);
+  }
+  if (i < bytes) std::memcpy(out + i, in + i, bytes - i);
+}
+
+}  // namespace weft::dist::shm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace weft::dist::shm {
+
+HWY_EXPORT(VectorCopy);
+
+void vector_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  HWY_DYNAMIC_DISPATCH(VectorCopy)(dst, src, bytes);
+}
+
+}  // namespace weft::dist::shm
+#endif  // HWY_ONCE
