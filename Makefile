@@ -19,6 +19,9 @@ CTEST_JOBS ?= 2
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
+# The tests run on the default collective algorithms, whatever table weft-bench --tune left in
+# this machine's cache (the tests that read tables name theirs).
+export WEFT_COLLECTIVE_TABLE := off
 
 # The executors demo, then the debug Llama trained on Tiny Shakespeare for a few minutes by 2
 # data-parallel ranks (weftrun, shm), its report (out/run/report/index.html) and a sample from

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench_ops.h"
+#include "weft/base/error.h"
 #include "weft/base/system.h"
 
 namespace weft::tools {
@@ -142,6 +143,50 @@ std::vector<Timed> measure(dist::ProcessGroup& pg, const Decision& d) {
   return out;
 }
 
+// The defaults' (lo, hi) for a decision: which sizes they give the second algorithm.
+std::pair<std::size_t, std::size_t> default_bounds(const Decision& d) {
+  const CollectiveTuning defaults;
+  std::size_t lo = kNever, hi = 0;
+  for (std::size_t s = 1; s < kNever; s *= 2) {
+    if (!d.picks_second(defaults, s)) continue;
+    lo = std::min(lo, s);
+    hi = s;
+  }
+  if (d.shape == Decision::Shape::kUpTo) lo = 0;
+  if (d.shape == Decision::Shape::kFrom && lo != kNever) hi = kNever;
+  return {lo, hi};
+}
+
+// Fitted thresholds, extended past the sizes tried ([d.from, d.to]) the way the defaults go:
+// a measurement says nothing about sizes it did not try.
+std::pair<std::size_t, std::size_t> beyond_as_defaults(const Decision& d, std::size_t lo,
+                                                       std::size_t hi) {
+  const auto [default_lo, default_hi] = default_bounds(d);
+  switch (d.shape) {
+    case Decision::Shape::kUpTo:
+      if (hi < d.from) hi = std::min(default_hi, d.from / 2);
+      if (hi >= d.to && default_hi > d.to) hi = default_hi;
+      return {0, hi};
+    case Decision::Shape::kFrom:
+      if (lo == kNever)
+        return {default_lo == kNever ? kNever : std::max(default_lo, d.to * 2), kNever};
+      if (lo <= d.from && default_lo < d.from) lo = default_lo;
+      return {lo, kNever};
+    case Decision::Shape::kRange:
+      break;
+  }
+  const bool defaults_empty = default_lo > default_hi;
+  if (lo > hi) {  // none tried: the defaults' part above the sizes tried, else below
+    if (!defaults_empty && default_hi > d.to) return {std::max(default_lo, d.to * 2), default_hi};
+    if (!defaults_empty && default_lo < d.from)
+      return {default_lo, std::min(default_hi, d.from / 2)};
+    return {lo, hi};
+  }
+  if (hi >= d.to && !defaults_empty && default_hi > d.to) hi = default_hi;
+  if (lo <= d.from && !defaults_empty && default_lo < d.from) lo = default_lo;
+  return {lo, hi};
+}
+
 // The thresholds (lo, hi) that fit what was measured best: the least sum over the sizes of
 // the log of the time the picked algorithm took, a size counted 5 % slower where the pick
 // leaves the defaults' algorithm (so noise does not move a threshold).
@@ -161,6 +206,7 @@ void decide(const Decision& d, const std::vector<Timed>& timed, CollectiveTuning
     }
   }
   double best_cost = 1e300;
+  std::pair<std::size_t, std::size_t> best{};
   for (const auto& [lo, hi] : candidates) {
     double cost = 0;
     for (const Timed& x : timed) {
@@ -170,9 +216,11 @@ void decide(const Decision& d, const std::vector<Timed>& timed, CollectiveTuning
     }
     if (cost < best_cost) {
       best_cost = cost;
-      d.set(t, lo, hi);
+      best = {lo, hi};
     }
   }
+  const auto [lo, hi] = beyond_as_defaults(d, best.first, best.second);
+  d.set(t, lo, hi);
 }
 
 std::string size_text(std::size_t bytes) {
@@ -257,6 +305,7 @@ void tune_collectives(dist::ProcessGroup& pg, const std::string& out, std::size_
   const std::filesystem::path path =
       !out.empty() ? std::filesystem::path(out)
                    : dist::table_path(key).value_or(dist::default_table_path(key));
+  if (path.empty()) throw Error("neither XDG_CACHE_HOME nor HOME is set: give --out FILE");
   dist::write_table(path, key, tuned);
   std::printf("# wrote %s:\n%s", path.c_str(), dist::format_table(key, tuned).c_str());
 }

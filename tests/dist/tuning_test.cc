@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -17,6 +20,29 @@ namespace weft::dist {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Sets an environment variable for a scope, restoring what was there (make test sets
+// WEFT_COLLECTIVE_TABLE=off).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 CollectiveTuning changed() {
   CollectiveTuning t;
@@ -59,15 +85,15 @@ TEST(TuningTest, MalformedTablesNameTheLine) {
 }
 
 TEST(TuningTest, PathFollowsTheCacheAndTheEnvironment) {
-  setenv("XDG_CACHE_HOME", "/tmp/weft-cache", 1);
-  EXPECT_EQ(default_table_path({"AMD EPYC 9B45 (x)", "shm", 2}),
-            "/tmp/weft-cache/weft/collectives/shm-2-AMD-EPYC-9B45-x.table");
-  setenv("WEFT_COLLECTIVE_TABLE", "off", 1);
-  EXPECT_FALSE(table_path({"c", "shm", 2}).has_value());
-  setenv("WEFT_COLLECTIVE_TABLE", "/tmp/t.table", 1);
+  {
+    const ScopedEnv cache("XDG_CACHE_HOME", "/tmp/weft-cache");
+    EXPECT_EQ(default_table_path({"AMD EPYC 9B45 (x)", "shm", 2}),
+              "/tmp/weft-cache/weft/collectives/shm-2-AMD-EPYC-9B45-x.table");
+    const ScopedEnv off("WEFT_COLLECTIVE_TABLE", "off");
+    EXPECT_FALSE(table_path({"c", "shm", 2}).has_value());
+  }
+  const ScopedEnv path("WEFT_COLLECTIVE_TABLE", "/tmp/t.table");
   EXPECT_EQ(table_path({"c", "shm", 2}).value(), "/tmp/t.table");
-  unsetenv("WEFT_COLLECTIVE_TABLE");
-  unsetenv("XDG_CACHE_HOME");
 }
 
 // A table for this machine reaches every group's engine, and the collectives stay exact
@@ -76,7 +102,7 @@ TEST(TuningTest, JobsReadTheTableForTheirMachine) {
   const auto dir = std::filesystem::temp_directory_path() / "weft_tuning_test";
   std::filesystem::create_directories(dir);
   const auto path = dir / "thread.table";
-  setenv("WEFT_COLLECTIVE_TABLE", path.c_str(), 1);
+  const ScopedEnv table("WEFT_COLLECTIVE_TABLE", path.c_str());
   for (const bool this_machine : {true, false}) {
     write_table(path, {this_machine ? cpu_model() : "another CPU", "thread", 3}, changed());
     run_threads(3, [&](ProcessGroup& pg) {
@@ -89,7 +115,6 @@ TEST(TuningTest, JobsReadTheTableForTheirMachine) {
       for (float x : v) ASSERT_EQ(x, 6.0f);
     });
   }
-  unsetenv("WEFT_COLLECTIVE_TABLE");
   std::filesystem::remove_all(dir);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <new>
 
 namespace weft::mappings {
 namespace {
@@ -51,6 +52,15 @@ TEST(MappingsTest, KeptBlocksGoBeforeTheResidentSetPassesItsPeak) {
   EXPECT_LE(resident_peak(), peak + 2 * kMiB);  // a huge page's rounding at most
   give(other, bytes + 64);
   expect_within_peak();
+}
+
+// A mapping the kernel refuses throws std::bad_alloc and leaves the counts as they were.
+TEST(MappingsTest, ARefusedMappingChangesNothing) {
+  const Usage before = usage();
+  EXPECT_THROW(take(std::size_t{1} << 56), std::bad_alloc);
+  const Usage after = usage();
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_EQ(after.peak, before.peak);
 }
 
 }  // namespace

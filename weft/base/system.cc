@@ -26,8 +26,10 @@ std::string cpu_model() {
     if (line.rfind("model name", 0) != 0) continue;
     const auto colon = line.find(':');
     if (colon != std::string::npos && colon + 1 < line.size()) {
-      const auto start = line.find_first_not_of(' ', colon + 1);
-      if (start != std::string::npos) return line.substr(start);
+      const auto start = line.find_first_not_of(" \t", colon + 1);
+      if (start != std::string::npos) {
+        return line.substr(start, line.find_last_not_of(" \t\r") - start + 1);
+      }
     }
   }
   return "unknown";

@@ -145,7 +145,12 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
 void ProcessGroup::agree_on_tuning() {
   const TuningKey key{cpu_model(), std::string(backend_->name()), transport().size()};
   std::string why;
-  const std::optional<CollectiveTuning> table = read_table(key, &why);
+  std::optional<CollectiveTuning> table;
+  try {  // every rank must reach agree(), whatever its file system says
+    table = read_table(key, &why);
+  } catch (const std::exception& e) {
+    why = std::string("reading the collective table failed: ") + e.what() + "; using the defaults";
+  }
   // On a tag of its own (the last sequence number's, long unused when the group's operations
   // reach it), so the user's first collective stays #0.
   const std::vector<std::int64_t> all = agree(table ? fingerprint(*table) : 0, 0x7ffff);

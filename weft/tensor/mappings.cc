@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <new>
+#include <vector>
 
 namespace weft::mappings {
 namespace {
@@ -43,8 +44,10 @@ struct Block {
 
 class Registry {
  public:
-  // A kept block of this size, or nullptr once a new one fits under the peak.
-  void* reuse_or_make_room(std::size_t bytes) {
+  // A kept block of this size, or nullptr once a new one fits under the peaks: then `unmap`
+  // holds the kept blocks to unmap (after the lock) and `peak_before` the peak to restore if
+  // the new mapping fails.
+  void* reuse_or_make_room(std::size_t bytes, std::vector<Block>& unmap, std::size_t& peak_before) {
     std::lock_guard lock(mu_);
     usage_.in_use += bytes;
     const auto same =
@@ -55,6 +58,7 @@ class Registry {
       usage_.kept -= bytes;
       return address;
     }
+    peak_before = usage_.peak;
     usage_.peak = std::max(usage_.peak, usage_.in_use);
     if (kept_.empty()) return nullptr;
     std::size_t resident = resident_now();
@@ -64,25 +68,32 @@ class Registry {
              resident + bytes > most_resident;
     };
     while (!kept_.empty() && over()) {  // oldest first
-      const Block oldest = kept_.front();
+      unmap.push_back(kept_.front());
       kept_.pop_front();
-      munmap(oldest.address, oldest.bytes);
-      usage_.kept -= oldest.bytes;
-      resident -= std::min(resident, oldest.bytes);
+      usage_.kept -= unmap.back().bytes;
+      resident -= std::min(resident, unmap.back().bytes);
     }
     return nullptr;
   }
 
-  void unmade(std::size_t bytes) {
+  void unmade(std::size_t bytes, std::size_t peak_before) {
     std::lock_guard lock(mu_);
     usage_.in_use -= bytes;
+    usage_.peak = std::max(peak_before, usage_.in_use + usage_.kept);
   }
 
-  void keep(void* address, std::size_t bytes) {
+  // False if it could not be kept (no memory for the list): the caller unmaps it.
+  bool keep(void* address, std::size_t bytes) noexcept {
     std::lock_guard lock(mu_);
+    try {
+      kept_.push_back({address, bytes});
+    } catch (const std::bad_alloc&) {
+      usage_.in_use -= bytes;
+      return false;
+    }
     usage_.in_use -= bytes;
     usage_.kept += bytes;
-    kept_.push_back({address, bytes});
+    return true;
   }
 
   Usage usage() {
@@ -103,14 +114,18 @@ Registry& registry() {
 
 }  // namespace
 
-void* take(std::size_t bytes) {
-  if (void* kept = registry().reuse_or_make_room(bytes)) {
-    std::memset(kept, 0, bytes);
+void* take(std::size_t bytes, bool zeroed) {
+  std::vector<Block> unmap;
+  std::size_t peak_before = 0;
+  void* kept = registry().reuse_or_make_room(bytes, unmap, peak_before);
+  for (const Block& b : unmap) munmap(b.address, b.bytes);
+  if (kept != nullptr) {
+    if (zeroed) std::memset(kept, 0, bytes);
     return kept;
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    registry().unmade(bytes);
+    registry().unmade(bytes, peak_before);
     throw std::bad_alloc();
   }
   // Advice only: where huge pages are off or short, the mapping keeps 4 KiB pages.
@@ -118,7 +133,9 @@ void* take(std::size_t bytes) {
   return p;  // a fresh mapping is zero-filled
 }
 
-void give(void* block, std::size_t bytes) { registry().keep(block, bytes); }
+void give(void* block, std::size_t bytes) noexcept {
+  if (!registry().keep(block, bytes)) munmap(block, bytes);
+}
 
 Usage usage() { return registry().usage(); }
 

@@ -9,8 +9,9 @@
 // A block given back is kept. A request that no kept block of its size answers maps a new
 // block, first unmapping the oldest kept blocks until (1) the blocks in use and kept fit
 // within the most ever in use at once, and (2) the resident set plus the new block fits
-// within the process's peak resident set so far. Keeping blocks therefore raises neither
-// peak; memory allocated by other means (malloc) may still find kept blocks resident.
+// within the process's peak resident set so far. Kept blocks are trimmed only then: memory
+// allocated by other means (malloc, storages under 256 KiB) may still find them resident, and
+// a process that only frees keeps its peak of mapped memory, as glibc's malloc does.
 
 #include <cstddef>
 #include <new>
@@ -21,12 +22,13 @@ namespace weft::mappings {
 // Blocks from this size up are mapped; smaller ones come from the heap.
 inline constexpr std::size_t kMinBytes = std::size_t{256} << 10;
 
-// A zero-filled block of `bytes` (a multiple of 64), a kept block of that size or a new
-// mapping (asking for transparent huge pages from 2 MiB). Throws std::bad_alloc.
-void* take(std::size_t bytes);
+// A block of `bytes` (a multiple of 64): a kept block of that size (zero-filled if `zeroed`)
+// or a new mapping (zero-filled; asking for transparent huge pages from 2 MiB). Throws
+// std::bad_alloc.
+void* take(std::size_t bytes, bool zeroed = true);
 
 // Gives back a block from take() of the same `bytes`, to be kept for reuse.
-void give(void* block, std::size_t bytes);
+void give(void* block, std::size_t bytes) noexcept;
 
 struct Usage {
   std::size_t in_use = 0;  // taken and not given back
@@ -39,6 +41,7 @@ Usage usage();
 // buffers), so that their memory and Storage's are kept and reused as one.
 template <typename T>
 struct Allocator {
+  static_assert(alignof(T) <= 64);
   using value_type = T;
   Allocator() = default;
   template <typename U>

@@ -52,7 +52,6 @@ class HierarchicalEngine final : public ForwardingEngine {
   void all_gather_list(const std::vector<Buffer>& outs, Buffer in, const OpContext& op) override;
 
   // Every other operation runs flat, on every rank at once (the forwarding base).
-  bool reduces_16bit_floats() const override { return false; }
   void tune(const CollectiveTuning& tuning) override {
     local_->tune(tuning);
     cross_->tune(tuning);

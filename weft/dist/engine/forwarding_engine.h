@@ -18,7 +18,9 @@ class ForwardingEngine : public CollectiveEngine {
   explicit ForwardingEngine(std::unique_ptr<CollectiveEngine> base) : base_(std::move(base)) {}
 
   std::string_view name() const override { return base_->name(); }
-  bool reduces_16bit_floats() const override { return base_->reduces_16bit_floats(); }
+  // False, whatever the base says: the subclass's own reducing operations then get widened
+  // buffers too (ProcessGroup widens them around every call). Override to say otherwise.
+  bool reduces_16bit_floats() const override { return false; }
   void broadcast(Buffer buf, int root, const OpContext& op) override {
     base_->broadcast(buf, root, op);
   }

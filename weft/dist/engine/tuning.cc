@@ -66,7 +66,7 @@ std::filesystem::path default_table_path(const TuningKey& key) {
   } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     cache = std::filesystem::path(home) / ".cache";
   } else {
-    cache = std::filesystem::temp_directory_path();
+    return {};  // no cache of the user's: no table
   }
   return cache / "weft" / "collectives" /
          (key.backend + "-" + std::to_string(key.ranks) + "-" + file_name_part(key.cpu) + ".table");
@@ -74,7 +74,11 @@ std::filesystem::path default_table_path(const TuningKey& key) {
 
 std::optional<std::filesystem::path> table_path(const TuningKey& key) {
   const char* set = std::getenv("WEFT_COLLECTIVE_TABLE");
-  if (set == nullptr || *set == '\0') return default_table_path(key);
+  if (set == nullptr || *set == '\0') {
+    std::filesystem::path path = default_table_path(key);
+    if (path.empty()) return std::nullopt;
+    return path;
+  }
   if (std::string(set) == "off") return std::nullopt;
   return std::filesystem::path(set);
 }
@@ -133,7 +137,8 @@ CollectiveTuning parse_table(const std::string& text, TuningKey* key) {
 
 std::optional<CollectiveTuning> read_table(const TuningKey& key, std::string* why) {
   const std::optional<std::filesystem::path> path = table_path(key);
-  if (!path) return std::nullopt;
+  std::error_code ec;
+  if (!path || !std::filesystem::is_regular_file(*path, ec)) return std::nullopt;  // not a FIFO
   std::ifstream in(*path, std::ios::binary);
   if (!in) return std::nullopt;
   std::string text(kMaxTableBytes + 1, '\0');
@@ -170,10 +175,17 @@ void write_table(const std::filesystem::path& path, const TuningKey& key,
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out << format_table(key, tuning);
     out.flush();
-    if (!out) throw Error("cannot write " + temporary.string());
+    if (!out) {
+      std::filesystem::remove(temporary, ec);
+      throw Error("cannot write " + temporary.string());
+    }
   }
   std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error("cannot write " + path.string() + ": " + ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(temporary, ec);
+    throw Error("cannot write " + path.string() + ": " + why);
+  }
 }
 
 std::int64_t fingerprint(const CollectiveTuning& tuning) {

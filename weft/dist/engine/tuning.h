@@ -41,10 +41,10 @@ struct TuningKey {
 };
 
 // $XDG_CACHE_HOME/weft/collectives (else ~/.cache/weft/collectives) / "<backend>-<ranks>-
-// <cpu, letters and digits>.table".
+// <cpu, letters and digits>.table"; empty when neither XDG_CACHE_HOME nor HOME is set.
 std::filesystem::path default_table_path(const TuningKey& key);
 // The table to read for `key`: $WEFT_COLLECTIVE_TABLE's path, nothing for "off", else
-// default_table_path(key).
+// default_table_path(key) (nothing where that is empty).
 std::optional<std::filesystem::path> table_path(const TuningKey& key);
 
 // "key = value" lines (# comments): cpu, backend, ranks, then the thresholds in bytes.

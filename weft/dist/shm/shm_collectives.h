@@ -64,7 +64,6 @@ class Collectives final : public ForwardingEngine {
               std::unique_ptr<CollectiveEngine> rings);
 
   std::string_view name() const override { return "shm"; }
-  bool reduces_16bit_floats() const override { return false; }
   void all_reduce(Buffer buf, ReduceOp op, const OpContext& context) override;
   void broadcast(Buffer buf, int root, const OpContext& context) override;
   void reduce(Buffer buf, int root, ReduceOp op, const OpContext& context) override;
