@@ -2,7 +2,9 @@
 """Prints compare.sh's results as two tables per (op, ranks): the median time and busbw of each
 implementation at each size, with weft shm's and weft mpi's ratios to Open MPI and weft tcp's to
 Gloo's C++ library and to torch's gloo (time: <1 is faster); then each one's best and 99th
-percentile time, so that a tail shows."""
+percentile time, so that a tail shows. Above them, the machine's limits measured before and
+after the sweep (machine_limits.cc), and below them each large message's busbw over one thread's
+copy bandwidth."""
 import collections
 import os
 import sys
@@ -20,7 +22,41 @@ def read(path, op=None):
     return rows
 
 
+def limits(out):
+    """{'before'|'after': {name: value}} from machine_limits' "limit name [MiB] value" lines."""
+    found = {}
+    for when in ("before", "after"):
+        path = f"{out}/limits.{when}"
+        if not os.path.exists(path):
+            continue
+        for line in open(path):
+            parts = line.split()
+            if parts and parts[0] == "limit":
+                found.setdefault(when, {})[" ".join(parts[1:-1])] = float(parts[-1])
+    return found
+
+
+def print_limits(found):
+    for when, values in found.items():
+        text = ", ".join(f"{name} {value:g}" for name, value in values.items())
+        print(f"machine limits {when} the sweep: {text}")
+
+
+def print_bound(impls, found, n):
+    """shm's busbw at 16 and 64 MiB over the lower of the two copy bandwidths measured."""
+    for op in ("all_reduce", "broadcast"):
+        for mib in (16, 64):
+            copies = [v[f"copy_gbps {mib}"] for v in found.values() if f"copy_gbps {mib}" in v]
+            t = impls["shm"].get((op, mib << 20))
+            if copies and t:
+                copy = min(copies)
+                print(f"{op} {mib} MiB, {n} ranks: shm busbw {t[1]:.2f} GB/s = "
+                      f"{t[1] / copy:.2f} of one thread's copy ({copy:.2f} GB/s)")
+
+
 def main(out):
+    found = limits(out)
+    print_limits(found)
     for n in (2, 4):
         impls = collections.OrderedDict()
         ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
@@ -57,6 +93,8 @@ def main(out):
                     t = rows.get((op, size))
                     line += f"{t[2]:>11.2f} /{t[3]:>7.1f}" if t else f"{'-':>20}"
                 print(line)
+        print()
+        print_bound(impls, found, n)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scoped_env.h"
 #include "weft/base/error.h"
 #include "weft/base/system.h"
 #include "weft/dist/process_group.h"
@@ -21,28 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Sets an environment variable for a scope, restoring what was there (make test sets
-// WEFT_COLLECTIVE_TABLE=off).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using weft::test::ScopedEnv;  // make test sets WEFT_COLLECTIVE_TABLE=off
 
 CollectiveTuning changed() {
   CollectiveTuning t;

@@ -1,5 +1,6 @@
 #include "weft/launch/worker_env.h"
 
+#include <cstdlib>
 #include <string_view>
 
 namespace weft::launch {
@@ -26,6 +27,12 @@ EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, in
       {"WEFT_PROGRESS_RELAY", "1"},
   };
   if (!o.backend.empty()) vars.emplace_back("WEFT_BACKEND", o.backend);
+  // OpenBLAS (weft's float64 products) starts a worker per core at load, and each spins,
+  // yielding, for its first ~0.1 s: a rank's own waits then yield to it, 15-20 us a small
+  // collective instead of 0.5 (docs/PERFORMANCE.md, "Small messages"). weft runs OpenBLAS on
+  // one thread anyway; as torchrun does with OMP_NUM_THREADS, the user's setting wins.
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
+    vars.emplace_back("OPENBLAS_NUM_THREADS", "1");
   return vars;
 }
 

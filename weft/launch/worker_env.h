@@ -23,8 +23,9 @@ struct JobPorts {
 // The variables weftrun sets for the worker with `local_rank` on this node: RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK,
 // MASTER_ADDR, MASTER_PORT (ports.master), WEFT_STORE_PORT (ports.store), WEFT_JOB_TOKEN,
-// WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always "1": the launcher hosts the store) and
-// WEFT_BACKEND when --backend was given.
+// WEFT_RESTART_COUNT, WEFT_STORE_HOSTED (always "1": the launcher hosts the store),
+// WEFT_BACKEND when --backend was given, and OPENBLAS_NUM_THREADS=1 unless this process has
+// it set.
 EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, int restart_count);
 
 // `base` ("NAME=value" strings, as in environ; null-terminated, may be null) with every

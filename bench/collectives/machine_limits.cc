@@ -1,0 +1,90 @@
+// The two limits collectives on one host meet, measured in the same run as them
+// (compare.sh prints them above its tables):
+//  - one thread's copy bandwidth (memcpy of 16 and 64 MiB, bytes copied per second, the best
+//    of 20): moving a message from one process to another is at least one such copy, so a
+//    large all-reduce's or broadcast's bus bandwidth is bounded by it;
+//  - the round trip of a cache line between two threads on the first two CPUs this process
+//    may use (median of 5 runs of 200,000 exchanges): the least a 2-rank collective that
+//    waits for its peer can take. Hypervisors move vCPUs between cores that share a cache and
+//    cores that do not, so it changes between runs, and small collectives with it.
+// Built by compare.sh with g++; not part of weft's build.
+//
+//   machine_limits            prints "limit copy_gbps <MiB> <GB/s>" and "limit round_trip_ns <ns>"
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double copy_gbps(std::size_t bytes) {
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  double best = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto start = Clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    const std::chrono::duration<double> took = Clock::now() - start;
+    best = std::max(best, static_cast<double>(bytes) / took.count() / 1e9);
+    from[i] = to[bytes - 1 - i];  // keeps the copies from being optimised away
+  }
+  return best;
+}
+
+bool pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+}
+
+double round_trip_ns(int cpu_a, int cpu_b) {
+  constexpr int kExchanges = 200000;
+  alignas(64) std::atomic<int> ping{0};
+  alignas(64) std::atomic<int> pong{0};
+  std::thread peer([&] {
+    pin(cpu_b);
+    for (int i = 1; i <= kExchanges; ++i) {
+      while (ping.load(std::memory_order_acquire) != i) {
+      }
+      pong.store(i, std::memory_order_release);
+    }
+  });
+  pin(cpu_a);
+  const auto start = Clock::now();
+  for (int i = 1; i <= kExchanges; ++i) {
+    ping.store(i, std::memory_order_release);
+    while (pong.load(std::memory_order_acquire) != i) {
+    }
+  }
+  const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+  peer.join();
+  return took.count() / kExchanges;
+}
+
+}  // namespace
+
+int main() {
+  for (std::size_t mib : {16, 64}) {
+    std::printf("limit copy_gbps %zu %.2f\n", mib, copy_gbps(mib << 20));
+  }
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  if (cpus.size() < 2) return 0;
+  std::vector<double> trips;
+  for (int i = 0; i < 5; ++i) trips.push_back(round_trip_ns(cpus[0], cpus[1]));
+  std::sort(trips.begin(), trips.end());
+  std::printf("limit round_trip_ns %.0f\n", trips[2]);
+  return 0;
+}
