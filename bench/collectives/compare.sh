@@ -11,7 +11,8 @@
 #
 # machine_limits.cc measures, in the same run, what bounds them: one thread's copy bandwidth
 # and the round trip of a cache line between two CPUs (printed above the tables, and each
-# large message's busbw against the copy bandwidth).
+# large message's busbw against the copy bandwidth), and last the collective table's effect:
+# the default algorithm thresholds against ones fitted on this machine in the same run.
 #
 # Peers come from Debian: openmpi-bin + libopenmpi-dev (mpicxx, mpirun), python3-torch (gloo),
 # libgloo-dev (Gloo's C++ library). A missing peer is reported and left out of the table.
@@ -86,3 +87,11 @@ for n in 2 4; do
 done
 "$out/machine_limits" > "$out/limits.after"
 python3 bench/collectives/compare_table.py "$out"
+# The defaults against a collective table fitted on this machine now (weft-bench --tune, written
+# to the scratch folder: the user's own table is left alone).
+for n in 2 4; do
+  echo
+  echo "shm, $n ranks: the default thresholds against this machine's table (weft-bench --tune)"
+  "$build/tools/weftrun" --nproc-per-node "$n" "$build/tools/weft-bench" --tune \
+    --out "$out/shm.$n.table" | sed -e 's/^\[[0-9]*\] //' | grep -v '^# wrote'
+done
