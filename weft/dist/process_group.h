@@ -28,36 +28,23 @@
 // order the calls enter the group.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "weft/base/deadline.h"
-#include "weft/base/function_ref.h"
 #include "weft/dist/backend.h"
 #include "weft/dist/buffer.h"
 #include "weft/dist/errors.h"
-#include "weft/dist/internal/call_check.h"
 #include "weft/dist/op.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/work.h"
-#include "weft/exec/promise.h"
-#include "weft/recorder/flight_recorder.h"
 
 namespace weft::dist {
-
-namespace internal {
-class OpQueue;
-}
 
 inline constexpr Seconds kDefaultTimeout{300};
 
@@ -82,20 +69,20 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return static_cast<int>(members_.size()); }
-  std::string_view backend_name() const { return backend_->name(); }
+  int rank() const;
+  int size() const;
+  std::string_view backend_name() const;
   // The engine this group's collectives run on: "generic" (weft/dist/algorithms over the
   // transport), "shm" (the shared-memory step engine: the world group, and the first few
   // subgroups each rank joins; see docs/COLLECTIVES.md), ... Results are the same on each.
-  std::string_view engine_name() const { return engine_->name(); }
+  std::string_view engine_name() const;
   // The thresholds at which the engine changes algorithm: the collective table the world
   // group's ranks agreed on when it was made, or the defaults (weft/dist/engine/tuning.h).
   // tune() sets them for this group (weft-bench --tune times each algorithm so): call it on
   // every rank alike, with no operation in flight.
-  const CollectiveTuning& tuning() const { return tuning_; }
+  const CollectiveTuning& tuning() const;
   void tune(const CollectiveTuning& tuning);
-  const std::string& name() const { return options_.name; }
+  const std::string& name() const;
   Seconds timeout() const;
   void set_timeout(Seconds timeout);
 
@@ -230,7 +217,7 @@ class ProcessGroup {
   // the mpi backend, once its MPI call returns), later calls throw GroupBroken, and the other
   // ranks fail with PeerError(reason) naming this rank. For interrupting a blocked call
   // (Ctrl-C in the Python bindings).
-  void abort(const std::string& reason) { fail(reason); }
+  void abort(const std::string& reason);
 
   // A subgroup of this group's `ranks` (in this group's numbering, in the order given).
   // Collective over this group: every rank calls it, in the same order as other group
@@ -242,91 +229,16 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
 
  private:
-  // Waits for a blocking call's Work; the shared completed one needs no wait.
-  void wait_blocking(const std::shared_ptr<Work>& work) const {
-    if (work != completed_) work->wait();
-  }
-
-  struct OpCall;
-  // A queue of operations that complete in issue order, and the bookkeeping that lets a
-  // blocking call on an idle lane run on its caller's thread. Fields guarded by mu_.
-  struct Lane {
-    int outstanding = 0;          // operations issued and not yet completed
-    bool inline_running = false;  // an operation runs on its caller's thread
-    std::condition_variable inline_done;
-    std::unique_ptr<internal::OpQueue> queue;  // made with the lane (process_group.cc)
-  };
-  // The lane of sends to (or receives from) group rank `peer`; -1: recv_any's. The caller
-  // holds mu_. A lane (and its thread) lives as long as the group.
-  Lane& p2p_lane(int peer, bool send);
-  // world: made by the public constructor (the job's world group); else a subgroup.
+  // The group's state and the machinery that queues and runs its operations
+  // (weft/dist/internal/process_group_impl.h).
+  struct Impl;
+  // A subgroup (Impl::make_subgroup); world: the job's world group.
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members, GroupOptions options,
                std::uint32_t id, bool world);
-  std::vector<std::int64_t> agree(std::int64_t mine);
-  std::vector<std::int64_t> agree(std::int64_t mine, std::uint64_t seq);
-  // The world group's ranks read their collective tables and keep one only if all read the same.
-  void agree_on_tuning();
-  Transport& transport() const { return *backend_->transport(); }
+  // Waits for a blocking call's Work (the shared completed one needs no wait).
+  void wait_blocking(const std::shared_ptr<Work>& work) const;
 
-  struct OpRun {
-    Op op;
-    std::uint64_t seq;
-    Seconds timeout;
-    std::optional<internal::CallSignature> signature;  // set for collectives
-    std::uint64_t record;                              // the flight recorder's id for it
-  };
-  std::uint64_t record_issue(Op op, std::uint64_t seq,
-                             const std::optional<internal::CallSignature>& signature, int peer);
-  std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
-  void complete(Promise<void>& state, std::exception_ptr error);
-  void finish_inline(Lane& lane);
-  // Queues `body` (a copyable callable taking const OpCall&), or runs it right here for a
-  // blocking call on an idle group; collectives carry the signature debug mode compares
-  // across ranks. Defined in process_group.cc, where every operation calls it.
-  static constexpr int kNoPeer = -2;  // issue()'s p2p_peer for a collective
-  template <class Body>
-  std::shared_ptr<Work> issue(Op op, OpOptions options,
-                              std::optional<internal::CallSignature> signature, Body body,
-                              int p2p_peer = kNoPeer, bool p2p_send = false);
-  void check_root(Op op, int root) const;
-  void check_reduce(Op op, const Buffer& buf, ReduceOp op_kind) const;
-  void check_same_dtype(Op op, const Buffer& a, const Buffer& b) const;
-  void check_tag(Op op, int tag) const;
-  void check_fits(Op op, std::initializer_list<Buffer> buffers) const;
-  // Marks the group broken and aborts the transport, so that peers fail at once too.
-  void fail(const std::string& reason);
-  std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& group_ranks, std::string name,
-                                              std::uint32_t index);
-  std::string describe() const;
-  std::string group_rank_of(int global) const;  // rank_name of the member `global`
-  std::string rank_name(int group_rank) const;
-  std::string waited_for(int global_peer) const;
-  std::string missing_ranks(Tag op_tag, int global_peer) const;
-
-  std::shared_ptr<Backend> backend_;
-  std::vector<int> members_;
-  int rank_;
-  GroupOptions options_;
-
-  std::uint32_t id_;                    // distinguishes this group's messages from other groups'
-  recorder::FlightRecorder& recorder_;  // this process's (weft/recorder/flight_recorder.h)
-  std::uint32_t recorder_group_;        // the group's index in its table
-
-  mutable std::mutex mu_;        // guards the fields below, and makes issue order queue order
-  std::uint64_t next_seq_ = 0;   // collective sequence number
-  std::uint32_t subgroups_ = 0;  // group creations so far
-  std::string broken_;           // why the group is unusable; empty while it is fine
-  Lane collectives_;             // every collective, in issue order
-  // Point-to-point operations, one lane per peer and direction (and one for recv_any), made
-  // when first used: a receive waiting for its message holds up neither the collectives nor
-  // the other peers' traffic, so a ring that posts every irecv before its isend runs.
-  std::map<int, std::unique_ptr<Lane>> p2p_lanes_;
-  // What a blocking collective that succeeded on its caller's thread returns: completed,
-  // never written to, so one serves every such call (no allocation per operation).
-  std::shared_ptr<Work> completed_;
-  // Runs every collective of this group; made by the backend.
-  std::unique_ptr<CollectiveEngine> engine_;
-  CollectiveTuning tuning_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace weft::dist
