@@ -45,19 +45,21 @@ bool pin(int cpu) {
   return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
 }
 
+// -1 when a thread could not be placed on its CPU (a container may forbid it).
 double round_trip_ns(int cpu_a, int cpu_b) {
   constexpr int kExchanges = 200000;
   alignas(64) std::atomic<int> ping{0};
   alignas(64) std::atomic<int> pong{0};
+  std::atomic<bool> placed{true};
   std::thread peer([&] {
-    pin(cpu_b);
+    if (!pin(cpu_b)) placed = false;
     for (int i = 1; i <= kExchanges; ++i) {
       while (ping.load(std::memory_order_acquire) != i) {
       }
       pong.store(i, std::memory_order_release);
     }
   });
-  pin(cpu_a);
+  if (!pin(cpu_a)) placed = false;
   const auto start = Clock::now();
   for (int i = 1; i <= kExchanges; ++i) {
     ping.store(i, std::memory_order_release);
@@ -66,7 +68,7 @@ double round_trip_ns(int cpu_a, int cpu_b) {
   }
   const std::chrono::duration<double, std::nano> took = Clock::now() - start;
   peer.join();
-  return took.count() / kExchanges;
+  return placed ? took.count() / kExchanges : -1;
 }
 
 }  // namespace
@@ -84,6 +86,11 @@ int main() {
   if (cpus.size() < 2) return 0;
   std::vector<double> trips;
   for (int i = 0; i < 5; ++i) trips.push_back(round_trip_ns(cpus[0], cpus[1]));
+  if (std::any_of(trips.begin(), trips.end(), [](double t) { return t < 0; })) {
+    std::fprintf(stderr, "machine_limits: could not pin threads to CPUs %d and %d: no round trip\n",
+                 cpus[0], cpus[1]);
+    return 0;
+  }
   std::sort(trips.begin(), trips.end());
   std::printf("limit round_trip_ns %.0f\n", trips[2]);
   return 0;

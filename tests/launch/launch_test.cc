@@ -9,7 +9,6 @@
 #include <regex>
 #include <string>
 
-#include "tests/support/scoped_env.h"
 #include "weft/launch/internal/exit_status.h"
 #include "weft/launch/internal/line_prefixer.h"
 
@@ -20,7 +19,6 @@ using internal::ExitStatus;
 using internal::LinePrefixer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 TEST(LinePrefixerTest, PrefixesCompleteLinesAndKeepsTheRest) {
   LinePrefixer p("[3] ");
@@ -80,20 +78,12 @@ TEST(WorkerEnvTest, RanksFollowTheNodeRank) {
 // OpenBLAS's idle workers would compete with the ranks for their first ~0.1 s: weftrun runs
 // it on one thread unless the user chose otherwise.
 TEST(WorkerEnvTest, OpenBlasOnOneThreadUnlessTheUserSetIt) {
-  const JobPlan plan = plan_job(two_nodes(), nullptr, "/bin:/usr/bin");
-  const auto openblas = [&] {
-    std::vector<std::string> found;
-    for (const auto& [k, v] : worker_variables(plan, {.store = 1, .master = 2}, 0, 0)) {
-      if (k == "OPENBLAS_NUM_THREADS") found.push_back(v);
-    }
-    return found;
-  };
-  {
-    const test::ScopedEnv unset("OPENBLAS_NUM_THREADS", nullptr);
-    EXPECT_THAT(openblas(), ElementsAre("1"));
-  }
-  const test::ScopedEnv users("OPENBLAS_NUM_THREADS", "2");
-  EXPECT_THAT(openblas(), IsEmpty());  // the inherited "2" reaches the workers
+  const char* plain[] = {"PATH=/bin", nullptr};
+  EXPECT_THAT(merge_environment(plain, {{"RANK", "1"}}, worker_defaults()),
+              ElementsAre("PATH=/bin", "RANK=1", "OPENBLAS_NUM_THREADS=1"));
+  const char* users[] = {"OPENBLAS_NUM_THREADS=2", nullptr};
+  EXPECT_THAT(merge_environment(users, {}, worker_defaults()),
+              ElementsAre("OPENBLAS_NUM_THREADS=2"));
 }
 
 TEST(WorkerEnvTest, MergeReplacesInheritedVariables) {

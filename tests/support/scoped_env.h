@@ -5,33 +5,35 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace weft::test {
 
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
+  ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
     if (value != nullptr) {
-      setenv(name, value, 1);
+      setenv(name_.c_str(), value, 1);
     } else {
-      unsetenv(name);
+      unsetenv(name_.c_str());
     }
   }
   ~ScopedEnv() {
     if (old_) {
-      setenv(name_, old_->c_str(), 1);
+      setenv(name_.c_str(), old_->c_str(), 1);
     } else {
-      unsetenv(name_);
+      unsetenv(name_.c_str());
     }
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  const char* name_;
+  std::string name_;
   std::optional<std::string> old_;
 };
 

@@ -6,10 +6,6 @@
 
 namespace weft::dist {
 
-namespace internal {
-thread_local const ProcessGroup* t_caller_waits_on = nullptr;
-}  // namespace internal
-
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
                            GroupOptions options)
     : ProcessGroup(std::move(backend), std::move(members), std::move(options), 0,
@@ -21,13 +17,6 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> me
                                    std::move(options), id, world)) {}
 
 ProcessGroup::~ProcessGroup() = default;
-
-ProcessGroup::CallerWaits::CallerWaits(const ProcessGroup* group)
-    : previous_(internal::t_caller_waits_on) {
-  internal::t_caller_waits_on = group;
-}
-
-ProcessGroup::CallerWaits::~CallerWaits() { internal::t_caller_waits_on = previous_; }
 
 void ProcessGroup::wait_blocking(const std::shared_ptr<Work>& work) const {
   if (work != impl_->completed_) work->wait();

@@ -64,7 +64,8 @@ class ProcessGroup {
   // Collective over the members: the backend builds the group's engine.
   ProcessGroup(std::shared_ptr<Backend> backend, std::vector<int> members,
                GroupOptions options = {});
-  // Waits for queued operations to finish (each is bounded by its deadline).
+  // Operations queued and not started complete with GroupBroken without running; the running
+  // ones are waited for (each bounded by its deadline).
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;

@@ -48,7 +48,8 @@ internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_
     const int ring = rings.fd(local);
     if (ring >= 0) vars.emplace_back("WEFT_FLIGHT_RECORDER_FD", std::to_string(ring));
     const int cpu = plan.cpus.empty() ? -1 : plan.cpus[static_cast<std::size_t>(local)];
-    spec.workers.push_back({plan.program_path, argv, merge_environment(environ, vars), cpu, ring});
+    spec.workers.push_back(
+        {plan.program_path, argv, merge_environment(environ, vars, worker_defaults()), cpu, ring});
     spec.ranks.push_back(o.node_rank * o.nproc_per_node + local);
   }
   return spec;

@@ -1,6 +1,6 @@
 #include "weft/launch/worker_env.h"
 
-#include <cstdlib>
+#include <algorithm>
 #include <string_view>
 
 namespace weft::launch {
@@ -27,25 +27,34 @@ EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, in
       {"WEFT_PROGRESS_RELAY", "1"},
   };
   if (!o.backend.empty()) vars.emplace_back("WEFT_BACKEND", o.backend);
-  // OpenBLAS (weft's float64 products) starts a worker per core at load, and each spins,
-  // yielding, for its first ~0.1 s: a rank's own waits then yield to it, 15-20 us a small
-  // collective instead of 0.5 (docs/PERFORMANCE.md, "Small messages"). weft runs OpenBLAS on
-  // one thread anyway; as torchrun does with OMP_NUM_THREADS, the user's setting wins.
-  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
-    vars.emplace_back("OPENBLAS_NUM_THREADS", "1");
   return vars;
 }
 
-std::vector<std::string> merge_environment(const char* const* base, const EnvVars& vars) {
+// OpenBLAS (weft's float64 products) starts a worker per core at load, and each spins,
+// yielding, for its first ~0.1 s: a rank's own waits then yield to it, 12-18 us a small
+// collective instead of 0.6 (docs/PERFORMANCE.md, "Small messages"). weft runs OpenBLAS on
+// one thread anyway; as torchrun does with OMP_NUM_THREADS, the user's setting wins.
+EnvVars worker_defaults() { return {{"OPENBLAS_NUM_THREADS", "1"}}; }
+
+std::vector<std::string> merge_environment(const char* const* base, const EnvVars& vars,
+                                           const EnvVars& defaults) {
   std::vector<std::string> env;
+  const auto named = [](const EnvVars& list, std::string_view name) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& kv) { return kv.first == name; });
+  };
+  std::vector<std::string_view> inherited;
   for (const char* const* p = base; p != nullptr && *p != nullptr; ++p) {
     const std::string_view entry(*p);
     const std::string_view name = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& [key, value] : vars) replaced = replaced || name == key;
-    if (!replaced) env.emplace_back(entry);
+    inherited.push_back(name);
+    if (!named(vars, name)) env.emplace_back(entry);
   }
   for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  for (const auto& [key, value] : defaults) {
+    if (named(vars, key) || std::find(inherited.begin(), inherited.end(), key) != inherited.end())
+      continue;
+    env.push_back(key + "=" + value);
+  }
   return env;
 }
 

@@ -37,6 +37,10 @@ Tag p2p_tag(std::uint32_t group, int tag) {
   return (Tag{group} << 32) | kP2PFlag | static_cast<Tag>(tag);
 }
 
+// The group whose operation this thread will wait for at once, if any (CallerWaits, issue()).
+// Here, beside issue(), so that reading it is a plain thread-local access.
+thread_local const ProcessGroup* t_caller_waits_on = nullptr;
+
 std::uint32_t mix(std::uint64_t x) {  // splitmix64's finalizer, folded to 32 bits
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -185,6 +189,12 @@ std::vector<std::int64_t> ProcessGroup::Impl::agree(std::int64_t mine, std::uint
   return all;
 }
 
+ProcessGroup::CallerWaits::CallerWaits(const ProcessGroup* group) : previous_(t_caller_waits_on) {
+  t_caller_waits_on = group;
+}
+
+ProcessGroup::CallerWaits::~CallerWaits() { t_caller_waits_on = previous_; }
+
 ProcessGroup::Impl::~Impl() {
   bool unfinished;
   {
@@ -236,7 +246,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
   // An operation its caller waits for at once (CallerWaits: the blocking calls, and bindings
   // that wait) runs right here on an idle lane: handing it to the queue thread and back
   // would cost two wake-ups. Operations issued meanwhile wait for it (see below).
-  const bool run_here = internal::t_caller_waits_on == &owner_ && lane.outstanding == 0;
+  const bool run_here = t_caller_waits_on == &owner_ && lane.outstanding == 0;
   std::optional<Promise<void>> state;
   std::shared_ptr<Work> work;
   if (!run_here) {  // before the counts below, which a failed allocation must not change

@@ -26,15 +26,15 @@ namespace weft::dist {
 
 namespace internal {
 class OpQueue;
-// The group whose operation this thread will wait for at once, if any (CallerWaits, issue()).
-extern thread_local const ProcessGroup* t_caller_waits_on;
 }  // namespace internal
 
 struct ProcessGroup::Impl {
   // world: the job's world group (made by the public constructor); else a subgroup.
   Impl(ProcessGroup& owner, std::shared_ptr<Backend> backend, std::vector<int> members,
        GroupOptions options, std::uint32_t id, bool world);
-  // Waits for queued operations to finish (each is bounded by its deadline).
+  // Marks the group broken (operations queued and not started complete with GroupBroken
+  // without running), waits for the running ones (each bounded by its deadline), and aborts
+  // the transport if any were unfinished, so that peers do not wait for them.
   ~Impl();
 
   int size() const { return static_cast<int>(members_.size()); }
