@@ -14,11 +14,12 @@ def read(path, op=None):
     rows = {}
     if not os.path.exists(path):
         return rows
-    for line in open(path):
-        parts = line.split()  # op size time_us busbw best_us p99_us
-        if len(parts) != 6 or (op and parts[0] != op):
-            continue
-        rows[(parts[0], int(parts[1]))] = tuple(float(p) for p in parts[2:])
+    with open(path) as lines:
+        for line in lines:
+            parts = line.split()  # op size time_us busbw best_us p99_us
+            if len(parts) != 6 or (op and parts[0] != op):
+                continue
+            rows[(parts[0], int(parts[1]))] = tuple(float(p) for p in parts[2:])
     return rows
 
 
@@ -29,10 +30,11 @@ def limits(out):
         path = f"{out}/limits.{when}"
         if not os.path.exists(path):
             continue
-        for line in open(path):
-            parts = line.split()
-            if parts and parts[0] == "limit":
-                found.setdefault(when, {})[" ".join(parts[1:-1])] = float(parts[-1])
+        with open(path) as lines:
+            for line in lines:
+                parts = line.split()
+                if parts and parts[0] == "limit":
+                    found.setdefault(when, {})[" ".join(parts[1:-1])] = float(parts[-1])
     return found
 
 
