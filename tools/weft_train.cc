@@ -87,16 +87,25 @@ int main(int argc, char** argv) {
     }
     // Started by weftrun, mpirun or srun with several ranks: the job's world group (shm on
     // one host unless WEFT_BACKEND names another).
+    // A replacement (weftrun --recover in-place) joins the round the others form next.
     std::shared_ptr<weft::dist::ProcessGroup> world;
+    weft::train::Membership membership = weft::train::membership_from_environment();
     const auto launched = weft::dist::launch_environment();
-    if (launched && launched->world_size > 1)
-      world = weft::dist::init_process_group(
-          {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
+    if (launched && launched->world_size > 1) {
+      const weft::dist::JoinedWorld joined =
+          membership.replacement
+              ? weft::train::rejoin_world(config, weft::dist::InitOptions::kFirstFreeRound)
+              : weft::dist::join_process_group(
+                    {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
+      world = joined.world;
+      membership.round = joined.round;
+    }
     std::ostringstream quiet;  // rank 0 says which layout the plan chose
     config = weft::train::with_planned_layout(std::move(config), world.get(),
                                               launched ? launched->local_world_size : 1,
                                               world && world->rank() != 0 ? quiet : std::cout);
-    weft::train::Trainer trainer(std::move(config), std::cout, progress_mode(launched), world);
+    weft::train::Trainer trainer(std::move(config), std::cout, progress_mode(launched), world,
+                                 membership);
     trainer.run();
   } catch (const weft::train::ConfigError& e) {
     std::fprintf(stderr, "weft-train: %s\n", e.what());

@@ -29,7 +29,9 @@ constexpr const char* kFooter =
     "worker prints is written to weftrun's stdout or stderr prefixed with \"[RANK] \".\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers (SIGKILL after\n"
     "--stop-grace; a second signal kills them at once). When a worker fails, the others\n"
-    "are stopped, and all are restarted while --max-restarts allow.\n"
+    "are stopped, and all are restarted while --max-restarts allow; with --recover in-place\n"
+    "a worker killed by a signal is started again alone (WEFT_REPLACEMENT=1, every worker\n"
+    "has WEFT_RECOVER=in-place) and weft-train's ranks go on from the current step.\n"
     "Exit status: 0 when every worker exited 0; else the failed worker's exit code (128+N\n"
     "for signal N), 128+N when weftrun got signal N, 127 when PROGRAM cannot be found,\n"
     "2 for a bad command line, 1 when the job cannot be started. See docs/LAUNCHER.md.";
@@ -71,6 +73,11 @@ void add_options(CLI::App& app, LaunchOptions& o, Flags& f) {
   app.add_option("--max-restarts", o.max_restarts,
                  "Times to restart all of this node's workers after one fails\n"
                  "(default 0); WEFT_RESTART_COUNT numbers the attempts");
+  app.add_option("--recover", o.recover,
+                 "restart (default): a failed worker stops the others and all\n"
+                 "restart; in-place: a worker killed by a signal is started\n"
+                 "again alone and rejoins the others (weft-train: from the current\n"
+                 "step, docs/RECOVERY.md); each counts against --max-restarts");
   app.add_option("--backend", o.backend,
                  "weft::dist backend for the workers, passed as WEFT_BACKEND\n"
                  "(e.g. tcp); default: WEFT_BACKEND as inherited, if set");

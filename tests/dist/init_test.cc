@@ -147,6 +147,34 @@ TEST(InitTest, GivenStore) {
   }
 }
 
+// In-place recovery's rendezvous: the ranks that stay name the next round, a replacement
+// finds it (the first its rank has not joined), and the new world works; a rank joins a round
+// once.
+TEST(InitTest, LaterRoundsFormTheWorldAgain) {
+  const int port = net::Listener::bind("127.0.0.1", 0).port();
+  const auto exits = weft::test::run_forked_ranks(2, [&](int rank) {
+    ::unsetenv("WEFT_BACKEND");
+    auto store = std::make_shared<store::TCPStore>(
+        store::TCPStoreOptions{.port = port, .is_server = rank == 0});
+    const InitOptions first{.rank = rank, .world_size = 2, .timeout = Seconds(60), .store = store};
+    const JoinedWorld old = join_process_group(first);
+    InitOptions next = first;
+    next.round = rank == 0 ? 1 : InitOptions::kFirstFreeRound;  // rank 1 as its replacement
+    const JoinedWorld again = join_process_group(next);
+    std::vector<int> v{rank + 1};
+    again.world->all_reduce(v);
+    next.round = 1;
+    try {
+      (void)join_process_group(next);
+      return 3;
+    } catch (const InvalidArgument& e) {
+      if (std::string(e.what()).find("has joined round 1 already") == std::string::npos) return 4;
+    }
+    return old.round == 0 && again.round == 1 && v[0] == 3 ? 0 : 1;
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.exited && e.code == 0) << e.code;
+}
+
 // With no backend named, ranks that find themselves on one host choose shm.
 TEST(InitTest, TcpInitMethodWithRankZeroHostingTheStoreDefaultsToShm) {
   // A free port of our own (the harness's store sits on MASTER_PORT): bound, then released.

@@ -9,6 +9,8 @@
 //   fail R CODE       rank R exits with CODE after 300 ms; the others print pid= and sleep
 //   signal R SIG      rank R kills itself with SIG; the others print pid= and sleep
 //   flaky             exits 3 in the first attempt (WEFT_RESTART_COUNT=0), then 0
+//   crash-once R      prints whether it replaces a dead worker and WEFT_RECOVER; rank R
+//                     kills itself with SIGKILL unless it does; the others exit 0 after 1 s
 //   sleep             prints "ready pid=P" and sleeps
 //   ignore-term       ignores SIGTERM, prints "ready pid=P" and sleeps
 //   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none), the
@@ -162,6 +164,20 @@ int main(int argc, char** argv) {
     const char* count = std::getenv("WEFT_RESTART_COUNT");
     std::printf("attempt %s\n", count != nullptr ? count : "?");
     return count != nullptr && std::string(count) == "0" ? 3 : 0;
+  }
+  if (mode == "crash-once") {  // rank arg(2) dies by SIGKILL unless it is a replacement
+    const char* replacement = std::getenv("WEFT_REPLACEMENT");
+    const bool replaced = replacement != nullptr && std::string(replacement) == "1";
+    const char* recover = std::getenv("WEFT_RECOVER");
+    std::printf("started replacement=%d recover=%s attempt=%s\n", replaced ? 1 : 0,
+                recover != nullptr ? recover : "-", std::getenv("WEFT_RESTART_COUNT"));
+    std::fflush(stdout);
+    if (rank() == arg(2) && !replaced) {
+      ::usleep(200 * 1000);
+      ::kill(::getpid(), SIGKILL);
+    }
+    ::usleep(replaced ? 0 : 1000 * 1000);  // the others outlive the death
+    return 0;
   }
   if (mode == "sleep") sleep_forever();
   if (mode == "ignore-term") {

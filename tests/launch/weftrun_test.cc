@@ -230,6 +230,35 @@ TEST(WeftrunTest, GivesUpWhenRestartsAreUsedUp) {
   EXPECT_THAT(live_processes_with(tag), ::testing::IsEmpty());
 }
 
+TEST(WeftrunTest, RecoverInPlaceStartsAKilledWorkerAgainAlone) {
+  const Finished r = weftrun({"--nproc-per-node", "3", "--recover", "in-place", "--max-restarts",
+                              "2", kWorker, "crash-once", "1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("rank 1 was killed by signal 9 (SIGKILL: Killed); starting it "
+                               "again in place (replacement 1 of 2), the others keep running"));
+  for (const char* line : {"[0] started replacement=0 recover=in-place attempt=0\n",
+                           "[1] started replacement=0 recover=in-place attempt=0\n",
+                           "[1] started replacement=1 recover=in-place attempt=0\n",
+                           "[2] started replacement=0 recover=in-place attempt=0\n"}) {
+    EXPECT_EQ(r.out.find(line), r.out.rfind(line)) << line << " more than once:\n" << r.out;
+    EXPECT_THAT(r.out, HasSubstr(line));
+  }
+}
+
+TEST(WeftrunTest, RecoverInPlaceCountsAgainstMaxRestarts) {
+  const Finished none =
+      weftrun({"--nproc-per-node", "2", "--recover", "in-place", kWorker, "crash-once", "1"});
+  EXPECT_EQ(none.code, 128 + SIGKILL) << none.err;
+  EXPECT_THAT(none.err, Not(HasSubstr("in place")));
+  // A worker that exits with a code says what is wrong: every worker restarts, as without.
+  const Finished flaky = weftrun(
+      {"--nproc-per-node", "2", "--recover", "in-place", "--max-restarts", "1", kWorker, "flaky"});
+  EXPECT_EQ(flaky.code, 0) << flaky.err;
+  EXPECT_THAT(flaky.err,
+              HasSubstr("exited with code 3; restarting all 2 workers (restart 1 of 1)"));
+  EXPECT_EQ(weftrun({"--nproc-per-node", "1", "--recover", "sometimes", kWorker, "env"}).code, 2);
+}
+
 // Starts weftrun with sleeping workers, waits until they all run, then sends it SIGTERM.
 Finished terminate_sleepers(const std::vector<std::string>& extra, const std::string& mode) {
   std::vector<std::string> argv{kWeftrun, "--nproc-per-node", "3"};
@@ -306,9 +335,9 @@ TEST(WeftrunTest, BindsEachWorkerToACpuOfItsOwn) {
 TEST(WeftrunTest, HelpExplainsEveryOption) {
   const Finished r = weftrun({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* option :
-       {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-        "--max-restarts", "--backend", "--token", "--stop-grace", "--bind-to", "PROGRAM", "ARGS"}) {
+  for (const char* option : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
+                             "--master-port", "--max-restarts", "--recover", "--backend", "--token",
+                             "--stop-grace", "--bind-to", "PROGRAM", "ARGS"}) {
     EXPECT_THAT(r.out, HasSubstr(option));
   }
 }

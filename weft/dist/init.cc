@@ -189,6 +189,29 @@ internal::RegisteredBackend find_backend(const std::string& backend) {
   return it->second;
 }
 
+// Each rank claims its place in a round once ("claim/round<R>/rank<r>" counts the claims):
+// the first claim is this rank's, a later one means a process of this rank joined the round
+// before (a replacement's predecessor). Round 0's claims are only counted: a process may make
+// its first world more than once (torch's backend makes a group per new_group).
+int claim_round(store::Store& attempt, int rank, int round) {
+  const auto claim = [&](int r) {
+    return attempt.add("claim/round" + std::to_string(r) + "/rank" + std::to_string(rank), 1) == 1;
+  };
+  if (round == 0) {
+    (void)claim(0);
+    return 0;
+  }
+  if (round > 0) {
+    if (claim(round)) return round;
+    throw InvalidArgument("dist::join_process_group: rank " + std::to_string(rank) +
+                          " has joined round " + std::to_string(round) + " already");
+  }
+  // Every round a process of this rank has joined is claimed; they are few (one a recovery).
+  for (int r = 0;; ++r) {
+    if (claim(r)) return r;
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_world_group(std::shared_ptr<Backend> backend,
@@ -214,6 +237,10 @@ std::vector<std::string> registered_backends() {
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
+  return join_process_group(std::move(options)).world;
+}
+
+JoinedWorld join_process_group(InitOptions options) {
   std::string backend =
       !options.backend.empty() ? options.backend : env("WEFT_BACKEND").value_or("");
   if (backend == "thread") {
@@ -231,7 +258,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
       checked_timeout(options.timeout.value_or(kDefaultTimeout), "init_process_group's timeout");
   if (!backend.empty()) {  // an unknown name fails before rendezvous
     const auto named = find_backend(backend);
-    if (!named.traits.uses_store) return named.factory(context);
+    if (!named.traits.uses_store) return {named.factory(context), 0};
   }
   if (context.rank < 0 || context.world_size < 0) {
     missing("RANK", "run under weftrun, mpirun or srun, or set RANK and WORLD_SIZE");
@@ -240,11 +267,22 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
     throw InvalidArgument("dist::init_process_group: rank " + std::to_string(context.rank) +
                           " is not in [0, world size " + std::to_string(context.world_size) + ")");
   }
+  if (options.round < InitOptions::kFirstFreeRound) {
+    throw InvalidArgument("dist::join_process_group: round " + std::to_string(options.round) +
+                          " is negative (kFirstFreeRound, -1, asks for the first free one)");
+  }
   const std::string method = options.init_method.empty() ? "env://" : options.init_method;
   if (!options.store && method != "env://" && method.rfind("tcp://", 0) != 0 &&
       method.rfind("file://", 0) != 0) {
     throw InvalidArgument("dist::init_process_group: unknown init_method '" + method +
                           "'; use env://, tcp://host:port or file:///path");
+  }
+  // Run by hand, rank 0 hosts the store, which dies with it: no later round could meet.
+  if (options.round != 0 && !options.store && method.rfind("file://", 0) != 0 &&
+      env("WEFT_STORE_HOSTED") != "1") {
+    throw InvalidArgument(
+        "dist::join_process_group: a round after the first needs a store that outlives every "
+        "rank: run under weftrun (which hosts it), or pass InitOptions::store");
   }
   context.token = env("WEFT_JOB_TOKEN").value_or("");
   context.host = this_host(options.store ? env("MASTER_ADDR") : master_host(method));
@@ -257,14 +295,18 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options) {
   // Keys of an earlier attempt (weftrun --max-restarts) must not leak into this one.
   auto base = options.store ? options.store
                             : make_store(method, context.rank, context.token, context.timeout);
-  context.store = std::make_shared<store::PrefixStore>(
+  auto attempt = std::make_shared<store::PrefixStore>(
       "attempt" + env("WEFT_RESTART_COUNT").value_or("0"), base);
+  const int round = claim_round(*attempt, context.rank, options.round);
+  context.store = round == 0 ? attempt
+                             : std::make_shared<store::PrefixStore>("round" + std::to_string(round),
+                                                                    std::move(attempt));
   if (backend.empty()) {
     backend = all_on_this_host(*context.store, context.rank, context.world_size, context.timeout)
                   ? kOneHostBackend
                   : kMultiHostBackend;
   }
-  return find_backend(backend).factory(context);
+  return {find_backend(backend).factory(context), round};
 }
 
 }  // namespace weft::dist

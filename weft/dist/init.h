@@ -31,6 +31,17 @@ struct InitOptions {
   // store=...)): every rank passes a store shared by the job (say a TCPStore), and its rank
   // and world size. Keys go under "attempt<N>/", as with the other methods.
   std::shared_ptr<store::Store> store;
+  // Which world of the attempt to join (in-place recovery, docs/RECOVERY.md): 0 the first;
+  // R > 0 the one the ranks form again after a rank died, for the R-th time, its keys under
+  // "attempt<N>/round<R>/"; kFirstFreeRound the first round this rank has not joined yet (a
+  // replacement worker's: the round the survivors of the failure form next).
+  int round = 0;
+  static constexpr int kFirstFreeRound = -1;
+};
+
+struct JoinedWorld {
+  std::shared_ptr<ProcessGroup> world;
+  int round = 0;  // the round joined (InitOptions::round, resolved)
 };
 
 // Rendezvous through the init method's store, then builds the world group on the chosen
@@ -42,6 +53,9 @@ struct InitOptions {
 // unknown backend throws dist::InvalidArgument with one line saying what to set. Blocks until every
 // rank has joined or the timeout passes (weft::TimeoutError).
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
+// init_process_group, also saying which round it joined. A rank joins each round once:
+// options.round > 0 that this rank has joined already throws dist::InvalidArgument.
+JoinedWorld join_process_group(InitOptions options = {});
 
 // The names init_process_group accepts: the built-in backends and those registered with
 // register_backend (weft/dist/backend.h, for writing one).

@@ -37,12 +37,15 @@ void ensure_standard_fds() {
   }
 }
 
+// `restarts_left`: of --max-restarts, what earlier attempts have not used (in place or not).
 internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_count,
-                               const internal::FlightRings& rings) {
+                               int restarts_left, const internal::FlightRings& rings) {
   const LaunchOptions& o = plan.options;
   std::vector<std::string> argv{o.program};
   argv.insert(argv.end(), o.args.begin(), o.args.end());
-  internal::GroupSpec spec{.stop_grace = o.stop_grace, .exit_timeout = o.exit_timeout};
+  internal::GroupSpec spec{.stop_grace = o.stop_grace,
+                           .exit_timeout = o.exit_timeout,
+                           .replacements = o.recover == "in-place" ? restarts_left : 0};
   for (int local = 0; local < o.nproc_per_node; ++local) {
     EnvVars vars = worker_variables(plan, ports, local, restart_count);
     const int ring = rings.fd(local);
@@ -100,11 +103,14 @@ JobPorts job_ports(const JobPlan& plan, int store_port) {
 }
 
 // What to say, and which code to return, once an attempt failed with no restart left.
-int give_up(const LaunchOptions& o, const GroupOutcome& outcome, internal::OutputStream& err) {
+int give_up(const LaunchOptions& o, const GroupOutcome& outcome, int used,
+            internal::OutputStream& err) {
   const int code = outcome.status.shell_code();
   std::string line = "rank " + std::to_string(outcome.rank) + " " + outcome.describe() +
                      "; exiting with code " + std::to_string(code);
-  if (o.max_restarts > 0) line += " (all " + std::to_string(o.max_restarts) + " restarts used)";
+  if (used >= o.max_restarts && o.max_restarts > 0) {
+    line += " (all " + std::to_string(o.max_restarts) + " restarts used)";
+  }
   err.log(line);
   return code;
 }
@@ -122,11 +128,14 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   std::unique_ptr<RendezvousHost> store;
   const JobPorts ports = job_ports(plan, start_store(plan, start_rendezvous, store));
   const std::string n = std::to_string(options.nproc_per_node);
+  int used = 0;  // restarts, whole or in place
   for (int restart = 0;; ++restart) {
     const internal::FlightRings rings(options.nproc_per_node);  // each attempt its own
-    const internal::GroupSpec spec = group_spec(plan, ports, restart, rings);
+    const internal::GroupSpec spec =
+        group_spec(plan, ports, restart, options.max_restarts - used, rings);
     internal::WorkerGroup group(spec, signals, out, err, progress);
     const GroupOutcome outcome = group.run();
+    used += outcome.replaced;
     if (outcome.kind != GroupOutcome::Kind::kSucceeded) {
       for (const std::string& line : rings.diagnose(spec.ranks, outcome.endings, outcome.stopped))
         err.log(line);
@@ -140,10 +149,11 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
                 "; exiting with code " + std::to_string(128 + outcome.signal));
         return 128 + outcome.signal;
       case GroupOutcome::Kind::kFailed:
-        if (restart >= options.max_restarts) return give_up(options, outcome, err);
+        if (used >= options.max_restarts) return give_up(options, outcome, used, err);
+        ++used;
         err.log("rank " + std::to_string(outcome.rank) + " " + outcome.describe() +
-                "; restarting all " + n + " workers (restart " + std::to_string(restart + 1) +
-                " of " + std::to_string(options.max_restarts) + ")");
+                "; restarting all " + n + " workers (restart " + std::to_string(used) + " of " +
+                std::to_string(options.max_restarts) + ")");
         break;
     }
   }

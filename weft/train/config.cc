@@ -229,6 +229,11 @@ const std::vector<Field>& fields() {
                  "seconds any collective waits for the other ranks once the job has started; a "
                  "rank that waits longer fails naming the rank it waited for",
                  1.0, 86400.0),
+      WEFT_FIELD(comm, rejoin_timeout_seconds,
+                 "in-place recovery (weftrun --recover in-place): seconds the ranks wait for each "
+                 "other in one round of forming the job again; a round one of them died in is "
+                 "left for the next, three at most",
+                 1.0, 86400.0),
   };
   return all;
 }

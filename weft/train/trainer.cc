@@ -8,14 +8,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string_view>
 
 #include "weft/base/simd.h"
 #include "weft/base/system.h"
+#include "weft/dist/init.h"
 #include "weft/dist/launch_env.h"
 #include "weft/kernels/matmul.h"
 #include "weft/kernels/parallel.h"
@@ -76,11 +79,52 @@ std::int64_t rows_per_product(const TrainingConfig& training) {
 
 }  // namespace
 
+StateCopy state_copy(parallel::TrainingState& state, bool fill) {
+  const std::vector<parallel::StatePiece> layout = state.layout();
+  std::int64_t total = 0;
+  for (const parallel::StatePiece& p : layout) total += shape_numel(p.sizes);
+  StateCopy copy{.block = Tensor::zeros({total})};
+  std::int64_t at = 0;
+  for (const parallel::StatePiece& p : layout) {
+    const std::int64_t n = shape_numel(p.sizes);
+    copy.pieces.push_back(copy.block.narrow(0, at, n).view(p.sizes));
+    at += n;
+  }
+  if (fill) state.copy(copy.pieces);
+  return copy;
+}
+
+dist::JoinedWorld rejoin_world(const Config& config, int round) {
+  constexpr int kRounds = 3;
+  for (int tried = 1;; ++tried) {
+    try {
+      return dist::join_process_group(
+          {.timeout = Seconds(config.comm.rejoin_timeout_seconds), .round = round});
+    } catch (const Error& e) {  // a rank of the round died too, or never came
+      if (tried == kRounds ||
+          (!dynamic_cast<const TimeoutError*>(&e) && !dynamic_cast<const dist::PeerError*>(&e))) {
+        throw;
+      }
+      std::cerr << "weft-train: " << e.what() << "; trying the next round" << std::endl;
+      if (round != dist::InitOptions::kFirstFreeRound) ++round;
+    }
+  }
+}
+
+Membership membership_from_environment() {
+  const auto is = [](const char* name, std::string_view value) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string_view(v) == value;
+  };
+  return {.replacement = is("WEFT_REPLACEMENT", "1"), .in_place = is("WEFT_RECOVER", "in-place")};
+}
+
 Trainer::Trainer(Config config, std::ostream& out, Progress progress,
-                 std::shared_ptr<dist::ProcessGroup> world)
+                 std::shared_ptr<dist::ProcessGroup> world, Membership membership)
     : tokenizer_(run_tokenizer(config)),
       config_(with_vocabulary(std::move(config), *tokenizer_)),
       world_(std::move(world)),
+      membership_(membership),
       out_(world_ && world_->rank() != 0 ? null_out_ : out),
       progress_(progress),
       data_(config_.training.dataset_path, *tokenizer_, config_.training.validation_fraction,
@@ -100,26 +144,30 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
   kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
-  setup_parallelism();
+  setup_parallelism(membership_.replacement);
   model_.set_activation_checkpointing(config_.training.activation_checkpointing);
-  // Each rank initialises only what it holds: the whole model never exists on one rank.
-  parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
-  checkpointer_ = std::make_unique<Checkpointer>(config_, world_, parallel_->state(), mesh_.get(),
-                                                 [this](const std::string& line) {
-                                                   if (metrics_) {
-                                                     metrics_->log_line(line);
-                                                   } else {
-                                                     out_ << line << std::endl;
-                                                   }
-                                                 });
-  if (config_.checkpoint.resume) resume();
-  if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
-    load_initial_weights(config_.checkpoint.initial_load_path);
+  // Each rank initialises only what it holds: the whole model never exists on one rank. A
+  // replacement takes its state from the others instead.
+  if (!membership_.replacement) {
+    parallel_->init_weights(static_cast<std::uint64_t>(config_.training.seed));
   }
-  parallel_->state().check_replicas_identical();  // what every rank starts from, resumed or not
+  make_checkpointer();
   const bool measured = config_.metrics.peak_gflops <= 0;
   const DType products = nn::matmul_dtype();
-  peak_gflops_ = measured ? shared_peak_gflops(products) : config_.metrics.peak_gflops;
+  if (membership_.replacement) {
+    // The collectives recover_or_rethrow makes on the ranks that stayed, in the same order.
+    StateCopy copy = state_copy(parallel_->state(), false);
+    const int source = take_state_from_most_advanced(copy, 0, false);
+    out_ << "joined the job in place of a dead rank at step " << state_.step << " (round "
+         << membership_.round << "; the state of rank " << source << ")" << std::endl;
+  } else {
+    if (config_.checkpoint.resume) resume();
+    if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
+      load_initial_weights(config_.checkpoint.initial_load_path);
+    }
+    parallel_->state().check_replicas_identical();  // what every rank starts from
+    peak_gflops_ = measured ? shared_peak_gflops(products) : config_.metrics.peak_gflops;
+  }
   char line[256];
   std::snprintf(line, sizeof(line),
                 "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s a rank (%s "
@@ -206,7 +254,7 @@ Config with_tokenizer_vocabulary(Config config) {
 }
 
 // The mesh over the world, and the model parallelized on it as parallel_options says.
-void Trainer::setup_parallelism() {
+void Trainer::setup_parallelism(bool rejoining) {
   world_size_ = world_ ? world_->size() : 1;
   // Every group the mesh and the checkpointer make inherits the world's timeout.
   if (world_) world_->set_timeout(Seconds(config_.comm.train_timeout_seconds));
@@ -222,7 +270,9 @@ void Trainer::setup_parallelism() {
   } catch (const InvalidArgument& e) {
     throw ConfigError(std::string("parallelism: ") + e.what());
   }
-  refuse_what_cannot_fit();
+  // Rejoining, the ranks that stayed hold their state already: the host's memory then
+  // available says nothing of whether the job fits (it has run).
+  if (!rejoining) refuse_what_cannot_fit();
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
     parallel_ = parallel::parallelize(model_, mesh_.get(), options);
@@ -231,6 +281,17 @@ void Trainer::setup_parallelism() {
   }
   dp_rank_ = parallel_->data_rank();
   dp_size_ = parallel_->data_size();
+}
+
+void Trainer::make_checkpointer() {
+  checkpointer_ = std::make_unique<Checkpointer>(config_, world_, parallel_->state(), mesh_.get(),
+                                                 [this](const std::string& line) {
+                                                   if (metrics_) {
+                                                     metrics_->log_line(line);
+                                                   } else {
+                                                     out_ << line << std::endl;
+                                                   }
+                                                 });
 }
 
 // Each rank reads the pieces it holds under this run's layout, whatever layout wrote them.
@@ -243,6 +304,79 @@ void Trainer::resume() {
     out_ << "nothing to train: the run is at step " << state_.step << " and training.steps is "
          << config_.training.steps << " (raise --training.steps to go on)" << std::endl;
   }
+}
+
+bool Trainer::recovers_in_place() const {
+  const ParallelismConfig& p = config_.parallelism;
+  return membership_.in_place && world_ && p.data_parallel_shard_degree == 1 &&
+         p.tensor_parallel_degree == 1 && p.pipeline_parallel_degree == 1 &&
+         p.context_parallel_degree == 1 && p.auto_machine.empty();
+}
+
+// The survivors of a rank's death keep their state in memory, form the world again with the
+// rank weftrun starts in its place (join_process_group's next round), and go on from the
+// most advanced rank's step: a survivor may have completed the step in which the others
+// failed (its collectives done before the death), never more than that one.
+void Trainer::recover_or_rethrow(const Error& failure) {
+  if (!recovers_in_place()) {
+    if (membership_.in_place) {
+      std::cerr << "weft-train: in-place recovery covers replicated layouts only (DDP: no "
+                   "sharding, tensor, pipeline or context parallelism, no auto layout); "
+                   "weftrun restarts every worker instead while --max-restarts allow"
+                << std::endl;
+    }
+    throw;
+  }
+  const auto began = Clock::now();
+  std::cerr << "weft-train: rank " << world_->rank() << ": " << failure.what()
+            << "; rejoining the others in place (round " << membership_.round + 1 << ")"
+            << std::endl;
+  StateCopy copy = state_copy(parallel_->state(), true);
+  const std::int64_t optimizer_steps = parallel_->state().optimizer_steps();
+  // Everything that holds the broken world goes before it.
+  checkpointer_.reset();
+  parallel_.reset();
+  mesh_.reset();
+  world_.reset();
+  const dist::JoinedWorld joined = rejoin_world(config_, membership_.round + 1);
+  world_ = joined.world;
+  membership_.round = joined.round;
+  setup_parallelism(true);
+  make_checkpointer();
+  const int source = take_state_from_most_advanced(copy, optimizer_steps, true);
+  log_world();
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "recovered in place in %.2f s (round %d): on from step %lld, the state of rank %d",
+                std::chrono::duration<double>(Clock::now() - began).count(), membership_.round,
+                static_cast<long long>(state_.step), source);
+  metrics_->log_line(line);
+}
+
+int Trainer::take_state_from_most_advanced(StateCopy& copy, std::int64_t optimizer_steps,
+                                           bool holds_state) {
+  std::vector<std::int64_t> mine{holds_state ? state_.step : -1};
+  std::vector<std::int64_t> steps(static_cast<std::size_t>(world_->size()));
+  world_->all_gather(steps, mine);
+  const auto most = std::max_element(steps.begin(), steps.end());  // the first of equals
+  if (*most < 0) {
+    throw Error("in-place recovery: no rank holds the training state (all " +
+                std::to_string(steps.size()) + " were started in place of dead ones)");
+  }
+  const int source = static_cast<int>(most - steps.begin());
+  std::vector<std::int64_t> header{state_.step, state_.samples_drawn,
+                                   std::bit_cast<std::int64_t>(state_.lr), optimizer_steps,
+                                   std::bit_cast<std::int64_t>(peak_gflops_)};
+  world_->broadcast(header, source);
+  world_->broadcast(dist::Buffer(copy.block.data<float>(),
+                                 static_cast<std::size_t>(copy.block.numel()), DType::kFloat32),
+                    source);
+  state_ = {.step = header[0], .samples_drawn = header[1], .lr = std::bit_cast<double>(header[2])};
+  peak_gflops_ = std::bit_cast<double>(header[4]);
+  parallel_->state().load(copy.pieces, header[3]);
+  train_loader_.set_samples_drawn(state_.samples_drawn);
+  parallel_->state().check_replicas_identical();
+  return source;
 }
 
 void Trainer::save() {
@@ -493,6 +627,51 @@ void Trainer::skip_or_stop(double loss, double grad_norm) const {
                        "training.on_nonfinite = \"skip\"");
 }
 
+void Trainer::train_logged_step(std::int64_t last, double& seconds_per_step) {
+  // The flight recorder labels this step's collectives "step N" (weftrun names it when a
+  // rank stops the job).
+  const recorder::FlightRecorder::Site site("step " + std::to_string(state_.step + 1));
+  const auto start = Clock::now();
+  const double communication = parallel_->report().communication_seconds();
+  const double loss = train_step();
+  const double max_norm = config_.training.max_norm;
+  const double lr = config_.lr_scheduler.at(state_.step);
+  const double grad_norm = parallel_->clip_grad_norm(max_norm);
+  // The loss and the norm are the same on every rank (summed over the world), so every
+  // rank decides alike.
+  const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+  if (finite) {
+    parallel_->step(lr);
+  } else {
+    skip_or_stop(loss, grad_norm);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double blocked = parallel_->report().communication_seconds() - communication;
+  step_seconds_ += seconds;
+  step_communication_ += blocked;
+  window_seconds_ += seconds;
+  window_communication_ += blocked;
+  seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
+  ++state_.step;
+  state_.samples_drawn = train_loader_.samples_drawn();
+  state_.lr = lr;
+  losses_.push_back(loss);
+  if (every(state_.step, config_.metrics.log_freq, last)) {
+    log_step(loss, grad_norm, lr, seconds, blocked);
+    watch_stragglers();
+  }
+  if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
+    last_validation_ = validate();
+    metrics_->log_validation(state_.step, *last_validation_, data_.validation().bytes_per_token());
+    if (!best_validation_ || *last_validation_ < best_validation_->first) {
+      best_validation_ = {*last_validation_, state_.step};
+    }
+  }
+  checkpointer_->poll();  // a background save's outcome, once it is known everywhere
+  if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
+  metrics_->progress(state_.step, seconds_per_step, loss);
+}
+
 void Trainer::run() { run_until(config_.training.steps); }
 
 void Trainer::run_until(std::int64_t stop) {
@@ -504,49 +683,13 @@ void Trainer::run_until(std::int64_t stop) {
   const double steps_seconds = step_seconds_, steps_communication = step_communication_;
   window_first_step_ = state_.step + 1;  // a resumed run's first window
   while (state_.step < stop) {
-    // The flight recorder labels this step's collectives "step N" (weftrun names it when a
-    // rank stops the job).
-    const recorder::FlightRecorder::Site site("step " + std::to_string(state_.step + 1));
-    const auto start = Clock::now();
-    const double communication = parallel_->report().communication_seconds();
-    const double loss = train_step();
-    const double max_norm = config_.training.max_norm;
-    const double lr = config_.lr_scheduler.at(state_.step);
-    const double grad_norm = parallel_->clip_grad_norm(max_norm);
-    // The loss and the norm are the same on every rank (summed over the world), so every
-    // rank decides alike.
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (finite) {
-      parallel_->step(lr);
-    } else {
-      skip_or_stop(loss, grad_norm);
+    try {
+      train_logged_step(last, seconds_per_step);
+    } catch (const dist::PeerError& e) {
+      recover_or_rethrow(e);
+    } catch (const dist::GroupBroken& e) {
+      recover_or_rethrow(e);
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double blocked = parallel_->report().communication_seconds() - communication;
-    step_seconds_ += seconds;
-    step_communication_ += blocked;
-    window_seconds_ += seconds;
-    window_communication_ += blocked;
-    seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
-    ++state_.step;
-    state_.samples_drawn = train_loader_.samples_drawn();
-    state_.lr = lr;
-    losses_.push_back(loss);
-    if (every(state_.step, config_.metrics.log_freq, last)) {
-      log_step(loss, grad_norm, lr, seconds, blocked);
-      watch_stragglers();
-    }
-    if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
-      last_validation_ = validate();
-      metrics_->log_validation(state_.step, *last_validation_,
-                               data_.validation().bytes_per_token());
-      if (!best_validation_ || *last_validation_ < best_validation_->first) {
-        best_validation_ = {*last_validation_, state_.step};
-      }
-    }
-    checkpointer_->poll();  // a background save's outcome, once it is known everywhere
-    if (config_.checkpoint.enable && every(state_.step, config_.checkpoint.interval, last)) save();
-    metrics_->progress(state_.step, seconds_per_step, loss);
   }
   checkpointer_->finish();
   metrics_->finish();

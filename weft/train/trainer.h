@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "weft/data/tokenizer.h"
+#include "weft/dist/init.h"
 #include "weft/dist/process_group.h"
 #include "weft/estimate/memory_estimate.h"
 #include "weft/nn/llama.h"
@@ -40,12 +41,43 @@ estimate::Job estimate_job(const Config& config, const parallel::ParallelOptions
 // vocab_size 0 leaves room for. A vocab_size set is kept as it is, unchecked.
 Config with_tokenizer_vocabulary(Config config);
 
+// Where this process stands in its job, for in-place recovery (docs/RECOVERY.md).
+struct Membership {
+  int round = 0;             // the rendezvous round its world was formed in
+  bool replacement = false;  // started in place of a dead rank: it takes the training state
+                             // from the others instead of initialising or resuming it
+  bool in_place = false;     // when a rank dies, rejoin the others (where the layout allows)
+};
+
+// What weftrun --recover in-place says to this process (WEFT_RECOVER, WEFT_REPLACEMENT).
+Membership membership_from_environment();
+
+// The job's world formed again after a rank died, from `round` on (the next one, or
+// dist::InitOptions::kFirstFreeRound for a replacement): a round whose ranks have not all
+// arrived within comm.rejoin_timeout_seconds (one died meanwhile) is left for the next, three
+// at most; then the TimeoutError.
+dist::JoinedWorld rejoin_world(const Config& config, int round);
+
+// This rank's pieces of a training state (TrainingState::layout's order) as views of one
+// block, which one collective can carry: a block of 2 MiB or more is mapped in huge pages, so
+// that its first touch costs a few page faults instead of one every 4 KiB (15-30 us each on
+// the VMs measured). `fill`: with the state's values (TrainingState::copy), else zeros.
+struct StateCopy {
+  Tensor block;
+  std::vector<Tensor> pieces;
+};
+StateCopy state_copy(parallel::TrainingState& state, bool fill);
+
 class Trainer {
  public:
   // `out` gets the step lines (and the progress, as `progress` says), on rank 0 only.
-  // `world`: the job's process group for data parallelism, or null for one process.
+  // `world`: the job's process group for data parallelism, or null for one process, formed in
+  // membership.round. With membership.in_place and a replicated layout (DDP: no sharding,
+  // tensor, pipeline or context parallelism), a rank's death is survived: the others form the
+  // world again with its replacement (weftrun starts one) and go on from the step the most
+  // advanced rank completed; in other layouts the error ends the run (weftrun restarts all).
   Trainer(Config config, std::ostream& out, Progress progress = Progress::kNone,
-          std::shared_ptr<dist::ProcessGroup> world = nullptr);
+          std::shared_ptr<dist::ProcessGroup> world = nullptr, Membership membership = {});
   ~Trainer();
   // Trains from the current step to training.steps.
   void run();
@@ -61,9 +93,23 @@ class Trainer {
   std::int64_t step() const { return state_.step; }
 
  private:
+  // One step of run_until's loop: trains, logs, validates and saves as configured.
+  void train_logged_step(std::int64_t last, double& seconds_per_step);
   double train_step();
   double validate();
-  void setup_parallelism();
+  // `rejoining`: the world is formed again (in-place recovery), for a job known to fit.
+  void setup_parallelism(bool rejoining);
+  void make_checkpointer();
+  bool recovers_in_place() const;
+  // In a catch block for a peer's failure: rejoins the others (recovers_in_place), else
+  // rethrows the failure.
+  void recover_or_rethrow(const Error& failure);
+  // Collective over a world formed again: every rank takes the state of the rank that
+  // completed the most steps (weights, optimizer state, data position, learning rate); returns
+  // that rank. `copy`: this rank's (state_copy), overwritten; `holds_state`: false on a
+  // replacement, which has none to offer.
+  int take_state_from_most_advanced(StateCopy& copy, std::int64_t optimizer_steps,
+                                    bool holds_state);
   // ConfigError (every rank) when what the ranks on one host will hold at their peak
   // (estimated_) exceeds its memory.
   void refuse_what_cannot_fit() const;
@@ -86,6 +132,7 @@ class Trainer {
   std::unique_ptr<data::Tokenizer> tokenizer_;  // before config_: it sets model.vocab_size
   Config config_;
   std::shared_ptr<dist::ProcessGroup> world_;
+  Membership membership_;
   int dp_rank_ = 0, dp_size_ = 1, world_size_ = 1;
   std::ostream null_out_{nullptr};
   std::ostream& out_;

@@ -65,16 +65,54 @@ GroupOutcome WorkerGroup::run() {
 
 void WorkerGroup::start_all() {
   workers_.reserve(spec_.workers.size());
-  for (std::size_t i = 0; i < spec_.workers.size(); ++i) {
-    WorkerProcess::Started started = WorkerProcess::start(spec_.workers[i]);
-    // Appended piecewise: "[" + std::to_string(...) trips g++ 12's bogus -Wrestrict.
-    std::string prefix = "[";
-    prefix += std::to_string(spec_.ranks[i]);
-    prefix += "] ";
-    workers_.push_back(Worker{std::move(started.process),
-                              Stream{std::move(started.stdout_fd), LinePrefixer(prefix), &out_},
-                              Stream{std::move(started.stderr_fd), LinePrefixer(prefix), &err_}});
+  for (std::size_t i = 0; i < spec_.workers.size(); ++i) workers_.push_back(start(i, false));
+}
+
+WorkerGroup::Worker WorkerGroup::start(std::size_t i, bool replacement) {
+  SpawnRequest request = spec_.workers[i];
+  if (replacement) {
+    std::erase_if(request.env,
+                  [](const std::string& e) { return e.rfind("WEFT_REPLACEMENT=", 0) == 0; });
+    request.env.emplace_back("WEFT_REPLACEMENT=1");
   }
+  WorkerProcess::Started started = WorkerProcess::start(request);
+  // Appended piecewise: "[" + std::to_string(...) trips g++ 12's bogus -Wrestrict.
+  std::string prefix = "[";
+  prefix += std::to_string(spec_.ranks[i]);
+  prefix += "] ";
+  return Worker{std::move(started.process),
+                Stream{std::move(started.stdout_fd), LinePrefixer(prefix), &out_},
+                Stream{std::move(started.stderr_fd), LinePrefixer(prefix), &err_}};
+}
+
+// A worker killed by a signal (crashed, killed, out of memory), while replacements last and
+// the group is not stopping: its last lines relayed, then a new process in its place.
+bool WorkerGroup::replace_if_allowed(std::size_t i) {
+  Worker& w = workers_[i];
+  if (w.process.status().signal == 0 || outcome_.replaced >= spec_.replacements || kill_at_ ||
+      outcome_.kind != GroupOutcome::Kind::kSucceeded) {
+    return false;
+  }
+  drain(w.out);
+  drain(w.err);
+  ++outcome_.replaced;
+  log("rank " + std::to_string(spec_.ranks[i]) + " " + w.process.status().describe() +
+      "; starting it again in place (replacement " + std::to_string(outcome_.replaced) + " of " +
+      std::to_string(spec_.replacements) + "), the others keep running");
+  w = start(i, true);
+  return true;
+}
+
+// What a dead worker left in its pipes, then the pipe closed. Bounded: a process it started
+// may still hold the pipe open (reap() kills those).
+void WorkerGroup::drain(Stream& stream) {
+  for (int reads = 0; stream.fd && reads < 64; ++reads) {
+    char buffer[kReadChunk];
+    const ssize_t n = ::read(stream.fd.get(), buffer, sizeof(buffer));
+    if (n <= 0) break;
+    relay(stream, stream.lines.feed(std::string_view(buffer, static_cast<std::size_t>(n))));
+  }
+  close_stream(stream);
 }
 
 void WorkerGroup::poll_once() {
@@ -163,6 +201,7 @@ void WorkerGroup::on_exits() {
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
     if (w.done || !w.process.exited()) continue;
+    if (!w.process.status().ok() && replace_if_allowed(i)) continue;
     w.done = true;
     // Only the first failure counts: the others are usually its consequence (or ours).
     if (!w.process.status().ok() && outcome_.kind == GroupOutcome::Kind::kSucceeded) {

@@ -1,6 +1,7 @@
 // One attempt of a job on this node: starts every local worker, relays their output,
-// forwards signals, and on the first failure stops the rest. launcher.cc decides what
-// happens next (restart or exit).
+// forwards signals, starts a worker killed by a signal again in place while the spec allows,
+// and on any other failure stops the rest. launcher.cc decides what happens next (restart or
+// exit).
 #pragma once
 
 #include <optional>
@@ -26,6 +27,7 @@ struct GroupOutcome {
   std::string hung;   // kFailed for a worker that did not exit in time: what happened
   std::vector<std::string> endings;  // how each local worker ended, in GroupSpec order
   std::vector<bool> stopped;         // each was found stopped (SIGSTOP, a debugger)
+  int replaced = 0;                  // workers started again in place
 
   // "exited with code 3", or what `hung` says.
   std::string describe() const { return hung.empty() ? status.describe() : hung; }
@@ -36,6 +38,10 @@ struct GroupSpec {
   std::vector<int> ranks;             // their global ranks, for the "[rank] " prefixes
   Seconds stop_grace{5.0};            // SIGTERM (or the forwarded signal) .. SIGKILL
   Seconds exit_timeout{0.0};          // once a worker exited 0, the others' limit; 0: none
+  // A worker killed by a signal is started again alone, with WEFT_REPLACEMENT=1, the others
+  // left running (weftrun --recover in-place), this many times in all; after that, or for a
+  // worker that exits with a code, the group stops as below.
+  int replacements = 0;
 };
 
 class WorkerGroup {
@@ -45,8 +51,10 @@ class WorkerGroup {
               ProgressLine& progress);
 
   // Starts the workers and returns once every one has exited (and been reaped):
-  // - a worker exiting non-zero or killed by a signal, first of all, makes the outcome
-  //   kFailed; the others get SIGTERM, and SIGKILL once stop_grace has passed;
+  // - a worker killed by a signal while spec.replacements last is started again, with the
+  //   same variables and WEFT_REPLACEMENT=1;
+  // - otherwise a worker exiting non-zero or killed by a signal, first of all, makes the
+  //   outcome kFailed; the others get SIGTERM, and SIGKILL once stop_grace has passed;
   // - a worker still running exit_timeout after another exited 0 makes it kFailed (hung),
   //   stopped the same way;
   // - SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher is forwarded to every
@@ -71,6 +79,9 @@ class WorkerGroup {
   };
 
   void start_all();
+  Worker start(std::size_t i, bool replacement);
+  bool replace_if_allowed(std::size_t i);
+  void drain(Stream& stream);
   void poll_once();
   int poll_timeout_ms() const;
   void read_stream(Stream& stream);

@@ -158,6 +158,16 @@ WorkerProcess::WorkerProcess(WorkerProcess&& other) noexcept
       reaped_(std::exchange(other.reaped_, true)),
       status_(other.status_) {}
 
+WorkerProcess& WorkerProcess::operator=(WorkerProcess&& other) noexcept {
+  if (this == &other) return *this;
+  reap();
+  pid_ = std::exchange(other.pid_, -1);
+  exited_ = other.exited_;
+  reaped_ = std::exchange(other.reaped_, true);
+  status_ = other.status_;
+  return *this;
+}
+
 WorkerProcess::~WorkerProcess() { reap(); }
 
 bool WorkerProcess::exited() {

@@ -33,7 +33,8 @@ class WorkerProcess {
   static Started start(const SpawnRequest& request);
 
   WorkerProcess(WorkerProcess&& other) noexcept;
-  WorkerProcess& operator=(WorkerProcess&&) = delete;
+  // Reaps the process this one held (as the destructor does), then takes `other`'s.
+  WorkerProcess& operator=(WorkerProcess&& other) noexcept;
   WorkerProcess(const WorkerProcess&) = delete;
   // reap(): nothing the worker started outlives this object.
   ~WorkerProcess();
