@@ -204,6 +204,19 @@ TEST(ChaosTest, KilledRanksRejoinInPlaceAndFinishBitwise) {
   kill_and_compare("in place", "", "--recover in-place");
 }
 
+// Sharded layouts rebuild a dead rank's pieces from its buddy's copy, the others theirs from
+// their own, and go on from the newest step every copy survived at, bit for bit.
+class ShardedChaosTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ShardedChaosTest, KilledRanksRejoinInPlaceFromBuddyCopiesAndFinishBitwise) {
+  kill_and_compare(GetParam(), GetParam(), "--recover in-place");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ShardedChaosTest,
+                         ::testing::Values("--parallelism.data_parallel_shard_degree 2",
+                                           "--parallelism.tensor_parallel_degree 2",
+                                           "--parallelism.pipeline_parallel_degree 2"));
+
 // Trains 4 steps with a checkpoint every 2 into `folder`, calling `hook` before every
 // file-system call of the checkpoints (in a forked child: the hook may end it).
 int train_in_child(const std::string& folder, checkpoint::FileSystemHook hook) {

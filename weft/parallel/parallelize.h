@@ -211,8 +211,10 @@ class ParallelModel {
 
 // Applies the strategies `options` names to `model` over `mesh` (null: one process, no
 // parallelism); options.layout_invariant chooses the step protocol whose sums are canonical. The
-// model must be freshly constructed: nothing may hold its parameters yet. `model` and `mesh`
-// outlive the result.
+// model must be freshly constructed: nothing may hold its parameters yet, except an earlier
+// result for a replicated layout (DDP alone, which leaves the model as it found it once
+// destroyed: in-place recovery parallelizes the same model again). `model` and `mesh` outlive
+// the result.
 std::unique_ptr<ParallelModel> parallelize(nn::Llama& model, DeviceMesh* mesh,
                                            const ParallelOptions& options);
 

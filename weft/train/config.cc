@@ -150,6 +150,12 @@ const std::vector<Field>& fields() {
                  "continue from the newest checkpoint in checkpoint.folder, if there is one"),
       WEFT_FIELD(checkpoint, keep_latest,
                  "checkpoints kept, older ones removed once a newer one is complete; 0: all", 0),
+      WEFT_FIELD(checkpoint, buddy_interval,
+                 "in-place recovery of sharded layouts (weftrun --recover in-place): every this "
+                 "many steps each rank copies the state it holds into its memory and the next "
+                 "rank's, so that a dead rank's is rebuilt from its neighbour's; 0: no copies "
+                 "(those layouts restart from the newest checkpoint instead)",
+                 0),
       WEFT_FIELD(checkpoint, async_mode,
                  "async: the saving step copies its state and training continues while a "
                  "background thread writes it; disabled: the step waits for the write",

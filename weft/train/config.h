@@ -66,6 +66,8 @@ struct CheckpointConfig {
   std::int64_t keep_latest = 0;         // 0 keeps every checkpoint
   std::string async_mode = "disabled";  // TorchTitan's: disabled, async
   std::string initial_load_path;        // a Hugging Face folder the run starts from
+  // In-place recovery of sharded layouts: steps between in-memory copies (docs/RECOVERY.md).
+  std::int64_t buddy_interval = 1;
 };
 
 struct MetricsConfig {

@@ -79,21 +79,6 @@ std::int64_t rows_per_product(const TrainingConfig& training) {
 
 }  // namespace
 
-StateCopy state_copy(parallel::TrainingState& state, bool fill) {
-  const std::vector<parallel::StatePiece> layout = state.layout();
-  std::int64_t total = 0;
-  for (const parallel::StatePiece& p : layout) total += shape_numel(p.sizes);
-  StateCopy copy{.block = Tensor::zeros({total})};
-  std::int64_t at = 0;
-  for (const parallel::StatePiece& p : layout) {
-    const std::int64_t n = shape_numel(p.sizes);
-    copy.pieces.push_back(copy.block.narrow(0, at, n).view(p.sizes));
-    at += n;
-  }
-  if (fill) state.copy(copy.pieces);
-  return copy;
-}
-
 dist::JoinedWorld rejoin_world(const Config& config, int round) {
   constexpr int kRounds = 3;
   for (int tried = 1;; ++tried) {
@@ -129,7 +114,7 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
       progress_(progress),
       data_(config_.training.dataset_path, *tokenizer_, config_.training.validation_fraction,
             config_.training.seq_len, config_.model.vocab_size),
-      model_(config_.model),
+      model_(std::in_place, config_.model),
       train_loader_(data_.train(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "train") {
   if (config_.validation.enable && data_.validation().size() <= config_.training.seq_len) {
@@ -145,7 +130,7 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
   setup_parallelism(membership_.replacement);
-  model_.set_activation_checkpointing(config_.training.activation_checkpointing);
+  model_->set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank. A
   // replacement takes its state from the others instead.
   if (!membership_.replacement) {
@@ -154,12 +139,25 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   make_checkpointer();
   const bool measured = config_.metrics.peak_gflops <= 0;
   const DType products = nn::matmul_dtype();
+  if (membership_.in_place && world_ && !replicated() && config_.checkpoint.buddy_interval > 0) {
+    buddies_ = std::make_unique<BuddyCopies>();
+  }
   if (membership_.replacement) {
+    if (!recovers_in_place()) {
+      throw Error(
+          "started in place of a dead rank (WEFT_REPLACEMENT=1), but this layout does not "
+          "recover in place (docs/RECOVERY.md): weftrun restarts every worker instead");
+    }
     // The collectives recover_or_rethrow makes on the ranks that stayed, in the same order.
-    StateCopy copy = state_copy(parallel_->state(), false);
-    const int source = take_state_from_most_advanced(copy, 0, false);
+    std::string from = "its buddy's copy";
+    if (buddies_) {
+      restore_from_buddies();
+    } else {
+      StateCopy copy = state_copy(parallel_->state(), false);
+      from = "the state of rank " + std::to_string(take_state_from_most_advanced(copy, 0, false));
+    }
     out_ << "joined the job in place of a dead rank at step " << state_.step << " (round "
-         << membership_.round << "; the state of rank " << source << ")" << std::endl;
+         << membership_.round << "; " << from << ")" << std::endl;
   } else {
     if (config_.checkpoint.resume) resume();
     if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
@@ -172,8 +170,8 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   std::snprintf(line, sizeof(line),
                 "model: %.2fM parameters, %.1f MFLOP per token; peak %.0f GFLOP/s a rank (%s "
                 "%s, oneDNN %s, %lld thread%s); kernels: %s",
-                static_cast<double>(model_.whole_numel()) / 1e6,
-                model_.flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
+                static_cast<double>(model_->whole_numel()) / 1e6,
+                model_->flops_per_token(config_.training.seq_len) / 1e6, peak_gflops_,
                 std::string(dtype_name(products)).c_str(),
                 measured ? "products measured" : "metrics.peak_gflops",
                 kernels::matmul_isa(products).c_str(),
@@ -186,6 +184,8 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
                                              root() ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
   metrics_->log_config(to_toml(config_));
+  // The step the rank it replaces may have died in before logging it.
+  if (membership_.replacement && state_.step > 0) log_caught_up_step();
 }
 
 Trainer::~Trainer() = default;
@@ -275,7 +275,7 @@ void Trainer::setup_parallelism(bool rejoining) {
   if (!rejoining) refuse_what_cannot_fit();
   if (world_) mesh_ = std::make_unique<parallel::DeviceMesh>(world_, options.dims.mesh_dims());
   try {
-    parallel_ = parallel::parallelize(model_, mesh_.get(), options);
+    parallel_ = parallel::parallelize(*model_, mesh_.get(), options);
   } catch (const InvalidArgument& e) {
     throw ConfigError(std::string("parallelism: ") + e.what());
   }
@@ -307,10 +307,8 @@ void Trainer::resume() {
 }
 
 bool Trainer::recovers_in_place() const {
-  const ParallelismConfig& p = config_.parallelism;
-  return membership_.in_place && world_ && p.data_parallel_shard_degree == 1 &&
-         p.tensor_parallel_degree == 1 && p.pipeline_parallel_degree == 1 &&
-         p.context_parallel_degree == 1 && p.auto_machine.empty();
+  return membership_.in_place && world_ && config_.parallelism.auto_machine.empty() &&
+         (replicated() || config_.checkpoint.buddy_interval > 0);
 }
 
 // The survivors of a rank's death keep their state in memory, form the world again with the
@@ -320,37 +318,100 @@ bool Trainer::recovers_in_place() const {
 void Trainer::recover_or_rethrow(const Error& failure) {
   if (!recovers_in_place()) {
     if (membership_.in_place) {
-      std::cerr << "weft-train: in-place recovery covers replicated layouts only (DDP: no "
-                   "sharding, tensor, pipeline or context parallelism, no auto layout); "
-                   "weftrun restarts every worker instead while --max-restarts allow"
+      std::cerr << "weft-train: this job does not recover in place (a sharded layout with "
+                   "checkpoint.buddy_interval 0, or parallelism.auto_machine): weftrun restarts "
+                   "every worker instead while --max-restarts allow"
                 << std::endl;
     }
     throw;
   }
   const auto began = Clock::now();
+  const std::int64_t completed = state_.step;
   std::cerr << "weft-train: rank " << world_->rank() << ": " << failure.what()
             << "; rejoining the others in place (round " << membership_.round + 1 << ")"
             << std::endl;
-  StateCopy copy = state_copy(parallel_->state(), true);
-  const std::int64_t optimizer_steps = parallel_->state().optimizer_steps();
+  // Replicated, the state stays in memory through the rebuilding; sharded, the buddy copies
+  // hold it, and the model is made again (the layouts cut the model they are given).
+  StateCopy copy;
+  std::int64_t optimizer_steps = 0;
+  if (!buddies_) {
+    copy = state_copy(parallel_->state(), true);
+    optimizer_steps = parallel_->state().optimizer_steps();
+  }
   // Everything that holds the broken world goes before it.
   checkpointer_.reset();
   parallel_.reset();
   mesh_.reset();
   world_.reset();
+  if (buddies_) {
+    model_.emplace(config_.model);
+    model_->set_activation_checkpointing(config_.training.activation_checkpointing);
+  }
   const dist::JoinedWorld joined = rejoin_world(config_, membership_.round + 1);
   world_ = joined.world;
   membership_.round = joined.round;
   setup_parallelism(true);
   make_checkpointer();
-  const int source = take_state_from_most_advanced(copy, optimizer_steps, true);
+  std::string from = "the buddy copies";
+  if (buddies_) {
+    restore_from_buddies();
+  } else {
+    from = "the state of rank " +
+           std::to_string(take_state_from_most_advanced(copy, optimizer_steps, true));
+  }
   log_world();
-  char line[160];
+  char line[200];
   std::snprintf(line, sizeof(line),
-                "recovered in place in %.2f s (round %d): on from step %lld, the state of rank %d",
+                "recovered in place in %.2f s (round %d): on from step %lld, %s",
                 std::chrono::duration<double>(Clock::now() - began).count(), membership_.round,
-                static_cast<long long>(state_.step), source);
+                static_cast<long long>(state_.step), from.c_str());
   metrics_->log_line(line);
+  if (state_.step > completed) log_caught_up_step();
+}
+
+bool Trainer::replicated() const {
+  const ParallelismConfig& p = config_.parallelism;
+  return p.data_parallel_shard_degree == 1 && p.tensor_parallel_degree == 1 &&
+         p.pipeline_parallel_degree == 1 && p.context_parallel_degree == 1;
+}
+
+StepStamp Trainer::stamp(std::int64_t optimizer_steps) const {
+  return {.train = state_,
+          .optimizer_steps = optimizer_steps,
+          .peak_gflops = peak_gflops_,
+          .loss = last_step_.loss,
+          .grad_norm = last_step_.grad_norm,
+          .seconds = last_step_.seconds};
+}
+
+void Trainer::apply(const StepStamp& stamp) {
+  state_ = stamp.train;
+  peak_gflops_ = stamp.peak_gflops;
+  last_step_ = {.loss = stamp.loss, .grad_norm = stamp.grad_norm, .seconds = stamp.seconds};
+  train_loader_.set_samples_drawn(state_.samples_drawn);
+}
+
+void Trainer::restore_from_buddies() { apply(buddies_->restore(*world_, parallel_->state())); }
+
+void Trainer::take_buddy_copies() {
+  buddies_->take(*world_, parallel_->state(), stamp(parallel_->state().optimizer_steps()));
+  if (buddies_->takes() != 2) return;  // every copy allocated
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "in-place recovery: %.1f MiB a rank of buddy copies (its state and the previous "
+                "rank's, the last two of each), every %lld step%s",
+                static_cast<double>(buddies_->bytes()) / (1 << 20),
+                static_cast<long long>(config_.checkpoint.buddy_interval),
+                config_.checkpoint.buddy_interval == 1 ? "" : "s");
+  metrics_->log_line(line);
+}
+
+void Trainer::log_caught_up_step() {
+  losses_.push_back(last_step_.loss);
+  if (every(state_.step, config_.metrics.log_freq, config_.training.steps)) {
+    metrics_->log_step(
+        step_metrics(last_step_.loss, last_step_.grad_norm, state_.lr, last_step_.seconds));
+  }
 }
 
 int Trainer::take_state_from_most_advanced(StateCopy& copy, std::int64_t optimizer_steps,
@@ -364,17 +425,14 @@ int Trainer::take_state_from_most_advanced(StateCopy& copy, std::int64_t optimiz
                 std::to_string(steps.size()) + " were started in place of dead ones)");
   }
   const int source = static_cast<int>(most - steps.begin());
-  std::vector<std::int64_t> header{state_.step, state_.samples_drawn,
-                                   std::bit_cast<std::int64_t>(state_.lr), optimizer_steps,
-                                   std::bit_cast<std::int64_t>(peak_gflops_)};
+  std::vector<std::int64_t> header = stamp(optimizer_steps).encode();
   world_->broadcast(header, source);
   world_->broadcast(dist::Buffer(copy.block.data<float>(),
                                  static_cast<std::size_t>(copy.block.numel()), DType::kFloat32),
                     source);
-  state_ = {.step = header[0], .samples_drawn = header[1], .lr = std::bit_cast<double>(header[2])};
-  peak_gflops_ = std::bit_cast<double>(header[4]);
-  parallel_->state().load(copy.pieces, header[3]);
-  train_loader_.set_samples_drawn(state_.samples_drawn);
+  const StepStamp taken = StepStamp::decode(header);
+  parallel_->state().load(copy.pieces, taken.optimizer_steps);
+  apply(taken);
   parallel_->state().check_replicas_identical();
   return source;
 }
@@ -421,7 +479,7 @@ void Trainer::refuse_what_cannot_fit() const {
                 "its state over more ranks and hosts (parallelism.data_parallel_shard_degree, "
                 "tensor_parallel_degree, pipeline_parallel_degree)",
                 gib(worst[1]), gib(worst[2]), gib(worst[3]), gib(worst[4]),
-                static_cast<double>(model_.whole_numel()) / 1e9, gib(worst[1] * worst[5]),
+                static_cast<double>(model_->whole_numel()) / 1e9, gib(worst[1] * worst[5]),
                 static_cast<long long>(worst[5]), worst[5] == 1 ? "" : "s", gib(worst[6]));
   throw ConfigError(text);
 }
@@ -578,14 +636,18 @@ void Trainer::log_world() {
   out_ << line << std::endl;
 }
 
-void Trainer::log_step(double loss, double grad_norm, double lr, double seconds, double blocked) {
+StepMetrics Trainer::step_metrics(double loss, double grad_norm, double lr, double seconds) const {
   const double tokens =
       static_cast<double>(config_.training.batch_size * config_.training.seq_len *
                           config_.training.gradient_accumulation_steps * dp_size_);
   const double tps = tokens / seconds;
-  const double mfu = model_.flops_per_token(config_.training.seq_len) * tps /
+  const double mfu = model_->flops_per_token(config_.training.seq_len) * tps /
                      (peak_gflops_ * 1e9 * static_cast<double>(world_size_) * core_share_);
-  StepMetrics m{state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()};
+  return {state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()};
+}
+
+void Trainer::log_step(double loss, double grad_norm, double lr, double seconds, double blocked) {
+  StepMetrics m = step_metrics(loss, grad_norm, lr, seconds);
   if (world_ && world_->size() > 1) {
     std::vector<std::int64_t> mine{m.memory_bytes};
     m.rank_memory_bytes.resize(static_cast<std::size_t>(world_->size()));
@@ -656,6 +718,8 @@ void Trainer::train_logged_step(std::int64_t last, double& seconds_per_step) {
   state_.samples_drawn = train_loader_.samples_drawn();
   state_.lr = lr;
   losses_.push_back(loss);
+  last_step_ = {.loss = loss, .grad_norm = grad_norm, .seconds = seconds};
+  if (buddies_ && state_.step % config_.checkpoint.buddy_interval == 0) take_buddy_copies();
   if (every(state_.step, config_.metrics.log_freq, last)) {
     log_step(loss, grad_norm, lr, seconds, blocked);
     watch_stragglers();

@@ -23,6 +23,7 @@
 #include "weft/train/config.h"
 #include "weft/train/data.h"
 #include "weft/train/metrics.h"
+#include "weft/train/recovery_state.h"
 #include "weft/train/straggler.h"
 
 namespace weft::train {
@@ -58,24 +59,15 @@ Membership membership_from_environment();
 // at most; then the TimeoutError.
 dist::JoinedWorld rejoin_world(const Config& config, int round);
 
-// This rank's pieces of a training state (TrainingState::layout's order) as views of one
-// block, which one collective can carry: a block of 2 MiB or more is mapped in huge pages, so
-// that its first touch costs a few page faults instead of one every 4 KiB (15-30 us each on
-// the VMs measured). `fill`: with the state's values (TrainingState::copy), else zeros.
-struct StateCopy {
-  Tensor block;
-  std::vector<Tensor> pieces;
-};
-StateCopy state_copy(parallel::TrainingState& state, bool fill);
-
 class Trainer {
  public:
   // `out` gets the step lines (and the progress, as `progress` says), on rank 0 only.
   // `world`: the job's process group for data parallelism, or null for one process, formed in
-  // membership.round. With membership.in_place and a replicated layout (DDP: no sharding,
-  // tensor, pipeline or context parallelism), a rank's death is survived: the others form the
-  // world again with its replacement (weftrun starts one) and go on from the step the most
-  // advanced rank completed; in other layouts the error ends the run (weftrun restarts all).
+  // membership.round. With membership.in_place a rank's death is survived: the others form the
+  // world again with its replacement (weftrun starts one) and go on, in a replicated layout
+  // (DDP) from the step the most advanced rank completed, in the others from the newest step
+  // every rank's state survives at in memory (checkpoint.buddy_interval > 0); without copies,
+  // or with parallelism.auto_machine, the error ends the run (weftrun restarts every worker).
   Trainer(Config config, std::ostream& out, Progress progress = Progress::kNone,
           std::shared_ptr<dist::ProcessGroup> world = nullptr, Membership membership = {});
   ~Trainer();
@@ -89,7 +81,7 @@ class Trainer {
   std::optional<double> last_validation_loss() const { return last_validation_; }
   // The model: this rank's tensor-parallel slices; under FSDP its parameters are the
   // sharding's working memory (fsdp.h).
-  nn::Llama& model() { return model_; }
+  nn::Llama& model() { return *model_; }
   std::int64_t step() const { return state_.step; }
 
  private:
@@ -100,7 +92,14 @@ class Trainer {
   // `rejoining`: the world is formed again (in-place recovery), for a job known to fit.
   void setup_parallelism(bool rejoining);
   void make_checkpointer();
+  bool replicated() const;  // DDP alone: every rank holds the whole state
   bool recovers_in_place() const;
+  // The trainer's position after the last step; `optimizer_steps`: the state's.
+  StepStamp stamp(std::int64_t optimizer_steps) const;
+  void apply(const StepStamp& stamp);  // the position taken from another rank's copy
+  // Collective: every rank's state from the buddy copies (BuddyCopies::restore).
+  void restore_from_buddies();
+  void take_buddy_copies();  // collective
   // In a catch block for a peer's failure: rejoins the others (recovers_in_place), else
   // rethrows the failure.
   void recover_or_rethrow(const Error& failure);
@@ -125,7 +124,11 @@ class Trainer {
   void log_world();  // the ranks, the backend, and whether they oversubscribe the cores
   void summarize(std::int64_t first, double wall_seconds, double steps_seconds,
                  double communication_seconds);
+  StepMetrics step_metrics(double loss, double grad_norm, double lr, double seconds) const;
   void log_step(double loss, double grad_norm, double lr, double seconds, double blocked);
+  // After taking the state of a rank that completed a step this one did not: the step's loss
+  // for losses(), and its line in rank 0's log, which would skip it otherwise.
+  void log_caught_up_step();
   void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
 
@@ -138,7 +141,7 @@ class Trainer {
   std::ostream& out_;
   Progress progress_;
   Dataset data_;
-  nn::Llama model_;
+  std::optional<nn::Llama> model_;  // made again when a sharded layout recovers in place
   DataLoader train_loader_;
   TrainState state_;
   double peak_gflops_ = 0;  // one rank's, with its threads, measured alone
@@ -149,7 +152,11 @@ class Trainer {
   std::unique_ptr<parallel::DeviceMesh> mesh_;  // over the world; null for one process
   std::unique_ptr<parallel::ParallelModel> parallel_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<BuddyCopies> buddies_;  // sharded layouts under weftrun --recover in-place
   std::vector<double> losses_;
+  struct {
+    double loss = 0, grad_norm = 0, seconds = 0;
+  } last_step_;                                       // the last step completed
   double step_seconds_ = 0, step_communication_ = 0;  // this run's training steps
   // Since the last logged step: for StragglerWatch.
   double window_seconds_ = 0, window_communication_ = 0;
