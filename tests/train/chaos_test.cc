@@ -187,6 +187,10 @@ void kill_and_compare(const char* how, const std::string& layout, const std::str
   const Chaos chaos = kill_at_random(run, tmp.file("chaos"), c.kills, seed);
   ASSERT_EQ(run.wait(Seconds(1800)), 0) << "seed " << seed << "\n" << run.err();
   print_recoveries(how, seed, chaos, run.out(), c.steps);
+  // A round left for the next (comm.rejoin_timeout_seconds): what the ranks said.
+  for (const std::string& line : test::lines_of(run.err())) {
+    if (line.find("next round") != std::string::npos) std::printf("%s\n", line.c_str());
+  }
   EXPECT_GE(chaos.kills, std::min(2, c.kills)) << "the job ended before the harness could kill it";
   if (!launcher.empty()) {
     EXPECT_NE(run.out().find(" in place"), std::string::npos) << run.err();

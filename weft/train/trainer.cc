@@ -312,9 +312,7 @@ bool Trainer::recovers_in_place() const {
 }
 
 // The survivors of a rank's death keep their state in memory, form the world again with the
-// rank weftrun starts in its place (join_process_group's next round), and go on from the
-// most advanced rank's step: a survivor may have completed the step in which the others
-// failed (its collectives done before the death), never more than that one.
+// rank weftrun starts in its place (join_process_group's next round), and go on.
 void Trainer::recover_or_rethrow(const Error& failure) {
   if (!recovers_in_place()) {
     if (membership_.in_place) {
@@ -330,8 +328,22 @@ void Trainer::recover_or_rethrow(const Error& failure) {
   std::cerr << "weft-train: rank " << world_->rank() << ": " << failure.what()
             << "; rejoining the others in place (round " << membership_.round + 1 << ")"
             << std::endl;
-  // Replicated, the state stays in memory through the rebuilding; sharded, the buddy copies
-  // hold it, and the model is made again (the layouts cut the model they are given).
+  const std::string from = rejoin();
+  log_world();
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "recovered in place in %.2f s (round %d): on from step %lld, %s",
+                std::chrono::duration<double>(Clock::now() - began).count(), membership_.round,
+                static_cast<long long>(state_.step), from.c_str());
+  metrics_->log_line(line);
+  if (state_.step > completed) log_caught_up_step();
+}
+
+// Replicated, the state stays in memory through the rebuilding, and the most advanced rank's
+// wins (a survivor may have completed the step the others failed in, never more); sharded,
+// the buddy copies hold it, and the model is made again (the layouts cut the model they are
+// given).
+std::string Trainer::rejoin() {
   StateCopy copy;
   std::int64_t optimizer_steps = 0;
   if (!buddies_) {
@@ -352,21 +364,12 @@ void Trainer::recover_or_rethrow(const Error& failure) {
   membership_.round = joined.round;
   setup_parallelism(true);
   make_checkpointer();
-  std::string from = "the buddy copies";
   if (buddies_) {
     restore_from_buddies();
-  } else {
-    from = "the state of rank " +
-           std::to_string(take_state_from_most_advanced(copy, optimizer_steps, true));
+    return "the buddy copies";
   }
-  log_world();
-  char line[200];
-  std::snprintf(line, sizeof(line),
-                "recovered in place in %.2f s (round %d): on from step %lld, %s",
-                std::chrono::duration<double>(Clock::now() - began).count(), membership_.round,
-                static_cast<long long>(state_.step), from.c_str());
-  metrics_->log_line(line);
-  if (state_.step > completed) log_caught_up_step();
+  return "the state of rank " +
+         std::to_string(take_state_from_most_advanced(copy, optimizer_steps, true));
 }
 
 bool Trainer::replicated() const {
@@ -719,11 +722,12 @@ void Trainer::train_logged_step(std::int64_t last, double& seconds_per_step) {
   state_.lr = lr;
   losses_.push_back(loss);
   last_step_ = {.loss = loss, .grad_norm = grad_norm, .seconds = seconds};
-  if (buddies_ && state_.step % config_.checkpoint.buddy_interval == 0) take_buddy_copies();
   if (every(state_.step, config_.metrics.log_freq, last)) {
     log_step(loss, grad_norm, lr, seconds, blocked);
     watch_stragglers();
   }
+  // After the step's line: a recovery that goes on from this step finds it logged.
+  if (buddies_ && state_.step % config_.checkpoint.buddy_interval == 0) take_buddy_copies();
   if (config_.validation.enable && every(state_.step, config_.validation.freq, last)) {
     last_validation_ = validate();
     metrics_->log_validation(state_.step, *last_validation_, data_.validation().bytes_per_token());

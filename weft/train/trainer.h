@@ -103,6 +103,8 @@ class Trainer {
   // In a catch block for a peer's failure: rejoins the others (recovers_in_place), else
   // rethrows the failure.
   void recover_or_rethrow(const Error& failure);
+  // The world formed again and every rank's state restored; says whence.
+  std::string rejoin();
   // Collective over a world formed again: every rank takes the state of the rank that
   // completed the most steps (weights, optimizer state, data position, learning rate); returns
   // that rank. `copy`: this rank's (state_copy), overwritten; `holds_state`: false on a
