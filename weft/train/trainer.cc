@@ -85,14 +85,14 @@ dist::JoinedWorld rejoin_world(const Config& config, int round) {
     try {
       return dist::join_process_group(
           {.timeout = Seconds(config.comm.rejoin_timeout_seconds), .round = round});
-    } catch (const Error& e) {  // a rank of the round died too, or never came
-      if (tried == kRounds ||
-          (!dynamic_cast<const TimeoutError*>(&e) && !dynamic_cast<const dist::PeerError*>(&e))) {
-        throw;
-      }
+    } catch (const TimeoutError& e) {  // a rank of the round never came
+      if (tried == kRounds) throw;
       std::cerr << "weft-train: " << e.what() << "; trying the next round" << std::endl;
-      if (round != dist::InitOptions::kFirstFreeRound) ++round;
+    } catch (const dist::PeerError& e) {  // or died too
+      if (tried == kRounds) throw;
+      std::cerr << "weft-train: " << e.what() << "; trying the next round" << std::endl;
     }
+    if (round != dist::InitOptions::kFirstFreeRound) ++round;
   }
 }
 
@@ -148,14 +148,9 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
           "started in place of a dead rank (WEFT_REPLACEMENT=1), but this layout does not "
           "recover in place (docs/RECOVERY.md): weftrun restarts every worker instead");
     }
-    // The collectives recover_or_rethrow makes on the ranks that stayed, in the same order.
-    std::string from = "its buddy's copy";
-    if (buddies_) {
-      restore_from_buddies();
-    } else {
-      StateCopy copy = state_copy(parallel_->state(), false);
-      from = "the state of rank " + std::to_string(take_state_from_most_advanced(copy, 0, false));
-    }
+    // The collectives rejoin() makes on the ranks that stayed, in the same order.
+    StateCopy none = buddies_ ? StateCopy{} : state_copy(parallel_->state(), false);
+    const std::string from = take_state_on_rejoin(none, 0, false);
     out_ << "joined the job in place of a dead rank at step " << state_.step << " (round "
          << membership_.round << "; " << from << ")" << std::endl;
   } else {
@@ -364,12 +359,24 @@ std::string Trainer::rejoin() {
   membership_.round = joined.round;
   setup_parallelism(true);
   make_checkpointer();
-  if (buddies_) {
-    restore_from_buddies();
-    return "the buddy copies";
+  return take_state_on_rejoin(copy, optimizer_steps, true);
+}
+
+std::string Trainer::take_state_on_rejoin(StateCopy& copy, std::int64_t optimizer_steps,
+                                          bool holds_state) {
+  if (!buddies_) {
+    return "the state of rank " +
+           std::to_string(take_state_from_most_advanced(copy, optimizer_steps, holds_state));
   }
-  return "the state of rank " +
-         std::to_string(take_state_from_most_advanced(copy, optimizer_steps, true));
+  const std::int64_t completed = state_.step;
+  apply(buddies_->restore(*world_, parallel_->state()));
+  // Back to an earlier step: the steps after it are trained (and their losses kept) again.
+  if (holds_state && completed > state_.step) {
+    losses_.resize(losses_.size() -
+                   static_cast<std::size_t>(std::min<std::int64_t>(
+                       completed - state_.step, static_cast<std::int64_t>(losses_.size()))));
+  }
+  return "the buddy copies";
 }
 
 bool Trainer::replicated() const {
@@ -393,8 +400,6 @@ void Trainer::apply(const StepStamp& stamp) {
   last_step_ = {.loss = stamp.loss, .grad_norm = stamp.grad_norm, .seconds = stamp.seconds};
   train_loader_.set_samples_drawn(state_.samples_drawn);
 }
-
-void Trainer::restore_from_buddies() { apply(buddies_->restore(*world_, parallel_->state())); }
 
 void Trainer::take_buddy_copies() {
   buddies_->take(*world_, parallel_->state(), stamp(parallel_->state().optimizer_steps()));

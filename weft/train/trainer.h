@@ -97,8 +97,10 @@ class Trainer {
   // The trainer's position after the last step; `optimizer_steps`: the state's.
   StepStamp stamp(std::int64_t optimizer_steps) const;
   void apply(const StepStamp& stamp);  // the position taken from another rank's copy
-  // Collective: every rank's state from the buddy copies (BuddyCopies::restore).
-  void restore_from_buddies();
+  // Collective over a world formed again, on the ranks that stayed (`holds_state`, `copy`
+  // their state when replicated) and on a replacement alike: the state from the most
+  // advanced rank (replicated) or from the buddy copies (sharded); says whence.
+  std::string take_state_on_rejoin(StateCopy& copy, std::int64_t optimizer_steps, bool holds_state);
   void take_buddy_copies();  // collective
   // In a catch block for a peer's failure: rejoins the others (recovers_in_place), else
   // rethrows the failure.
