@@ -87,18 +87,27 @@ int main(int argc, char** argv) {
     }
     // Started by weftrun, mpirun or srun with several ranks: the job's world group (shm on
     // one host unless WEFT_BACKEND names another).
-    // A replacement (weftrun --recover in-place) joins the round the others form next.
+    // A replacement (weftrun --recover in-place) joins the round the others form next; in an
+    // elastic job, the round that admits it.
     std::shared_ptr<weft::dist::ProcessGroup> world;
     weft::train::Membership membership = weft::train::membership_from_environment();
     const auto launched = weft::dist::launch_environment();
     if (launched && launched->world_size > 1) {
-      const weft::dist::JoinedWorld joined =
-          membership.replacement
-              ? weft::train::rejoin_world(config, weft::dist::InitOptions::kFirstFreeRound)
-              : weft::dist::join_process_group(
-                    {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
-      world = joined.world;
-      membership.round = joined.round;
+      std::optional<weft::dist::JoinedWorld> joined;
+      if (!membership.replacement) {
+        joined = weft::dist::join_process_group(
+            {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
+      } else if (weft::train::recovers_elastically(config, membership)) {
+        joined = weft::train::join_elastic_job(config, membership);
+        if (!joined) {
+          std::fprintf(stderr, "weft-train: the job finished before this process could join it\n");
+          return 0;
+        }
+      } else {
+        joined = weft::train::rejoin_world(config, weft::dist::InitOptions::kFirstFreeRound);
+      }
+      world = joined->world;
+      membership.round = joined->round;
     }
     std::ostringstream quiet;  // rank 0 says which layout the plan chose
     config = weft::train::with_planned_layout(std::move(config), world.get(),

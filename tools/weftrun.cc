@@ -31,7 +31,8 @@ constexpr const char* kFooter =
     "--stop-grace; a second signal kills them at once). When a worker fails, the others\n"
     "are stopped, and all are restarted while --max-restarts allow; with --recover in-place\n"
     "a worker killed by a signal is started again alone (WEFT_REPLACEMENT=1, every worker\n"
-    "has WEFT_RECOVER=in-place) and weft-train's ranks go on from the current step.\n"
+    "has WEFT_RECOVER=in-place) and weft-train's ranks go on from the current step; with\n"
+    "--recover elastic they go on without it and take it back when it has started.\n"
     "Exit status: 0 when every worker exited 0; else the failed worker's exit code (128+N\n"
     "for signal N), 128+N when weftrun got signal N, 127 when PROGRAM cannot be found,\n"
     "2 for a bad command line, 1 when the job cannot be started. See docs/LAUNCHER.md.";
@@ -77,7 +78,9 @@ void add_options(CLI::App& app, LaunchOptions& o, Flags& f) {
                  "restart (default): a failed worker stops the others and all\n"
                  "restart; in-place: a worker killed by a signal is started\n"
                  "again alone and rejoins the others (weft-train: from the current\n"
-                 "step, docs/RECOVERY.md); each counts against --max-restarts");
+                 "step, docs/RECOVERY.md); elastic: the others go on without it\n"
+                 "and take it back when it has started (or go on without it once\n"
+                 "no restart is left); each start counts against --max-restarts");
   app.add_option("--backend", o.backend,
                  "weft::dist backend for the workers, passed as WEFT_BACKEND\n"
                  "(e.g. tcp); default: WEFT_BACKEND as inherited, if set");

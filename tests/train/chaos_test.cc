@@ -168,22 +168,34 @@ void expect_same_run(const test::TempDir& tmp, const std::string& want, const st
                      int steps, unsigned seed) {
   const auto want_losses = last_losses(tmp.file(want + ".jsonl"));
   ASSERT_EQ(want_losses.size(), static_cast<std::size_t>(steps));
-  EXPECT_EQ(last_losses(tmp.file(got + ".jsonl")), want_losses) << "seed " << seed;
+  const auto got_losses = last_losses(tmp.file(got + ".jsonl"));
+  for (const auto& [step, loss] : want_losses) {
+    const auto it = got_losses.find(step);
+    if (it == got_losses.end() || it->second != loss) {
+      ADD_FAILURE() << "seed " << seed << ": step " << step << " differs first ("
+                    << (it == got_losses.end() ? "missing" : std::to_string(it->second))
+                    << " against " << loss << ")";
+      break;
+    }
+  }
+  EXPECT_EQ(got_losses, want_losses) << "seed " << seed;
   const std::string last = step_directory_name(steps);
   EXPECT_EQ(checksums(tmp.file(got + "/" + last)), checksums(tmp.file(want + "/" + last)))
       << "seed " << seed;
 }
 
-// A job whose ranks are killed at random (`launcher`: weftrun's recovery options) finishes
-// with the losses and the final checkpoint of one never killed.
-void kill_and_compare(const char* how, const std::string& layout, const std::string& launcher) {
-  const ChaosSetup c = chaos_setup();
+// A job whose ranks are killed at random (`launcher`: weftrun's recovery options, restarts
+// `restarts`, by default two a kill) finishes with the losses and the final checkpoint of one
+// never killed, rank 0 having said `said` (how it recovered).
+void kill_and_compare(const char* how, const std::string& layout, const std::string& launcher,
+                      const std::string& said, ChaosSetup c = chaos_setup(), int restarts = -1) {
   const test::TempDir tmp("weft-chaos");
   const test::Finished calm = test::run(job(tmp, c, "calm", layout, ""), {}, Seconds(1800));
   ASSERT_EQ(calm.code, 0) << calm.err;
   const unsigned seed = std::random_device{}();
+  if (restarts < 0) restarts = 2 * c.kills;
   test::Subprocess run(
-      job(tmp, c, "chaos", layout, launcher + " --max-restarts " + std::to_string(2 * c.kills)));
+      job(tmp, c, "chaos", layout, launcher + " --max-restarts " + std::to_string(restarts)));
   const Chaos chaos = kill_at_random(run, tmp.file("chaos"), c.kills, seed);
   ASSERT_EQ(run.wait(Seconds(1800)), 0) << "seed " << seed << "\n" << run.err();
   print_recoveries(how, seed, chaos, run.out(), c.steps);
@@ -192,20 +204,33 @@ void kill_and_compare(const char* how, const std::string& layout, const std::str
     if (line.find("next round") != std::string::npos) std::printf("%s\n", line.c_str());
   }
   EXPECT_GE(chaos.kills, std::min(2, c.kills)) << "the job ended before the harness could kill it";
-  if (!launcher.empty()) {
-    EXPECT_NE(run.out().find(" in place"), std::string::npos) << run.err();
-  }
+  EXPECT_NE((run.out() + run.err()).find(said), std::string::npos) << run.err();
   expect_same_run(tmp, "calm", "chaos", c.steps, seed);
 }
 
 TEST(ChaosTest, KilledRanksRestartAndFinishBitwise) {
-  kill_and_compare("restart", "--parallelism.data_parallel_shard_degree 2", "");
+  kill_and_compare("restart", "--parallelism.data_parallel_shard_degree 2", "", "resumed from");
 }
 
 // DDP survives a rank's death in place: the others keep their state, the replacement takes
 // it, and the run goes on from the current step (docs/RECOVERY.md), bit for bit.
 TEST(ChaosTest, KilledRanksRejoinInPlaceAndFinishBitwise) {
-  kill_and_compare("in place", "", "--recover in-place");
+  kill_and_compare("in place", "", "--recover in-place", " in place");
+}
+
+// An elastic DDP job goes on without a killed rank, its slots of the global batch shared by
+// the others, and takes the replacement back at a step boundary (docs/RECOVERY.md); in the
+// layout-invariant mode every step is bitwise the calm run's, whichever ranks trained it.
+TEST(ChaosTest, KilledRanksLeaveAndRejoinElasticallyAndFinishBitwise) {
+  kill_and_compare("elastic", "--training.deterministic layout", "--recover elastic",
+                   "recovered elastically");
+}
+
+// With no restart left, an elastic job finishes on the ranks that survived, the same.
+TEST(ChaosTest, ElasticJobFinishesOnTheRanksLeftWhenNoRestartRemains) {
+  const ChaosSetup c{.kills = 1, .ranks = 3, .steps = 300, .model = small_model(300, 64, 64)};
+  kill_and_compare("elastic, no restart", "--training.deterministic layout", "--recover elastic",
+                   "the others go on without it", c, 0);
 }
 
 // Sharded layouts rebuild a dead rank's pieces from its buddy's copy, the others theirs from
@@ -213,7 +238,7 @@ TEST(ChaosTest, KilledRanksRejoinInPlaceAndFinishBitwise) {
 class ShardedChaosTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ShardedChaosTest, KilledRanksRejoinInPlaceFromBuddyCopiesAndFinishBitwise) {
-  kill_and_compare(GetParam(), GetParam(), "--recover in-place");
+  kill_and_compare(GetParam(), GetParam(), "--recover in-place", " in place");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedChaosTest,

@@ -309,4 +309,16 @@ JoinedWorld join_process_group(InitOptions options) {
   return {find_backend(backend).factory(context), round};
 }
 
+std::shared_ptr<store::Store> connect_job_store(Seconds timeout) {
+  if (env("WEFT_STORE_HOSTED") != "1") {
+    throw InvalidArgument(
+        "dist::connect_job_store: the job's store must outlive every rank: run under weftrun, "
+        "which hosts it");
+  }
+  auto base = make_store("env://", -1, env("WEFT_JOB_TOKEN").value_or(""),
+                         checked_timeout(timeout, "connect_job_store's timeout"));
+  return std::make_shared<store::PrefixStore>("attempt" + env("WEFT_RESTART_COUNT").value_or("0"),
+                                              std::move(base));
+}
+
 }  // namespace weft::dist

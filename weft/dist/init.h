@@ -57,6 +57,11 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 // options.round > 0 that this rank has joined already throws dist::InvalidArgument.
 JoinedWorld join_process_group(InitOptions options = {});
 
+// The store the job's processes meet through, as a client, its keys under this attempt's
+// prefix (what join_process_group uses): for a later round's bookkeeping (ElasticMembership).
+// InvalidArgument unless weftrun hosts it (WEFT_STORE_HOSTED=1), which outlives every rank.
+std::shared_ptr<store::Store> connect_job_store(Seconds timeout);
+
 // The names init_process_group accepts: the built-in backends and those registered with
 // register_backend (weft/dist/backend.h, for writing one).
 std::vector<std::string> registered_backends();

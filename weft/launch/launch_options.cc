@@ -42,10 +42,11 @@ void check_counts(const LaunchOptions& o) {
   if (o.stop_grace.count() < 0) {
     throw InvalidArgument("--stop-grace must be 0 seconds or more");
   }
-  if (o.recover != "restart" && o.recover != "in-place") {
+  if (o.recover != "restart" && o.recover != "in-place" && o.recover != "elastic") {
     throw InvalidArgument("--recover " + o.recover +
-                          ": use restart (stop every worker and start them again) or in-place "
-                          "(start the dead worker again alone)");
+                          ": use restart (stop every worker and start them again), in-place "
+                          "(start the dead worker again alone) or elastic (the others go on "
+                          "without it until it joins again)");
   }
   if (o.bind_to != "core" && o.bind_to != "none") {
     throw InvalidArgument("--bind-to " + o.bind_to + ": use core (one CPU per worker) or none");

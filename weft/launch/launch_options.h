@@ -25,7 +25,7 @@ struct LaunchOptions {
   std::string master_addr;           // --master-addr: empty means 127.0.0.1 (one node)
   int master_port = 0;               // --master-port: 0 means any free port (one node)
   int max_restarts = 0;              // --max-restarts
-  std::string recover = "restart";   // --recover: restart or in-place (launcher.h)
+  std::string recover = "restart";   // --recover: restart, in-place or elastic (launcher.h)
   std::string backend;               // --backend: empty leaves WEFT_BACKEND as inherited
   std::optional<std::string> token;  // --token: see resolve_job_token
   Seconds stop_grace{5.0};           // --stop-grace: SIGTERM..SIGKILL when stopping

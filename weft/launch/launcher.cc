@@ -45,7 +45,8 @@ internal::GroupSpec group_spec(const JobPlan& plan, JobPorts ports, int restart_
   argv.insert(argv.end(), o.args.begin(), o.args.end());
   internal::GroupSpec spec{.stop_grace = o.stop_grace,
                            .exit_timeout = o.exit_timeout,
-                           .replacements = o.recover == "in-place" ? restarts_left : 0};
+                           .replacements = o.recover != "restart" ? restarts_left : 0,
+                           .elastic = o.recover == "elastic"};
   for (int local = 0; local < o.nproc_per_node; ++local) {
     EnvVars vars = worker_variables(plan, ports, local, restart_count);
     const int ring = rings.fd(local);

@@ -1,6 +1,7 @@
 // weftrun's engine: starts a job's workers on this node, relays their output, forwards
 // signals, stops the group when one worker fails and restarts it while restarts remain; with
-// --recover in-place, starts a worker killed by a signal again alone (each counts as a restart).
+// --recover in-place or elastic, starts a worker killed by a signal again alone (each counts as a
+// restart), and with elastic lets the others go on without it once no restart is left.
 // docs/LAUNCHER.md describes the behaviour from the user's side.
 #pragma once
 

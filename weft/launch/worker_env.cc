@@ -27,8 +27,8 @@ EnvVars worker_variables(const JobPlan& plan, JobPorts ports, int local_rank, in
       {"WEFT_PROGRESS_RELAY", "1"},
   };
   if (!o.backend.empty()) vars.emplace_back("WEFT_BACKEND", o.backend);
-  // weft-train then rejoins a replaced rank instead of failing (weft/train/recovery.h).
-  if (o.recover == "in-place") vars.emplace_back("WEFT_RECOVER", "in-place");
+  // weft-train then survives a rank's death instead of failing (docs/RECOVERY.md).
+  if (o.recover != "restart") vars.emplace_back("WEFT_RECOVER", o.recover);
   return vars;
 }
 

@@ -141,16 +141,19 @@ class LayoutInvariantSteps : public Steps {
   }
 
  private:
-  // The leaves are numbered over the global batch that loss_scale implies: every data rank's
-  // micro-batches must fit in it. The same numbers on every rank, before any collective.
+  // The leaves are numbered over the global batch that loss_scale implies: this rank's
+  // micro-batch must fit in it (a rank may train one more micro-batch than another, when the
+  // ranks do not divide the global batch's micro-batches), checked before any collective.
   void check_global_batch(std::int64_t micro, std::int64_t batch, std::int64_t seq) const {
-    const std::int64_t sequences = global_tokens_ / seq, used = (micro + 1) * data_size() * batch;
+    const std::int64_t sequences = global_tokens_ / seq,
+                       used = (micro * data_size() + data_rank() + 1) * batch;
     if (global_tokens_ % seq != 0 || used > sequences) {
       throw InvalidArgument(
           "layout-invariant training: loss_scale makes the global batch " +
           std::to_string(sequences) + " sequences, but micro-batch " + std::to_string(micro + 1) +
-          " of " + std::to_string(data_size()) + " data ranks x " + std::to_string(batch) +
-          " sequences reaches " + std::to_string(used) +
+          " of data rank " + std::to_string(data_rank()) + " (of " + std::to_string(data_size()) +
+          ", " + std::to_string(batch) + " sequences a micro-batch) reaches " +
+          std::to_string(used) +
           ": pass loss_scale = 1 / (data ranks x micro-batches), and zero_grad() each step");
     }
   }

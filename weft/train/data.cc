@@ -219,6 +219,12 @@ DataLoader::DataLoader(const TokenSource& tokens, std::int64_t batch, std::int64
 }
 
 Batch DataLoader::next(int rank, int ranks) {
+  Batch b = at(rank);
+  skip(ranks);
+  return b;
+}
+
+Batch DataLoader::at(std::int64_t slot) const {
   Batch b{batch_, seq_len_, {}, {}};
   b.tokens.resize(static_cast<std::size_t>(batch_ * seq_len_));
   b.targets.resize(b.tokens.size());
@@ -226,13 +232,12 @@ Batch DataLoader::next(int rank, int ranks) {
   const auto starts = static_cast<double>(tokens_.size() - seq_len_);
   std::vector<std::int32_t> window(static_cast<std::size_t>(seq_len_ + 1));
   for (std::int64_t i = 0; i < batch_; ++i) {
-    const auto sample = static_cast<std::uint64_t>(samples_ + rank * batch_ + i);
+    const auto sample = static_cast<std::uint64_t>(samples_ + slot * batch_ + i);
     const auto start = static_cast<std::int64_t>(philox_uniform(key, sample) * starts);
     tokens_.read(start, seq_len_ + 1, window.data());
     std::copy(window.begin(), window.end() - 1, b.tokens.begin() + i * seq_len_);
     std::copy(window.begin() + 1, window.end(), b.targets.begin() + i * seq_len_);
   }
-  samples_ += ranks * batch_;
   return b;
 }
 

@@ -68,6 +68,10 @@ class DataLoader {
   // Sequence i of rank r's slice is sample samples_drawn() + r x batch + i of the stream; the
   // cursor then moves past the whole global batch.
   Batch next(int rank = 0, int ranks = 1);
+  // Slot `slot` of the global batch, without moving the cursor: its sequence i is sample
+  // samples_drawn() + slot x batch + i (what next(r, ranks) gives rank r is slot r).
+  Batch at(std::int64_t slot) const;
+  void skip(std::int64_t slots) { samples_ += slots * batch_; }  // past a global batch
   std::int64_t samples_drawn() const { return samples_; }
   void set_samples_drawn(std::int64_t n) { samples_ = n; }  // restoring a checkpoint
 

@@ -101,7 +101,9 @@ Membership membership_from_environment() {
     const char* v = std::getenv(name);
     return v != nullptr && std::string_view(v) == value;
   };
-  return {.replacement = is("WEFT_REPLACEMENT", "1"), .in_place = is("WEFT_RECOVER", "in-place")};
+  return {.replacement = is("WEFT_REPLACEMENT", "1"),
+          .in_place = is("WEFT_RECOVER", "in-place") || is("WEFT_RECOVER", "elastic"),
+          .elastic = is("WEFT_RECOVER", "elastic")};
 }
 
 Trainer::Trainer(Config config, std::ostream& out, Progress progress,
@@ -110,7 +112,8 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
       config_(with_vocabulary(std::move(config), *tokenizer_)),
       world_(std::move(world)),
       membership_(membership),
-      out_(world_ && world_->rank() != 0 ? null_out_ : out),
+      given_out_(out),
+      out_(world_ && world_->rank() != 0 ? &null_out_ : &out),
       progress_(progress),
       data_(config_.training.dataset_path, *tokenizer_, config_.training.validation_fraction,
             config_.training.seq_len, config_.model.vocab_size),
@@ -129,6 +132,20 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
   nn::set_matmul_dtype(parse_dtype(config_.training.mixed_precision_param));
   kernels::set_product_rows(rows_per_product(config_.training));
   kernels::set_threads(static_cast<int>(config_.training.threads));
+  if (const auto launched = dist::launch_environment(); launched && world_) {
+    job_rank_ = launched->rank;
+    job_size_ = launched->world_size;
+  }
+  if (world_ && recovers_elastically(config_, membership_)) {
+    elastic_ = std::make_unique<dist::ElasticMembership>(
+        dist::connect_job_store(Seconds(config_.comm.rejoin_timeout_seconds)), job_rank_, job_size_,
+        Seconds(config_.comm.rejoin_timeout_seconds));
+    round_ = membership_.members.empty()
+                 ? elastic_->first()
+                 : dist::ElasticRound{membership_.round, membership_.members};
+    // Every world of the job replicates over all of its ranks, however many are left.
+    config_.parallelism.data_parallel_replicate_degree = -1;
+  }
   setup_parallelism(membership_.replacement);
   model_->set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank. A
@@ -151,8 +168,9 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
     // The collectives rejoin() makes on the ranks that stayed, in the same order.
     StateCopy none = buddies_ ? StateCopy{} : state_copy(parallel_->state(), false);
     const std::string from = take_state_on_rejoin(none, 0, false);
-    out_ << "joined the job in place of a dead rank at step " << state_.step << " (round "
-         << membership_.round << "; " << from << ")" << std::endl;
+    *out_ << "joined the job " << (elastic_ ? "" : "in place of a dead rank ") << "at step "
+          << state_.step << " (round " << membership_.round << ", " << world_size_ << " of "
+          << job_size_ << " ranks; " << from << ")" << std::endl;
   } else {
     if (config_.checkpoint.resume) resume();
     if (state_.step == 0 && !config_.checkpoint.initial_load_path.empty()) {
@@ -172,15 +190,16 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
                 kernels::matmul_isa(products).c_str(),
                 static_cast<long long>(config_.training.threads),
                 config_.training.threads == 1 ? "" : "s", simd::current_target().c_str());
-  out_ << line << std::endl;
+  *out_ << line << std::endl;
   log_world();
   log_parallelism(false);
-  metrics_ = std::make_unique<MetricsLogger>(out_, root() ? progress_ : Progress::kNone,
+  metrics_ = std::make_unique<MetricsLogger>(*out_, root() ? progress_ : Progress::kNone,
                                              root() ? config_.metrics.jsonl_path : "",
                                              config_.training.steps);
   metrics_->log_config(to_toml(config_));
-  // The step the rank it replaces may have died in before logging it.
-  if (membership_.replacement && state_.step > 0) log_caught_up_step();
+  // The step the rank it replaces may have died in before logging it (an elastic job's world
+  // logged every step without it).
+  if (membership_.replacement && !elastic_ && state_.step > 0) log_caught_up_step(true);
 }
 
 Trainer::~Trainer() = default;
@@ -276,6 +295,9 @@ void Trainer::setup_parallelism(bool rejoining) {
   }
   dp_rank_ = parallel_->data_rank();
   dp_size_ = parallel_->data_size();
+  if (slots_ == 0) {
+    slots_ = config_.training.gradient_accumulation_steps * (elastic_ ? job_size_ : dp_size_);
+  }
 }
 
 void Trainer::make_checkpointer() {
@@ -284,7 +306,7 @@ void Trainer::make_checkpointer() {
                                                    if (metrics_) {
                                                      metrics_->log_line(line);
                                                    } else {
-                                                     out_ << line << std::endl;
+                                                     *out_ << line << std::endl;
                                                    }
                                                  });
 }
@@ -296,8 +318,8 @@ void Trainer::resume() {
     train_loader_.set_samples_drawn(state_.samples_drawn);
   }
   if (state_.step >= config_.training.steps) {
-    out_ << "nothing to train: the run is at step " << state_.step << " and training.steps is "
-         << config_.training.steps << " (raise --training.steps to go on)" << std::endl;
+    *out_ << "nothing to train: the run is at step " << state_.step << " and training.steps is "
+          << config_.training.steps << " (raise --training.steps to go on)" << std::endl;
   }
 }
 
@@ -320,18 +342,33 @@ void Trainer::recover_or_rethrow(const Error& failure) {
   }
   const auto began = Clock::now();
   const std::int64_t completed = state_.step;
+  const bool was_root = root();
   std::cerr << "weft-train: rank " << world_->rank() << ": " << failure.what()
-            << "; rejoining the others in place (round " << membership_.round + 1 << ")"
-            << std::endl;
+            << (elastic_ ? "; going on with the others (round "
+                         : "; rejoining the others in place (round ")
+            << membership_.round + 1 << ")" << std::endl;
   const std::string from = rejoin();
+  if (left_job_) return;
   log_world();
   char line[200];
-  std::snprintf(line, sizeof(line),
-                "recovered in place in %.2f s (round %d): on from step %lld, %s",
-                std::chrono::duration<double>(Clock::now() - began).count(), membership_.round,
-                static_cast<long long>(state_.step), from.c_str());
+  const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  if (elastic_) {
+    std::snprintf(line, sizeof(line),
+                  "recovered elastically in %.2f s (round %d, %d of %d ranks): on from step "
+                  "%lld, %s",
+                  seconds, membership_.round, world_size_, job_size_,
+                  static_cast<long long>(state_.step), from.c_str());
+  } else {
+    std::snprintf(line, sizeof(line),
+                  "recovered in place in %.2f s (round %d): on from step %lld, %s", seconds,
+                  membership_.round, static_cast<long long>(state_.step), from.c_str());
+  }
   metrics_->log_line(line);
-  if (state_.step > completed) log_caught_up_step();
+  if (state_.step > completed) {
+    log_caught_up_step(true);
+  } else if (root() && !was_root && state_.step > 0) {
+    log_caught_up_step(false);  // the rank 0 that died may not have logged it
+  }
 }
 
 // Replicated, the state stays in memory through the rebuilding, and the most advanced rank's
@@ -339,17 +376,14 @@ void Trainer::recover_or_rethrow(const Error& failure) {
 // the buddy copies hold it, and the model is made again (the layouts cut the model they are
 // given).
 std::string Trainer::rejoin() {
+  if (elastic_) return rejoin_elastic();
   StateCopy copy;
   std::int64_t optimizer_steps = 0;
   if (!buddies_) {
     copy = state_copy(parallel_->state(), true);
     optimizer_steps = parallel_->state().optimizer_steps();
   }
-  // Everything that holds the broken world goes before it.
-  checkpointer_.reset();
-  parallel_.reset();
-  mesh_.reset();
-  world_.reset();
+  drop_world();
   if (buddies_) {
     model_.emplace(config_.model);
     model_->set_activation_checkpointing(config_.training.activation_checkpointing);
@@ -414,8 +448,8 @@ void Trainer::take_buddy_copies() {
   metrics_->log_line(line);
 }
 
-void Trainer::log_caught_up_step() {
-  losses_.push_back(last_step_.loss);
+void Trainer::log_caught_up_step(bool trained_elsewhere) {
+  if (trained_elsewhere) losses_.push_back(last_step_.loss);
   if (every(state_.step, config_.metrics.log_freq, config_.training.steps)) {
     metrics_->log_step(
         step_metrics(last_step_.loss, last_step_.grad_norm, state_.lr, last_step_.seconds));
@@ -493,7 +527,7 @@ void Trainer::refuse_what_cannot_fit() const {
 }
 
 void Trainer::log_parallelism(bool at_end) {
-  for (const std::string& line : parallel_->report().describe(at_end)) out_ << line << std::endl;
+  for (const std::string& line : parallel_->report().describe(at_end)) *out_ << line << std::endl;
   if (!at_end) return;
   const parallel::MemoryReport m = parallel_->report().memory();
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
@@ -503,7 +537,7 @@ void Trainer::log_parallelism(bool at_end) {
                 "activations %.1f (one process: %.1f of parameters, gradients and optimizer)",
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.activations),
                 mib(m.one_process));
-  out_ << line << std::endl;
+  *out_ << line << std::endl;
   std::snprintf(line, sizeof(line),
                 "memory per rank (rank 0), estimated before the run: %.1f MiB at the peak "
                 "(state %.1f, activations %.1f, scratch %.1f, working %.1f, program %.1f); peak "
@@ -511,36 +545,38 @@ void Trainer::log_parallelism(bool at_end) {
                 mib(estimated_.total()), mib(estimated_.state()), mib(estimated_.activations),
                 mib(estimated_.scratch), mib(estimated_.working), mib(estimated_.program),
                 mib(peak_memory_bytes()));
-  out_ << line << std::endl;
+  *out_ << line << std::endl;
   if (m.canonical_sums > 0) {
     std::snprintf(line, sizeof(line),
                   "memory per rank (rank 0): %.1f MiB more for the layout-invariant sums (partial "
                   "sums per block of sequences and exchange buffers, kept for reuse)",
                   mib(m.canonical_sums));
-    out_ << line << std::endl;
+    *out_ << line << std::endl;
   }
   if (!world_ || step_seconds_ == 0) return;
   std::snprintf(line, sizeof(line),
                 "communication (rank 0): %.1f%% of the training steps' time blocked in "
                 "collectives (%.2f of %.2f s)",
                 100 * step_communication_ / step_seconds_, step_communication_, step_seconds_);
-  out_ << line << std::endl;
+  *out_ << line << std::endl;
 }
 
-// Each rank's loss is its share of the global mean (local mean / ranks / micro-batches), so
-// the gradients DDP sums are those of the global mean loss.
+// The global batch is slots_ micro-batches (slots) in the loader's order; data rank r trains
+// slots r, r + ranks, ...: micro-batches per rank as configured, and more while an elastic job
+// runs with fewer ranks (some then one more than others). Each rank's loss is its share of the
+// global mean (local mean / slots), so the gradients DDP sums are those of the global mean.
 double Trainer::train_step() {
   parallel_->zero_grad();
-  const std::int64_t micro = config_.training.gradient_accumulation_steps;
-  const double share = 1.0 / static_cast<double>(micro * dp_size_);
+  const double share = 1.0 / static_cast<double>(slots_);
   double loss = 0;
-  for (std::int64_t m = 0; m < micro; ++m) {
-    const Batch b = train_loader_.next(dp_rank_, dp_size_);
+  for (std::int64_t slot = dp_rank_; slot < slots_; slot += dp_size_) {
+    const Batch b = train_loader_.at(slot);
     // Only the last micro-batch's backward reduces (FSDP's zero2 and full_shard reduce each).
-    if (m == micro - 1) parallel_->prepare_sync();
+    if (slot + dp_size_ >= slots_) parallel_->prepare_sync();
     loss += parallel_->forward_backward(b.tokens.data(), b.targets.data(), b.batch, b.seq, share) *
             share;
   }
+  train_loader_.skip(slots_);
   parallel_->finish_sync();
   return parallel_->step_loss(loss);
 }
@@ -566,23 +602,22 @@ void Trainer::load_initial_weights(const std::string& folder) {
   });
   parallel_->state().load(values, 0);
   // Before the metrics logger exists (as the resume's lines).
-  out_ << "loaded the initial weights from " << folder << " (Hugging Face layout, " << tensors
-       << " tensors)" << std::endl;
+  *out_ << "loaded the initial weights from " << folder << " (Hugging Face layout, " << tensors
+        << " tensors)" << std::endl;
 }
 
 double Trainer::validate() {
   DataLoader loader(data_.validation(), config_.training.batch_size, config_.training.seq_len,
                     static_cast<std::uint64_t>(config_.training.seed), "validation");
-  // Batches of the global batch size (batch x micro-batches x ranks), drawn as training draws
-  // them: the validation loss does not depend on how the global batch is split.
-  const std::int64_t batches =
-      config_.validation.steps * config_.training.gradient_accumulation_steps;
+  // validation.steps global batches, split as training splits them: the validation loss
+  // does not depend on how many ranks share them.
+  const std::int64_t slots = config_.validation.steps * slots_;
   double total = 0;
-  for (std::int64_t i = 0; i < batches; ++i) {
-    const Batch b = loader.next(dp_rank_, dp_size_);
+  for (std::int64_t slot = dp_rank_; slot < slots; slot += dp_size_) {
+    const Batch b = loader.at(slot);
     total += parallel_->evaluate(b.tokens.data(), b.targets.data(), b.batch, b.seq);
   }
-  return parallel_->sum_over_data(total / static_cast<double>(batches * dp_size_));
+  return parallel_->sum_over_data(total / static_cast<double>(slots));
 }
 
 // Measured by rank 0 alone, the others waiting: ranks measuring at once on shared cores would
@@ -641,13 +676,12 @@ void Trainer::log_world() {
             std::to_string(cores) + (cores == 1 ? " core" : " cores") +
             ": mfu is against the cores, not ranks x peak";
   }
-  out_ << line << std::endl;
+  *out_ << line << std::endl;
 }
 
 StepMetrics Trainer::step_metrics(double loss, double grad_norm, double lr, double seconds) const {
   const double tokens =
-      static_cast<double>(config_.training.batch_size * config_.training.seq_len *
-                          config_.training.gradient_accumulation_steps * dp_size_);
+      static_cast<double>(config_.training.batch_size * config_.training.seq_len * slots_);
   const double tps = tokens / seconds;
   const double mfu = model_->flops_per_token(config_.training.seq_len) * tps /
                      (peak_gflops_ * 1e9 * static_cast<double>(world_size_) * core_share_);
@@ -755,15 +789,22 @@ void Trainer::run_until(std::int64_t stop) {
   const auto began = Clock::now();
   const double steps_seconds = step_seconds_, steps_communication = step_communication_;
   window_first_step_ = state_.step + 1;  // a resumed run's first window
-  while (state_.step < stop) {
+  while (state_.step < stop && !left_job_) {
     try {
       train_logged_step(last, seconds_per_step);
+      if (elastic_ && world_size_ < job_size_ && state_.step < last) admit_joiners();
     } catch (const dist::PeerError& e) {
       recover_or_rethrow(e);
     } catch (const dist::GroupBroken& e) {
       recover_or_rethrow(e);
     }
   }
+  if (left_job_) {
+    std::cerr << "weft-train: rank " << job_rank_
+              << " was left out of the job, which finished without it" << std::endl;
+    return;
+  }
+  if (elastic_ && root() && state_.step >= last) elastic_->finish();
   checkpointer_->finish();
   metrics_->finish();
   log_parallelism(true);
@@ -781,8 +822,7 @@ void Trainer::summarize(std::int64_t first, double wall_seconds, double steps_se
   std::vector<std::int64_t> memory{peak_memory_bytes()};
   if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);
   const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
-                                            config_.training.gradient_accumulation_steps *
-                                            dp_size_ * (state_.step - first + 1));
+                                            slots_ * (state_.step - first + 1));
   RunSummary s{.first_step = first,
                .last_step = state_.step,
                .wall_seconds = wall_seconds,

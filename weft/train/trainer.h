@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "weft/data/tokenizer.h"
+#include "weft/dist/elastic.h"
 #include "weft/dist/init.h"
 #include "weft/dist/process_group.h"
 #include "weft/estimate/memory_estimate.h"
@@ -42,16 +43,28 @@ estimate::Job estimate_job(const Config& config, const parallel::ParallelOptions
 // vocab_size 0 leaves room for. A vocab_size set is kept as it is, unchecked.
 Config with_tokenizer_vocabulary(Config config);
 
-// Where this process stands in its job, for in-place recovery (docs/RECOVERY.md).
+// Where this process stands in its job, for recovery without a restart (docs/RECOVERY.md).
 struct Membership {
   int round = 0;             // the rendezvous round its world was formed in
   bool replacement = false;  // started in place of a dead rank: it takes the training state
                              // from the others instead of initialising or resuming it
   bool in_place = false;     // when a rank dies, rejoin the others (where the layout allows)
+  bool elastic = false;      // and a replicated layout goes on without it until it is back
+  std::vector<int> members;  // elastic: the job ranks of the round's world (empty: all)
 };
 
-// What weftrun --recover in-place says to this process (WEFT_RECOVER, WEFT_REPLACEMENT).
+// What weftrun --recover in-place or elastic says to this process (WEFT_RECOVER,
+// WEFT_REPLACEMENT).
 Membership membership_from_environment();
+
+// Whether `config` trained with `membership` goes on with fewer ranks when one dies: elastic,
+// and a replicated layout (DDP) on a fixed mesh. Other layouts recover in place.
+bool recovers_elastically(const Config& config, const Membership& membership);
+
+// A process started in place of a dead one in an elastic job: waits until the job's rank 0
+// admits it at a step boundary and joins that round's world (membership's round and members
+// set); std::nullopt when the job finished first.
+std::optional<dist::JoinedWorld> join_elastic_job(const Config& config, Membership& membership);
 
 // The job's world formed again after a rank died, from `round` on (the next one, or
 // dist::InitOptions::kFirstFreeRound for a replacement): a round whose ranks have not all
@@ -68,6 +81,8 @@ class Trainer {
   // (DDP) from the step the most advanced rank completed, in the others from the newest step
   // every rank's state survives at in memory (checkpoint.buddy_interval > 0); without copies,
   // or with parallelism.auto_machine, the error ends the run (weftrun restarts every worker).
+  // With membership.elastic a replicated layout goes on without the dead rank and takes its
+  // replacement back at a step boundary, the global batch the same (recovers_elastically).
   Trainer(Config config, std::ostream& out, Progress progress = Progress::kNone,
           std::shared_ptr<dist::ProcessGroup> world = nullptr, Membership membership = {});
   ~Trainer();
@@ -105,8 +120,19 @@ class Trainer {
   // In a catch block for a peer's failure: rejoins the others (recovers_in_place), else
   // rethrows the failure.
   void recover_or_rethrow(const Error& failure);
-  // The world formed again and every rank's state restored; says whence.
+  // The world formed again and every rank's state restored; says whence (empty: this process
+  // was left out of an elastic job that then finished).
   std::string rejoin();
+  // Elastic: the survivors' world formed again without the dead, a late survivor admitted
+  // again; every rank then holds the most advanced rank's state.
+  std::string rejoin_elastic();
+  // Elastic, at a step boundary while the world is smaller than the job: rank 0 admits the
+  // processes waiting to join, and the world grows to take them in. Collective.
+  void admit_joiners();
+  void enter(const dist::ElasticRound& round);  // forms its world and lays the model out on it
+  void drop_world();                            // everything that holds the world, then the world
+  // Who logs: rank 0 of the world now (elastic rounds renumber the ranks).
+  void follow_rank_zero();
   // Collective over a world formed again: every rank takes the state of the rank that
   // completed the most steps (weights, optimizer state, data position, learning rate); returns
   // that rank. `copy`: this rank's (state_copy), overwritten; `holds_state`: false on a
@@ -130,9 +156,10 @@ class Trainer {
                  double communication_seconds);
   StepMetrics step_metrics(double loss, double grad_norm, double lr, double seconds) const;
   void log_step(double loss, double grad_norm, double lr, double seconds, double blocked);
-  // After taking the state of a rank that completed a step this one did not: the step's loss
-  // for losses(), and its line in rank 0's log, which would skip it otherwise.
-  void log_caught_up_step();
+  // The last step's line in rank 0's log, which would skip it otherwise: after taking the state
+  // of a rank that completed a step this one did not (`trained_elsewhere`: its loss goes to
+  // losses() too), or on becoming rank 0 in place of one that died.
+  void log_caught_up_step(bool trained_elsewhere);
   void watch_stragglers();  // collective: at every logged step
   bool root() const { return !world_ || world_->rank() == 0; }
 
@@ -141,8 +168,16 @@ class Trainer {
   std::shared_ptr<dist::ProcessGroup> world_;
   Membership membership_;
   int dp_rank_ = 0, dp_size_ = 1, world_size_ = 1;
+  // The global batch's micro-batches of training.batch_size (slots): gradient accumulation
+  // steps x the configured data-parallel ranks, whatever number of ranks share them.
+  std::int64_t slots_ = 0;
+  int job_rank_ = 0, job_size_ = 1;                   // RANK and WORLD_SIZE as launched
+  std::unique_ptr<dist::ElasticMembership> elastic_;  // recovers_elastically
+  dist::ElasticRound round_;                          // elastic: the world's members
+  bool left_job_ = false;  // elastic: left out of a job that finished meanwhile
   std::ostream null_out_{nullptr};
-  std::ostream& out_;
+  std::ostream& given_out_;
+  std::ostream* out_;  // given_out_ on rank 0, else null_out_
   Progress progress_;
   Dataset data_;
   std::optional<nn::Llama> model_;  // made again when a sharded layout recovers in place

@@ -103,6 +103,22 @@ bool WorkerGroup::replace_if_allowed(std::size_t i) {
   return true;
 }
 
+// --recover elastic: a worker killed by a signal with no replacement left, while others run,
+// does not stop them.
+bool WorkerGroup::left_behind(std::size_t i) {
+  Worker& w = workers_[i];
+  if (!spec_.elastic || w.process.status().signal == 0 || live_count() == 0 || kill_at_ ||
+      outcome_.kind != GroupOutcome::Kind::kSucceeded) {
+    return false;
+  }
+  drain(w.out);
+  drain(w.err);
+  log("rank " + std::to_string(spec_.ranks[i]) + " " + w.process.status().describe() +
+      "; no restart is left (--max-restarts " + std::to_string(spec_.replacements) +
+      "), the others go on without it");
+  return true;
+}
+
 // What a dead worker left in its pipes, then the pipe closed. Bounded: a process it started
 // may still hold the pipe open (reap() kills those).
 void WorkerGroup::drain(Stream& stream) {
@@ -203,6 +219,7 @@ void WorkerGroup::on_exits() {
     if (w.done || !w.process.exited()) continue;
     if (!w.process.status().ok() && replace_if_allowed(i)) continue;
     w.done = true;
+    if (left_behind(i)) continue;
     // Only the first failure counts: the others are usually its consequence (or ours).
     if (!w.process.status().ok() && outcome_.kind == GroupOutcome::Kind::kSucceeded) {
       outcome_ = GroupOutcome{.kind = GroupOutcome::Kind::kFailed,

@@ -42,6 +42,9 @@ struct GroupSpec {
   // left running (weftrun --recover in-place), this many times in all; after that, or for a
   // worker that exits with a code, the group stops as below.
   int replacements = 0;
+  // weftrun --recover elastic: a worker killed by a signal when no replacement is left is
+  // left dead while others run (they go on without it), instead of stopping the group.
+  bool elastic = false;
 };
 
 class WorkerGroup {
@@ -52,7 +55,8 @@ class WorkerGroup {
 
   // Starts the workers and returns once every one has exited (and been reaped):
   // - a worker killed by a signal while spec.replacements last is started again, with the
-  //   same variables and WEFT_REPLACEMENT=1;
+  //   same variables and WEFT_REPLACEMENT=1; after that, with spec.elastic, it is left dead
+  //   while another runs;
   // - otherwise a worker exiting non-zero or killed by a signal, first of all, makes the
   //   outcome kFailed; the others get SIGTERM, and SIGKILL once stop_grace has passed;
   // - a worker still running exit_timeout after another exited 0 makes it kFailed (hung),
@@ -81,6 +85,7 @@ class WorkerGroup {
   void start_all();
   Worker start(std::size_t i, bool replacement);
   bool replace_if_allowed(std::size_t i);
+  bool left_behind(std::size_t i);
   void drain(Stream& stream);
   void poll_once();
   int poll_timeout_ms() const;

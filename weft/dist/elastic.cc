@@ -1,0 +1,196 @@
+#include "weft/dist/elastic.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "weft/base/error.h"
+
+namespace weft::dist {
+namespace {
+
+// The store is polled: a waiting process asks every few milliseconds, which costs the store
+// one small request each.
+constexpr auto kPoll = std::chrono::milliseconds(5);
+
+std::string round_key(int round) { return "elastic/round" + std::to_string(round); }
+
+std::string ticket_key(std::int64_t ticket) { return "elastic/ticket/" + std::to_string(ticket); }
+
+std::string joiner_key(std::int64_t ticket) { return "elastic/joiner/" + std::to_string(ticket); }
+
+// A job rank read from the store, checked against the job's size.
+int job_rank_in(const std::string& text, int job_size, const std::string& key) {
+  std::size_t used = 0;
+  int rank = -1;
+  try {
+    rank = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || rank < 0 || rank >= job_size) {
+    throw Error("elastic membership: the job's store holds '" + text + "' at " + key +
+                ", not a rank of this job of " + std::to_string(job_size) +
+                " (another job sharing the store?)");
+  }
+  return rank;
+}
+
+// "<kind>:<rank>,<rank>,..." (kind 's': after a failure; 'g': grown by admit).
+std::string encode(char kind, const std::vector<int>& members) {
+  std::string text(1, kind);
+  text += ':';
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (i > 0) text += ',';
+    text += std::to_string(members[i]);
+  }
+  return text;
+}
+
+std::pair<char, std::vector<int>> decode(const std::string& text, int job_size,
+                                         const std::string& key) {
+  if (text.size() < 3 || (text[0] != 's' && text[0] != 'g') || text[1] != ':') {
+    throw Error("elastic membership: the job's store holds a malformed round at " + key);
+  }
+  std::vector<int> members;
+  for (std::size_t at = 2; at <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    members.push_back(job_rank_in(text.substr(at, comma - at), job_size, key));
+    at = comma + 1;
+  }
+  if (members.size() > static_cast<std::size_t>(job_size) ||
+      !std::is_sorted(members.begin(), members.end()) ||
+      std::adjacent_find(members.begin(), members.end()) != members.end()) {
+    throw Error("elastic membership: the round at " + key + " is not a set of this job's ranks");
+  }
+  return {text[0], std::move(members)};
+}
+
+}  // namespace
+
+int ElasticRound::rank_of(int job_rank) const {
+  const auto it = std::find(members.begin(), members.end(), job_rank);
+  return it == members.end() ? -1 : static_cast<int>(it - members.begin());
+}
+
+ElasticMembership::ElasticMembership(std::shared_ptr<store::Store> store, int job_rank,
+                                     int job_size, Seconds timeout)
+    : store_(std::move(store)), job_rank_(job_rank), job_size_(job_size), timeout_(timeout) {
+  if (job_size < 1 || job_rank < 0 || job_rank >= job_size) {
+    throw InvalidArgument("ElasticMembership: rank " + std::to_string(job_rank) +
+                          " is not in [0, job size " + std::to_string(job_size) + ")");
+  }
+}
+
+ElasticRound ElasticMembership::first() const {
+  ElasticRound round;
+  for (int r = 0; r < job_size_; ++r) round.members.push_back(r);
+  return round;
+}
+
+// The round proposed for `round`'s number, if any; its kind in `kind`.
+std::optional<ElasticRound> ElasticMembership::proposed(int round, char* kind) {
+  const std::string key = round_key(round);
+  if (!store_->check({key})) return std::nullopt;
+  auto [k, members] = decode(store_->get(key), job_size_, key);
+  if (kind != nullptr) *kind = k;
+  return ElasticRound{round, std::move(members)};
+}
+
+// The first proposal for a round's number wins; every proposer reads the winner.
+ElasticRound ElasticMembership::propose(int round, char kind, const std::vector<int>& members,
+                                        char* won_kind) {
+  const std::string key = round_key(round);
+  auto [k, won] = decode(store_->compare_set(key, "", encode(kind, members)), job_size_, key);
+  *won_kind = k;
+  return {round, std::move(won)};
+}
+
+ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Seconds settle) {
+  for (int round = broken.round + 1;; ++round) {
+    char kind = 0;
+    if (auto p = proposed(round, &kind)) {
+      if (kind == 'g') continue;  // a growth this process did not take part in
+      return *p;                  // closed before this process arrived
+    }
+    const std::string at = round_key(round);
+    store_->set(at + "/arrived/" + std::to_string(job_rank_), "1");
+    store_->add(at + "/arrivals", 1);
+    const Deadline close = Deadline::after(settle);
+    for (;;) {
+      if (auto p = proposed(round, &kind)) {
+        if (kind == 'g') break;
+        return *p;
+      }
+      const auto arrived = static_cast<std::size_t>(store_->add(at + "/arrivals", 0));
+      if (arrived >= broken.members.size() || close.expired()) {
+        std::vector<int> members;
+        for (const int r : broken.members) {
+          if (store_->check({at + "/arrived/" + std::to_string(r)})) members.push_back(r);
+        }
+        ElasticRound won = propose(round, 's', members, &kind);
+        if (kind == 'g') break;
+        return won;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+}
+
+std::optional<ElasticRound> ElasticMembership::join() {
+  const std::int64_t ticket = store_->add("elastic/joiners", 1);
+  store_->set(joiner_key(ticket), std::to_string(job_rank_));
+  const Deadline deadline = Deadline::after(timeout_);
+  for (;;) {
+    const std::string key = ticket_key(ticket);
+    if (store_->check({key})) {
+      const int round = job_rank_in(store_->get(key), 1 << 30, key);
+      if (auto p = proposed(round, nullptr)) return p;
+      throw Error("elastic membership: admitted to round " + std::to_string(round) +
+                  ", which the job's store does not hold");
+    }
+    if (store_->check({"elastic/finished"})) return std::nullopt;
+    if (deadline.expired()) {
+      throw TimeoutError("elastic membership: rank " + std::to_string(job_rank_) +
+                         " was not admitted to the job within " + std::to_string(timeout_.count()) +
+                         " s (its ranks admit new processes between steps; are they running?)");
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+std::optional<ElasticRound> ElasticMembership::admit(const ElasticRound& current) {
+  const std::int64_t asked = store_->add("elastic/joiners", 0);
+  const std::int64_t admitted = store_->add("elastic/admitted", 0);
+  if (asked <= admitted) return std::nullopt;
+  std::vector<int> members = current.members;
+  for (std::int64_t t = admitted + 1; t <= asked; ++t) {
+    store_->wait({joiner_key(t)}, timeout_);  // set just after the ticket was drawn
+    const int rank = job_rank_in(store_->get(joiner_key(t)), job_size_, joiner_key(t));
+    if (std::find(members.begin(), members.end(), rank) == members.end()) members.push_back(rank);
+  }
+  std::sort(members.begin(), members.end());
+  char kind = 0;
+  const ElasticRound won = propose(current.round + 1, 'g', members, &kind);
+  if (kind != 'g' || won.members != members) return std::nullopt;  // a failure came first
+  for (std::int64_t t = admitted + 1; t <= asked; ++t) {
+    store_->set(ticket_key(t), std::to_string(won.round));
+  }
+  store_->add("elastic/admitted", asked - admitted);
+  return won;
+}
+
+void ElasticMembership::finish() { store_->set("elastic/finished", "1"); }
+
+JoinedWorld ElasticMembership::form(const ElasticRound& round, InitOptions options) const {
+  options.rank = round.rank_of(job_rank_);
+  if (options.rank < 0) {
+    throw InvalidArgument("ElasticMembership::form: rank " + std::to_string(job_rank_) +
+                          " is not a member of round " + std::to_string(round.round));
+  }
+  options.world_size = static_cast<int>(round.members.size());
+  options.round = round.round;
+  return join_process_group(std::move(options));
+}
+
+}  // namespace weft::dist

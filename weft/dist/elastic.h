@@ -1,0 +1,73 @@
+// Elastic membership of a job (weftrun --recover elastic, docs/RECOVERY.md): which of its
+// processes form each round of its world, as ranks die and processes join, agreed through the
+// job's store without a coordinator. A round is written once (the first proposal for its number
+// wins, compare_set); every wait has a deadline.
+//
+//   survivors of round R:  after_failure(R)  -> round R + 1 of those that arrived in time
+//   a new process:         join()            -> the round that admits it
+//   rank 0 of a round:     admit(R)          -> round R + 1 with the processes waiting to join
+//   rank 0 at the end:     finish()          -> processes still waiting go home
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/base/deadline.h"
+#include "weft/dist/init.h"
+#include "weft/store/store.h"
+
+namespace weft::dist {
+
+// A round of the job's world: its number and its members' job ranks (the RANK each process was
+// started with, which a replacement keeps), ascending. A member's rank in the round's world is
+// its index.
+struct ElasticRound {
+  int round = 0;
+  std::vector<int> members;
+
+  int rank_of(int job_rank) const;  // -1 when not a member
+  bool operator==(const ElasticRound&) const = default;
+};
+
+class ElasticMembership {
+ public:
+  // Process `job_rank` of a job of `job_size` processes, through `store` (the job's, under this
+  // attempt: connect_job_store), which outlives every rank. Every wait ends by `timeout`
+  // (weft::TimeoutError).
+  ElasticMembership(std::shared_ptr<store::Store> store, int job_rank, int job_size,
+                    Seconds timeout);
+
+  // Round 0: every process of the job.
+  ElasticRound first() const;
+  // After `broken` failed (a member died): round broken.round + 1, of broken's members that
+  // arrived here within `settle` of the first to arrive (closed at once when all arrive). A
+  // round admit() proposed for that number, which this process did not take part in, is passed
+  // over for the next. The result may leave this process out (it arrived too late): it then
+  // join()s as a new process would.
+  ElasticRound after_failure(const ElasticRound& broken, Seconds settle);
+  // A process outside the world (started in place of a dead one, or left out): asks to be
+  // admitted and waits until a round's rank 0 admits it; std::nullopt when the job finished
+  // first.
+  std::optional<ElasticRound> join();
+  // Rank 0 of `current`, at a step boundary: round current.round + 1 with every process
+  // waiting to join, or std::nullopt when none waits (one store call) or a failure already
+  // claimed that round number.
+  std::optional<ElasticRound> admit(const ElasticRound& current);
+  // The job finished: processes waiting in join() return std::nullopt.
+  void finish();
+  // `round`'s world, this process at its index: join_process_group with `options`' backend and
+  // timeout.
+  JoinedWorld form(const ElasticRound& round, InitOptions options) const;
+
+ private:
+  std::optional<ElasticRound> proposed(int round, char* kind);
+  ElasticRound propose(int round, char kind, const std::vector<int>& members, char* won_kind);
+
+  std::shared_ptr<store::Store> store_;
+  int job_rank_, job_size_;
+  Seconds timeout_;
+};
+
+}  // namespace weft::dist
