@@ -92,22 +92,25 @@ int main(int argc, char** argv) {
     std::shared_ptr<weft::dist::ProcessGroup> world;
     weft::train::Membership membership = weft::train::membership_from_environment();
     const auto launched = weft::dist::launch_environment();
-    if (launched && launched->world_size > 1) {
-      std::optional<weft::dist::JoinedWorld> joined;
-      if (!membership.replacement) {
-        joined = weft::dist::join_process_group(
-            {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
-      } else if (weft::train::recovers_elastically(config, membership)) {
-        joined = weft::train::join_elastic_job(config, membership);
-        if (!joined) {
-          std::fprintf(stderr, "weft-train: the job finished before this process could join it\n");
-          return 0;
-        }
-      } else {
-        joined = weft::train::rejoin_world(config, weft::dist::InitOptions::kFirstFreeRound);
+    if (membership.replacement && launched &&
+        weft::train::recovers_elastically(config, membership)) {
+      const auto trainer =
+          weft::train::join_elastic_job(config, std::cout, progress_mode(launched), membership);
+      if (!trainer) {
+        std::fprintf(stderr, "weft-train: the job finished before this process could join it\n");
+        return 0;
       }
-      world = joined->world;
-      membership.round = joined->round;
+      trainer->run();
+      return 0;
+    }
+    if (launched && launched->world_size > 1) {
+      const weft::dist::JoinedWorld joined =
+          membership.replacement
+              ? weft::train::rejoin_world(config, weft::dist::InitOptions::kFirstFreeRound)
+              : weft::dist::join_process_group(
+                    {.timeout = weft::Seconds(config.comm.init_timeout_seconds)});
+      world = joined.world;
+      membership.round = joined.round;
     }
     std::ostringstream quiet;  // rank 0 says which layout the plan chose
     config = weft::train::with_planned_layout(std::move(config), world.get(),
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
   } catch (const weft::TimeoutError& e) {
     std::fprintf(stderr,
                  "weft-train: %s\n(weft-train: comm.init_timeout_seconds bounds joining the job, "
-                 "comm.train_timeout_seconds every collective after it)\n",
+                 "comm.train_timeout_seconds every collective after it, "
+                 "comm.rejoin_timeout_seconds each round of a recovery)\n",
                  e.what());
     return 1;
   } catch (const std::exception& e) {

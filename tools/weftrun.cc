@@ -33,9 +33,10 @@ constexpr const char* kFooter =
     "a worker killed by a signal is started again alone (WEFT_REPLACEMENT=1, every worker\n"
     "has WEFT_RECOVER=in-place) and weft-train's ranks go on from the current step; with\n"
     "--recover elastic they go on without it and take it back when it has started.\n"
-    "Exit status: 0 when every worker exited 0; else the failed worker's exit code (128+N\n"
-    "for signal N), 128+N when weftrun got signal N, 127 when PROGRAM cannot be found,\n"
-    "2 for a bad command line, 1 when the job cannot be started. See docs/LAUNCHER.md.";
+    "Exit status: 0 when every worker exited 0 (elastic: every one not left dead); else the\n"
+    "failed worker's exit code (128+N for signal N), 128+N when weftrun got signal N, 127\n"
+    "when PROGRAM cannot be found, 2 for a bad command line, 1 when the job cannot be\n"
+    "started. See docs/LAUNCHER.md.";
 
 // CLI11 2.1 would print "Usage: weftrun [OPTIONS]", hiding PROGRAM and its arguments.
 class Formatter : public CLI::Formatter {

@@ -259,6 +259,21 @@ TEST(WeftrunTest, RecoverInPlaceCountsAgainstMaxRestarts) {
   EXPECT_EQ(weftrun({"--nproc-per-node", "1", "--recover", "sometimes", kWorker, "env"}).code, 2);
 }
 
+// Elastic: a killed worker is started again while restarts last; then it is left dead and the
+// others go on, and the job succeeds when they do.
+TEST(WeftrunTest, RecoverElasticLeavesAKilledWorkerOnceNoRestartIsLeft) {
+  const Finished r =
+      weftrun({"--nproc-per-node", "3", "--recover", "elastic", kWorker, "crash-once", "1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("rank 1 was killed by signal 9 (SIGKILL: Killed); no restart is "
+                               "left, the others go on without it"));
+  EXPECT_THAT(r.out, HasSubstr("[2] started replacement=0 recover=elastic attempt=0\n"));
+  const Finished replaced = weftrun({"--nproc-per-node", "2", "--recover", "elastic",
+                                     "--max-restarts", "1", kWorker, "crash-once", "1"});
+  EXPECT_EQ(replaced.code, 0) << replaced.err;
+  EXPECT_THAT(replaced.out, HasSubstr("[1] started replacement=1 recover=elastic attempt=0\n"));
+}
+
 // Starts weftrun with sleeping workers, waits until they all run, then sends it SIGTERM.
 Finished terminate_sleepers(const std::vector<std::string>& extra, const std::string& mode) {
   std::vector<std::string> argv{kWeftrun, "--nproc-per-node", "3"};

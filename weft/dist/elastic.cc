@@ -1,6 +1,7 @@
 #include "weft/dist/elastic.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -9,9 +10,13 @@
 namespace weft::dist {
 namespace {
 
-// The store is polled: a waiting process asks every few milliseconds, which costs the store
-// one small request each.
-constexpr auto kPoll = std::chrono::milliseconds(5);
+// The store is polled: a waiting process asks every few milliseconds (a request or two each).
+constexpr auto kPoll = std::chrono::milliseconds(10);
+// A ticket's rank is written just after the ticket is drawn: one missing this long after
+// belongs to a process that died in between, and is passed over.
+constexpr Seconds kTicketWrite{1.0};
+// Tickets waiting at once: more means the store holds something else.
+constexpr std::int64_t kMostWaiting = 1 << 16;
 
 std::string round_key(int round) { return "elastic/round" + std::to_string(round); }
 
@@ -19,20 +24,26 @@ std::string ticket_key(std::int64_t ticket) { return "elastic/ticket/" + std::to
 
 std::string joiner_key(std::int64_t ticket) { return "elastic/joiner/" + std::to_string(ticket); }
 
-// A job rank read from the store, checked against the job's size.
-int job_rank_in(const std::string& text, int job_size, const std::string& key) {
+// A number in [0, limit) read from the store at `key`, or -1.
+int number_in(const std::string& text, int limit) {
   std::size_t used = 0;
-  int rank = -1;
+  int n = -1;
   try {
-    rank = std::stoi(text, &used);
+    n = std::stoi(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return -1;
   }
-  if (used != text.size() || rank < 0 || rank >= job_size) {
-    throw Error("elastic membership: the job's store holds '" + text + "' at " + key +
-                ", not a rank of this job of " + std::to_string(job_size) +
-                " (another job sharing the store?)");
-  }
+  return used == text.size() && n >= 0 && n < limit ? n : -1;
+}
+
+Error bad_value(const std::string& text, const std::string& key, const std::string& what) {
+  return Error("elastic membership: the job's store holds '" + text + "' at " + key + ", not " +
+               what + " (another job sharing the store?)");
+}
+
+int job_rank_in(const std::string& text, int job_size, const std::string& key) {
+  const int rank = number_in(text, job_size);
+  if (rank < 0) throw bad_value(text, key, "a rank of this job of " + std::to_string(job_size));
   return rank;
 }
 
@@ -58,8 +69,7 @@ std::pair<char, std::vector<int>> decode(const std::string& text, int job_size,
     members.push_back(job_rank_in(text.substr(at, comma - at), job_size, key));
     at = comma + 1;
   }
-  if (members.size() > static_cast<std::size_t>(job_size) ||
-      !std::is_sorted(members.begin(), members.end()) ||
+  if (!std::is_sorted(members.begin(), members.end()) ||
       std::adjacent_find(members.begin(), members.end()) != members.end()) {
     throw Error("elastic membership: the round at " + key + " is not a set of this job's ranks");
   }
@@ -144,7 +154,9 @@ std::optional<ElasticRound> ElasticMembership::join() {
   for (;;) {
     const std::string key = ticket_key(ticket);
     if (store_->check({key})) {
-      const int round = job_rank_in(store_->get(key), 1 << 30, key);
+      const std::string text = store_->get(key);
+      const int round = number_in(text, std::numeric_limits<int>::max());
+      if (round < 1) throw bad_value(text, key, "a round's number");
       if (auto p = proposed(round, nullptr)) return p;
       throw Error("elastic membership: admitted to round " + std::to_string(round) +
                   ", which the job's store does not hold");
@@ -162,14 +174,27 @@ std::optional<ElasticRound> ElasticMembership::join() {
 std::optional<ElasticRound> ElasticMembership::admit(const ElasticRound& current) {
   const std::int64_t asked = store_->add("elastic/joiners", 0);
   const std::int64_t admitted = store_->add("elastic/admitted", 0);
-  if (asked <= admitted) return std::nullopt;
+  if (asked == admitted) return std::nullopt;
+  if (asked < admitted || asked - admitted > kMostWaiting) {
+    throw Error("elastic membership: the job's store counts " + std::to_string(asked) +
+                " processes asking to join and " + std::to_string(admitted) +
+                " admitted (another job sharing the store?)");
+  }
   std::vector<int> members = current.members;
   for (std::int64_t t = admitted + 1; t <= asked; ++t) {
-    store_->wait({joiner_key(t)}, timeout_);  // set just after the ticket was drawn
+    try {
+      store_->wait({joiner_key(t)}, kTicketWrite);
+    } catch (const TimeoutError&) {
+      continue;  // its process died between drawing the ticket and writing its rank
+    }
     const int rank = job_rank_in(store_->get(joiner_key(t)), job_size_, joiner_key(t));
     if (std::find(members.begin(), members.end(), rank) == members.end()) members.push_back(rank);
   }
   std::sort(members.begin(), members.end());
+  if (members.size() == current.members.size()) {  // only dead tickets
+    store_->add("elastic/admitted", asked - admitted);
+    return std::nullopt;
+  }
   char kind = 0;
   const ElasticRound won = propose(current.round + 1, 'g', members, &kind);
   if (kind != 'g' || won.members != members) return std::nullopt;  // a failure came first

@@ -34,15 +34,17 @@ struct ElasticRound {
 class ElasticMembership {
  public:
   // Process `job_rank` of a job of `job_size` processes, through `store` (the job's, under this
-  // attempt: connect_job_store), which outlives every rank. Every wait ends by `timeout`
-  // (weft::TimeoutError).
+  // attempt: connect_job_store), which outlives every rank. join() waits at most `timeout`
+  // (weft::TimeoutError); each store call, the store's own timeout. Values read from the store
+  // are checked: weft::Error names one that is not this job's.
   ElasticMembership(std::shared_ptr<store::Store> store, int job_rank, int job_size,
                     Seconds timeout);
 
   // Round 0: every process of the job.
   ElasticRound first() const;
   // After `broken` failed (a member died): round broken.round + 1, of broken's members that
-  // arrived here within `settle` of the first to arrive (closed at once when all arrive). A
+  // arrived here before the first of them to arrive had waited `settle` (its own; closed at
+  // once when all arrive). A
   // round admit() proposed for that number, which this process did not take part in, is passed
   // over for the next. The result may leave this process out (it arrived too late): it then
   // join()s as a new process would.
@@ -51,9 +53,10 @@ class ElasticMembership {
   // admitted and waits until a round's rank 0 admits it; std::nullopt when the job finished
   // first.
   std::optional<ElasticRound> join();
-  // Rank 0 of `current`, at a step boundary: round current.round + 1 with every process
-  // waiting to join, or std::nullopt when none waits (one store call) or a failure already
-  // claimed that round number.
+  // Rank 0 of `current` alone, at a step boundary (then telling the others): round
+  // current.round + 1 with every process waiting to join, or std::nullopt when none waits (two
+  // store calls) or a failure already claimed that round number. A process that died between
+  // asking and saying who it is is passed over after a second.
   std::optional<ElasticRound> admit(const ElasticRound& current);
   // The job finished: processes waiting in join() return std::nullopt.
   void finish();

@@ -236,9 +236,10 @@ const std::vector<Field>& fields() {
                  "rank that waits longer fails naming the rank it waited for",
                  1.0, 86400.0),
       WEFT_FIELD(comm, rejoin_timeout_seconds,
-                 "in-place recovery (weftrun --recover in-place): seconds the ranks wait for each "
-                 "other in one round of forming the job again; a round one of them died in is "
-                 "left for the next, three at most",
+                 "recovery without a restart (weftrun --recover in-place or elastic): seconds "
+                 "the ranks wait for each other in one round of forming the job again (a round "
+                 "one of them died in is left for the next, three at most); an elastic job's new "
+                 "process waits this plus comm.train_timeout_seconds to be admitted",
                  1.0, 86400.0),
   };
   return all;

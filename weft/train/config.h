@@ -112,7 +112,7 @@ struct ParallelismConfig {
 struct CommConfig {
   double init_timeout_seconds = 300;   // joining the job (weftrun's rendezvous)
   double train_timeout_seconds = 100;  // every collective after it
-  double rejoin_timeout_seconds = 30;  // one round of an in-place recovery's rendezvous
+  double rejoin_timeout_seconds = 30;  // one round of a recovery's rendezvous (in place, elastic)
 };
 
 // The tokenizer (docs/DATA.md): "bytes", a tokenizer.json, a SentencePiece .model or a

@@ -79,23 +79,6 @@ std::int64_t rows_per_product(const TrainingConfig& training) {
 
 }  // namespace
 
-dist::JoinedWorld rejoin_world(const Config& config, int round) {
-  constexpr int kRounds = 3;
-  for (int tried = 1;; ++tried) {
-    try {
-      return dist::join_process_group(
-          {.timeout = Seconds(config.comm.rejoin_timeout_seconds), .round = round});
-    } catch (const TimeoutError& e) {  // a rank of the round never came
-      if (tried == kRounds) throw;
-      std::cerr << "weft-train: " << e.what() << "; trying the next round" << std::endl;
-    } catch (const dist::PeerError& e) {  // or died too
-      if (tried == kRounds) throw;
-      std::cerr << "weft-train: " << e.what() << "; trying the next round" << std::endl;
-    }
-    if (round != dist::InitOptions::kFirstFreeRound) ++round;
-  }
-}
-
 Membership membership_from_environment() {
   const auto is = [](const char* name, std::string_view value) {
     const char* v = std::getenv(name);
@@ -136,16 +119,13 @@ Trainer::Trainer(Config config, std::ostream& out, Progress progress,
     job_rank_ = launched->rank;
     job_size_ = launched->world_size;
   }
-  if (world_ && recovers_elastically(config_, membership_)) {
-    elastic_ = std::make_unique<dist::ElasticMembership>(
-        dist::connect_job_store(Seconds(config_.comm.rejoin_timeout_seconds)), job_rank_, job_size_,
-        Seconds(config_.comm.rejoin_timeout_seconds));
-    round_ = membership_.members.empty()
-                 ? elastic_->first()
-                 : dist::ElasticRound{membership_.round, membership_.members};
-    // Every world of the job replicates over all of its ranks, however many are left.
-    config_.parallelism.data_parallel_replicate_degree = -1;
+  if (membership_.elastic && world_ && !recovers_elastically(config_, membership_)) {
+    throw ConfigError(
+        "weftrun --recover elastic goes on with fewer ranks in a replicated layout only (DDP "
+        "alone, parallelism.auto_machine unset); this job's ranks hold different pieces: use "
+        "--recover in-place, which waits for the dead rank's replacement");
   }
+  if (world_ && recovers_elastically(config_, membership_)) start_elastic();
   setup_parallelism(membership_.replacement);
   model_->set_activation_checkpointing(config_.training.activation_checkpointing);
   // Each rank initialises only what it holds: the whole model never exists on one rank. A
@@ -324,7 +304,7 @@ void Trainer::resume() {
 }
 
 bool Trainer::recovers_in_place() const {
-  return membership_.in_place && world_ && config_.parallelism.auto_machine.empty() &&
+  return membership_.in_place && (world_ || elastic_) && config_.parallelism.auto_machine.empty() &&
          (replicated() || config_.checkpoint.buddy_interval > 0);
 }
 
@@ -709,7 +689,11 @@ void Trainer::watch_stragglers() {
   const std::int64_t first = window_first_step_;
   window_communication_ = window_seconds_ = 0;
   window_first_step_ = state_.step + 1;
-  if (!world_ || world_->size() < 2 || config_.parallelism.pipeline_parallel_degree > 1) return;
+  // Nor while the ranks train unequal shares (an elastic job with fewer ranks).
+  if (!world_ || world_->size() < 2 || config_.parallelism.pipeline_parallel_degree > 1 ||
+      slots_ % dp_size_ != 0) {
+    return;
+  }
   std::vector<double> waits(static_cast<std::size_t>(world_->size()));
   world_->all_gather(waits, mine);
   const auto report = stragglers_.observe(waits, seconds, first, state_.step);

@@ -58,13 +58,8 @@ struct Membership {
 Membership membership_from_environment();
 
 // Whether `config` trained with `membership` goes on with fewer ranks when one dies: elastic,
-// and a replicated layout (DDP) on a fixed mesh. Other layouts recover in place.
+// and a replicated layout (DDP) on a fixed mesh (the Trainer refuses elastic for other layouts).
 bool recovers_elastically(const Config& config, const Membership& membership);
-
-// A process started in place of a dead one in an elastic job: waits until the job's rank 0
-// admits it at a step boundary and joins that round's world (membership's round and members
-// set); std::nullopt when the job finished first.
-std::optional<dist::JoinedWorld> join_elastic_job(const Config& config, Membership& membership);
 
 // The job's world formed again after a rank died, from `round` on (the next one, or
 // dist::InitOptions::kFirstFreeRound for a replacement): a round whose ranks have not all
@@ -129,6 +124,14 @@ class Trainer {
   // Elastic, at a step boundary while the world is smaller than the job: rank 0 admits the
   // processes waiting to join, and the world grows to take them in. Collective.
   void admit_joiners();
+  // Elastic, this process holding its state (held_) and no world: forms `next` (or asks to
+  // join when it is not a member) and takes the most advanced rank's state; a round that
+  // fails (a death while it forms) is left for the next one the survivors form, three at
+  // most. Says whence the state came; empty when this process was left out of a job that
+  // finished meanwhile.
+  std::string change_world(dist::ElasticRound next);
+  void start_elastic();  // elastic_ and round_, from membership_
+  void hold_state();     // held_: this rank's state, kept until a world takes it
   void enter(const dist::ElasticRound& round);  // forms its world and lays the model out on it
   void drop_world();                            // everything that holds the world, then the world
   // Who logs: rank 0 of the world now (elastic rounds renumber the ranks).
@@ -175,6 +178,11 @@ class Trainer {
   std::unique_ptr<dist::ElasticMembership> elastic_;  // recovers_elastically
   dist::ElasticRound round_;                          // elastic: the world's members
   bool left_job_ = false;  // elastic: left out of a job that finished meanwhile
+  struct HeldState {
+    StateCopy copy;
+    std::int64_t optimizer_steps = 0;
+  };
+  std::optional<HeldState> held_;  // elastic: through a change of world
   std::ostream null_out_{nullptr};
   std::ostream& given_out_;
   std::ostream* out_;  // given_out_ on rank 0, else null_out_
@@ -204,5 +212,12 @@ class Trainer {
   std::optional<double> last_validation_;
   std::optional<std::pair<double, std::int64_t>> best_validation_;  // loss, step
 };
+
+// A process started in place of a dead one in an elastic job (recovers_elastically): waits
+// until the job's rank 0 admits it at a step boundary, joins that round's world and takes the
+// state from the others (Trainer's constructor); a round that fails meanwhile (a death) and it
+// meets the others in the next, three times at most. nullptr when the job finished first.
+std::unique_ptr<Trainer> join_elastic_job(const Config& config, std::ostream& out,
+                                          Progress progress, Membership membership);
 
 }  // namespace weft::train

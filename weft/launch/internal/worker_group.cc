@@ -114,8 +114,7 @@ bool WorkerGroup::left_behind(std::size_t i) {
   drain(w.out);
   drain(w.err);
   log("rank " + std::to_string(spec_.ranks[i]) + " " + w.process.status().describe() +
-      "; no restart is left (--max-restarts " + std::to_string(spec_.replacements) +
-      "), the others go on without it");
+      "; no restart is left, the others go on without it");
   return true;
 }
 
