@@ -27,10 +27,12 @@ Seconds admission_wait(const Config& config) {
   return Seconds(config.comm.train_timeout_seconds + config.comm.rejoin_timeout_seconds);
 }
 
-// The wait for the other survivors of a failure: 1.5 steps and a little (a survivor busy in its
-// forward meets the failure at its next collective).
+// The wait for the other survivors of a failure. They meet it at the same collective, the
+// step's gradient reduction, each as late as it is behind the others (a rank ahead waits
+// there for the slower ones every step): half a step and a little, at least the shm
+// backend's 0.1 s between looks at its peers twice. One later still joins at the next step.
 Seconds settle_window(const Config& config, double step_seconds) {
-  return Seconds(std::clamp(1.5 * step_seconds + 0.1, 0.2, config.comm.rejoin_timeout_seconds / 2));
+  return Seconds(std::clamp(0.5 * step_seconds + 0.1, 0.2, config.comm.rejoin_timeout_seconds / 2));
 }
 
 // `attempt` forms a round; when it fails as a round can (a TimeoutError: a member never came;
