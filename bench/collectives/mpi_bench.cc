@@ -1,5 +1,6 @@
-// The Open MPI side of bench/collectives/compare.sh: MPI_Allreduce (float sum), MPI_Bcast,
-// MPI_Allgather, MPI_Reduce_scatter_block and MPI_Barrier swept over sizes like weft-bench,
+// The Open MPI side of bench/collectives/compare.sh and p2p.sh: MPI_Allreduce (float sum),
+// MPI_Bcast, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Barrier and MPI_Sendrecv (to the next
+// rank, from the previous: weft-bench's sendrecv) swept over sizes like weft-bench,
 // printing "op size time_us busbw best_us p99_us" lines (median, best and 99th percentile of
 // the timed iterations, each on the slowest rank;
 // nccl-tests' sizes and busbw: the whole output of all_gather, the whole input of
@@ -42,6 +43,7 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
     const int block = static_cast<int>(count / static_cast<std::size_t>(n));
     std::vector<float> buf(std::max<std::size_t>(count, 1), 1.0f);
     std::vector<float> part(std::max(block, 1), 1.0f);
+    std::vector<float> got(op == "sendrecv" ? std::max<std::size_t>(count, 1) : 0);
     std::vector<double> times;
     for (int it = 0; it < warmup + iters; ++it) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -56,6 +58,10 @@ void sweep(const std::string& op, int rank, int n, int iters, int warmup, std::s
       } else if (op == "reduce_scatter") {
         MPI_Reduce_scatter_block(buf.data(), part.data(), block, MPI_FLOAT, MPI_SUM,
                                  MPI_COMM_WORLD);
+      } else if (op == "sendrecv") {
+        MPI_Sendrecv(buf.data(), static_cast<int>(count), MPI_FLOAT, (rank + 1) % n, 0, got.data(),
+                     static_cast<int>(count), MPI_FLOAT, (rank + n - 1) % n, 0, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
       } else {
         MPI_Barrier(MPI_COMM_WORLD);
       }

@@ -77,6 +77,9 @@ class TwoLevelTransport final : public Transport {
   void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override {
     network_->send(peer, tag, bytes, deadline);
   }
+  bool sends_at_once(int peer, std::size_t bytes) const override {
+    return network_->sends_at_once(peer, bytes);
+  }
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override {
     network_->recv(peer, tag, out, deadline);
   }

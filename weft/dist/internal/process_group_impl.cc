@@ -233,7 +233,8 @@ std::string ProcessGroup::Impl::describe() const {
 template <class Body>
 std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
                                                 std::optional<internal::CallSignature> signature,
-                                                Body body, int p2p_peer, bool p2p_send) {
+                                                Body body, int p2p_peer, bool p2p_send,
+                                                bool at_once) {
   // Checked before anything changes: a refused call leaves the group as it was.
   if (options.timeout) checked_timeout(*options.timeout, "the operation's timeout");
   std::unique_lock lock(mu_);
@@ -244,9 +245,10 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
   }
   Lane& lane = p2p_peer == kNoPeer ? collectives_ : p2p_lane(p2p_peer, p2p_send);
   // An operation its caller waits for at once (CallerWaits: the blocking calls, and bindings
-  // that wait) runs right here on an idle lane: handing it to the queue thread and back
-  // would cost two wake-ups. Operations issued meanwhile wait for it (see below).
-  const bool run_here = t_caller_waits_on == &owner_ && lane.outstanding == 0;
+  // that wait), or one that will not wait for anyone, runs right here on an idle lane:
+  // handing it to the queue thread and back would cost two wake-ups. Operations issued
+  // meanwhile wait for it (see below).
+  const bool run_here = (t_caller_waits_on == &owner_ || at_once) && lane.outstanding == 0;
   std::optional<Promise<void>> state;
   std::shared_ptr<Work> work;
   if (!run_here) {  // before the counts below, which a failed allocation must not change
@@ -655,7 +657,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::send_async(Buffer buf, int dst, int ta
       [this, buf, global, t](const OpCall& c) {
         transport().send(global, t, {buf.bytes(), buf.size_bytes()}, c.op.deadline);
       },
-      dst, /*p2p_send=*/true);
+      dst, /*p2p_send=*/true, transport().sends_at_once(global, buf.size_bytes()));
 }
 
 std::shared_ptr<Work> ProcessGroup::Impl::recv_async(Buffer buf, int src, int tag, OpOptions o) {

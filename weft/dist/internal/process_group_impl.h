@@ -97,14 +97,15 @@ struct ProcessGroup::Impl {
   std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
   void complete(Promise<void>& state, std::exception_ptr error);
   void finish_inline(Lane& lane);
-  // Queues `body` (a copyable callable taking const OpCall&), or runs it right here for a
-  // blocking call on an idle group; collectives carry the signature debug mode compares
-  // across ranks. Defined in process_group_impl.cc, where every operation calls it.
+  // Queues `body` (a copyable callable taking const OpCall&), or runs it right here on an
+  // idle lane for a blocking call or one that completes at once (`at_once`: an eager send the
+  // transport has room for); collectives carry the signature debug mode compares across
+  // ranks. Defined in process_group_impl.cc, where every operation calls it.
   static constexpr int kNoPeer = -2;  // issue()'s p2p_peer for a collective
   template <class Body>
   std::shared_ptr<Work> issue(Op op, OpOptions options,
                               std::optional<internal::CallSignature> signature, Body body,
-                              int p2p_peer = kNoPeer, bool p2p_send = false);
+                              int p2p_peer = kNoPeer, bool p2p_send = false, bool at_once = false);
   void check_root(Op op, int root) const;
   void check_reduce(Op op, const Buffer& buf, ReduceOp op_kind) const;
   void check_same_dtype(Op op, const Buffer& a, const Buffer& b) const;

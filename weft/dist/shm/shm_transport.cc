@@ -15,13 +15,24 @@
 namespace weft::dist {
 namespace shm {
 
-constexpr std::uint32_t kMagic = 0x32534657;  // "WFS2"; changed with every change of layout
+constexpr std::uint32_t kMagic = 0x33534657;  // "WFS3"; changed with every change of layout
 constexpr Tag kAbortTag = ~Tag{0};            // an abort notice, not a message
+
+// A word that is bumped to wake the threads waiting on it.
+struct Bell {
+  std::atomic<std::uint32_t> count;
+  std::atomic<std::uint32_t> waiters;  // threads sleeping on `count`
+};
 
 // The first cache line of every segment.
 struct alignas(64) Control {
-  std::atomic<std::uint32_t> doorbell;  // bumped whenever there is news for this rank
-  std::atomic<std::uint32_t> waiters;   // threads of this rank sleeping on the doorbell
+  // News for this rank's receiving and sending threads: a message, room in a ring, a failure.
+  Bell doorbell;
+  // Work for its drain thread, which a sender rings only when it needs room (a receiving
+  // thread drains the rings itself): woken for every message, the drain thread would compete
+  // with the receiver for the core and cost tens of microseconds a message.
+  Bell drainer;
+  std::atomic<std::int32_t> receiving;  // threads of this rank in a receive, draining the rings
   std::uint32_t magic;
   std::uint32_t world_size;
   std::uint64_t ring_bytes;
@@ -54,6 +65,11 @@ constexpr std::size_t ring_stride(std::size_t ring_bytes) { return sizeof(Ring) 
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // as the tcp transport
 constexpr int kSpinRounds = 200;
+constexpr auto kYieldFor = std::chrono::milliseconds(1);
+// Receives from this size on are written straight into the receiver's buffer when it waits
+// (ShmTransport::Posted); smaller ones gain nothing from it.
+constexpr std::size_t kDirectBytes = 16 << 10;
+constexpr std::uint64_t kWritePiece = 128 << 10;
 
 // A process is gone once /proc has no entry for it, or it is a zombie (killed, not reaped).
 bool process_alive(int pid) {
@@ -77,10 +93,23 @@ std::string key(const std::string& what, int rank) {
 struct ShmTransport::Inbound {
   std::byte header_bytes[sizeof(shm::MessageHeader)];
   std::size_t header_have = 0;
-  std::vector<std::byte> payload;
+  std::vector<std::byte> payload;  // unless it goes to `direct`
+  Posted* direct = nullptr;        // the waiting receive it is written into
   std::size_t payload_have = 0;
   bool in_payload = false;
   shm::MessageHeader header{};
+};
+
+// A receive of a large message, waiting for the drainer to write it straight into `out`:
+// one copy fewer than the mailbox's, and no buffer to allocate and fault in.
+struct ShmTransport::Posted {
+  enum State : int { kWaiting, kFilling, kDone, kWithdrawn };
+  int from;
+  Tag tag;
+  std::span<std::byte> out;
+  // kWaiting -> kFilling -> kDone by the drainer, or kWaiting -> kWithdrawn by the receiving
+  // thread when the mailbox already holds an earlier message for it.
+  std::atomic<int> state{kWaiting};
 };
 
 ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Store> store,
@@ -137,7 +166,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
 
 ShmTransport::~ShmTransport() {
   closing_.store(true);
-  ring_doorbell(rank_);
+  ring(control(rank_).drainer);
   drainer_.join();
 }
 
@@ -236,9 +265,10 @@ void ShmTransport::check_peer(int peer) {
   }
 }
 
-// After the mailbox holds the reason: wakes this rank's collective waiters to read it.
+// After the mailbox holds the reason: wakes this rank's waiters to read it.
 void ShmTransport::mark_aborted() {
   aborted_.store(true);
+  ring_doorbell(rank_);
   std::vector<std::byte*> all;
   for (int r = 0; r < world_size_; ++r) {
     for (int i = 0; i <= kGroupRegions; ++i) all.push_back(collective_region(r, i));
@@ -246,24 +276,24 @@ void ShmTransport::mark_aborted() {
   shm::Collectives::wake_all(all);
 }
 
-void ShmTransport::ring_doorbell(int rank) {
-  Control& c = control(rank);
-  c.doorbell.fetch_add(1);
-  if (c.waiters.load() > 0) futex_wake_all(c.doorbell, FutexScope::kShared);
+void ShmTransport::ring(shm::Bell& bell) {
+  bell.count.fetch_add(1);
+  if (bell.waiters.load() > 0) futex_wake_all(bell.count, FutexScope::kShared);
 }
 
-void ShmTransport::wait_doorbell(int rank, std::uint32_t seen, Deadline deadline) {
-  Control& c = control(rank);
+void ShmTransport::ring_doorbell(int rank) { ring(control(rank).doorbell); }
+
+void ShmTransport::wait_bell(shm::Bell& bell, std::uint32_t seen, Deadline deadline) {
   for (int i = 0; i < kSpinRounds; ++i) {
-    if (c.doorbell.load(std::memory_order_acquire) != seen) return;
+    if (bell.count.load(std::memory_order_acquire) != seen) return;
   }
   const Clock::duration slice = std::min<Clock::duration>(deadline.remaining(), kLivenessPeriod);
   // Announce the sleeper before the futex re-checks the word, so a ringer cannot miss us.
-  c.waiters.fetch_add(1);
-  if (c.doorbell.load() == seen) {
-    futex_wait(c.doorbell, seen, Deadline::after(slice), FutexScope::kShared);
+  bell.waiters.fetch_add(1);
+  if (bell.count.load() == seen) {
+    futex_wait(bell.count, seen, Deadline::after(slice), FutexScope::kShared);
   }
-  c.waiters.fetch_sub(1);
+  bell.waiters.fetch_sub(1);
 }
 
 bool ShmTransport::peer_alive(int peer) const {
@@ -289,10 +319,12 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
   std::byte* data = ring_data(peer, rank_);
   const std::uint64_t cap = options_.ring_bytes;
   auto last_check = Clock::now();
+  Clock::time_point full_since;  // while the ring stays full
+  bool full = false;
   for (const auto& part : parts) {
     std::size_t done = 0;
     while (done < part.size()) {
-      const std::uint32_t seen = control(rank_).doorbell.load(std::memory_order_acquire);
+      const std::uint32_t seen = control(rank_).doorbell.count.load(std::memory_order_acquire);
       const std::uint64_t head = r.head.load(std::memory_order_relaxed);
       const std::uint64_t free = cap - (head - r.tail.load(std::memory_order_acquire));
       if (free == 0) {
@@ -307,13 +339,24 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
                             std::to_string(control(peer).pid) + ") died");
           }
         }
-        ring_doorbell(peer);  // make sure its drainer is awake
-        wait_doorbell(rank_, seen, deadline);
+        // A receiving thread there drains the ring; else its drain thread must, and it must
+        // before this thread sleeps, whatever happened meanwhile.
+        if (!full) full_since = Clock::now();
+        full = true;
+        if (Clock::now() - full_since < kYieldFor) {
+          if (control(peer).receiving.load() == 0) ring(control(peer).drainer);
+          ::sched_yield();
+          continue;
+        }
+        ring(control(peer).drainer);
+        wait_bell(control(rank_).doorbell, seen, deadline);
         continue;
       }
+      full = false;
       const std::uint64_t at = head % cap;
-      const std::size_t n =
-          static_cast<std::size_t>(std::min<std::uint64_t>({free, part.size() - done, cap - at}));
+      // In pieces, so that the receiver copies out one while this thread copies in the next.
+      const std::size_t n = static_cast<std::size_t>(
+          std::min<std::uint64_t>({free, part.size() - done, cap - at, kWritePiece}));
       std::memcpy(data + at, part.data() + done, n);
       r.head.store(head + n, std::memory_order_release);
       done += n;
@@ -322,12 +365,107 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
   }
 }
 
+bool ShmTransport::sends_at_once(int peer, std::size_t bytes) const {
+  if (peer == rank_) return true;
+  const Ring& r = ring(peer, rank_);
+  const std::uint64_t used = r.head.load(std::memory_order_relaxed) - r.tail.load();
+  return sizeof(shm::MessageHeader) + bytes <= options_.ring_bytes - used;
+}
+
+// The receiving thread drains the rings itself rather than wait for the drain thread to wake
+// and hand the message over: one wake-up a message instead of two. Before it sleeps it yields
+// for a while, as the collective engine's waits do: a sleeping rank takes tens of
+// microseconds to wake (docs/PERFORMANCE.md, "Point-to-point on shared memory").
+template <class Take>
+int ShmTransport::receive(int peer, Deadline deadline, const Take& take) {
+  struct Receiving {
+    std::atomic<std::int32_t>& count;
+    explicit Receiving(std::atomic<std::int32_t>& c) : count(c) { ++count; }
+    ~Receiving() { --count; }
+  } receiving(control(rank_).receiving);
+  const auto start = Clock::now();
+  for (;;) {
+    const std::uint32_t seen = control(rank_).doorbell.count.load(std::memory_order_acquire);
+    if (const int from = take(); from >= 0) return from;
+    if (drain_rings(1)) continue;
+    if (deadline.expired()) {
+      throw PeerTimeout(peer, peer >= 0
+                                  ? "no message from rank " + std::to_string(peer) + " in time"
+                                  : "no message from any rank in time");
+    }
+    if (Clock::now() - start < kYieldFor) {
+      ::sched_yield();
+      continue;
+    }
+    wait_bell(control(rank_).doorbell, seen, deadline);
+  }
+}
+
 void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) {
-  mailbox_.recv(peer, tag, out, deadline);
+  if (out.size() < kDirectBytes) {
+    receive(peer, deadline, [&] { return mailbox_.try_recv(peer, tag, out) ? peer : -1; });
+    return;
+  }
+  Posted posted{.from = peer, .tag = tag, .out = out};
+  {
+    std::lock_guard lock(drain_mu_);
+    posted_.push_back(&posted);
+  }
+  struct Unpost {
+    ShmTransport& transport;
+    Posted& posted;
+    ~Unpost() { transport.unpost(posted); }
+  } unpost{*this, posted};
+  receive(peer, deadline, [&] { return take_posted(posted) ? peer : -1; });
+}
+
+bool ShmTransport::take_posted(Posted& posted) {
+  for (;;) {
+    int state = posted.state.load(std::memory_order_acquire);
+    if (state == Posted::kWithdrawn) return mailbox_.try_recv(posted.from, posted.tag, posted.out);
+    const bool queued = mailbox_.has(posted.from, posted.tag);
+    mailbox_.throw_if_failed(posted.from, state == Posted::kDone || queued);
+    if (state == Posted::kDone) return true;
+    if (state == Posted::kFilling || !queued) return false;
+    // A message that reached the mailbox first comes first: take it there, unless the
+    // drainer claimed this receive meanwhile (then it is for a later message, and it
+    // cannot have, as the mailbox held an earlier one: claim() checks).
+    posted.state.compare_exchange_strong(state, Posted::kWithdrawn);
+  }
+}
+
+// Requires drain_mu_. The first receive waiting for this message, if it can take it whole.
+ShmTransport::Posted* ShmTransport::claim(int from, const shm::MessageHeader& header) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    Posted& p = **it;
+    if (p.from != from || p.tag != header.tag) continue;
+    // A size the receiver does not expect goes to the mailbox, whose receive reports it.
+    if (p.out.size() != header.length || mailbox_.has(from, header.tag)) return nullptr;
+    int waiting = Posted::kWaiting;
+    if (!p.state.compare_exchange_strong(waiting, Posted::kFilling)) continue;  // withdrawn
+    posted_.erase(it);
+    return &p;
+  }
+  return nullptr;
+}
+
+// A receive that leaves (done, or failed) is forgotten; a message it was half filled with
+// goes on into a buffer of the drainer's, for the mailbox.
+void ShmTransport::unpost(Posted& posted) {
+  std::lock_guard lock(drain_mu_);
+  std::erase(posted_, &posted);
+  if (posted.state.load() != Posted::kFilling) return;
+  for (auto& in : inbound_) {
+    if (in->direct != &posted) continue;
+    const auto have = posted.out.first(in->payload_have);
+    in->payload.assign(have.begin(), have.end());
+    in->payload.resize(static_cast<std::size_t>(in->header.length));
+    in->direct = nullptr;
+  }
 }
 
 int ShmTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
-  return mailbox_.recv_any(tag, out, deadline);
+  return receive(-1, deadline, [&] { return mailbox_.try_recv_any(tag, out).value_or(-1); });
 }
 
 void ShmTransport::abort(const std::string& reason) {
@@ -340,6 +478,7 @@ void ShmTransport::abort(const std::string& reason) {
     if (!lock.owns_lock()) continue;  // a send to it is stuck; its own failure will show
     try {
       write_message(p, shm::kAbortTag, std::as_bytes(std::span(reason)), soon);
+      ring(control(p).drainer);  // it may be in a collective, receiving nothing
     } catch (const weft::Error&) {
       // That peer is gone or stuck: it learns nothing from us, and fails on its own.
     }
@@ -366,8 +505,8 @@ bool ShmTransport::drain(int from, Inbound& in) {
       want = sizeof(in.header) - in.header_have;
       dst = in.header_bytes + in.header_have;
     } else {
-      want = in.payload.size() - in.payload_have;
-      dst = in.payload.data() + in.payload_have;
+      want = static_cast<std::size_t>(in.header.length) - in.payload_have;
+      dst = (in.direct != nullptr ? in.direct->out.data() : in.payload.data()) + in.payload_have;
     }
     const std::size_t n =
         static_cast<std::size_t>(std::min<std::uint64_t>({avail, want, cap - at}));
@@ -386,14 +525,19 @@ bool ShmTransport::drain(int from, Inbound& in) {
                                      "header into shared memory");
         return moved;
       }
-      in.payload.assign(static_cast<std::size_t>(in.header.length), std::byte{0});
+      in.direct = in.header.tag == shm::kAbortTag ? nullptr : claim(from, in.header);
+      if (in.direct == nullptr) {
+        in.payload.assign(static_cast<std::size_t>(in.header.length), std::byte{0});
+      }
       in.payload_have = 0;
       in.in_payload = true;
     } else {
       in.payload_have += n;
     }
-    if (in.in_payload && in.payload_have == in.payload.size()) {
-      if (in.header.tag == shm::kAbortTag) {
+    if (in.in_payload && in.payload_have == in.header.length) {
+      if (in.direct != nullptr) {
+        in.direct->state.store(Posted::kDone, std::memory_order_release);
+      } else if (in.header.tag == shm::kAbortTag) {
         mailbox_.abort(
             std::string(reinterpret_cast<const char*>(in.payload.data()), in.payload.size()));
         mark_aborted();
@@ -412,31 +556,46 @@ void ShmTransport::check_peers() {
       dead_[static_cast<std::size_t>(p)].store(true);
       mailbox_.fail_peer(p, "rank " + std::to_string(p) + " (pid " +
                                 std::to_string(control(p).pid) + ") died (crashed or was killed)");
+      ring_doorbell(rank_);  // its receivers learn it
       shm::Collectives::wake_all(collective_regions());
     }
   }
 }
 
-// The drain thread: waits on the doorbell, then empties every inbound ring. It blocks
-// without a deadline on purpose (it serves the rank for its whole life) but wakes every
-// 100 ms to check that its peers are alive; the destructor ends it.
+bool ShmTransport::drain_rings(int receiving_here) {
+  std::unique_lock lock(drain_mu_, std::try_to_lock);
+  // Whoever holds it delivers what is there; a sender that finds its ring full rings again.
+  if (!lock.owns_lock()) return false;
+  bool moved = false;
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_) continue;
+    if (drain(p, *inbound_[static_cast<std::size_t>(p)])) {
+      moved = true;
+      ring_doorbell(p);  // space freed: a sender may be waiting for it
+    }
+  }
+  lock.unlock();
+  // What was moved may be another receiving thread's message, and that thread may have
+  // gone to sleep while this one held the lock.
+  if (moved && control(rank_).receiving.load() > receiving_here) ring_doorbell(rank_);
+  return moved;
+}
+
+// The drain thread: waits on its bell, then empties every inbound ring. It blocks without a
+// deadline on purpose (it serves the rank for its whole life) but wakes every 100 ms to check
+// that its peers are alive (and so also moves what no one has received meanwhile); the
+// destructor ends it.
 void ShmTransport::drain_loop() {
+  shm::Bell& bell = control(rank_).drainer;
   auto last_check = Clock::now();
   while (!closing_.load()) {
-    const std::uint32_t seen = control(rank_).doorbell.load(std::memory_order_acquire);
-    bool moved = false;
-    for (int p = 0; p < world_size_; ++p) {
-      if (p == rank_) continue;
-      if (drain(p, *inbound_[static_cast<std::size_t>(p)])) {
-        moved = true;
-        ring_doorbell(p);  // space freed: a sender may be waiting for it
-      }
-    }
+    const std::uint32_t seen = bell.count.load(std::memory_order_acquire);
+    const bool moved = drain_rings(0);
     if (Clock::now() - last_check > kLivenessPeriod) {
       last_check = Clock::now();
       check_peers();
     }
-    if (!moved) wait_doorbell(rank_, seen, Deadline::after(Seconds(1)));
+    if (!moved) wait_bell(bell, seen, Deadline::after(Seconds(1)));
   }
 }
 

@@ -1,9 +1,10 @@
 // The shm backend's transport: ranks are processes on one host, and each owns a shared-memory
 // segment holding one ring per peer (the messages that peer sends it). A sender copies into
-// the receiver's ring; the receiver's drain thread moves whole messages into its Mailbox, so
-// sends stay eager (a full ring is drained whatever the receiving rank is doing). Waiting is
-// a short spin, then a futex on the rank's doorbell word. A peer that dies is noticed within
-// about 100 ms (its /proc entry) and fails receives from it with PeerError.
+// the receiver's ring. A receiving thread moves whole messages from the rings into its Mailbox
+// itself while it waits; a sender that finds a ring full wakes the receiving rank's drain
+// thread, so sends stay eager (a full ring is drained whatever the receiving rank is doing).
+// Waiting is a short spin, then a futex on one of the rank's bell words. A peer that dies is
+// noticed within about 100 ms (its /proc entry) and fails receives from it with PeerError.
 //
 // The rings carry point-to-point messages, and the collectives of a subgroup when the pool of
 // regions is used up. The group of all ranks, and every subgroup whose members each reserve
@@ -28,7 +29,9 @@
 namespace weft::dist {
 
 namespace shm {
+struct Bell;
 struct Control;
+struct MessageHeader;
 struct Ring;
 }  // namespace shm
 
@@ -48,6 +51,7 @@ class ShmTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return world_size_; }
   void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
+  bool sends_at_once(int peer, std::size_t bytes) const override;
   void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
   void abort(const std::string& reason) override;
@@ -67,13 +71,15 @@ class ShmTransport final : public Transport {
 
  private:
   struct Inbound;  // the drain thread's state for one ring
+  struct Posted;   // a receive waiting to be written into
 
   shm::Control& control(int rank) const;
   shm::Ring& ring(int to, int from) const;  // in `to`'s segment, written by `from`
   std::byte* ring_data(int to, int from) const;
+  static void ring(shm::Bell& bell);
   void ring_doorbell(int rank);
-  // Waits until `rank`'s doorbell moves past `seen`, `deadline`, or about 100 ms.
-  void wait_doorbell(int rank, std::uint32_t seen, Deadline deadline);
+  // Waits until `bell` moves past `seen`, `deadline`, or about 100 ms.
+  static void wait_bell(shm::Bell& bell, std::uint32_t seen, Deadline deadline);
   bool peer_alive(int peer) const;
   // Region `index` of `rank`'s segment: 0 the world's engine, 1 .. kGroupRegions subgroups'.
   std::byte* collective_region(int rank, int index = 0) const;
@@ -83,7 +89,18 @@ class ShmTransport final : public Transport {
   void mark_aborted();
   void write_message(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline);
   void drain_loop();
-  bool drain(int from, Inbound& in);
+  // Unless another thread is draining: moves every whole message in the rings into the
+  // mailbox and tells the senders there is room. True if it moved any bytes.
+  // `receiving_here`: 1 when the caller is a receiving thread, which need not be woken.
+  bool drain_rings(int receiving_here);
+  bool drain(int from, Inbound& in);  // requires drain_mu_
+  // Waits for `take` (a mailbox lookup: the sender, or -1) to find a message, draining the
+  // rings meanwhile. `peer`: the one awaited, -1 for any (for the timeout's message).
+  template <class Take>
+  int receive(int peer, Deadline deadline, const Take& take);
+  bool take_posted(Posted& posted);
+  Posted* claim(int from, const shm::MessageHeader& header);  // requires drain_mu_
+  void unpost(Posted& posted);
   void check_peers();
   // Whether this rank can read every peer's memory with process_vm_readv.
   bool can_read_peers() const;
@@ -97,7 +114,9 @@ class ShmTransport final : public Transport {
   std::atomic<int> next_group_region_{1};
   std::vector<shm::Segment> segments_;                // index: rank
   std::vector<std::unique_ptr<std::mutex>> send_mu_;  // whole messages per peer
-  std::vector<std::unique_ptr<Inbound>> inbound_;
+  std::mutex drain_mu_;                               // one drainer at a time
+  std::vector<std::unique_ptr<Inbound>> inbound_;     // guarded by drain_mu_
+  std::vector<Posted*> posted_;                       // guarded by drain_mu_; in posting order
   std::vector<std::atomic<bool>> dead_;
   Mailbox mailbox_;
   std::atomic<bool> closing_{false};

@@ -24,7 +24,7 @@ void Mailbox::take(Queue& queue, int from, std::span<std::byte> out) {
   queue.pop_front();
 }
 
-void Mailbox::throw_if_failed(int from) const {
+void Mailbox::throw_if_failed_locked(int from) const {
   if (!abort_reason_.empty()) throw PeerError(abort_reason_);
   const auto it = failed_peers_.find(from);
   if (it != failed_peers_.end()) throw PeerError(it->second);
@@ -44,35 +44,28 @@ void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadlin
   }
   // An abort ends every receive, even one whose message is here: that message may belong to
   // the operation whose failure caused the abort, and must not complete this one.
-  if (!have || !abort_reason_.empty()) throw_if_failed(from);
+  if (!have || !abort_reason_.empty()) throw_if_failed_locked(from);
   const auto it = messages_.find(key);
   take(it->second, from, out);
   if (it->second.empty()) messages_.erase(it);
 }
 
-int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
-  std::unique_lock lock(mu_);
-  auto found = messages_.end();
-  // Scan from the rank after the last one served, wrapping around, so that a busy low rank
-  // cannot starve the others.
-  const auto scan = [&](auto begin, auto end) {
+// Requires mu_. The first queue holding a message under `tag`, scanning from the rank after
+// the last one served and wrapping around, so that a busy low rank cannot starve the others.
+Mailbox::Messages::iterator Mailbox::find_any(Tag tag) {
+  const auto scan = [tag](auto begin, auto end) {
     for (auto it = begin; it != end; ++it) {
-      if (it->first.second == tag && !it->second.empty()) {
-        found = it;
-        return true;
-      }
+      if (it->first.second == tag && !it->second.empty()) return it;
     }
-    return false;
+    return end;
   };
-  const auto ready = [&] {
-    const auto middle = messages_.lower_bound({next_any_, Tag{0}});
-    return scan(middle, messages_.end()) || scan(messages_.begin(), middle) ||
-           !abort_reason_.empty();
-  };
-  if (!cv_.wait_until(lock, deadline.when(), ready)) {
-    throw PeerTimeout(-1, "no message from any rank in time");
-  }
-  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+  const auto middle = messages_.lower_bound({next_any_, Tag{0}});
+  if (const auto it = scan(middle, messages_.end()); it != messages_.end()) return it;
+  if (const auto it = scan(messages_.begin(), middle); it != middle) return it;
+  return messages_.end();
+}
+
+int Mailbox::take_any(Messages::iterator found, std::span<std::byte> out) {
   const int from = found->first.first;
   take(found->second, from, out);
   if (found->second.empty()) messages_.erase(found);
@@ -80,11 +73,25 @@ int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
   return from;
 }
 
+int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto found = messages_.end();
+  const auto ready = [&] {
+    found = find_any(tag);
+    return found != messages_.end() || !abort_reason_.empty();
+  };
+  if (!cv_.wait_until(lock, deadline.when(), ready)) {
+    throw PeerTimeout(-1, "no message from any rank in time");
+  }
+  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+  return take_any(found, out);
+}
+
 bool Mailbox::try_recv(int from, Tag tag, std::span<std::byte> out) {
   std::lock_guard lock(mu_);
   const auto it = messages_.find({from, tag});
   if (it == messages_.end() || it->second.empty() || !abort_reason_.empty()) {
-    throw_if_failed(from);
+    throw_if_failed_locked(from);
     return false;
   }
   take(it->second, from, out);
@@ -93,11 +100,22 @@ bool Mailbox::try_recv(int from, Tag tag, std::span<std::byte> out) {
 }
 
 std::optional<int> Mailbox::try_recv_any(Tag tag, std::span<std::byte> out) {
-  try {
-    return recv_any(tag, out, Deadline::after(Seconds(0)));
-  } catch (const PeerTimeout&) {
-    return std::nullopt;
-  }
+  std::lock_guard lock(mu_);
+  if (!abort_reason_.empty()) throw PeerError(abort_reason_);
+  const auto found = find_any(tag);
+  if (found == messages_.end()) return std::nullopt;
+  return take_any(found, out);
+}
+
+bool Mailbox::has(int from, Tag tag) {
+  std::lock_guard lock(mu_);
+  const auto it = messages_.find({from, tag});
+  return it != messages_.end() && !it->second.empty();
+}
+
+void Mailbox::throw_if_failed(int from, bool have_message) {
+  std::lock_guard lock(mu_);
+  if (!abort_reason_.empty() || !have_message) throw_if_failed_locked(from);
 }
 
 void Mailbox::fail_peer(int from, const std::string& reason) {

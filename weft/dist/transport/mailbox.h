@@ -30,6 +30,11 @@ class Mailbox {
   // Later receives from `from` that find no message fail with PeerError(reason); messages
   // it sent before failing can still be received.
   void fail_peer(int from, const std::string& reason);
+  // Whether a message from `from` under `tag` is waiting.
+  bool has(int from, Tag tag);
+  // PeerError if the mailbox was aborted, or if `from` failed and `have_message` is false:
+  // what a receive that finds a message (or none) throws.
+  void throw_if_failed(int from, bool have_message);
   // Every pending and later receive fails with PeerError(reason). The first reason stays.
   void abort(const std::string& reason);
   // Why the mailbox was aborted; empty if it was not.
@@ -37,14 +42,17 @@ class Mailbox {
 
  private:
   using Queue = std::deque<std::vector<std::byte>>;
+  using Messages = std::map<std::pair<int, Tag>, Queue>;
   static void take(Queue& queue, int from, std::span<std::byte> out);
-  void throw_if_failed(int from) const;  // requires mu_
+  Messages::iterator find_any(Tag tag);                              // requires mu_
+  int take_any(Messages::iterator found, std::span<std::byte> out);  // requires mu_
+  void throw_if_failed_locked(int from) const;                       // requires mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::pair<int, Tag>, Queue> messages_;  // guarded by mu_
-  std::map<int, std::string> failed_peers_;        // guarded by mu_
-  std::string abort_reason_;                       // guarded by mu_; non-empty once aborted
+  Messages messages_;                        // guarded by mu_
+  std::map<int, std::string> failed_peers_;  // guarded by mu_
+  std::string abort_reason_;                 // guarded by mu_; non-empty once aborted
   int next_any_ = 0;  // recv_any looks from this rank on first; guarded by mu_
 };
 

@@ -41,6 +41,11 @@ class Transport {
   // Queues `bytes` for `peer` under `tag`. Throws PeerError if the peer is known to be gone.
   virtual void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) = 0;
 
+  // Whether send(peer, ...) of `bytes` would return at once, without waiting for the peer to
+  // make room: a process group then runs an asynchronous send on its caller's thread rather
+  // than handing it to a queue thread (a wake-up on each side). A hint: a send it allowed may
+  // still wait, briefly, where another thread filled the room first.
+  virtual bool sends_at_once(int /*peer*/, std::size_t /*bytes*/) const { return false; }
   // Blocks for the next message from `peer` under `tag` and copies it into `out`, whose size
   // must equal the message's (else PeerError: the ranks disagree about the operation).
   // Throws PeerTimeout when `deadline` passes, PeerError if the peer failed.
