@@ -1,6 +1,7 @@
 #include "weft/dist/elastic.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <thread>
 #include <utility>
@@ -145,6 +146,15 @@ ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Second
       std::this_thread::sleep_for(kPoll);
     }
   }
+}
+
+std::optional<ElasticRound> ElasticMembership::next_after_failure(const ElasticRound& broken,
+                                                                  Seconds settle) {
+  ElasticRound next = after_failure(broken, settle);
+  if (next.rank_of(job_rank_) >= 0) return next;
+  std::fprintf(stderr, "weft: rank %d came after round %d formed; asking to join it\n", job_rank_,
+               next.round);
+  return join();
 }
 
 std::optional<ElasticRound> ElasticMembership::join() {

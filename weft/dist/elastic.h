@@ -49,6 +49,9 @@ class ElasticMembership {
   // over for the next. The result may leave this process out (it arrived too late): it then
   // join()s as a new process would.
   ElasticRound after_failure(const ElasticRound& broken, Seconds settle);
+  // after_failure, or join() when its round leaves this process out (saying so on stderr):
+  // the round this process is a member of next, std::nullopt when the job finished first.
+  std::optional<ElasticRound> next_after_failure(const ElasticRound& broken, Seconds settle);
   // A process outside the world (started in place of a dead one, or left out): asks to be
   // admitted and waits until a round's rank 0 admits it; std::nullopt when the job finished
   // first.

@@ -129,7 +129,7 @@ class Trainer {
   // fails (a death while it forms) is left for the next one the survivors form, three at
   // most. Says whence the state came; empty when this process was left out of a job that
   // finished meanwhile.
-  std::string change_world(dist::ElasticRound next);
+  std::string change_world(std::optional<dist::ElasticRound> next);
   void start_elastic();  // elastic_ and round_, from membership_
   void hold_state();     // held_: this rank's state, kept until a world takes it
   void enter(const dist::ElasticRound& round);  // forms its world and lays the model out on it

@@ -106,8 +106,8 @@ std::unique_ptr<Trainer> join_elastic_job(const Config& config, std::ostream& ou
       // restarts every worker). Its own wait for them is a second: they met the failure in
       // the same collectives.
       [&] {
-        round = elastic.after_failure(*round, std::max(settle_window(config, 0), Seconds(1.0)));
-        if (round->rank_of(launched->rank) < 0) round = elastic.join();
+        round =
+            elastic.next_after_failure(*round, std::max(settle_window(config, 0), Seconds(1.0)));
         return "trying the next round";
       });
 }
@@ -161,19 +161,14 @@ void Trainer::start_elastic() {
 std::string Trainer::rejoin_elastic() {
   hold_state();
   drop_world();
-  return change_world(elastic_->after_failure(round_, settle_window(config_, last_step_.seconds)));
+  return change_world(
+      elastic_->next_after_failure(round_, settle_window(config_, last_step_.seconds)));
 }
 
-std::string Trainer::change_world(dist::ElasticRound next) {
+// A process a round left out (it came late) asks to join, as a new one does.
+std::string Trainer::change_world(std::optional<dist::ElasticRound> next) {
   const Seconds settle = settle_window(config_, last_step_.seconds);
-  // A process the round left out (it came late) asks to join, as a new one does.
-  const auto admitted = [&](dist::ElasticRound r) -> std::optional<dist::ElasticRound> {
-    if (r.rank_of(job_rank_) >= 0) return r;
-    std::cerr << "weft-train: rank " << job_rank_ << " came after round " << r.round
-              << " formed; asking to join it" << std::endl;
-    return elastic_->join();
-  };
-  std::optional<dist::ElasticRound> round = admitted(std::move(next));
+  std::optional<dist::ElasticRound> round = std::move(next);
   return in_rounds(
       [&]() -> std::string {
         if (!round) {
@@ -192,7 +187,7 @@ std::string Trainer::change_world(dist::ElasticRound next) {
         }
       },
       [&] {
-        round = admitted(elastic_->after_failure(*round, settle));
+        round = elastic_->next_after_failure(*round, settle);
         return "trying the next round";
       });
 }

@@ -409,7 +409,7 @@ void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline de
   Posted posted{.from = peer, .tag = tag, .out = out};
   {
     std::lock_guard lock(drain_mu_);
-    posted_.push_back(&posted);
+    if (!adopt(posted)) posted_.push_back(&posted);
   }
   struct Unpost {
     ShmTransport& transport;
@@ -449,6 +449,22 @@ ShmTransport::Posted* ShmTransport::claim(int from, const shm::MessageHeader& he
   return nullptr;
 }
 
+// Requires drain_mu_. A message for `posted` may be on its way into the mailbox already (its
+// sender filled the ring before the receive came): the rest of it goes straight to `posted`.
+bool ShmTransport::adopt(Posted& posted) {
+  if (posted.from == rank_) return false;
+  Inbound& in = *inbound_[static_cast<std::size_t>(posted.from)];
+  if (!in.in_payload || in.direct != nullptr || in.header.tag != posted.tag ||
+      in.header.length != posted.out.size() || mailbox_.has(posted.from, posted.tag)) {
+    return false;
+  }
+  std::memcpy(posted.out.data(), in.payload.data(), in.payload_have);
+  std::vector<std::byte>().swap(in.payload);
+  in.direct = &posted;
+  posted.state.store(Posted::kFilling);
+  return true;
+}
+
 // A receive that leaves (done, or failed) is forgotten; a message it was half filled with
 // goes on into a buffer of the drainer's, for the mailbox.
 void ShmTransport::unpost(Posted& posted) {
@@ -458,8 +474,8 @@ void ShmTransport::unpost(Posted& posted) {
   for (auto& in : inbound_) {
     if (in->direct != &posted) continue;
     const auto have = posted.out.first(in->payload_have);
+    in->payload.reserve(static_cast<std::size_t>(in->header.length));
     in->payload.assign(have.begin(), have.end());
-    in->payload.resize(static_cast<std::size_t>(in->header.length));
     in->direct = nullptr;
   }
 }
@@ -499,18 +515,17 @@ bool ShmTransport::drain(int from, Inbound& in) {
     const std::uint64_t avail = r.head.load(std::memory_order_acquire) - tail;
     if (avail == 0) return moved;
     const std::uint64_t at = tail % cap;
-    std::size_t want;
-    std::byte* dst;
+    const std::uint64_t want =
+        in.in_payload ? in.header.length - in.payload_have : sizeof(in.header) - in.header_have;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>({avail, want, cap - at}));
+    const std::byte* src = data + at;
     if (!in.in_payload) {
-      want = sizeof(in.header) - in.header_have;
-      dst = in.header_bytes + in.header_have;
+      std::memcpy(in.header_bytes + in.header_have, src, n);
+    } else if (in.direct != nullptr) {
+      std::memcpy(in.direct->out.data() + in.payload_have, src, n);
     } else {
-      want = static_cast<std::size_t>(in.header.length) - in.payload_have;
-      dst = (in.direct != nullptr ? in.direct->out.data() : in.payload.data()) + in.payload_have;
+      in.payload.insert(in.payload.end(), src, src + n);
     }
-    const std::size_t n =
-        static_cast<std::size_t>(std::min<std::uint64_t>({avail, want, cap - at}));
-    std::memcpy(dst, data + at, n);
     r.tail.store(tail + n, std::memory_order_release);
     moved = true;
     if (!in.in_payload) {
@@ -526,9 +541,8 @@ bool ShmTransport::drain(int from, Inbound& in) {
         return moved;
       }
       in.direct = in.header.tag == shm::kAbortTag ? nullptr : claim(from, in.header);
-      if (in.direct == nullptr) {
-        in.payload.assign(static_cast<std::size_t>(in.header.length), std::byte{0});
-      }
+      // Reserved, not filled: its pages are faulted in as the message arrives.
+      if (in.direct == nullptr) in.payload.reserve(static_cast<std::size_t>(in.header.length));
       in.payload_have = 0;
       in.in_payload = true;
     } else {

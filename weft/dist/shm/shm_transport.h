@@ -100,6 +100,7 @@ class ShmTransport final : public Transport {
   int receive(int peer, Deadline deadline, const Take& take);
   bool take_posted(Posted& posted);
   Posted* claim(int from, const shm::MessageHeader& header);  // requires drain_mu_
+  bool adopt(Posted& posted);                                 // requires drain_mu_
   void unpost(Posted& posted);
   void check_peers();
   // Whether this rank can read every peer's memory with process_vm_readv.
