@@ -12,9 +12,11 @@
 #   CONFIGS=debug bench/train/compare.sh    the debug config alone (default: debug llama_512)
 #
 # The AVX2 path on any x86-64 machine, both sides on the same footing: weft's kernels through
-# the dispatch (WEFT_SIMD_TARGET), PyTorch's through ATEN_CPU_CAPABILITY, both OpenBLASes on
-# their Haswell kernels:
-#   WEFT_SIMD_TARGET=AVX2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell bench/train/compare.sh
+# the dispatch (WEFT_SIMD_TARGET) and its products through oneDNN's (ONEDNN_MAX_CPU_ISA: the
+# start-up line names the ISA oneDNN runs), PyTorch's through ATEN_CPU_CAPABILITY, both
+# OpenBLASes on their Haswell kernels:
+#   ONEDNN_MAX_CPU_ISA=AVX2 WEFT_SIMD_TARGET=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+#     OPENBLAS_CORETYPE=Haswell bench/train/compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/release
