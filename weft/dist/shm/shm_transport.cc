@@ -303,6 +303,7 @@ bool ShmTransport::peer_alive(int peer) const {
 void ShmTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
   if (peer == rank_) {
     mailbox_.deliver(rank_, tag, {bytes.begin(), bytes.end()});
+    ring_doorbell(rank_);  // a receive of this rank may be asleep on it
     return;
   }
   std::lock_guard lock(*send_mu_[static_cast<std::size_t>(peer)]);
@@ -386,14 +387,18 @@ int ShmTransport::receive(int peer, Deadline deadline, const Take& take) {
   const auto start = Clock::now();
   for (;;) {
     const std::uint32_t seen = control(rank_).doorbell.count.load(std::memory_order_acquire);
+    // Drained first: a peer's last message is in the mailbox before its death is reported.
+    const Drained drained = drain_rings(1);
     if (const int from = take(); from >= 0) return from;
-    if (drain_rings(1)) continue;
     if (deadline.expired()) {
       throw PeerTimeout(peer, peer >= 0
                                   ? "no message from rank " + std::to_string(peer) + " in time"
                                   : "no message from any rank in time");
     }
-    if (Clock::now() - start < kYieldFor) {
+    if (drained == Drained::kMoved) continue;
+    // Another thread drains: what it moves may be this one's, and it rings no one when it
+    // moves nothing, so this thread looks again rather than sleep.
+    if (drained == Drained::kBusy || Clock::now() - start < kYieldFor) {
       ::sched_yield();
       continue;
     }
@@ -424,7 +429,14 @@ bool ShmTransport::take_posted(Posted& posted) {
     int state = posted.state.load(std::memory_order_acquire);
     if (state == Posted::kWithdrawn) return mailbox_.try_recv(posted.from, posted.tag, posted.out);
     const bool queued = mailbox_.has(posted.from, posted.tag);
-    mailbox_.throw_if_failed(posted.from, state == Posted::kDone || queued);
+    try {
+      mailbox_.throw_if_failed(posted.from, state == Posted::kDone || queued);
+    } catch (const PeerError&) {
+      // The peer failed, or the job aborted; the message may have landed meanwhile.
+      if (state != Posted::kDone && posted.state.load(std::memory_order_acquire) == Posted::kDone)
+        continue;
+      throw;
+    }
     if (state == Posted::kDone) return true;
     if (state == Posted::kFilling || !queued) return false;
     // A message that reached the mailbox first comes first: take it there, unless the
@@ -576,10 +588,9 @@ void ShmTransport::check_peers() {
   }
 }
 
-bool ShmTransport::drain_rings(int receiving_here) {
+ShmTransport::Drained ShmTransport::drain_rings(int receiving_here) {
   std::unique_lock lock(drain_mu_, std::try_to_lock);
-  // Whoever holds it delivers what is there; a sender that finds its ring full rings again.
-  if (!lock.owns_lock()) return false;
+  if (!lock.owns_lock()) return Drained::kBusy;
   bool moved = false;
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_) continue;
@@ -592,7 +603,7 @@ bool ShmTransport::drain_rings(int receiving_here) {
   // What was moved may be another receiving thread's message, and that thread may have
   // gone to sleep while this one held the lock.
   if (moved && control(rank_).receiving.load() > receiving_here) ring_doorbell(rank_);
-  return moved;
+  return moved ? Drained::kMoved : Drained::kNothing;
 }
 
 // The drain thread: waits on its bell, then empties every inbound ring. It blocks without a
@@ -604,7 +615,8 @@ void ShmTransport::drain_loop() {
   auto last_check = Clock::now();
   while (!closing_.load()) {
     const std::uint32_t seen = bell.count.load(std::memory_order_acquire);
-    const bool moved = drain_rings(0);
+    // Busy: a receiving thread drains; a sender that finds its ring full rings this bell.
+    const bool moved = drain_rings(0) == Drained::kMoved;
     if (Clock::now() - last_check > kLivenessPeriod) {
       last_check = Clock::now();
       check_peers();

@@ -89,10 +89,11 @@ class ShmTransport final : public Transport {
   void mark_aborted();
   void write_message(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline);
   void drain_loop();
-  // Unless another thread is draining: moves every whole message in the rings into the
-  // mailbox and tells the senders there is room. True if it moved any bytes.
-  // `receiving_here`: 1 when the caller is a receiving thread, which need not be woken.
-  bool drain_rings(int receiving_here);
+  // Unless another thread is draining (kBusy): moves every whole message in the rings into
+  // the mailbox and tells the senders there is room. `receiving_here`: 1 when the caller is a
+  // receiving thread, which need not be woken.
+  enum class Drained { kBusy, kNothing, kMoved };
+  Drained drain_rings(int receiving_here);
   bool drain(int from, Inbound& in);  // requires drain_mu_
   // Waits for `take` (a mailbox lookup: the sender, or -1) to find a message, draining the
   // rings meanwhile. `peer`: the one awaited, -1 for any (for the timeout's message).
