@@ -273,7 +273,8 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
       } finish{*this, lane};
       error = run_op(run, body, /*queued=*/false);
     }
-    if (!error && run.signature) return completed_;
+    // A receive's Work may be given its source after this; nothing else writes to one.
+    if (!error && op != Op::recv_any) return completed_;
     Promise<void> done_here;
     complete(done_here, error);
     return std::make_shared<Work>(done_here.get_future());

@@ -138,8 +138,9 @@ struct ProcessGroup::Impl {
   // when first used: a receive waiting for its message holds up neither the collectives nor
   // the other peers' traffic, so a ring that posts every irecv before its isend runs.
   std::map<int, std::unique_ptr<Lane>> p2p_lanes_;
-  // What a blocking collective that succeeded on its caller's thread returns: completed,
-  // never written to, so one serves every such call (no allocation per operation).
+  // What an operation that succeeded on its caller's thread returns (all but recv_any, whose
+  // Work is given its source): completed, never written to, so one serves every such call (no
+  // allocation per operation).
   std::shared_ptr<Work> completed_;
   // Runs every collective of this group; made by the backend.
   std::unique_ptr<CollectiveEngine> engine_;
