@@ -10,12 +10,14 @@
 #include <future>
 #include <thread>
 
+#include "tests/dist/transport_checks.h"
 #include "weft/store/hash_store.h"
 
 namespace weft::dist {
 namespace {
 
 using testing::HasSubstr;
+using namespace testing_transport;
 
 std::vector<std::unique_ptr<ShmTransport>> ranks(int n, std::size_t ring_bytes = 1 << 20) {
   auto store = std::make_shared<store::HashStore>();
@@ -31,14 +33,6 @@ std::vector<std::unique_ptr<ShmTransport>> ranks(int n, std::size_t ring_bytes =
   for (auto& r : made) out.push_back(r.get());
   return out;
 }
-
-std::vector<std::byte> pattern(std::size_t n, int seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
-  return v;
-}
-
-Deadline soon() { return Deadline::after(Seconds(10)); }
 
 TEST(ShmTransportTest, SendsPastAFullRingReturnWhileNobodyReceives) {
   auto t = ranks(2, 4096);
@@ -58,18 +52,7 @@ TEST(ShmTransportTest, SendsPastAFullRingReturnWhileNobodyReceives) {
 
 TEST(ShmTransportTest, MessagesLargerThanTheRingCrossBothWays) {
   auto t = ranks(2, 4096);
-  const std::size_t n = 100'000;
-  std::vector<std::byte> got0(n), got1(n);
-  // Both send first: sends are eager, so neither waits for the other's receive.
-  auto other = std::async(std::launch::async, [&] {
-    t[1]->send(0, 7, pattern(n, 1), soon());
-    t[1]->recv(0, 7, got1, soon());
-  });
-  t[0]->send(1, 7, pattern(n, 0), soon());
-  t[0]->recv(1, 7, got0, soon());
-  other.get();
-  EXPECT_EQ(got0, pattern(n, 1));
-  EXPECT_EQ(got1, pattern(n, 0));
+  check_both_send_first(*t[0], *t[1], 100'000);
 }
 
 // Each receiving thread drains whatever is in the rings, the other's messages included; the
@@ -114,31 +97,17 @@ TEST(ShmTransportTest, LargeMessagesUnderOneTagArriveInOrderByEitherPath) {
   sender.get();
 }
 
-TEST(ShmTransportTest, ALargeMessageOfAnotherSizeIsAPeerErrorNamingBoth) {
-  auto t = ranks(2);
-  t[0]->send(1, 3, pattern(40'000, 0), soon());
-  std::vector<std::byte> got(50'000);
-  try {
-    t[1]->recv(0, 3, got, soon());
-    FAIL();
-  } catch (const PeerError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("40000"));
-    EXPECT_THAT(e.what(), HasSubstr("50000"));
-  }
+// A mismatched message stays where it is: each case on ranks of its own.
+TEST(ShmTransportTest, SizeMismatchesAreAPeerErrorNamingBothSizes) {
+  auto small = ranks(2);
+  check_size_mismatch_names_both(*small[0], *small[1], 12, 8);  // through the mailbox
+  auto large = ranks(2);
+  check_size_mismatch_names_both(*large[0], *large[1], 40'000, 50'000);  // a posted receive
 }
 
 TEST(ShmTransportTest, RecvAnyTakesEachSenderInTurnAndOneTagInOrder) {
   auto t = ranks(3);
-  for (int i = 0; i < 3; ++i) t[1]->send(0, 5, pattern(100, i), soon());
-  t[2]->send(0, 9, pattern(10, 9), soon());
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::byte> got(100);
-    t[0]->recv(1, 5, got, soon());
-    EXPECT_EQ(got, pattern(100, i));
-  }
-  std::vector<std::byte> got(10);
-  EXPECT_EQ(t[0]->recv_any(9, got, soon()), 2);
-  EXPECT_EQ(got, pattern(10, 9));
+  check_order_and_recv_any(*t[0], *t[1], *t[2]);
 }
 
 TEST(ShmTransportTest, AnAbortEndsAReceiveOnTheOtherRankAtOnce) {

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "tests/dist/transport_checks.h"
 #include "weft/dist/tcp/tcp_frame.h"
 #include "weft/store/tcp_store.h"
 
@@ -19,6 +20,7 @@ namespace weft::dist {
 namespace {
 
 using testing::HasSubstr;
+using namespace testing_transport;
 
 std::shared_ptr<store::Store> new_store() {
   return std::make_shared<store::TCPStore>(
@@ -55,30 +57,9 @@ Pair transport_and_raw_socket() {
   return {std::make_unique<TcpTransport>(0, std::move(peers)), net::Socket(fds[1])};
 }
 
-std::vector<std::byte> pattern(std::size_t n, int seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
-  return v;
-}
-
-Deadline soon() { return Deadline::after(Seconds(10)); }
-
 TEST(TcpTransportTest, MeshCarriesMessagesLargerThanASegmentBothWays) {
   auto t = mesh(2, {"tok", "tok"});
-  const std::size_t n = 3 * tcp::kMaxSegment + 17;
-  const auto sent0 = pattern(n, 0);
-  const auto sent1 = pattern(n, 1);
-  std::vector<std::byte> got0(n), got1(n);
-  // Both send first: sends are eager, so neither waits for the other's receive.
-  auto other = std::async(std::launch::async, [&] {
-    t[1]->send(0, 7, sent1, soon());
-    t[1]->recv(0, 7, got1, soon());
-  });
-  t[0]->send(1, 7, sent0, soon());
-  t[0]->recv(1, 7, got0, soon());
-  other.get();
-  EXPECT_EQ(got0, sent1);
-  EXPECT_EQ(got1, sent0);
+  check_both_send_first(*t[0], *t[1], 3 * tcp::kMaxSegment + 17);
 }
 
 TEST(TcpTransportTest, ThreadsSendingToOnePeerTakeTurnsBySegment) {
@@ -103,16 +84,7 @@ TEST(TcpTransportTest, ThreadsSendingToOnePeerTakeTurnsBySegment) {
 
 TEST(TcpTransportTest, MessagesUnderOneTagArriveInOrderAndRecvAnyFindsThem) {
   auto t = mesh(3, {"", "", ""});
-  for (int i = 0; i < 3; ++i) t[1]->send(0, 5, pattern(100, i), soon());
-  t[2]->send(0, 9, pattern(10, 9), soon());
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::byte> got(100);
-    t[0]->recv(1, 5, got, soon());
-    EXPECT_EQ(got, pattern(100, i));
-  }
-  std::vector<std::byte> got(10);
-  EXPECT_EQ(t[0]->recv_any(9, got, soon()), 2);
-  EXPECT_EQ(got, pattern(10, 9));
+  check_order_and_recv_any(*t[0], *t[1], *t[2]);
 }
 
 TEST(TcpTransportTest, AWrongTokenIsRefusedWithoutSendingIt) {
@@ -132,14 +104,7 @@ TEST(TcpTransportTest, AWrongTokenIsRefusedWithoutSendingIt) {
 
 TEST(TcpTransportTest, SizeMismatchIsAPeerErrorNamingBothSizes) {
   auto t = mesh(2, {"", ""});
-  t[0]->send(1, 3, pattern(12, 0), soon());
-  std::vector<std::byte> got(8);
-  try {
-    t[1]->recv(0, 3, got, soon());
-    FAIL();
-  } catch (const PeerError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("sent 12 bytes where 8 were expected"));
-  }
+  check_size_mismatch_names_both(*t[0], *t[1], 12, 8);
 }
 
 TEST(TcpTransportTest, AMalformedFrameClosesThatConnectionWithAClearError) {
