@@ -15,7 +15,8 @@ namespace {
 using weft::launch::LaunchOptions;
 
 // The job's store, started by node 0's weftrun: the one place that picks its implementation.
-const weft::launch::RendezvousFactory kStartRendezvous = weft::tools::start_store_rendezvous;
+const weft::launch::Rendezvous kRendezvous{weft::tools::start_store_rendezvous,
+                                           weft::tools::connect_store_recorder};
 
 constexpr const char* kDescription =
     "weftrun: starts a job's worker processes on this node (torchrun's counterpart).\n"
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   LaunchOptions options;
   if (const std::optional<int> code = parse(argc, argv, options)) return *code;
   try {
-    return weft::launch::launch(options, kStartRendezvous);
+    return weft::launch::launch(options, kRendezvous);
   } catch (const weft::launch::ProgramNotFound& e) {
     std::fprintf(stderr, "weftrun: error: %s\n", e.what());
     return 127;

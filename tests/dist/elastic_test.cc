@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "weft/base/error.h"
+#include "weft/store/death_log.h"
 #include "weft/store/hash_store.h"
+#include "weft/store/prefix_store.h"
 
 namespace weft::dist {
 namespace {
@@ -116,11 +118,63 @@ TEST(ElasticTest, WaitingToJoinHasADeadline) {
   EXPECT_THROW((void)p.join(), TimeoutError);
 }
 
+// The job's store under attempt 0's prefix, as connect_job_store gives it, and the store
+// weftrun records deaths in.
+struct JobStores {
+  std::shared_ptr<store::HashStore> job = std::make_shared<store::HashStore>();
+  std::shared_ptr<store::Store> attempt =
+      std::make_shared<store::PrefixStore>(store::attempt_prefix(0), job);
+  void died(int rank) { store::record_death(*job, 0, rank); }
+};
+
+TEST(ElasticTest, SurvivorsCloseTheRoundOnceTheMissingAreRecordedDead) {
+  JobStores s;
+  s.job->set_timeout(kTimeout);
+  s.died(2);
+  const auto began = Clock::now();
+  for (const ElasticRound& r : survive(s.attempt, {0, {0, 1, 2, 3}}, {0, 1, 3}, Seconds(30.0))) {
+    EXPECT_EQ(r, (ElasticRound{1, {0, 1, 3}, 1}));
+  }
+  EXPECT_LT(Seconds(Clock::now() - began).count(), 5.0);
+}
+
+TEST(ElasticTest, ADeathRecordedBeforeARoundFormedIsAPredecessors) {
+  JobStores s;
+  s.job->set_timeout(kTimeout);
+  s.died(1);  // rank 1's first process; round 1's rank 1 is its replacement
+  const auto began = Clock::now();
+  for (const ElasticRound& r : survive(s.attempt, {1, {0, 1}, 1}, {0}, Seconds(0.3))) {
+    EXPECT_EQ(r, (ElasticRound{2, {0}, 1}));
+  }
+  EXPECT_GE(Seconds(Clock::now() - began).count(), 0.3);  // waited for rank 1 to arrive
+}
+
+TEST(ElasticTest, JoiningFailsAtOnceWhenEveryProcessHoldingTheStateDied) {
+  JobStores s;
+  s.job->set_timeout(kTimeout);
+  s.died(1);
+  (void)survive(s.attempt, process(s.attempt, 0, 2).first(), {0}, Seconds(5.0));  // round 1: {0}
+  auto joined = std::async(std::launch::async, [&] { return process(s.attempt, 1, 2).join(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto began = Clock::now();
+  s.died(0);  // before it admitted rank 1's replacement
+  try {
+    (void)joined.get();
+    ADD_FAILURE() << "joined a job no process held the state of";
+  } catch (const TimeoutError&) {
+    ADD_FAILURE() << "waited out its admission";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("died before rank 1 was admitted"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(Seconds(Clock::now() - began).count(), 5.0);
+}
+
 TEST(ElasticTest, WhatTheStoreHoldsIsCheckedBeforeUse) {
   const auto s = job_store();
-  s->set("elastic/round1", "s:0,7");
+  s->set("elastic/round1", "s0:0,7");
   EXPECT_THROW((void)process(s, 0).after_failure({0, {0, 1}}, Seconds(0.01)), Error);
-  s->set("elastic/round2", "s:1,0");
+  s->set("elastic/round2", "s0:1,0");
   EXPECT_THROW((void)process(s, 0).after_failure({1, {0, 1}}, Seconds(0.01)), Error);
   s->set("elastic/round3", "x");
   EXPECT_THROW((void)process(s, 0).after_failure({2, {0, 1}}, Seconds(0.01)), Error);

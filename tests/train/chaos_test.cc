@@ -248,6 +248,30 @@ TEST(ChaosTest, ElasticJobFinishesOnTheRanksLeftWhenNoRestartRemains) {
                    "the others go on without it", c, 0);
 }
 
+// Every process holding the state killed at once: their replacements read the deaths weftrun
+// recorded and end at once, and weftrun restarts every worker from the newest checkpoint,
+// instead of the replacements waiting out their admission (130 s).
+TEST(ChaosTest, ElasticJobRestartsAtOnceWhenEveryRankHoldingTheStateDies) {
+  const ChaosSetup c{.ranks = 2, .steps = 300, .model = small_model(300, 64, 64)};
+  const std::string layout = "--training.deterministic layout";
+  const test::TempDir tmp("weft-chaos");
+  const test::Finished calm = test::run(job(tmp, c, "calm", layout, ""), {}, Seconds(600));
+  ASSERT_EQ(calm.code, 0) << calm.err;
+  test::Subprocess run(job(tmp, c, "chaos", layout, "--recover elastic --max-restarts 6"));
+  run.wait_for_stdout([](const std::string& out) { return steps_logged(out) > 30; }, Seconds(600));
+  const int logged = steps_logged(run.out());
+  const auto killed = std::chrono::steady_clock::now();
+  for (pid_t pid : test::live_processes_with(tmp.file("chaos")))
+    if (is_weft_train(pid)) ::kill(pid, SIGKILL);
+  run.wait_for_stdout([&](const std::string& out) { return steps_logged(out) > logged; },
+                      Seconds(600));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 30);
+  ASSERT_EQ(run.wait(Seconds(600)), 0) << run.err();
+  EXPECT_NE(run.err().find("; restarting all "), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("died before rank"), std::string::npos) << run.err();
+  expect_same_run(tmp, "calm", "chaos", c.steps, 0);
+}
+
 // Sharded layouts rebuild a dead rank's pieces from its buddy's copy, the others theirs from
 // their own, and go on from the newest step every copy survived at, bit for bit.
 class ShardedChaosTest : public ::testing::TestWithParam<const char*> {};

@@ -48,9 +48,10 @@ int job_rank_in(const std::string& text, int job_size, const std::string& key) {
   return rank;
 }
 
-// "<kind>:<rank>,<rank>,..." (kind 's': after a failure; 'g': grown by admit).
-std::string encode(char kind, const std::vector<int>& members) {
+// "<kind><deaths seen>:<rank>,<rank>,..." (kind 's': after a failure; 'g': grown by admit).
+std::string encode(char kind, std::int64_t deaths_seen, const std::vector<int>& members) {
   std::string text(1, kind);
+  text += std::to_string(deaths_seen);
   text += ':';
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (i > 0) text += ',';
@@ -59,13 +60,22 @@ std::string encode(char kind, const std::vector<int>& members) {
   return text;
 }
 
-std::pair<char, std::vector<int>> decode(const std::string& text, int job_size,
-                                         const std::string& key) {
-  if (text.size() < 3 || (text[0] != 's' && text[0] != 'g') || text[1] != ':') {
+struct Decoded {
+  char kind;
+  ElasticRound round;
+};
+
+Decoded decode(const std::string& text, int round, int job_size, const std::string& key) {
+  const std::size_t colon = text.find(':');
+  const int deaths = colon == std::string::npos
+                         ? -1
+                         : number_in(text.substr(1, colon - 1), std::numeric_limits<int>::max());
+  if (text.empty() || (text[0] != 's' && text[0] != 'g') || deaths < 0 ||
+      colon + 1 >= text.size()) {
     throw Error("elastic membership: the job's store holds a malformed round at " + key);
   }
   std::vector<int> members;
-  for (std::size_t at = 2; at <= text.size();) {
+  for (std::size_t at = colon + 1; at <= text.size();) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
     members.push_back(job_rank_in(text.substr(at, comma - at), job_size, key));
     at = comma + 1;
@@ -74,7 +84,7 @@ std::pair<char, std::vector<int>> decode(const std::string& text, int job_size,
       std::adjacent_find(members.begin(), members.end()) != members.end()) {
     throw Error("elastic membership: the round at " + key + " is not a set of this job's ranks");
   }
-  return {text[0], std::move(members)};
+  return {text[0], ElasticRound{round, std::move(members), deaths}};
 }
 
 }  // namespace
@@ -103,18 +113,51 @@ ElasticRound ElasticMembership::first() const {
 std::optional<ElasticRound> ElasticMembership::proposed(int round, char* kind) {
   const std::string key = round_key(round);
   if (!store_->check({key})) return std::nullopt;
-  auto [k, members] = decode(store_->get(key), job_size_, key);
-  if (kind != nullptr) *kind = k;
-  return ElasticRound{round, std::move(members)};
+  Decoded d = decode(store_->get(key), round, job_size_, key);
+  if (kind != nullptr) *kind = d.kind;
+  return std::move(d.round);
 }
 
-// The first proposal for a round's number wins; every proposer reads the winner.
+// The first proposal for a round's number wins; every proposer reads the winner. A death
+// recorded after the proposal's count is a member's own.
 ElasticRound ElasticMembership::propose(int round, char kind, const std::vector<int>& members,
                                         char* won_kind) {
   const std::string key = round_key(round);
-  auto [k, won] = decode(store_->compare_set(key, "", encode(kind, members)), job_size_, key);
-  *won_kind = k;
-  return {round, std::move(won)};
+  deaths_.refresh(*store_, job_size_);
+  Decoded d = decode(store_->compare_set(key, "", encode(kind, deaths_.size(), members)), round,
+                     job_size_, key);
+  *won_kind = d.kind;
+  return std::move(d.round);
+}
+
+// Whether every member of `broken` has arrived at the round keyed `at`, or died since. One
+// request while none is recorded dead.
+bool ElasticMembership::all_arrived_or_dead(const ElasticRound& broken, const std::string& at) {
+  deaths_.refresh(*store_, job_size_);
+  if (std::none_of(broken.members.begin(), broken.members.end(),
+                   [&](int r) { return deaths_.died_after(r, broken.deaths_seen); })) {
+    return false;
+  }
+  for (const int r : broken.members) {
+    if (!deaths_.died_after(r, broken.deaths_seen) &&
+        !store_->check({at + "/arrived/" + std::to_string(r)})) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether every member of `round` is recorded dead (as of the last refresh).
+bool ElasticMembership::all_dead(const ElasticRound& round) const {
+  return std::all_of(round.members.begin(), round.members.end(),
+                     [&](int r) { return deaths_.died_after(r, round.deaths_seen); });
+}
+
+// The newest round proposed (first() when none).
+ElasticRound ElasticMembership::newest_round() {
+  while (store_->check({round_key(newest_round_ + 1)})) ++newest_round_;
+  if (newest_round_ == 0) return first();
+  return *proposed(newest_round_, nullptr);
 }
 
 ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Seconds settle) {
@@ -134,7 +177,7 @@ ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Second
         return *p;
       }
       const auto arrived = static_cast<std::size_t>(store_->add(at + "/arrivals", 0));
-      if (arrived >= broken.members.size() || close.expired()) {
+      if (arrived >= broken.members.size() || close.expired() || all_arrived_or_dead(broken, at)) {
         std::vector<int> members;
         for (const int r : broken.members) {
           if (store_->check({at + "/arrived/" + std::to_string(r)})) members.push_back(r);
@@ -172,6 +215,15 @@ std::optional<ElasticRound> ElasticMembership::join() {
                   ", which the job's store does not hold");
     }
     if (store_->check({"elastic/finished"})) return std::nullopt;
+    // The deaths first: a round proposed after them has a living proposer among its members.
+    deaths_.refresh(*store_, job_size_);
+    const ElasticRound newest = newest_round();
+    if (all_dead(newest)) {
+      throw Error("elastic membership: every process that held the training state (round " +
+                  std::to_string(newest.round) + ") died before rank " + std::to_string(job_rank_) +
+                  " was admitted; weftrun restarts every worker from the newest checkpoint "
+                  "(keep --checkpoint.resume true)");
+    }
     if (deadline.expired()) {
       throw TimeoutError("elastic membership: rank " + std::to_string(job_rank_) +
                          " was not admitted to the job within " + std::to_string(timeout_.count()) +

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/base/check.h"
@@ -103,6 +104,41 @@ JobPorts job_ports(const JobPlan& plan, int store_port) {
   return {store_port, free_port()};
 }
 
+// Records the workers' deaths in the job's store: node 0 in the store it hosts, another node
+// through a connection made at its first death. A store that cannot be reached is said once
+// and passed over: the workers then wait out their own deadlines instead.
+class DeathNotices {
+ public:
+  DeathNotices(const JobPlan& plan, int store_port, DeathRecorderFactory connect,
+               DeathRecorder* host, internal::OutputStream& err)
+      : plan_(plan), port_(store_port), connect_(std::move(connect)), recorder_(host), err_(err) {}
+
+  void record(int attempt, int rank) {
+    if (unreachable_) return;
+    try {
+      if (recorder_ == nullptr) {
+        if (!connect_) throw InvalidArgument("no DeathRecorderFactory was given");
+        connected_ = connect_(plan_.master_addr, port_, plan_.token);
+        recorder_ = connected_.get();
+      }
+      recorder_->record_death(attempt, rank);
+    } catch (const Error& e) {
+      unreachable_ = true;
+      err_.log("cannot record rank " + std::to_string(rank) + "'s death in the job's store (" +
+               e.what() + "); the other workers wait out their deadlines instead");
+    }
+  }
+
+ private:
+  const JobPlan& plan_;
+  int port_;
+  DeathRecorderFactory connect_;
+  DeathRecorder* recorder_;
+  std::unique_ptr<DeathRecorder> connected_;
+  internal::OutputStream& err_;
+  bool unreachable_ = false;
+};
+
 // What to say, and which code to return, once an attempt failed with no restart left.
 int give_up(const LaunchOptions& o, const GroupOutcome& outcome, int used,
             internal::OutputStream& err) {
@@ -118,7 +154,7 @@ int give_up(const LaunchOptions& o, const GroupOutcome& outcome, int used,
 
 }  // namespace
 
-int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvous) {
+int launch(const LaunchOptions& options, const Rendezvous& rendezvous) {
   const JobPlan plan = plan_job(options, std::getenv("WEFT_JOB_TOKEN"), std::getenv("PATH"));
   ensure_standard_fds();
   internal::OutputStream out(STDOUT_FILENO);
@@ -127,13 +163,14 @@ int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvo
   // Before the store starts: a Ctrl-C from then on is forwarded, not fatal to us alone.
   internal::SignalPipe signals;
   std::unique_ptr<RendezvousHost> store;
-  const JobPorts ports = job_ports(plan, start_store(plan, start_rendezvous, store));
+  const JobPorts ports = job_ports(plan, start_store(plan, rendezvous.start, store));
+  DeathNotices deaths(plan, ports.store, rendezvous.connect, store.get(), err);
   const std::string n = std::to_string(options.nproc_per_node);
   int used = 0;  // restarts, whole or in place
   for (int restart = 0;; ++restart) {
     const internal::FlightRings rings(options.nproc_per_node);  // each attempt its own
-    const internal::GroupSpec spec =
-        group_spec(plan, ports, restart, options.max_restarts - used, rings);
+    internal::GroupSpec spec = group_spec(plan, ports, restart, options.max_restarts - used, rings);
+    spec.record_death = [&deaths, restart](int rank) { deaths.record(restart, rank); };
     internal::WorkerGroup group(spec, signals, out, err, progress);
     const GroupOutcome outcome = group.run();
     used += outcome.replaced;

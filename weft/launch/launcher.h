@@ -16,8 +16,10 @@ namespace weft::launch {
 //   128+sig  a worker was killed by signal `sig` and no restarts were left, or weftrun
 //            itself received SIGINT, SIGTERM, SIGHUP or SIGQUIT (`sig`), which it forwarded
 //            to every worker.
-// On node 0 (options.node_rank == 0) it first starts the store with `start_rendezvous` and
-// keeps it running across restarts. Workers' stdout and stderr lines are written to fd 1
+// On node 0 (options.node_rank == 0) it first starts the store with `rendezvous.start` and
+// keeps it running across restarts. A worker it starts again in place is first recorded dead
+// in the store (on other nodes through `rendezvous.connect`); a store that cannot be reached
+// is said and passed over. Workers' stdout and stderr lines are written to fd 1
 // and 2, prefixed with "[rank] "; weftrun's own messages go to fd 2, prefixed "weftrun: ".
 //
 // Blocks until the workers are gone, never longer than a worker's own run plus
@@ -31,6 +33,6 @@ namespace weft::launch {
 // Throws weft::InvalidArgument (ProgramNotFound) for bad options before anything starts,
 // and weft::SystemError or the factory's error when the store or a worker cannot be
 // started; workers already started are then killed.
-int launch(const LaunchOptions& options, const RendezvousFactory& start_rendezvous);
+int launch(const LaunchOptions& options, const Rendezvous& rendezvous);
 
 }  // namespace weft::launch

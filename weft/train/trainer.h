@@ -50,7 +50,7 @@ struct Membership {
                              // from the others instead of initialising or resuming it
   bool in_place = false;     // when a rank dies, rejoin the others (where the layout allows)
   bool elastic = false;      // and a replicated layout goes on without it until it is back
-  std::vector<int> members;  // elastic: the job ranks of the round's world (empty: all)
+  std::optional<dist::ElasticRound> admitted;  // elastic: the round a new process joined
 };
 
 // What weftrun --recover in-place or elastic says to this process (WEFT_RECOVER,

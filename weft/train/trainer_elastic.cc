@@ -98,7 +98,7 @@ std::unique_ptr<Trainer> join_elastic_job(const Config& config, std::ostream& ou
         }
         const dist::JoinedWorld joined = elastic.form(*round, round_options(config));
         membership.round = round->round;
-        membership.members = round->members;
+        membership.admitted = round;
         return std::make_unique<Trainer>(config, out, progress, joined.world, membership);
       },
       // A member of the round it was admitted to: it meets the others that stayed in the next
@@ -151,8 +151,7 @@ void Trainer::start_elastic() {
   elastic_ = std::make_unique<dist::ElasticMembership>(
       dist::connect_job_store(Seconds(config_.comm.rejoin_timeout_seconds)), job_rank_, job_size_,
       admission_wait(config_));
-  round_ = membership_.members.empty() ? elastic_->first()
-                                       : dist::ElasticRound{membership_.round, membership_.members};
+  round_ = membership_.admitted.value_or(elastic_->first());
   // Every world of the job replicates over all of its ranks, however many are left.
   config_.parallelism.data_parallel_replicate_degree = -1;
 }

@@ -95,6 +95,7 @@ bool WorkerGroup::replace_if_allowed(std::size_t i) {
   }
   drain(w.out);
   drain(w.err);
+  if (spec_.record_death) spec_.record_death(spec_.ranks[i]);
   ++outcome_.replaced;
   log("rank " + std::to_string(spec_.ranks[i]) + " " + w.process.status().describe() +
       "; starting it again in place (replacement " + std::to_string(outcome_.replaced) + " of " +
@@ -113,6 +114,7 @@ bool WorkerGroup::left_behind(std::size_t i) {
   }
   drain(w.out);
   drain(w.err);
+  if (spec_.record_death) spec_.record_death(spec_.ranks[i]);
   log("rank " + std::to_string(spec_.ranks[i]) + " " + w.process.status().describe() +
       "; no restart is left, the others go on without it");
   return true;

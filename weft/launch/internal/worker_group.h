@@ -4,6 +4,7 @@
 // exit).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ struct GroupSpec {
   // weftrun --recover elastic: a worker killed by a signal when no replacement is left is
   // left dead while others run (they go on without it), instead of stopping the group.
   bool elastic = false;
+  // Called with the global rank of a worker killed by a signal that is started again or left
+  // dead, before its replacement starts (the others read it from the job's store).
+  std::function<void(int rank)> record_death;
 };
 
 class WorkerGroup {

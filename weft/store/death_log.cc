@@ -1,0 +1,52 @@
+#include "weft/store/death_log.h"
+
+#include <algorithm>
+
+#include "weft/base/error.h"
+
+namespace weft::store {
+namespace {
+
+constexpr char kCount[] = "deaths/count";
+
+std::string death_key(std::int64_t k) { return "deaths/" + std::to_string(k); }
+
+}  // namespace
+
+std::string attempt_prefix(int attempt) { return "attempt" + std::to_string(attempt); }
+
+void record_death(Store& job, int attempt, int job_rank) {
+  const std::string prefix = attempt_prefix(attempt) + "/";
+  const std::int64_t k = job.add(prefix + kCount, 1);
+  job.set(prefix + death_key(k), std::to_string(job_rank));
+}
+
+void DeathLog::refresh(Store& attempt, int job_size) {
+  const std::int64_t count = attempt.add(kCount, 0);
+  // The count goes up before the rank is written: a death whose rank is not there yet is read
+  // at the next refresh.
+  for (std::int64_t k = size() + 1; k <= count; ++k) {
+    const std::string key = death_key(k);
+    if (!attempt.check({key})) return;
+    const std::string text = attempt.get(key);
+    std::size_t used = 0;
+    int rank = -1;
+    try {
+      rank = std::stoi(text, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != text.size() || rank < 0 || rank >= job_size) {
+      throw Error("the job's store holds '" + text + "' at " + key +
+                  ", not a rank of this job of " + std::to_string(job_size) +
+                  " (another job sharing the store?)");
+    }
+    ranks_.push_back(rank);
+  }
+}
+
+bool DeathLog::died_after(int job_rank, std::int64_t seen) const {
+  const auto from = ranks_.begin() + std::clamp<std::int64_t>(seen, 0, size());
+  return std::find(from, ranks_.end(), job_rank) != ranks_.end();
+}
+
+}  // namespace weft::store
