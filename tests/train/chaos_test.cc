@@ -283,7 +283,18 @@ TEST_P(ShardedChaosTest, KilledRanksRejoinInPlaceFromBuddyCopiesAndFinishBitwise
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedChaosTest,
                          ::testing::Values("--parallelism.data_parallel_shard_degree 2",
                                            "--parallelism.tensor_parallel_degree 2",
-                                           "--parallelism.pipeline_parallel_degree 2"));
+                                           "--parallelism.pipeline_parallel_degree 2",
+                                           "--parallelism.context_parallel_degree 2"));
+
+// HSDP (replicas of an FSDP group) on 4 ranks: the same, from the buddy copies.
+TEST(ChaosTest, KilledRanksOfAnHsdpJobRejoinInPlaceAndFinishBitwise) {
+  ChaosSetup c = chaos_setup();
+  c.ranks = std::max(c.ranks, 4);
+  kill_and_compare("HSDP in place",
+                   "--parallelism.data_parallel_replicate_degree 2 "
+                   "--parallelism.data_parallel_shard_degree 2",
+                   "--recover in-place", kInPlace, c);
+}
 
 // Only a replicated layout goes on with fewer ranks: the others are refused before training.
 TEST(ChaosTest, ElasticRecoveryIsRefusedForAShardedLayout) {
