@@ -10,7 +10,9 @@
 //   signal R SIG      rank R kills itself with SIG; the others print pid= and sleep
 //   flaky             exits 3 in the first attempt (WEFT_RESTART_COUNT=0), then 0
 //   crash-once R      prints whether it replaces a dead worker and WEFT_RECOVER; rank R
-//                     kills itself with SIGKILL unless it does; the others exit 0 after 1 s
+//                     kills itself with SIGKILL unless it does; the others exit 0 after 1 s;
+//                     a replacement prints the deaths the job's store records (deaths=N
+//                     ranks=R,...)
 //   sleep             prints "ready pid=P" and sleeps
 //   ignore-term       ignores SIGTERM, prints "ready pid=P" and sleeps
 //   fds               prints the descriptors it has besides 0, 1 and 2 (fds= none), the
@@ -28,11 +30,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+
+#include "weft/store/death_log.h"
+#include "weft/store/prefix_store.h"
+#include "weft/store/tcp_store.h"
 
 namespace {
 
 constexpr unsigned kSleepSeconds = 60;  // far longer than any test waits
+
+// The deaths the job's store records for this attempt, as "deaths=N ranks=R,R,...".
+void print_deaths() {
+  auto job = std::make_shared<weft::store::TCPStore>(
+      weft::store::TCPStoreOptions{.host = std::getenv("MASTER_ADDR"),
+                                   .port = std::atoi(std::getenv("WEFT_STORE_PORT")),
+                                   .token = std::getenv("WEFT_JOB_TOKEN"),
+                                   .timeout = weft::Seconds(10)});
+  weft::store::PrefixStore attempt(
+      weft::store::attempt_prefix(std::atoi(std::getenv("WEFT_RESTART_COUNT"))), job);
+  weft::store::DeathLog deaths;
+  deaths.refresh(attempt, std::atoi(std::getenv("WORLD_SIZE")));
+  std::string ranks;
+  for (int r = 0; r < std::atoi(std::getenv("WORLD_SIZE")); ++r)
+    if (deaths.died_after(r, 0)) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  std::printf("deaths=%lld ranks=%s\n", static_cast<long long>(deaths.size()), ranks.c_str());
+}
 
 int rank() {
   const char* r = std::getenv("RANK");
@@ -176,6 +200,7 @@ int main(int argc, char** argv) {
       ::usleep(200 * 1000);
       ::kill(::getpid(), SIGKILL);
     }
+    if (replaced) print_deaths();
     ::usleep(replaced ? 0 : 1000 * 1000);  // the others outlive the death
     return 0;
   }

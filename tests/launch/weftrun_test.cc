@@ -1,11 +1,14 @@
 // weftrun end to end: the real binary starting launch_test_worker processes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
@@ -272,6 +275,48 @@ TEST(WeftrunTest, RecoverElasticLeavesAKilledWorkerOnceNoRestartIsLeft) {
                                      "--max-restarts", "1", kWorker, "crash-once", "1"});
   EXPECT_EQ(replaced.code, 0) << replaced.err;
   EXPECT_THAT(replaced.out, HasSubstr("[1] started replacement=1 recover=elastic attempt=0\n"));
+}
+
+// A port nothing listens on now (the system's pick for port 0).
+int unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
+  ::close(fd);
+  EXPECT_TRUE(bound);
+  return ntohs(addr.sin_port);
+}
+
+// weftrun records a death in the job's store before the replacement starts: node 0's weftrun
+// in the store it hosts, another node's through a connection to node 0's store.
+TEST(WeftrunTest, RecordsEachDeathInTheJobsStoreBeforeTheReplacementStarts) {
+  const Finished one = weftrun({"--nproc-per-node", "2", "--recover", "in-place", "--max-restarts",
+                                "1", kWorker, "crash-once", "1"});
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("[1] deaths=1 ranks=1\n"));
+
+  const std::string port = std::to_string(unused_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (const char* node : {"0", "1"}) {
+    nodes.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{kWeftrun,     "--nnodes",
+                                                              "2",          "--node-rank",
+                                                              node,         "--nproc-per-node",
+                                                              "1",          "--master-addr",
+                                                              "127.0.0.1",  "--master-port",
+                                                              port,         "--token",
+                                                              "sesame",     "--recover",
+                                                              "in-place",   "--max-restarts",
+                                                              "1",          kWorker,
+                                                              "crash-once", "1"},
+                                     kCleanEnv));
+  }
+  for (auto& node : nodes) EXPECT_EQ(node->wait(Seconds(30)), 0) << node->err();
+  EXPECT_THAT(nodes[1]->out(), HasSubstr("[1] deaths=1 ranks=1\n"));
 }
 
 // Starts weftrun with sleeping workers, waits until they all run, then sends it SIGTERM.

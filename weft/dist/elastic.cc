@@ -179,8 +179,11 @@ ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Second
       const auto arrived = static_cast<std::size_t>(store_->add(at + "/arrivals", 0));
       if (arrived >= broken.members.size() || close.expired() || all_arrived_or_dead(broken, at)) {
         std::vector<int> members;
-        for (const int r : broken.members) {
-          if (store_->check({at + "/arrived/" + std::to_string(r)})) members.push_back(r);
+        for (const int r : broken.members) {  // arrived, and not died since
+          if (!deaths_.died_after(r, broken.deaths_seen) &&
+              store_->check({at + "/arrived/" + std::to_string(r)})) {
+            members.push_back(r);
+          }
         }
         ElasticRound won = propose(round, 's', members, &kind);
         if (kind == 'g') break;
