@@ -11,6 +11,10 @@
 #                 $BENCH_ARGS change the operation and add options, $BENCH_SIZES replaces
 #                 the sizes' options); prints the first host's output, and a failing
 #                 host's; fails if any host does;
+#   recover       PROGRAM is weft-train, a small model under weftrun --recover $RECOVER
+#                 (in-place unless set): a rank of the last host is killed once the job
+#                 trains; every host must finish, rank 0 must say it recovered, and no
+#                 weftrun may have failed to record the death in the first host's store;
 #   linkdown      the last host's link taken down during a stream of all-reduces with a 4 s
 #                 operation timeout: no FIN or RST ever comes, yet every rank on the other
 #                 hosts must fail with a PeerError naming a rank of that host within the
@@ -119,6 +123,42 @@ case "$mode" in
     done
     cat "$out/node0.log"
     exit "$failed"
+    ;;
+  recover)
+    data="$(cd "$(dirname "$0")/../../.." && pwd)/data/tinyshakespeare.txt"
+    train=(--model.dim 64 --model.n_layers 2 --model.n_heads 2 --model.max_seq_len 64
+      --training.seq_len 64 --training.batch_size 4 --training.steps 300
+      --training.dataset_path "$data" --training.deterministic layout --metrics.log_freq 1
+      --validation.enable false --comm.init_timeout_seconds 60)
+    for ((i = 0; i < nodes; i++)); do
+      start_node "$i" --recover "${RECOVER:-in-place}" --max-restarts 2 "$program" "${train[@]}"
+    done
+    for ((t = 0; t < 600; t++)); do  # until the job trains (at most 60 s)
+      grep -q "\] step: " "$out/node0.log" && break
+      sleep 0.1
+    done
+    last=$((nodes - 1))
+    victim=$(ip netns pids "${tag}n$last" | while read -r p; do
+      if tr '\0' ' ' < "/proc/$p/cmdline" | grep -q "^$program"; then echo "$p"; fi
+    done | head -1)
+    [ -n "$victim" ] || { echo "no rank to kill on the last host"; cat "$out"/*.log; exit 1; }
+    kill -9 "$victim"
+    failed=0
+    for ((i = 0; i < nodes; i++)); do
+      wait "${pids[$i]}" || { echo "node $i failed:"; failed=1; }
+    done
+    if ! grep -Eq "recovered (in place|elastically)" "$out/node0.log"; then
+      echo "rank 0 did not say it recovered:"
+      failed=1
+    fi
+    if grep -q "cannot record" "$out"/*.log; then
+      echo "a weftrun could not record the death:"
+      failed=1
+    fi
+    [ "$failed" = 0 ] || { cat "$out"/*.log; exit 1; }
+    grep -Eh "starting it again in place|recovered (in place|elastically)|growing from" "$out"/*.log
+    echo "netns: recovered ${RECOVER:-in-place} from a rank killed on host $last"
+    exit 0
     ;;
   linkdown)
     for ((i = 0; i < nodes; i++)); do
