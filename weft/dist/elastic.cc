@@ -153,11 +153,11 @@ bool ElasticMembership::all_dead(const ElasticRound& round) const {
                      [&](int r) { return deaths_.died_after(r, round.deaths_seen); });
 }
 
-// The newest round proposed (first() when none).
-ElasticRound ElasticMembership::newest_round() {
-  while (store_->check({round_key(newest_round_ + 1)})) ++newest_round_;
-  if (newest_round_ == 0) return first();
-  return *proposed(newest_round_, nullptr);
+// The newest round proposed (first() when none): a request, and two a new round.
+const ElasticRound& ElasticMembership::newest_round() {
+  if (!newest_) newest_ = first();
+  while (auto next = proposed(newest_->round + 1, nullptr)) newest_ = std::move(next);
+  return *newest_;
 }
 
 ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Seconds settle) {
@@ -220,7 +220,7 @@ std::optional<ElasticRound> ElasticMembership::join() {
     if (store_->check({"elastic/finished"})) return std::nullopt;
     // The deaths first: a round proposed after them has a living proposer among its members.
     deaths_.refresh(*store_, job_size_);
-    const ElasticRound newest = newest_round();
+    const ElasticRound& newest = newest_round();
     if (all_dead(newest)) {
       throw Error("elastic membership: every process that held the training state (round " +
                   std::to_string(newest.round) + ") died before rank " + std::to_string(job_rank_) +

@@ -75,13 +75,13 @@ class ElasticMembership {
   ElasticRound propose(int round, char kind, const std::vector<int>& members, char* won_kind);
   bool all_arrived_or_dead(const ElasticRound& broken, const std::string& at);
   bool all_dead(const ElasticRound& round) const;
-  ElasticRound newest_round();
+  const ElasticRound& newest_round();
 
   std::shared_ptr<store::Store> store_;
   int job_rank_, job_size_;
   Seconds timeout_;
   store::DeathLog deaths_;
-  int newest_round_ = 0;  // join(): the newest round found so far
+  std::optional<ElasticRound> newest_;  // join(): the newest round found so far
 };
 
 }  // namespace weft::dist
