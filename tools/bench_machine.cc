@@ -56,8 +56,9 @@ bool degenerate(const estimate::AlphaBeta& fit) {
 }
 
 // A fit with no per-step or no per-byte cost says the times barely followed the size: other
-// work had the cores. Such an op is measured again, up to kTries times in all, and the best
-// fit kept. Every rank sees the same times (the slowest rank's), so all decide alike.
+// work had the cores. Such an op is measured again, up to kTries times in all, until a fit has
+// both (else the one with the smallest error is kept). Every rank sees the same times (the slowest
+// rank's), so all decide alike.
 constexpr int kTries = 3;
 
 estimate::BackendCosts measure_collectives(dist::ProcessGroup& pg) {

@@ -170,6 +170,28 @@ TEST(ElasticTest, JoiningFailsAtOnceWhenEveryProcessHoldingTheStateDied) {
   EXPECT_LT(Seconds(Clock::now() - began).count(), 5.0);
 }
 
+// A replacement admitted after its predecessor's death, which then survives another death:
+// the predecessor's death is not its own, so it stays in the round.
+TEST(ElasticTest, AnAdmittedReplacementIsNotTakenForItsDeadPredecessor) {
+  JobStores s;
+  s.job->set_timeout(kTimeout);
+  s.died(1);
+  const std::vector<ElasticRound> one =
+      survive(s.attempt, process(s.attempt, 0).first(), {0, 2, 3}, Seconds(5.0));
+  ASSERT_EQ(one[0], (ElasticRound{1, {0, 2, 3}, 1}));
+  auto joined = std::async(std::launch::async, [&] { return process(s.attempt, 1).join(); });
+  std::optional<ElasticRound> grown;
+  while (!grown) grown = process(s.attempt, 0).admit(one[0]);
+  ASSERT_EQ(*grown, (ElasticRound{2, {0, 1, 2, 3}, 1}));
+  EXPECT_EQ(joined.get(), grown);
+  s.died(3);
+  const auto began = Clock::now();
+  for (const ElasticRound& r : survive(s.attempt, *grown, {0, 1, 2}, Seconds(30.0))) {
+    EXPECT_EQ(r, (ElasticRound{3, {0, 1, 2}, 2}));
+  }
+  EXPECT_LT(Seconds(Clock::now() - began).count(), 5.0);
+}
+
 TEST(ElasticTest, WhatTheStoreHoldsIsCheckedBeforeUse) {
   const auto s = job_store();
   s->set("elastic/round1", "s0:0,7");

@@ -9,8 +9,9 @@
 //   fail R CODE       rank R exits with CODE after 300 ms; the others print pid= and sleep
 //   signal R SIG      rank R kills itself with SIG; the others print pid= and sleep
 //   flaky             exits 3 in the first attempt (WEFT_RESTART_COUNT=0), then 0
-//   crash-once R      prints whether it replaces a dead worker and WEFT_RECOVER; rank R
-//                     kills itself with SIGKILL unless it does; the others exit 0 after 1 s;
+//   crash-once R [MS] prints whether it replaces a dead worker and WEFT_RECOVER; rank R
+//                     kills itself with SIGKILL unless it does; the others exit 0 after MS
+//                     milliseconds (1000 unless given);
 //                     a replacement prints the deaths the job's store records (deaths=N
 //                     ranks=R,...)
 //   sleep             prints "ready pid=P" and sleeps
@@ -41,21 +42,32 @@ namespace {
 
 constexpr unsigned kSleepSeconds = 60;  // far longer than any test waits
 
+// weftrun's variable `name`; exits 98 without it.
+std::string variable(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) {
+    std::fprintf(stderr, "launch_test_worker: %s is not set\n", name);
+    std::_Exit(98);
+  }
+  return v;
+}
+
 // The deaths the job's store records for this attempt, as "deaths=N ranks=R,R,...".
 void print_deaths() {
   auto job = std::make_shared<weft::store::TCPStore>(
-      weft::store::TCPStoreOptions{.host = std::getenv("MASTER_ADDR"),
-                                   .port = std::atoi(std::getenv("WEFT_STORE_PORT")),
-                                   .token = std::getenv("WEFT_JOB_TOKEN"),
+      weft::store::TCPStoreOptions{.host = variable("MASTER_ADDR"),
+                                   .port = std::stoi(variable("WEFT_STORE_PORT")),
+                                   .token = variable("WEFT_JOB_TOKEN"),
                                    .timeout = weft::Seconds(10)});
   weft::store::PrefixStore attempt(
-      weft::store::attempt_prefix(std::atoi(std::getenv("WEFT_RESTART_COUNT"))), job);
+      weft::store::attempt_prefix(std::stoi(variable("WEFT_RESTART_COUNT"))), job);
+  const int world = std::stoi(variable("WORLD_SIZE"));
   weft::store::DeathLog deaths;
-  deaths.refresh(attempt, std::atoi(std::getenv("WORLD_SIZE")));
+  deaths.refresh(attempt, world);
   std::string ranks;
-  for (int r = 0; r < std::atoi(std::getenv("WORLD_SIZE")); ++r)
+  for (int r = 0; r < world; ++r)
     if (deaths.died_after(r, 0)) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  std::printf("deaths=%lld ranks=%s\n", static_cast<long long>(deaths.size()), ranks.c_str());
+  std::printf("deaths=%lld ranks=%s\n", static_cast<long long>(deaths.counted()), ranks.c_str());
 }
 
 int rank() {
@@ -201,7 +213,8 @@ int main(int argc, char** argv) {
       ::kill(::getpid(), SIGKILL);
     }
     if (replaced) print_deaths();
-    ::usleep(replaced ? 0 : 1000 * 1000);  // the others outlive the death
+    const int lives_ms = argc > 3 ? arg(3) : 1000;
+    ::usleep(replaced ? 0 : static_cast<useconds_t>(lives_ms) * 1000);  // outliving the death
     return 0;
   }
   if (mode == "sleep") sleep_forever();

@@ -277,18 +277,29 @@ TEST(WeftrunTest, RecoverElasticLeavesAKilledWorkerOnceNoRestartIsLeft) {
   EXPECT_THAT(replaced.out, HasSubstr("[1] started replacement=1 recover=elastic attempt=0\n"));
 }
 
-// A port nothing listens on now (the system's pick for port 0).
-int unused_port() {
+// The port bound on loopback (`port`, or the system's pick for 0), then closed; -1 when
+// something listens there.
+int bind_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof addr;
   const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
   ::close(fd);
-  EXPECT_TRUE(bound);
-  return ntohs(addr.sin_port);
+  return bound ? ntohs(addr.sin_port) : -1;
+}
+
+// A port P nothing listens on now, nor on P + 1 (a job's store and its MASTER_PORT).
+int unused_port_pair() {
+  for (int tries = 0; tries < 100; ++tries) {
+    const int port = bind_loopback(0);
+    if (port > 0 && port < 65535 && bind_loopback(port + 1) == port + 1) return port;
+  }
+  ADD_FAILURE() << "no two free ports in a row";
+  return 0;
 }
 
 // weftrun records a death in the job's store before the replacement starts: node 0's weftrun
@@ -299,21 +310,17 @@ TEST(WeftrunTest, RecordsEachDeathInTheJobsStoreBeforeTheReplacementStarts) {
   EXPECT_EQ(one.code, 0) << one.err;
   EXPECT_THAT(one.out, HasSubstr("[1] deaths=1 ranks=1\n"));
 
-  const std::string port = std::to_string(unused_port());
+  const std::string port = std::to_string(unused_port_pair());
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (const char* node : {"0", "1"}) {
-    nodes.push_back(
-        std::make_unique<Subprocess>(std::vector<std::string>{kWeftrun,     "--nnodes",
-                                                              "2",          "--node-rank",
-                                                              node,         "--nproc-per-node",
-                                                              "1",          "--master-addr",
-                                                              "127.0.0.1",  "--master-port",
-                                                              port,         "--token",
-                                                              "sesame",     "--recover",
-                                                              "in-place",   "--max-restarts",
-                                                              "1",          kWorker,
-                                                              "crash-once", "1"},
-                                     kCleanEnv));
+    // Node 0's worker outlives node 1's replacement, which reads node 0's store.
+    std::vector<std::string> argv{kWeftrun,    "--nnodes",         "2",  "--node-rank",
+                                  node,        "--nproc-per-node", "1",  "--master-addr",
+                                  "127.0.0.1", "--master-port",    port, "--token",
+                                  "sesame"};
+    argv.insert(argv.end(), {"--recover", "in-place", "--max-restarts", "1", kWorker, "crash-once",
+                             "1", "3000"});
+    nodes.push_back(std::make_unique<Subprocess>(argv, kCleanEnv));
   }
   for (auto& node : nodes) EXPECT_EQ(node->wait(Seconds(30)), 0) << node->err();
   EXPECT_THAT(nodes[1]->out(), HasSubstr("[1] deaths=1 ranks=1\n"));

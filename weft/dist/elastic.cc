@@ -37,6 +37,18 @@ int number_in(const std::string& text, int limit) {
   return used == text.size() && n >= 0 && n < limit ? n : -1;
 }
 
+// A count in [0, 2^62] read from the store, or -1.
+std::int64_t count_in(const std::string& text) {
+  std::size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return used == text.size() && n >= 0 && n <= (std::int64_t{1} << 62) ? n : -1;
+}
+
 Error bad_value(const std::string& text, const std::string& key, const std::string& what) {
   return Error("elastic membership: the job's store holds '" + text + "' at " + key + ", not " +
                what + " (another job sharing the store?)");
@@ -67,9 +79,7 @@ struct Decoded {
 
 Decoded decode(const std::string& text, int round, int job_size, const std::string& key) {
   const std::size_t colon = text.find(':');
-  const int deaths = colon == std::string::npos
-                         ? -1
-                         : number_in(text.substr(1, colon - 1), std::numeric_limits<int>::max());
+  const std::int64_t deaths = colon == std::string::npos ? -1 : count_in(text.substr(1, colon - 1));
   if (text.empty() || (text[0] != 's' && text[0] != 'g') || deaths < 0 ||
       colon + 1 >= text.size()) {
     throw Error("elastic membership: the job's store holds a malformed round at " + key);
@@ -119,12 +129,11 @@ std::optional<ElasticRound> ElasticMembership::proposed(int round, char* kind) {
 }
 
 // The first proposal for a round's number wins; every proposer reads the winner. A death
-// recorded after the proposal's count is a member's own.
+// numbered above `deaths_seen` (the count when the members were chosen) is a member's own.
 ElasticRound ElasticMembership::propose(int round, char kind, const std::vector<int>& members,
-                                        char* won_kind) {
+                                        std::int64_t deaths_seen, char* won_kind) {
   const std::string key = round_key(round);
-  deaths_.refresh(*store_, job_size_);
-  Decoded d = decode(store_->compare_set(key, "", encode(kind, deaths_.size(), members)), round,
+  Decoded d = decode(store_->compare_set(key, "", encode(kind, deaths_seen, members)), round,
                      job_size_, key);
   *won_kind = d.kind;
   return std::move(d.round);
@@ -178,14 +187,15 @@ ElasticRound ElasticMembership::after_failure(const ElasticRound& broken, Second
       }
       const auto arrived = static_cast<std::size_t>(store_->add(at + "/arrivals", 0));
       if (arrived >= broken.members.size() || close.expired() || all_arrived_or_dead(broken, at)) {
+        deaths_.refresh(*store_, job_size_);
         std::vector<int> members;
-        for (const int r : broken.members) {  // arrived, and not died since
-          if (!deaths_.died_after(r, broken.deaths_seen) &&
+        for (const int r : broken.members) {  // arrived, and not died since (this one lives)
+          if ((r == job_rank_ || !deaths_.died_after(r, broken.deaths_seen)) &&
               store_->check({at + "/arrived/" + std::to_string(r)})) {
             members.push_back(r);
           }
         }
-        ElasticRound won = propose(round, 's', members, &kind);
+        ElasticRound won = propose(round, 's', members, deaths_.counted(), &kind);
         if (kind == 'g') break;
         return won;
       }
@@ -224,8 +234,8 @@ std::optional<ElasticRound> ElasticMembership::join() {
     if (all_dead(newest)) {
       throw Error("elastic membership: every process that held the training state (round " +
                   std::to_string(newest.round) + ") died before rank " + std::to_string(job_rank_) +
-                  " was admitted; weftrun restarts every worker from the newest checkpoint "
-                  "(keep --checkpoint.resume true)");
+                  " was admitted; weftrun restarts every worker from the newest checkpoint while "
+                  "restarts remain (keep --checkpoint.resume true)");
     }
     if (deadline.expired()) {
       throw TimeoutError("elastic membership: rank " + std::to_string(job_rank_) +
@@ -261,7 +271,8 @@ std::optional<ElasticRound> ElasticMembership::admit(const ElasticRound& current
     return std::nullopt;
   }
   char kind = 0;
-  const ElasticRound won = propose(current.round + 1, 'g', members, &kind);
+  deaths_.refresh(*store_, job_size_);
+  const ElasticRound won = propose(current.round + 1, 'g', members, deaths_.counted(), &kind);
   if (kind != 'g' || won.members != members) return std::nullopt;  // a failure came first
   for (std::int64_t t = admitted + 1; t <= asked; ++t) {
     store_->set(ticket_key(t), std::to_string(won.round));

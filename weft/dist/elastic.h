@@ -72,7 +72,8 @@ class ElasticMembership {
 
  private:
   std::optional<ElasticRound> proposed(int round, char* kind);
-  ElasticRound propose(int round, char kind, const std::vector<int>& members, char* won_kind);
+  ElasticRound propose(int round, char kind, const std::vector<int>& members,
+                       std::int64_t deaths_seen, char* won_kind);
   bool all_arrived_or_dead(const ElasticRound& broken, const std::string& at);
   bool all_dead(const ElasticRound& round) const;
   const ElasticRound& newest_round();

@@ -105,25 +105,24 @@ JobPorts job_ports(const JobPlan& plan, int store_port) {
 }
 
 // Records the workers' deaths in the job's store: node 0 in the store it hosts, another node
-// through a connection made at its first death. A store that cannot be reached is said once
-// and passed over: the workers then wait out their own deadlines instead.
+// through a connection to it, made again after a failure. A death that cannot be recorded is
+// said and passed over: the workers then wait out their own deadlines instead.
 class DeathNotices {
  public:
   DeathNotices(const JobPlan& plan, int store_port, DeathRecorderFactory connect,
                DeathRecorder* host, internal::OutputStream& err)
-      : plan_(plan), port_(store_port), connect_(std::move(connect)), recorder_(host), err_(err) {}
+      : plan_(plan), port_(store_port), connect_(std::move(connect)), host_(host), err_(err) {}
 
   void record(int attempt, int rank) {
-    if (unreachable_) return;
     try {
-      if (recorder_ == nullptr) {
-        if (!connect_) throw InvalidArgument("no DeathRecorderFactory was given");
-        connected_ = connect_(plan_.master_addr, port_, plan_.token);
-        recorder_ = connected_.get();
+      if (host_ != nullptr) {
+        host_->record_death(attempt, rank);
+        return;
       }
-      recorder_->record_death(attempt, rank);
+      if (!connected_) connected_ = connect_(plan_.master_addr, port_, plan_.token);
+      connected_->record_death(attempt, rank);
     } catch (const Error& e) {
-      unreachable_ = true;
+      connected_.reset();
       err_.log("cannot record rank " + std::to_string(rank) + "'s death in the job's store (" +
                e.what() + "); the other workers wait out their deadlines instead");
     }
@@ -133,10 +132,9 @@ class DeathNotices {
   const JobPlan& plan_;
   int port_;
   DeathRecorderFactory connect_;
-  DeathRecorder* recorder_;
+  DeathRecorder* host_;  // node 0's store, or null
   std::unique_ptr<DeathRecorder> connected_;
   internal::OutputStream& err_;
-  bool unreachable_ = false;
 };
 
 // What to say, and which code to return, once an attempt failed with no restart left.
@@ -163,6 +161,11 @@ int launch(const LaunchOptions& options, const Rendezvous& rendezvous) {
   // Before the store starts: a Ctrl-C from then on is forwarded, not fatal to us alone.
   internal::SignalPipe signals;
   std::unique_ptr<RendezvousHost> store;
+  if (!plan.hosts_store && !rendezvous.connect) {
+    throw InvalidArgument(
+        "launch: this node records its workers' deaths in node 0's store, but no "
+        "DeathRecorderFactory was given; pass one that connects to it");
+  }
   const JobPorts ports = job_ports(plan, start_store(plan, rendezvous.start, store));
   DeathNotices deaths(plan, ports.store, rendezvous.connect, store.get(), err);
   const std::string n = std::to_string(options.nproc_per_node);

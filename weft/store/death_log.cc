@@ -23,9 +23,8 @@ void record_death(Store& job, int attempt, int job_rank) {
 
 void DeathLog::refresh(Store& attempt, int job_size) {
   const std::int64_t count = attempt.add(kCount, 0);
-  // The count goes up before the rank is written: a death whose rank is not there yet is read
-  // at the next refresh.
-  for (std::int64_t k = size() + 1; k <= count; ++k) {
+  counted_ = std::max(counted_, count);
+  for (auto k = static_cast<std::int64_t>(ranks_.size()) + 1; k <= count; ++k) {
     const std::string key = death_key(k);
     if (!attempt.check({key})) return;
     const std::string text = attempt.get(key);
@@ -45,7 +44,8 @@ void DeathLog::refresh(Store& attempt, int job_size) {
 }
 
 bool DeathLog::died_after(int job_rank, std::int64_t seen) const {
-  const auto from = ranks_.begin() + std::clamp<std::int64_t>(seen, 0, size());
+  const auto from =
+      ranks_.begin() + std::clamp<std::int64_t>(seen, 0, static_cast<std::int64_t>(ranks_.size()));
   return std::find(from, ranks_.end(), job_rank) != ranks_.end();
 }
 

@@ -22,19 +22,23 @@ std::string attempt_prefix(int attempt);
 // attempt `attempt`. Two requests, each bounded by the store's timeout.
 void record_death(Store& job, int attempt, int job_rank);
 
-// A reader of the record through the attempt's store. Not thread-safe.
+// A reader of the record through the attempt's store. A death is ordered by its count (the
+// count goes up first, then its rank is written): a rank not written yet is read at a later
+// refresh, and the deaths after it wait for it. Not thread-safe.
 class DeathLog {
  public:
-  // Reads the deaths recorded since the last refresh: one request, and one per new death.
-  // A rank outside [0, job_size) is weft::Error (the store holds another job's keys).
+  // Reads the count and the ranks recorded since the last refresh: one request, and two per
+  // new death. A rank outside [0, job_size) is weft::Error (the store holds another job's
+  // keys).
   void refresh(Store& attempt, int job_size);
-  // The deaths read so far.
-  std::int64_t size() const { return static_cast<std::int64_t>(ranks_.size()); }
-  // Whether `job_rank` died after the first `seen` deaths.
+  // The count at the last refresh: deaths numbered above it come after that refresh.
+  std::int64_t counted() const { return counted_; }
+  // Whether a death numbered above `seen` is `job_rank`'s, among those read so far.
   bool died_after(int job_rank, std::int64_t seen) const;
 
  private:
-  std::vector<int> ranks_;
+  std::int64_t counted_ = 0;
+  std::vector<int> ranks_;  // the k-th death's at k - 1, up to the first not written yet
 };
 
 }  // namespace weft::store

@@ -192,12 +192,14 @@ std::string Trainer::change_world(std::optional<dist::ElasticRound> next) {
 }
 
 void Trainer::admit_joiners() {
-  std::vector<std::int64_t> decision(static_cast<std::size_t>(job_size_) + 1, -1);
+  // The round's number, the deaths it has seen, its members (-1 after the last).
+  std::vector<std::int64_t> decision(static_cast<std::size_t>(job_size_) + 2, -1);
   if (root()) {
     try {
       if (const std::optional<dist::ElasticRound> next = elastic_->admit(round_)) {
         decision[0] = next->round;
-        std::copy(next->members.begin(), next->members.end(), decision.begin() + 1);
+        decision[1] = next->deaths_seen;
+        std::copy(next->members.begin(), next->members.end(), decision.begin() + 2);
       }
     } catch (const Error& e) {  // the others wait for the answer: none, this step
       metrics_->log_line(std::string("not admitting new processes after this step: ") + e.what());
@@ -205,8 +207,8 @@ void Trainer::admit_joiners() {
   }
   world_->broadcast(decision, 0);
   if (decision[0] < 0) return;
-  dist::ElasticRound next{static_cast<int>(decision[0]), {}};
-  for (std::size_t i = 1; i < decision.size() && decision[i] >= 0; ++i) {
+  dist::ElasticRound next{static_cast<int>(decision[0]), {}, decision[1]};
+  for (std::size_t i = 2; i < decision.size() && decision[i] >= 0; ++i) {
     next.members.push_back(static_cast<int>(decision[i]));
   }
   // Before the world changes: rank 0 may become another (the new ranks log their joining).
