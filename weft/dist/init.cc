@@ -13,6 +13,7 @@
 #include "weft/dist/internal/registry.h"
 #include "weft/dist/launch_env.h"
 #include "weft/net/socket.h"
+#include "weft/store/death_log.h"
 #include "weft/store/file_store.h"
 #include "weft/store/prefix_store.h"
 #include "weft/store/tcp_store.h"
@@ -59,6 +60,13 @@ int parse_int(const std::string& name, const std::string& value) {
   } catch (const std::exception&) {
   }
   throw InvalidArgument("dist::init_process_group: " + name + "='" + value + "' is not an integer");
+}
+
+// This attempt's keys' prefix (weftrun --max-restarts numbers the attempts), the one weftrun
+// records deaths under (weft/store/death_log.h).
+std::string attempt_prefix() {
+  return store::attempt_prefix(
+      parse_int("WEFT_RESTART_COUNT", env("WEFT_RESTART_COUNT").value_or("0")));
 }
 
 bool is_loopback(const std::string& host) {
@@ -295,8 +303,7 @@ JoinedWorld join_process_group(InitOptions options) {
   // Keys of an earlier attempt (weftrun --max-restarts) must not leak into this one.
   auto base = options.store ? options.store
                             : make_store(method, context.rank, context.token, context.timeout);
-  auto attempt = std::make_shared<store::PrefixStore>(
-      "attempt" + env("WEFT_RESTART_COUNT").value_or("0"), base);
+  auto attempt = std::make_shared<store::PrefixStore>(attempt_prefix(), base);
   const int round = claim_round(*attempt, context.rank, options.round);
   context.store = round == 0 ? attempt
                              : std::make_shared<store::PrefixStore>("round" + std::to_string(round),
@@ -317,8 +324,7 @@ std::shared_ptr<store::Store> connect_job_store(Seconds timeout) {
   }
   auto base = make_store("env://", -1, env("WEFT_JOB_TOKEN").value_or(""),
                          checked_timeout(timeout, "connect_job_store's timeout"));
-  return std::make_shared<store::PrefixStore>("attempt" + env("WEFT_RESTART_COUNT").value_or("0"),
-                                              std::move(base));
+  return std::make_shared<store::PrefixStore>(attempt_prefix(), std::move(base));
 }
 
 }  // namespace weft::dist

@@ -19,8 +19,9 @@ namespace weft::launch {
 // On node 0 (options.node_rank == 0) it first starts the store with `rendezvous.start` and
 // keeps it running across restarts. A worker killed by a signal that it starts again in place
 // or leaves dead is first recorded dead in the store (on other nodes through
-// `rendezvous.connect`); a death that cannot be recorded is said and passed over. Workers' stdout and stderr lines are written to fd 1
-// and 2, prefixed with "[rank] "; weftrun's own messages go to fd 2, prefixed "weftrun: ".
+// `rendezvous.connect`); a death that cannot be recorded is said and passed over. Workers' stdout
+// and stderr lines are written to fd 1 and 2, prefixed with "[rank] "; weftrun's own messages go to
+// fd 2, prefixed "weftrun: ".
 //
 // Blocks until the workers are gone, never longer than a worker's own run plus
 // options.stop_grace plus a few seconds: stopped workers are killed with SIGKILL once the
