@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "weft/base/error.h"
+#include "weft/base/parse.h"
 
 namespace weft::dist {
 namespace {
@@ -25,28 +26,9 @@ std::string ticket_key(std::int64_t ticket) { return "elastic/ticket/" + std::to
 
 std::string joiner_key(std::int64_t ticket) { return "elastic/joiner/" + std::to_string(ticket); }
 
-// A number in [0, limit) read from the store at `key`, or -1.
-int number_in(const std::string& text, int limit) {
-  std::size_t used = 0;
-  int n = -1;
-  try {
-    n = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  return used == text.size() && n >= 0 && n < limit ? n : -1;
-}
-
-// A count in [0, 2^62] read from the store, or -1.
-std::int64_t count_in(const std::string& text) {
-  std::size_t used = 0;
-  long long n = -1;
-  try {
-    n = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  return used == text.size() && n >= 0 && n <= (std::int64_t{1} << 62) ? n : -1;
+// A number in [0, limit) read from the store, or -1.
+std::int64_t number_in(const std::string& text, std::int64_t limit) {
+  return parse_integer(text, 0, limit - 1).value_or(-1);
 }
 
 Error bad_value(const std::string& text, const std::string& key, const std::string& what) {
@@ -55,7 +37,7 @@ Error bad_value(const std::string& text, const std::string& key, const std::stri
 }
 
 int job_rank_in(const std::string& text, int job_size, const std::string& key) {
-  const int rank = number_in(text, job_size);
+  const auto rank = static_cast<int>(number_in(text, job_size));
   if (rank < 0) throw bad_value(text, key, "a rank of this job of " + std::to_string(job_size));
   return rank;
 }
@@ -79,7 +61,8 @@ struct Decoded {
 
 Decoded decode(const std::string& text, int round, int job_size, const std::string& key) {
   const std::size_t colon = text.find(':');
-  const std::int64_t deaths = colon == std::string::npos ? -1 : count_in(text.substr(1, colon - 1));
+  const std::int64_t deaths =
+      colon == std::string::npos ? -1 : number_in(text.substr(1, colon - 1), std::int64_t{1} << 62);
   if (text.empty() || (text[0] != 's' && text[0] != 'g') || deaths < 0 ||
       colon + 1 >= text.size()) {
     throw Error("elastic membership: the job's store holds a malformed round at " + key);
@@ -221,7 +204,7 @@ std::optional<ElasticRound> ElasticMembership::join() {
     const std::string key = ticket_key(ticket);
     if (store_->check({key})) {
       const std::string text = store_->get(key);
-      const int round = number_in(text, std::numeric_limits<int>::max());
+      const auto round = static_cast<int>(number_in(text, std::numeric_limits<int>::max()));
       if (round < 1) throw bad_value(text, key, "a round's number");
       if (auto p = proposed(round, nullptr)) return p;
       throw Error("elastic membership: admitted to round " + std::to_string(round) +

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
 
+#include "weft/base/parse.h"
 #include "weft/dist/internal/machine_id.h"
 #include "weft/dist/internal/registry.h"
 #include "weft/dist/launch_env.h"
@@ -53,11 +55,9 @@ std::optional<std::string> env(const char* name) {
 }
 
 int parse_int(const std::string& name, const std::string& value) {
-  try {
-    std::size_t used = 0;
-    const int v = std::stoi(value, &used);
-    if (used == value.size()) return v;
-  } catch (const std::exception&) {
+  if (const auto v =
+          parse_integer(value, std::numeric_limits<int>::min(), std::numeric_limits<int>::max())) {
+    return static_cast<int>(*v);
   }
   throw InvalidArgument("dist::init_process_group: " + name + "='" + value + "' is not an integer");
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "weft/base/error.h"
+#include "weft/base/parse.h"
 
 namespace weft::store {
 namespace {
@@ -28,18 +29,13 @@ void DeathLog::refresh(Store& attempt, int job_size) {
     const std::string key = death_key(k);
     if (!attempt.check({key})) return;
     const std::string text = attempt.get(key);
-    std::size_t used = 0;
-    int rank = -1;
-    try {
-      rank = std::stoi(text, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != text.size() || rank < 0 || rank >= job_size) {
+    const std::optional<std::int64_t> rank = parse_integer(text, 0, job_size - 1);
+    if (!rank) {
       throw Error("the job's store holds '" + text + "' at " + key +
                   ", not a rank of this job of " + std::to_string(job_size) +
                   " (another job sharing the store?)");
     }
-    ranks_.push_back(rank);
+    ranks_.push_back(static_cast<int>(*rank));
   }
 }
 
