@@ -69,6 +69,7 @@ struct Layout {
   std::string schedule;                // with pp > 1
   std::string schedule_csv;            // with pp > 1: PyTorch's CSV, in place of schedule
   bool gather_bf16 = false;            // FSDP gathers bf16 weights (with bf16)
+  bool reduce_bf16 = false;            // mixed_precision_reduce = "bfloat16"
   int pipeline_micro = 4;              // micro-batches a pipeline streams per forward_backward
   std::int64_t global = kGlobalBatch;  // sequences a step
   std::string name() const {
@@ -85,6 +86,7 @@ struct Layout {
     if (!invariant) n += ", fast mode";
     if (pp > 1) n += ", pp " + std::to_string(pp) + " " + (schedule_csv.empty() ? schedule : "CSV");
     if (gather_bf16) n += ", bf16 gathers";
+    if (reduce_bf16) n += ", bf16 reduce";
     if (tp > 1) n += ", tp " + std::to_string(tp);
     if (blocks > 1) n += ", " + std::to_string(blocks) + " feature blocks";
     if (loss_parallel) n += ", loss parallel";
@@ -125,6 +127,7 @@ Result train(const Layout& layout) {
                                   .schedule_csv = layout.schedule_csv,
                                   .microbatches = layout.pipeline_micro},
                      .fsdp_mode = layout.mode,
+                     .reduce_dtype = layout.reduce_bf16 ? DType::kBFloat16 : DType::kFloat32,
                      .param_dtype = layout.gather_bf16 ? DType::kBFloat16 : DType::kFloat32,
                      .sequence_parallel = layout.sequence_parallel,
                      .loss_parallel = layout.loss_parallel,
@@ -195,24 +198,28 @@ void expect_every_layout_bitwise(const Layout& reference, const std::vector<Layo
 }
 
 // The canonical tree written out: node [first, first + size) of the perfect binary tree, a
-// node with one present child being that child (nullopt: no leaf present).
+// node with one present child being that child (nullopt: no leaf present); with bf16 every
+// node, leaves included, rounded to bfloat16.
 std::optional<float> tree_sum(const std::map<std::int64_t, float>& leaves, std::int64_t first,
-                              std::int64_t size) {
+                              std::int64_t size, bool bf16 = false) {
+  const auto rounded = [&](float x) { return bf16 ? static_cast<float>(BFloat16(x)) : x; };
   if (size == 1) {
     const auto it = leaves.find(first);
-    return it == leaves.end() ? std::nullopt : std::optional<float>(it->second);
+    return it == leaves.end() ? std::nullopt : std::optional<float>(rounded(it->second));
   }
-  const auto left = tree_sum(leaves, first, size / 2);
-  const auto right = tree_sum(leaves, first + size / 2, size / 2);
-  if (left && right) return *left + *right;
+  const auto left = tree_sum(leaves, first, size / 2, bf16);
+  const auto right = tree_sum(leaves, first + size / 2, size / 2, bf16);
+  if (left && right) return rounded(*left + *right);
   return left ? left : right;
 }
 
 // Leaves scattered over 64 with gaps, summed as ranks would: each a few aligned blocks merged
-// locally (LeafSums), the blocks then combined in any order (combine_blocks).
+// locally (LeafSums), the blocks then combined in any order (combine_blocks); in float32
+// nodes, and in bfloat16 ones.
 TEST(LeafSumsTest, BlocksCombineInTheCanonicalTree) {
   const PhiloxKey key = philox_key(4, "leaf-sums");
-  for (std::uint64_t trial = 0; trial < 200; ++trial) {
+  for (std::uint64_t trial = 0; trial < 400; ++trial) {
+    const bool bf16 = trial % 2 == 1;
     std::map<std::int64_t, float> leaves;
     for (std::int64_t leaf = 0; leaf < 64; ++leaf) {
       const double u = philox_uniform(key, trial * 1000 + static_cast<std::uint64_t>(leaf));
@@ -222,7 +229,7 @@ TEST(LeafSumsTest, BlocksCombineInTheCanonicalTree) {
     // Three "ranks" take runs of leaves in turn.
     std::vector<nn::LeafSums<float>> ranks;
     std::vector<float> targets(3, 0.0f);
-    for (int r = 0; r < 3; ++r) ranks.emplace_back(&targets[static_cast<std::size_t>(r)], 1);
+    for (int r = 0; r < 3; ++r) ranks.emplace_back(&targets[static_cast<std::size_t>(r)], 1, bf16);
     int rank = 0;
     for (const auto& [leaf, value] : leaves) {
       if (philox_uniform(key, trial * 1000 + 500 + static_cast<std::uint64_t>(leaf)) < 0.3)
@@ -241,8 +248,8 @@ TEST(LeafSumsTest, BlocksCombineInTheCanonicalTree) {
     }
     std::vector<float*> pointers;
     for (float& v : values) pointers.push_back(&v);
-    const float* sum = nn::combine_blocks(blocks, pointers, 1);
-    const auto want = tree_sum(leaves, 0, 64);
+    const float* sum = nn::combine_blocks(blocks, pointers, 1, bf16);
+    const auto want = tree_sum(leaves, 0, 64, bf16);
     ASSERT_EQ(sum != nullptr, want.has_value());
     if (want) {
       EXPECT_EQ(std::memcmp(sum, &*want, sizeof(float)), 0) << *sum << " " << *want;
@@ -370,6 +377,54 @@ TEST(LayoutInvarianceTest, TiedEmbeddingsAndBFloat16Products) {
                               {{.micro = 4, .bf16 = true},
                                {.ranks = 3, .micro = 2, .bf16 = true},
                                {.ranks = 6, .micro = 1, .threads = 2, .bf16 = true}});
+}
+
+// mixed_precision_reduce = "bfloat16": every node of the gradients' trees is rounded to
+// bfloat16 (and exchanged so), in one process too: every data-parallel layout bitwise one
+// process, and close to, but not, the float32 sums.
+TEST(LayoutInvarianceTest, GradientsReducedInBFloat16AreBitwiseOneProcess) {
+  const Layout one{.reduce_bf16 = true};
+  expect_every_layout_bitwise(
+      one, {{.micro = 3, .reduce_bf16 = true},
+            {.ranks = 2, .micro = 2, .reduce_bf16 = true},
+            {.ranks = 3, .threads = 2, .reduce_bf16 = true},
+            {.ranks = 4, .micro = 3, .reduce_bf16 = true},
+            {.ranks = 2, .shard = 2, .reduce_bf16 = true},
+            {.ranks = 3, .micro = 2, .shard = 3, .mode = ShardingMode::kZero1, .reduce_bf16 = true},
+            {.ranks = 4, .shard = 2, .mode = ShardingMode::kZero2, .reduce_bf16 = true},
+            {.ranks = 6, .micro = 2, .shard = 3, .reduce_bf16 = true}});
+  expect_every_layout_bitwise(
+      {.tied = true, .bf16 = true, .reduce_bf16 = true},
+      {{.ranks = 2, .micro = 3, .tied = true, .bf16 = true, .reduce_bf16 = true},
+       {.ranks = 2, .tied = true, .bf16 = true, .shard = 2, .reduce_bf16 = true},
+       {.ranks = 4,
+        .tied = true,
+        .bf16 = true,
+        .shard = 2,
+        .gather_bf16 = true,
+        .reduce_bf16 = true}});
+  expect_every_layout_bitwise({.layers = 4, .reduce_bf16 = true},
+                              {{.ranks = 2, .layers = 4, .pp = 2, .reduce_bf16 = true},
+                               {.ranks = 4,
+                                .shard = 2,
+                                .layers = 4,
+                                .pp = 2,
+                                .schedule = "1F1B",
+                                .reduce_bf16 = true,
+                                .pipeline_micro = 3}});
+  expect_every_layout_bitwise({.blocks = 4, .reduce_bf16 = true},
+                              {{.ranks = 4, .tp = 2, .blocks = 4, .reduce_bf16 = true},
+                               {.ranks = 4,
+                                .shard = 2,
+                                .tp = 2,
+                                .blocks = 4,
+                                .loss_parallel = true,
+                                .sequence_parallel = true,
+                                .reduce_bf16 = true}});
+  const Result rounded = train(one), exact = train({});
+  EXPECT_FALSE(bitwise_equal(rounded, exact));
+  for (std::size_t i = 0; i < exact.losses.size(); ++i)
+    EXPECT_NEAR(rounded.losses[i], exact.losses[i], 1e-3 * exact.losses[i]) << "step " << i;
 }
 
 // Without the mode the layouts agree only to rounding: the test above can tell them apart.

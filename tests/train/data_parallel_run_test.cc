@@ -14,6 +14,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/subprocess.h"
@@ -354,5 +355,24 @@ TEST_F(DataParallelRunTest, LayoutInvariantCheckpointsReshardBitwise) {
         EXPECT_EQ(n[i], norms[kHalf + i]) << name << " step " << kHalf + i + 1;
       }
     }
+  }
+}
+
+// bf16 mixed precision, products and gradient sums (mixed_precision_reduce = "bfloat16":
+// bfloat16 nodes in the canonical trees), layout-invariant too: one process, DDP 2 and FSDP 2
+// under weftrun on shm train the same losses and gradient norms, bit for bit.
+TEST_F(DataParallelRunTest, LayoutInvariantBFloat16TrainingIsBitwiseOnAnyLayout) {
+  const std::string mode =
+      "--training.deterministic layout --training.mixed_precision_param bfloat16 "
+      "--training.mixed_precision_reduce bfloat16 --model.n_layers 2 --checkpoint.enable false ";
+  const std::string one = train("one", 1, mode + "--training.batch_size 8");
+  const auto losses = read(one, "loss"), norms = read(one, "grad_norm");
+  ASSERT_EQ(losses.size(), kSteps);
+  for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
+           {"ddp2", "--training.batch_size 4"},
+           {"fsdp2", "--training.batch_size 4 --parallelism.data_parallel_shard_degree 2"}}) {
+    const std::string run = train(name, 2, mode + args);
+    EXPECT_EQ(read(run, "loss"), losses) << name;
+    EXPECT_EQ(read(run, "grad_norm"), norms) << name;
   }
 }

@@ -51,20 +51,6 @@ Half::operator float() const {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-BFloat16::BFloat16(float f) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a (quiet) NaN
-    bits = static_cast<std::uint16_t>((x >> 16) | 0x40u);
-    return;
-  }
-  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  bits = static_cast<std::uint16_t>((x + rounding) >> 16);
-}
-
-BFloat16::operator float() const {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
-
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

@@ -2,6 +2,7 @@
 // names them, Half and BFloat16 are the 16-bit floating-point storage types.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,12 +29,27 @@ struct Half {
   explicit operator float() const;
 };
 
+// The bits of the bfloat16 nearest f (ties to even); a NaN stays a (quiet) NaN.
+inline std::uint16_t bfloat16_bits(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// f rounded to bfloat16 and widened back (float(BFloat16(f))), inline so that loops over
+// arrays vectorise.
+inline float round_to_bfloat16(float f) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bfloat16_bits(f)) << 16);
+}
+
 // bfloat16 (the top 16 bits of a float32), stored as its bits; round to nearest even.
 struct BFloat16 {
   std::uint16_t bits = 0;
   BFloat16() = default;
-  explicit BFloat16(float f);
-  explicit operator float() const;
+  explicit BFloat16(float f) : bits(bfloat16_bits(f)) {}
+  explicit operator float() const {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+  }
 };
 
 std::size_t dtype_size(DType dtype);

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
+#include "weft/base/dtype.h"
 #include "weft/base/error.h"
 #include "weft/kernels/parallel.h"
 
@@ -20,11 +22,26 @@ LeafBlock common_parent(const LeafBlock& a, const LeafBlock& b) {
   return {a.first & ~(size - 1), size};
 }
 
-// left[i] += right[i]: plain additions, the same bits on every target and thread count.
+// left[i] += right[i]: plain additions, the same bits on every target and thread count;
+// with bf16 each sum rounded to bfloat16.
 template <class T>
-void add_into(T* left, const T* right, std::int64_t n) {
+void add_into(T* left, const T* right, std::int64_t n, bool bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) {
+      kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+        for (std::int64_t i = first; i < end; ++i) left[i] = round_to_bfloat16(left[i] + right[i]);
+      });
+      return;
+    }
+  }
   kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t i = first; i < end; ++i) left[i] += right[i];
+  });
+}
+
+void round_in_place(float* values, std::int64_t n) {
+  kernels::parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t i = first; i < end; ++i) values[i] = round_to_bfloat16(values[i]);
   });
 }
 
@@ -40,7 +57,8 @@ bool siblings(const LeafBlock& left, const LeafBlock& right) {
 // merging the lowest pair first, again and again, walks the canonical tree bottom-up. Empty
 // blocks (count 0: the exchanges' padding) are left out.
 template <class T>
-T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n) {
+T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n,
+                  bool bf16) {
   std::vector<std::size_t> order(blocks.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
@@ -59,7 +77,7 @@ T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::in
       if (common_parent(b[i], b[i + 1]).count < common_parent(b[lowest], b[lowest + 1]).count)
         lowest = i;
     }
-    add_into(v[lowest], v[lowest + 1], n);
+    add_into(v[lowest], v[lowest + 1], n, bf16);
     b[lowest] = common_parent(b[lowest], b[lowest + 1]);
     b.erase(b.begin() + static_cast<std::ptrdiff_t>(lowest) + 1);
     v.erase(v.begin() + static_cast<std::ptrdiff_t>(lowest) + 1);
@@ -84,10 +102,13 @@ T* LeafSums<T>::open(bool zeroed) {
 template <class T>
 void LeafSums<T>::add(LeafBlock block) {
   if (!opened_) throw Error("LeafSums::add without open: no sum to add");
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_) round_in_place(opened_.get(), n_);
+  }
   blocks_.push_back(block);
   values_.push_back(std::move(opened_));
   while (blocks_.size() > 1 && siblings(blocks_[blocks_.size() - 2], blocks_.back())) {
-    add_into(values_[values_.size() - 2].get(), values_.back().get(), n_);
+    add_into(values_[values_.size() - 2].get(), values_.back().get(), n_, bf16_);
     blocks_[blocks_.size() - 2].count *= 2;
     blocks_.pop_back();
     spare_.push_back(std::move(values_.back()));
@@ -99,7 +120,7 @@ template <class T>
 void LeafSums<T>::add_into_target() {
   std::vector<T*> values;
   for (auto& v : values_) values.push_back(v.get());
-  if (const T* sum = combine_blocks(blocks_, values, n_)) add_into(target_, sum, n_);
+  if (const T* sum = combine_blocks(blocks_, values, n_, bf16_)) add_into(target_, sum, n_, false);
   clear();
 }
 
@@ -125,8 +146,10 @@ void LeafSums<T>::release() {
 
 template class LeafSums<float>;
 template class LeafSums<double>;
-template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t);
-template double* combine_blocks<double>(std::vector<LeafBlock>, std::vector<double*>, std::int64_t);
+template float* combine_blocks<float>(std::vector<LeafBlock>, std::vector<float*>, std::int64_t,
+                                      bool);
+template double* combine_blocks<double>(std::vector<LeafBlock>, std::vector<double*>, std::int64_t,
+                                        bool);
 
 void LeafTrees::start(std::int64_t first_sequence, std::int64_t sequence_rows,
                       std::int64_t sequences) {
@@ -224,8 +247,14 @@ LeafSums<float>& LeafTrees::of(const void* user, float* target, std::int64_t n) 
     return *trees_[i];
   }
   users_.push_back(user);
-  trees_.push_back(std::make_unique<LeafSums<float>>(target, n));
+  trees_.push_back(std::make_unique<LeafSums<float>>(target, n, bf16_gradients_));
   return *trees_.back();
+}
+
+void LeafTrees::set_bf16_gradients(bool on) {
+  bf16_gradients_ = on;
+  trees_.clear();
+  users_.clear();
 }
 
 void LeafTrees::add_into_targets() {

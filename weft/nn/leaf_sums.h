@@ -34,22 +34,29 @@ struct LeafBlock {
 
 // The canonical combination of disjoint blocks (any order) whose sums of n values each are at
 // values[i], computed in those buffers: the one that holds it (null when there are none).
+// bf16 (float only): each node of the tree is rounded to bfloat16 as it is formed.
 template <class T>
-T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n);
+T* combine_blocks(std::vector<LeafBlock> blocks, std::vector<T*> values, std::int64_t n,
+                  bool bf16 = false);
 
 // One sum's partial results over blocks of leaves: n values each, siblings merged as they
-// arrive.
+// arrive. With bf16 (float only; `mixed_precision_reduce = "bfloat16"`) every node of the
+// tree is a bfloat16 value held in a float: a leaf's sum is rounded as it is added, and each
+// merge rounds. The nodes are the same on every layout, so the exchanges between ranks move
+// them as bfloat16, exactly, in half the bytes.
 template <class T>
 class LeafSums {
  public:
-  LeafSums(T* target, std::int64_t n) : target_(target), n_(n) {}
+  LeafSums(T* target, std::int64_t n, bool bf16 = false) : target_(target), n_(n), bf16_(bf16) {}
   T* target() const { return target_; }
   std::int64_t size() const { return n_; }
+  bool bf16() const { return bf16_; }
   // A buffer for the next leaf's sum, zero-filled unless the caller overwrites it, which
   // add() then takes.
   T* open(bool zeroed = true);
   void add(std::int64_t leaf) { add(LeafBlock{leaf, 1}); }
-  // The opened buffer as the sum of a whole block (received from another rank).
+  // The opened buffer as the sum of a whole block (received from another rank; with bf16,
+  // rounded, which leaves a bfloat16 node as it is).
   void add(LeafBlock block);
   // The gradient moved (FSDP frees and restores its full gradients).
   void retarget(T* target) { target_ = target; }
@@ -66,6 +73,7 @@ class LeafSums {
  private:
   T* target_;
   std::int64_t n_;
+  bool bf16_;
   std::vector<LeafBlock> blocks_;
   std::vector<std::unique_ptr<T[]>> values_, spare_;
   std::unique_ptr<T[]> opened_;
@@ -117,6 +125,11 @@ class LeafTrees {
   // The sum over feature blocks of one product's terms, n values each, cleared; its buffers
   // kept for the next product of that size (the products run one at a time).
   LeafSums<float>& feature_sums(std::int64_t n);
+  // Gradient sums in bfloat16 nodes (LeafSums' bf16: `mixed_precision_reduce = "bfloat16"`),
+  // or float32 ones (the default). Set between steps: the gradient sums made so far are
+  // dropped (made again on first use).
+  void set_bf16_gradients(bool on);
+  bool bf16_gradients() const { return bf16_gradients_; }
   // The sum `user` (a layer) adds its gradient's leaves to, now at `target`. A gradient two
   // users share (a tied weight) gets their two sums added in the order of first use, which
   // schedules change: with two terms (and a zeroed target) the order gives the same bits.
@@ -134,7 +147,7 @@ class LeafTrees {
   // The leaf of row block i of n.
   std::int64_t leaf_at(std::int64_t i, std::int64_t n) const;
 
-  bool active_ = false;
+  bool active_ = false, bf16_gradients_ = false;
   int feature_blocks_ = 1, sequence_blocks_ = 1, cp_rank_ = 0, cp_size_ = 1;
   std::int64_t first_sequence_ = 0, sequence_rows_ = 1, leaf_rows_ = 1, sequences_ = 1;
   std::vector<std::unique_ptr<LeafSums<float>>> trees_;

@@ -489,9 +489,6 @@ void FullyShardedDataParallel::finish_reduction() {
 }
 
 void FullyShardedDataParallel::set_layout_invariant(bool on) {
-  if (on && reduce_dtype_ != DType::kFloat32) {
-    throw InvalidArgument("FSDP's layout-invariant mode sums in float32");
-  }
   layout_invariant_ = on;
   for (auto& u : units_) u->leaf_blocks.clear();
 }
@@ -522,9 +519,10 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
     }
     users = std::max(users, user);
   }
+  const bool bf16 = model_.parameters().leaf_trees().bf16_gradients();
   while (u.leaf_blocks.size() < users) {
     u.leaf_blocks.push_back(
-        std::make_unique<nn::LeafSums<float>>(grads_.data() + u.offset, u.size));
+        std::make_unique<nn::LeafSums<float>>(grads_.data() + u.offset, u.size, bf16));
   }
   // Before the data: every rank's count of blocks (the most of them sizes the exchange), and
   // the ranks' agreement on the number of users, which sizes it too.
@@ -547,15 +545,30 @@ void FullyShardedDataParallel::exchange_leaf_blocks(Unit& u) {
                     stride, ranks_);
     }
   }
-  shard_.all_to_all(recv, send);
+  if (bf16) {  // the blocks' values are bfloat16: sent as such, in half the bytes
+    const std::int64_t n = stride * ranks_;
+    MappedVector<float> send16 = take_buffer(static_cast<std::size_t>(n + 1) / 2);
+    count_unsharded(bytes_of(n) / 2);
+    kernels::to_bfloat16_threaded(send.data(), bf16_in(send16), n);
+    shard_.all_to_all(bf16_buffer(recv, n), bf16_buffer(send16, n));
+    count_unsharded(-bytes_of(n) / 2);
+    give_back(std::move(send16));
+  } else {
+    shard_.all_to_all(recv, send);
+  }
   for (int r = 0; r < ranks_; ++r) {
     for (std::size_t user = 0; user < users; ++user) {
       for (std::int64_t e = 0; e < entries; ++e) {
         const nn::LeafBlock block = all[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)];
         if (block.count == 0) continue;
-        const float* from =
-            recv.data() + r * stride + static_cast<std::int64_t>(user) * per_user + e * u.size;
-        std::copy(from, from + u.size, u.leaf_blocks[user]->open(/*zeroed=*/false));
+        const std::int64_t at =
+            r * stride + static_cast<std::int64_t>(user) * per_user + e * u.size;
+        float* to = u.leaf_blocks[user]->open(/*zeroed=*/false);
+        if (bf16) {
+          kernels::to_float(bf16_in(recv) + at, to, u.size);
+        } else {
+          std::copy(recv.data() + at, recv.data() + at + u.size, to);
+        }
         u.leaf_blocks[user]->add(block);
       }
     }
@@ -592,8 +605,20 @@ void FullyShardedDataParallel::combine_leaf_blocks(Unit& u, nn::LeafSums<float>&
   MappedVector<float> gathered = take_buffer(local.size() * all.size());
   for (std::size_t e = 0; e < mine.size(); ++e)
     std::copy(sums.values(e), sums.values(e) + size, local.data() + e * size);
-  replicate_->all_gather(gathered, local);
-  if (const float* sum = combine_gathered(all, gathered.data(), u.size, u.size)) {
+  if (sums.bf16()) {  // bfloat16 values: gathered as such, in half the bytes, and widened
+    const auto n = static_cast<std::int64_t>(local.size()),
+               all_n = n * static_cast<std::int64_t>(all.size());
+    MappedVector<float> local16 = take_buffer(static_cast<std::size_t>(n + 1) / 2);
+    MappedVector<float> gathered16 = take_buffer(static_cast<std::size_t>(all_n + 1) / 2);
+    kernels::to_bfloat16_threaded(local.data(), bf16_in(local16), n);
+    replicate_->all_gather(bf16_buffer(gathered16, all_n), bf16_buffer(local16, n));
+    kernels::to_float_threaded(bf16_in(gathered16), gathered.data(), all_n);
+    give_back(std::move(local16));
+    give_back(std::move(gathered16));
+  } else {
+    replicate_->all_gather(gathered, local);
+  }
+  if (const float* sum = combine_gathered(all, gathered.data(), u.size, u.size, sums.bf16())) {
     float* into = grads_.data() + u.offset;
     for (std::size_t i = 0; i < size; ++i) into[i] += sum[i];
   }

@@ -62,10 +62,9 @@ void check_layout_invariant(const nn::LlamaConfig& model, const ParallelOptions&
         "multiple of it (it is " +
         std::to_string(options.feature_blocks) + "), the same in every run to compare");
   }
-  if (options.reduce_dtype != DType::kFloat32) {
-    throw InvalidArgument(
-        "deterministic = \"layout\" sums gradients in float32: set "
-        "mixed_precision_reduce = \"float32\"");
+  if (options.reduce_dtype != DType::kFloat32 && options.reduce_dtype != DType::kBFloat16) {
+    throw InvalidArgument("deterministic = \"layout\" sums gradients in float32 or bfloat16, not " +
+                          std::string(dtype_name(options.reduce_dtype)));
   }
 }
 
@@ -257,6 +256,7 @@ std::unique_ptr<ParallelModel> make_layout_invariant_steps(nn::Llama& model, Dev
       std::make_unique<Strategies>(model, mesh, options, GradientSums::kCanonicalTree);
   model.set_feature_blocks(options.feature_blocks);
   model.set_sequence_blocks(options.sequence_blocks);
+  model.parameters().leaf_trees().set_bf16_gradients(options.reduce_dtype == DType::kBFloat16);
   return std::make_unique<LayoutInvariantSteps>(std::move(strategies));
 }
 

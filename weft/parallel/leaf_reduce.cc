@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "weft/base/error.h"
+#include "weft/kernels/convert.h"
 
 namespace weft::parallel {
 
@@ -54,7 +55,7 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
 }
 
 float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,
-                        std::int64_t stride, std::int64_t n) {
+                        std::int64_t stride, std::int64_t n, bool bf16) {
   std::vector<nn::LeafBlock> blocks;
   std::vector<float*> at;
   for (std::size_t r = 0; r < all.size(); ++r) {
@@ -63,7 +64,26 @@ float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, floa
       at.push_back(values + static_cast<std::int64_t>(r * all[r].size() + e) * stride);
     }
   }
-  return nn::combine_blocks(blocks, at, n);
+  return nn::combine_blocks(blocks, at, n, bf16);
+}
+
+namespace {
+
+// Values onto the wire: copied, or narrowed to the bfloat16 they are (bf16 sums: exact).
+void to_wire(const float* from, float* to, std::size_t n) {
+  std::memcpy(to, from, n * sizeof(float));
+}
+void to_wire(const float* from, BFloat16* to, std::size_t n) {
+  kernels::to_bfloat16(from, to, static_cast<std::int64_t>(n));
+}
+
+}  // namespace
+
+float* LeafReducer::widen(const std::vector<BFloat16>& received) {
+  widened_.resize(received.size());
+  kernels::to_float_threaded(received.data(), widened_.data(),
+                             static_cast<std::int64_t>(received.size()));
+  return widened_.data();
 }
 
 void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
@@ -71,13 +91,22 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
     trees.add_into_targets();
     return;
   }
+  if (trees.all().empty()) return;
+  if (trees.all()[0]->bf16()) {
+    reduce_as(*group, trees, bf16_wire_);
+  } else {
+    reduce_as(*group, trees, float_wire_);
+  }
+}
+
+template <class W>
+void LeafReducer::reduce_as(dist::ProcessGroup& group, nn::LeafTrees& trees, Wire<W>& wire) {
   const auto& all = trees.all();
-  if (all.empty()) return;
   std::vector<const nn::LeafSums<float>*> sums;
   for (const auto& t : all) sums.push_back(t.get());
-  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(*group, sums);
+  const std::vector<std::vector<nn::LeafBlock>> blocks = blocks_of_all(group, sums);
   const std::size_t mine = all[0]->blocks().size();
-  const auto ranks = static_cast<std::size_t>(group->size());
+  const auto ranks = static_cast<std::size_t>(group.size());
   const std::size_t entries = blocks[0].size();  // this rank's, then empty ones
   // Tree t's slice j: elements [j * slice[t], (j + 1) * slice[t]) (the last ones padded).
   std::vector<std::size_t> slice, offset;
@@ -88,46 +117,46 @@ void LeafReducer::reduce(dist::ProcessGroup* group, nn::LeafTrees& trees) {
     total += slice.back();
   }
   // [rank][entry][tree's slice]: to rank j, slice j of each of this rank's entries.
-  send_.resize(ranks * entries * total);
-  received_.resize(send_.size());
-  combined_.resize(total);
-  gathered_.resize(ranks * total);
+  wire.send.resize(ranks * entries * total);
+  wire.received.resize(wire.send.size());
+  wire.combined.resize(total);
+  wire.gathered.resize(ranks * total);
   for (std::size_t j = 0; j < ranks; ++j) {
     for (std::size_t e = 0; e < entries; ++e) {
       for (std::size_t t = 0; t < all.size(); ++t) {
         const auto n = static_cast<std::size_t>(all[t]->size());
         const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
-        float* to = &send_[(j * entries + e) * total + offset[t]];
+        W* to = &wire.send[(j * entries + e) * total + offset[t]];
         const std::size_t n_here = e < mine ? end - first : 0;
-        if (n_here > 0) std::memcpy(to, all[t]->values(e) + first, n_here * sizeof(float));
-        std::fill(to + n_here, to + slice[t], 0.0f);  // padding, and the empty blocks
+        if (n_here > 0) to_wire(all[t]->values(e) + first, to, n_here);
+        std::fill(to + n_here, to + slice[t], W{});  // padding, and the empty blocks (zeros)
       }
     }
   }
-  group->all_to_all(received_, send_);
+  group.all_to_all(wire.received, wire.send);
+  float* received = widen(wire.received);
   for (std::size_t t = 0; t < all.size(); ++t) {
     const float* sum =
-        combine_gathered(blocks, &received_[offset[t]], static_cast<std::int64_t>(total),
-                         static_cast<std::int64_t>(slice[t]));
-    std::memcpy(&combined_[offset[t]], sum, slice[t] * sizeof(float));
+        combine_gathered(blocks, received + offset[t], static_cast<std::int64_t>(total),
+                         static_cast<std::int64_t>(slice[t]), all[t]->bf16());
+    to_wire(sum, &wire.combined[offset[t]], slice[t]);
   }
-  group->all_gather(gathered_, combined_);
+  group.all_gather(wire.gathered, wire.combined);
   for (std::size_t t = 0; t < all.size(); ++t) {
     const auto n = static_cast<std::size_t>(all[t]->size());
     float* target = all[t]->target();
     for (std::size_t j = 0; j < ranks; ++j) {
       const std::size_t first = std::min(n, j * slice[t]), end = std::min(n, first + slice[t]);
-      const float* from = &gathered_[j * total + offset[t]];
-      for (std::size_t i = first; i < end; ++i) target[i] += from[i - first];
+      const W* from = &wire.gathered[j * total + offset[t]];
+      for (std::size_t i = first; i < end; ++i) target[i] += static_cast<float>(from[i - first]);
     }
     all[t]->clear();
   }
 }
 
 std::int64_t LeafReducer::bytes() const {
-  const std::size_t floats =
-      send_.capacity() + received_.capacity() + combined_.capacity() + gathered_.capacity();
-  return static_cast<std::int64_t>(floats * sizeof(float));
+  return static_cast<std::int64_t>(float_wire_.bytes() + bf16_wire_.bytes() +
+                                   widened_.capacity() * sizeof(float));
 }
 
 // The ranks hold different numbers of blocks (pipeline stages before the last hold none).

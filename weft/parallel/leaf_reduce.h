@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "weft/base/dtype.h"
 #include "weft/dist/process_group.h"
 #include "weft/nn/leaf_sums.h"
 
@@ -28,10 +29,10 @@ std::vector<std::vector<nn::LeafBlock>> blocks_of_all(
 
 // The canonical combination of every rank's blocks (`all`, [rank][entry] as blocks_of_all
 // gives them, its padding's empty blocks skipped), block (r, e)'s sums of n values at
-// values + (r x entries + e) x stride; computed in those buffers, the one that holds it
-// returned (null when there are none).
+// values + (r x entries + e) x stride; computed in those buffers (with bf16, rounding each
+// node: nn::combine_blocks), the one that holds it returned (null when there are none).
 float* combine_gathered(const std::vector<std::vector<nn::LeafBlock>>& all, float* values,
-                        std::int64_t stride, std::int64_t n);
+                        std::int64_t stride, std::int64_t n, bool bf16 = false);
 
 // The sums of a model's LeafTrees over the ranks of a group, with buffers kept from step to
 // step.
@@ -40,7 +41,8 @@ class LeafReducer {
   // Every gradient sum of `trees` over the ranks of `group` (null: this process alone), added
   // to its target in the trees' order. Each rank holds its leaves' blocks (the same number on
   // every rank); rank j combines slice j of every gradient from all of them (one all-to-all),
-  // then the slices are all-gathered: the bytes of a ring all-reduce per block a rank holds.
+  // then the slices are all-gathered: the bytes of a ring all-reduce per block a rank holds,
+  // in bfloat16 when the sums are (LeafTrees::set_bf16_gradients: half the bytes, exactly).
   // Collective; the trees are cleared.
   void reduce(dist::ProcessGroup* group, nn::LeafTrees& trees);
   // The loss summed over the leaves of every rank in the canonical tree (the loss's blocks are
@@ -51,7 +53,24 @@ class LeafReducer {
   std::int64_t bytes() const;
 
  private:
-  std::vector<float> send_, received_, combined_, gathered_;
+  // The exchange's buffers, of the elements it moves (float, or BFloat16).
+  template <class W>
+  struct Wire {
+    std::vector<W> send, received, combined, gathered;
+    std::size_t bytes() const {
+      return (send.capacity() + received.capacity() + combined.capacity() + gathered.capacity()) *
+             sizeof(W);
+    }
+  };
+  template <class W>
+  void reduce_as(dist::ProcessGroup& group, nn::LeafTrees& trees, Wire<W>& wire);
+  // The received blocks as floats: `received` itself, or widened into widened_.
+  float* widen(std::vector<float>& received) { return received.data(); }
+  float* widen(const std::vector<BFloat16>& received);
+
+  Wire<float> float_wire_;
+  Wire<BFloat16> bf16_wire_;
+  std::vector<float> widened_;
 };
 
 }  // namespace weft::parallel

@@ -65,7 +65,8 @@ struct ParallelOptions {
   // across replicas (TorchTitan's mixed_precision_reduce): kFloat32, or kBFloat16 (each rank's
   // gradients rounded to bf16 before the sum, summed in float32, the sum rounded to bf16 and
   // widened back; half the bytes where the group's engine sums bf16 itself, the mpi backend's).
-  // Gradients are float32 before and after.
+  // In the layout-invariant mode each node of the gradients' canonical trees is rounded to bf16
+  // instead, and the exchanges move bf16 (nn::LeafSums). Gradients are float32 before and after.
   DType reduce_dtype = DType::kFloat32;
   // The dtype FSDP gathers the weights only products read in (TorchTitan's
   // mixed_precision_param; FullyShardedDataParallel::set_param_dtype): kFloat32, or kBFloat16
