@@ -178,6 +178,29 @@ TEST(StepTimeTest, OversubscribedCoresSlowComputeDown) {
   EXPECT_NEAR(t.ranks[0].forward + t.ranks[0].backward, 2 * product_seconds(debug_job()), 1e-9);
 }
 
+// Four pipeline ranks on two cores: compute slows by 2 x the share of the step the ranks are
+// busy at the full rate, not by 2, since a rank in the bubble leaves its core to the others.
+TEST(StepTimeTest, PipelineRanksInTheBubbleLeaveTheirCoresToTheOthers) {
+  Job job = debug_job();
+  job.options.dims.pp = 2;
+  job.options.dims.dp_replicate = 2;
+  job.options.pipeline.schedule = "GPipe";
+  job.options.pipeline.microbatches = 4;
+  const StepEstimate alone = estimate_step_time(job, synthetic(/*cores=*/4), {});
+  const StepEstimate crowded = estimate_step_time(job, synthetic(/*cores=*/2), {});
+  double busy = 0;
+  for (const RankTime& r : alone.ranks) busy += (r.step() - r.pipeline_idle) / 2;
+  const double factor = 2 * busy / alone.seconds;
+  ASSERT_GT(factor, 1);
+  ASSERT_LT(factor, 2);  // the bubble
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_NEAR(crowded.ranks[r].forward, factor * alone.ranks[r].forward, 1e-12);
+    EXPECT_NEAR(crowded.ranks[r].backward, factor * alone.ranks[r].backward, 1e-12);
+  }
+  EXPECT_LT(crowded.seconds, 2 * alone.seconds);
+  EXPECT_GT(crowded.seconds, alone.seconds);
+}
+
 TEST(StepTimeTest, AMissingBackendSaysHowToMeasureIt) {
   Job job = debug_job();
   job.options.dims.dp_replicate = 2;

@@ -256,18 +256,24 @@ DataParallel data_parallel(const Job& job, const Costs& c,
 
 // Compute relative to the machine's costs, measured with m = Machine::ranks ranks computing
 // at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
-// between those two (linear in k up to m), and beyond its cores they share them; and in
-// proportion to the threads a rank computes with (measured with Machine::threads).
+// between those two (linear in k up to m), and in proportion to the threads a rank computes
+// with (measured with Machine::threads).
 double slowdown(const Machine& m, const Placement& p, int world) {
+  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
+  const double shared =
+      m.ranks > 1 ? 1 + (m.shared_slowdown - 1) * (std::min(here, m.ranks) - 1) / (m.ranks - 1) : 1;
+  const double threads_ratio = static_cast<double>(m.threads) / p.threads;
+  return threads_ratio * shared / m.shared_slowdown;
+}
+
+// Beyond its cores a host's ranks share them: how many times more ranks x threads want a core
+// than when the costs were measured (below 1 where the measurement was the more crowded).
+double contention(const Machine& m, const Placement& p, int world) {
   const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
   const auto oversubscribed = [&](int ranks, int threads) {
     return std::max(1.0, static_cast<double>(ranks * threads) / m.cores);
   };
-  const double shared =
-      m.ranks > 1 ? 1 + (m.shared_slowdown - 1) * (std::min(here, m.ranks) - 1) / (m.ranks - 1) : 1;
-  const double threads_ratio = static_cast<double>(m.threads) / p.threads;
-  return threads_ratio * shared / m.shared_slowdown * oversubscribed(here, p.threads) /
-         oversubscribed(m.ranks, m.threads);
+  return oversubscribed(here, p.threads) / oversubscribed(m.ranks, m.threads);
 }
 
 bool spare_core(const Machine& m, const Placement& p, int world) {
@@ -281,10 +287,9 @@ double exposed(const DataParallel& dp, double compute, bool spare) {
   return std::max(dp.background * dp.never_hidden, dp.background - compute);
 }
 
-}  // namespace
-
-StepEstimate estimate_step_time(const Job& job, const Machine& machine,
-                                const Placement& placement) {
+// The estimate with compute slowed `slowdown` times against the machine's costs.
+StepEstimate estimate_at(const Job& job, const Machine& machine, const Placement& placement,
+                         double slowdown) {
   const StageCut cut = cut_stages(job);
   const parallel::ParallelDims& d = job.options.dims;
   const int world = d.product();
@@ -292,7 +297,7 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
                 world > 1 ? &machine.backend(placement.backend) : nullptr,
                 placement,
                 world,
-                slowdown(machine, placement, world),
+                slowdown,
                 job.options.param_dtype == DType::kBFloat16 ? 2 : kFloat};
   const Shape shape{Widths(job.model, job.options),
                     cut.rows,
@@ -357,6 +362,29 @@ StepEstimate estimate_step_time(const Job& job, const Machine& machine,
   out.tokens_per_second =
       static_cast<double>(job.batch * job.seq * d.data_parallel()) / out.seconds;
   return out;
+}
+
+}  // namespace
+
+// On a host with more ranks x threads than cores, compute slows by the contention only while
+// every rank wants a core: a pipeline rank waiting in the bubble leaves its core to the
+// others. The host's demand is each rank's busy time (all but the bubble) times the
+// contention, which the step cannot beat; so compute slows by the contention times the share
+// of the step the ranks are busy at the full rate (at least 1: never faster than alone).
+StepEstimate estimate_step_time(const Job& job, const Machine& machine,
+                                const Placement& placement) {
+  const int world = job.options.dims.product();
+  const double base = slowdown(machine, placement, world);
+  const double crowd = contention(machine, placement, world);
+  if (crowd <= 1 || job.options.dims.pp == 1) {
+    return estimate_at(job, machine, placement, base * crowd);
+  }
+  const StepEstimate alone = estimate_at(job, machine, placement, base);
+  double busy = 0;
+  for (const RankTime& t : alone.ranks) busy += t.step() - t.pipeline_idle;
+  busy /= static_cast<double>(alone.ranks.size());
+  const double effective = std::max(1.0, crowd * busy / alone.seconds);
+  return estimate_at(job, machine, placement, base * effective);
 }
 
 }  // namespace weft::estimate
