@@ -18,22 +18,36 @@ namespace weft::recorder {
 namespace {
 
 constexpr std::size_t kSiteBytes = sizeof(Record::site);
-thread_local char t_site[kSiteBytes] = {};
+// NUL-padded to the end, so that issued() copies it whole, a word at a time.
+alignas(8) thread_local char t_site[kSiteBytes] = {};
 
 template <std::size_t N>
 void copy_text(char (&to)[N], std::string_view from) {
   const std::size_t n = std::min(from.size(), N - 1);
   std::memcpy(to, from.data(), n);
-  to[n] = '\0';
+  std::memset(to + n, 0, N - n);
 }
 
-// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word.
+// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word. The words are built in
+// registers: bytes copied into a word on the stack and read back at once stall the store
+// buffer's forwarding, which cost most of an operation's record.
 template <std::size_t Bytes>
 void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
   n = std::min(n, Bytes - 1);
   for (std::size_t w = 0; w < Bytes / 8; ++w) {
     std::uint64_t word = 0;
-    if (8 * w < n) std::memcpy(&word, from + 8 * w, std::min<std::size_t>(8, n - 8 * w));
+    for (std::size_t i = 8 * w; i < std::min(n, 8 * w + 8); ++i) {
+      word |= std::uint64_t{static_cast<unsigned char>(from[i])} << (8 * (i - 8 * w));
+    }
+    to.words[w].store(word, std::memory_order_release);
+  }
+}
+
+// A thread's site, NUL-padded and aligned: copied word by word.
+void store_site(Text<kSiteBytes>& to) {
+  for (std::size_t w = 0; w < kSiteBytes / 8; ++w) {
+    std::uint64_t word;
+    std::memcpy(&word, t_site + 8 * w, 8);
     to.words[w].store(word, std::memory_order_release);
   }
 }
@@ -141,13 +155,15 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   r.peer.store(info.peer, release);
   r.dtype.store(static_cast<std::uint8_t>(info.dtype), release);
   r.collective.store(info.collective ? 1 : 0, release);
-  r.state.store(static_cast<std::uint8_t>(OpState::kIssued), release);
-  r.issued_ns.store(coarse_clock_ns(), release);
-  r.started_ns.store(0, release);
+  const std::int64_t now = coarse_clock_ns();
+  r.state.store(static_cast<std::uint8_t>(info.started ? OpState::kStarted : OpState::kIssued),
+                release);
+  r.issued_ns.store(now, release);
+  r.started_ns.store(info.started ? now : 0, release);
   r.ended_ns.store(0, release);
   store_text(r.op, info.op.data(), info.op.size());
   store_text(r.reduce, info.reduce.data(), info.reduce.size());
-  store_text(r.site, t_site, ::strnlen(t_site, kSiteBytes));
+  store_site(r.site);
   r.id.store(id, std::memory_order_release);
   return id;
 }

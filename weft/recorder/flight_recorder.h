@@ -34,6 +34,7 @@ struct OpInfo {
   std::string_view reduce;  // "sum"; empty when it does not reduce
   int peer = -1;            // point-to-point: the group rank on the other end
   bool collective = true;
+  bool started = false;  // it starts as it is issued (on its caller's thread): no started()
 };
 
 class FlightRecorder {

@@ -74,20 +74,21 @@ class TwoLevelTransport final : public Transport {
       : network_(std::move(network)), shm_(std::move(shm)) {}
   int rank() const override { return network_->rank(); }
   int size() const override { return network_->size(); }
-  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override {
+  void send(int peer, Tag tag, std::span<const std::byte> bytes,
+            const Deadline& deadline) override {
     network_->send(peer, tag, bytes, deadline);
   }
   bool sends_at_once(int peer, std::size_t bytes) const override {
     return network_->sends_at_once(peer, bytes);
   }
-  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override {
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override {
     network_->recv(peer, tag, out, deadline);
   }
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override {
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override {
     return network_->recv_any(tag, out, deadline);
   }
   void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
-                 std::span<std::byte> out, Deadline deadline) override {
+                 std::span<std::byte> out, const Deadline& deadline) override {
     network_->send_recv(to, send_tag, bytes, from, recv_tag, out, deadline);
   }
   void abort(const std::string& reason) override {

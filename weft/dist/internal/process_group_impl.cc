@@ -256,7 +256,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
     work = std::make_shared<Work>(state->get_future());
   }
   const std::uint64_t seq = signature ? next_seq_++ : 0;
-  const std::uint64_t record = record_issue(op, seq, signature, p2p_peer);
+  const std::uint64_t record = record_issue(op, seq, signature, p2p_peer, run_here);
   OpRun run{op, seq, options.timeout.value_or(options_.timeout), std::move(signature), record};
   ++lane.outstanding;
   if (run_here) {
@@ -285,7 +285,9 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
       // Issued after an operation that runs on its caller's thread: keep issue order. No
       // deadline here because that operation has its own, which ends this wait too.
       std::unique_lock wait_lock(mu_);
+      ++lane.inline_waiters;
       lane.inline_done.wait(wait_lock, [&lane] { return !lane.inline_running; });
+      --lane.inline_waiters;
     }
     std::exception_ptr error;
     try {
@@ -304,9 +306,11 @@ std::shared_ptr<Work> ProcessGroup::Impl::issue(Op op, OpOptions options,
 }
 
 std::uint64_t ProcessGroup::Impl::record_issue(
-    Op op, std::uint64_t seq, const std::optional<internal::CallSignature>& signature, int peer) {
+    Op op, std::uint64_t seq, const std::optional<internal::CallSignature>& signature, int peer,
+    bool starts_now) {
   if (!recorder_.enabled()) return recorder::kWriting;
   recorder::OpInfo info{.group = recorder_group_, .seq = seq, .op = op_name(op)};
+  info.started = starts_now;
   if (signature) {
     info.count = signature->count;
     info.dtype = signature->dtype;
@@ -320,12 +324,14 @@ std::uint64_t ProcessGroup::Impl::record_issue(
 }
 
 void ProcessGroup::Impl::finish_inline(Lane& lane) {
+  bool waited_for = false;
   {
     std::lock_guard done_lock(mu_);
     --lane.outstanding;
     lane.inline_running = false;
+    waited_for = lane.inline_waiters > 0;
   }
-  lane.inline_done.notify_all();
+  if (waited_for) lane.inline_done.notify_all();
 }
 
 ProcessGroup::Impl::Lane& ProcessGroup::Impl::p2p_lane(int peer, bool send) {
@@ -362,8 +368,8 @@ std::exception_ptr ProcessGroup::Impl::run_op(const OpRun& run,
   const bool collective = run.signature.has_value();
   const OpCall call{OpContext{collective_tag(id_, run.seq), Deadline::after_first_use(run.timeout)},
                     run.seq};
-  recorder_.started(run.record);
-  struct Recorded {  // finished, whichever way run_op leaves
+  if (queued) recorder_.started(run.record);  // an inline one was recorded as started
+  struct Recorded {                           // finished, whichever way run_op leaves
     recorder::FlightRecorder& recorder;
     std::uint64_t id;
     bool ok = false;

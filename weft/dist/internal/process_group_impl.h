@@ -73,6 +73,7 @@ struct ProcessGroup::Impl {
   struct Lane {
     int outstanding = 0;          // operations issued and not yet completed
     bool inline_running = false;  // an operation runs on its caller's thread
+    int inline_waiters = 0;       // queued operations waiting for it (on inline_done)
     std::condition_variable inline_done;
     std::unique_ptr<internal::OpQueue> queue;  // made with the lane (process_group_impl.cc)
   };
@@ -93,7 +94,8 @@ struct ProcessGroup::Impl {
     std::uint64_t record;                              // the flight recorder's id for it
   };
   std::uint64_t record_issue(Op op, std::uint64_t seq,
-                             const std::optional<internal::CallSignature>& signature, int peer);
+                             const std::optional<internal::CallSignature>& signature, int peer,
+                             bool starts_now);
   std::exception_ptr run_op(const OpRun& run, FunctionRef<void(const OpCall&)> body, bool queued);
   void complete(Promise<void>& state, std::exception_ptr error);
   void finish_inline(Lane& lane);

@@ -29,7 +29,7 @@ MpiTransport::~MpiTransport() {
   if (!aborted_.load() && sends_.empty()) MPI_Comm_free(&comm_);
 }
 
-void MpiTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline) {
+void MpiTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline&) {
   if (aborted_.load()) throw PeerError(mailbox_.abort_reason());
   if (bytes.size() > static_cast<std::size_t>(kMaxInt) - sizeof(Tag)) {
     throw InvalidArgument("mpi transport: a message of " + std::to_string(bytes.size()) +
@@ -116,7 +116,7 @@ class Backoff {
 
 }  // namespace
 
-void MpiTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) {
+void MpiTransport::recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   Backoff backoff;
   for (;;) {
     progress();
@@ -128,7 +128,7 @@ void MpiTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline de
   }
 }
 
-int MpiTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+int MpiTransport::recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   Backoff backoff;
   for (;;) {
     progress();

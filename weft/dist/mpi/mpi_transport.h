@@ -33,9 +33,9 @@ class MpiTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
-  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& deadline) override;
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
 
   bool aborted() const { return aborted_.load(); }

@@ -8,14 +8,16 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "weft/base/futex.h"
+#include "weft/base/spin.h"
 #include "weft/dist/shm/shm_collectives.h"
 
 namespace weft::dist {
 namespace shm {
 
-constexpr std::uint32_t kMagic = 0x33534657;  // "WFS3"; changed with every change of layout
+constexpr std::uint32_t kMagic = 0x34534657;  // "WFS4"; changed with every change of layout
 constexpr Tag kAbortTag = ~Tag{0};            // an abort notice, not a message
 
 // A word that is bumped to wake the threads waiting on it.
@@ -43,6 +45,7 @@ struct alignas(64) Control {
 // One single-producer, single-consumer byte ring; the data follows the header.
 struct Ring {
   alignas(64) std::atomic<std::uint64_t> head;  // bytes written, by the producer
+  std::atomic<std::uint32_t> writer_waits;      // 1: the producer sleeps until the tail moves
   alignas(64) std::atomic<std::uint64_t> tail;  // bytes consumed, by the consumer
 };
 
@@ -65,6 +68,10 @@ constexpr std::size_t ring_stride(std::size_t ring_bytes) { return sizeof(Ring) 
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr std::uint64_t kMaxMessage = std::uint64_t{4} << 30;  // as the tcp transport
 constexpr int kSpinRounds = 200;
+// A receive watches its doorbell this many pauses (a few microseconds) before it yields: a
+// sender on another core rings it within a cache line's round trip, and a sched_yield is a
+// system call that costs more than the message (docs/PERFORMANCE.md, "Point-to-point").
+constexpr int kReceiveSpins = 200;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
 // Receives from this size on are written straight into the receiver's buffer when it waits
 // (ShmTransport::Posted); smaller ones gain nothing from it.
@@ -283,7 +290,7 @@ void ShmTransport::ring(shm::Bell& bell) {
 
 void ShmTransport::ring_doorbell(int rank) { ring(control(rank).doorbell); }
 
-void ShmTransport::wait_bell(shm::Bell& bell, std::uint32_t seen, Deadline deadline) {
+void ShmTransport::wait_bell(shm::Bell& bell, std::uint32_t seen, const Deadline& deadline) {
   for (int i = 0; i < kSpinRounds; ++i) {
     if (bell.count.load(std::memory_order_acquire) != seen) return;
   }
@@ -300,7 +307,8 @@ bool ShmTransport::peer_alive(int peer) const {
   return !dead_[static_cast<std::size_t>(peer)].load() && process_alive(control(peer).pid);
 }
 
-void ShmTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
+void ShmTransport::send(int peer, Tag tag, std::span<const std::byte> bytes,
+                        const Deadline& deadline) {
   if (peer == rank_) {
     mailbox_.deliver(rank_, tag, {bytes.begin(), bytes.end()});
     ring_doorbell(rank_);  // a receive of this rank may be asleep on it
@@ -311,30 +319,44 @@ void ShmTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Dea
 }
 
 // Streams the header and payload into peer's ring, waiting for space as its drainer frees it.
+// What is written is published (head, then the doorbell) once a message, or every kWritePiece
+// bytes so that the receiver copies out one piece while this thread copies in the next: each
+// doorbell is a cache line taken from the receiver's core.
 void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> bytes,
-                                 Deadline deadline) {
+                                 const Deadline& deadline) {
   const shm::MessageHeader header{tag, bytes.size()};
   const std::span<const std::byte> parts[] = {
       {reinterpret_cast<const std::byte*>(&header), sizeof(header)}, bytes};
   Ring& r = ring(peer, rank_);
   std::byte* data = ring_data(peer, rank_);
   const std::uint64_t cap = options_.ring_bytes;
-  auto last_check = Clock::now();
+  std::uint64_t head = r.head.load(std::memory_order_relaxed);  // this thread's (send_mu_)
+  std::uint64_t published = head;
+  const auto publish = [&] {
+    if (head == published) return;
+    r.head.store(head, std::memory_order_release);
+    published = head;
+    ring_doorbell(peer);
+  };
+  Clock::time_point last_check;  // of the peer's liveness, once the ring fills
   Clock::time_point full_since;  // while the ring stays full
   bool full = false;
   for (const auto& part : parts) {
     std::size_t done = 0;
     while (done < part.size()) {
       const std::uint32_t seen = control(rank_).doorbell.count.load(std::memory_order_acquire);
-      const std::uint64_t head = r.head.load(std::memory_order_relaxed);
       const std::uint64_t free = cap - (head - r.tail.load(std::memory_order_acquire));
       if (free == 0) {
+        publish();
         if (deadline.expired()) {
           throw PeerTimeout(peer,
                             "rank " + std::to_string(peer) + " did not take a message in time");
         }
-        if (Clock::now() - last_check > kLivenessPeriod) {
-          last_check = Clock::now();
+        const auto now = Clock::now();
+        if (!full) last_check = full_since = now;
+        full = true;
+        if (now - last_check > kLivenessPeriod) {
+          last_check = now;
           if (!peer_alive(peer)) {
             throw PeerError("rank " + std::to_string(peer) + " (pid " +
                             std::to_string(control(peer).pid) + ") died");
@@ -342,28 +364,30 @@ void ShmTransport::write_message(int peer, Tag tag, std::span<const std::byte> b
         }
         // A receiving thread there drains the ring; else its drain thread must, and it must
         // before this thread sleeps, whatever happened meanwhile.
-        if (!full) full_since = Clock::now();
-        full = true;
-        if (Clock::now() - full_since < kYieldFor) {
+        if (now - full_since < kYieldFor) {
           if (control(peer).receiving.load() == 0) ring(control(peer).drainer);
           ::sched_yield();
           continue;
         }
         ring(control(peer).drainer);
-        wait_bell(control(rank_).doorbell, seen, deadline);
+        // A drainer rings this rank only when told it waits (drain_rings): told, then one more
+        // look, so that one that made room before it saw the word is not waited for.
+        r.writer_waits.store(1);
+        if (head - r.tail.load() == cap) wait_bell(control(rank_).doorbell, seen, deadline);
+        r.writer_waits.store(0, std::memory_order_relaxed);
         continue;
       }
       full = false;
       const std::uint64_t at = head % cap;
-      // In pieces, so that the receiver copies out one while this thread copies in the next.
       const std::size_t n = static_cast<std::size_t>(
           std::min<std::uint64_t>({free, part.size() - done, cap - at, kWritePiece}));
       std::memcpy(data + at, part.data() + done, n);
-      r.head.store(head + n, std::memory_order_release);
+      head += n;
       done += n;
-      ring_doorbell(peer);
+      if (head - published >= kWritePiece) publish();
     }
   }
+  publish();
 }
 
 bool ShmTransport::sends_at_once(int peer, std::size_t bytes) const {
@@ -378,27 +402,37 @@ bool ShmTransport::sends_at_once(int peer, std::size_t bytes) const {
 // for a while, as the collective engine's waits do: a sleeping rank takes tens of
 // microseconds to wake (docs/PERFORMANCE.md, "Point-to-point on shared memory").
 template <class Take>
-int ShmTransport::receive(int peer, Deadline deadline, const Take& take) {
+int ShmTransport::receive(int peer, const Deadline& deadline, const Take& take) {
   struct Receiving {
     std::atomic<std::int32_t>& count;
     explicit Receiving(std::atomic<std::int32_t>& c) : count(c) { ++count; }
     ~Receiving() { --count; }
   } receiving(control(rank_).receiving);
-  const auto start = Clock::now();
+  const std::atomic<std::uint32_t>& doorbell = control(rank_).doorbell.count;
+  std::optional<Clock::time_point> start;  // of the yielding, after the spinning
+  int spins = 0;
   for (;;) {
-    const std::uint32_t seen = control(rank_).doorbell.count.load(std::memory_order_acquire);
+    const std::uint32_t seen = doorbell.load(std::memory_order_acquire);
     // Drained first: a peer's last message is in the mailbox before its death is reported.
     const Drained drained = drain_rings(1);
     if (const int from = take(); from >= 0) return from;
+    if (drained == Drained::kNothing && !job_.oversubscribed && spins < kReceiveSpins) {
+      while (spins < kReceiveSpins && doorbell.load(std::memory_order_acquire) == seen) {
+        cpu_relax();
+        ++spins;
+      }
+      continue;
+    }
     if (deadline.expired()) {
       throw PeerTimeout(peer, peer >= 0
                                   ? "no message from rank " + std::to_string(peer) + " in time"
                                   : "no message from any rank in time");
     }
     if (drained == Drained::kMoved) continue;
+    if (!start) start = Clock::now();
     // Another thread drains: what it moves may be this one's, and it rings no one when it
     // moves nothing, so this thread looks again rather than sleep.
-    if (drained == Drained::kBusy || Clock::now() - start < kYieldFor) {
+    if (drained == Drained::kBusy || Clock::now() - *start < kYieldFor) {
       ::sched_yield();
       continue;
     }
@@ -406,7 +440,7 @@ int ShmTransport::receive(int peer, Deadline deadline, const Take& take) {
   }
 }
 
-void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) {
+void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   if (out.size() < kDirectBytes) {
     receive(peer, deadline, [&] { return mailbox_.try_recv(peer, tag, out) ? peer : -1; });
     return;
@@ -492,7 +526,7 @@ void ShmTransport::unpost(Posted& posted) {
   }
 }
 
-int ShmTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+int ShmTransport::recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   return receive(-1, deadline, [&] { return mailbox_.try_recv_any(tag, out).value_or(-1); });
 }
 
@@ -596,7 +630,10 @@ ShmTransport::Drained ShmTransport::drain_rings(int receiving_here) {
     if (p == rank_) continue;
     if (drain(p, *inbound_[static_cast<std::size_t>(p)])) {
       moved = true;
-      ring_doorbell(p);  // space freed: a sender may be waiting for it
+      // Room made: a sender asleep for it is woken. Fenced against its flag as it is against
+      // the tail (write_message), so that one of the two sees the other.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ring(rank_, p).writer_waits.load(std::memory_order_relaxed) != 0) ring_doorbell(p);
     }
   }
   lock.unlock();

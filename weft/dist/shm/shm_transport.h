@@ -50,10 +50,10 @@ class ShmTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return world_size_; }
-  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& deadline) override;
   bool sends_at_once(int peer, std::size_t bytes) const override;
-  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
   // The step engine of the group of every rank, over each rank's first region; made once (the
   // world group's), and it starts this rank on a CPU of its own. `rings`: that group's
@@ -79,7 +79,7 @@ class ShmTransport final : public Transport {
   static void ring(shm::Bell& bell);
   void ring_doorbell(int rank);
   // Waits until `bell` moves past `seen`, `deadline`, or about 100 ms.
-  static void wait_bell(shm::Bell& bell, std::uint32_t seen, Deadline deadline);
+  static void wait_bell(shm::Bell& bell, std::uint32_t seen, const Deadline& deadline);
   bool peer_alive(int peer) const;
   // Region `index` of `rank`'s segment: 0 the world's engine, 1 .. kGroupRegions subgroups'.
   std::byte* collective_region(int rank, int index = 0) const;
@@ -87,7 +87,7 @@ class ShmTransport final : public Transport {
   // Throws PeerError if the job aborted or `peer` died: the engine's waits call it.
   void check_peer(int peer);
   void mark_aborted();
-  void write_message(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline);
+  void write_message(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& deadline);
   void drain_loop();
   // Unless another thread is draining (kBusy): moves every whole message in the rings into
   // the mailbox and tells the senders there is room. `receiving_here`: 1 when the caller is a
@@ -98,7 +98,7 @@ class ShmTransport final : public Transport {
   // Waits for `take` (a mailbox lookup: the sender, or -1) to find a message, draining the
   // rings meanwhile. `peer`: the one awaited, -1 for any (for the timeout's message).
   template <class Take>
-  int receive(int peer, Deadline deadline, const Take& take);
+  int receive(int peer, const Deadline& deadline, const Take& take);
   bool take_posted(Posted& posted);
   Posted* claim(int from, const shm::MessageHeader& header);  // requires drain_mu_
   bool adopt(Posted& posted);                                 // requires drain_mu_

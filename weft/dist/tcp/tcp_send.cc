@@ -26,7 +26,8 @@ std::span<const std::byte> bytes_of(const FrameHeader& header) {
 
 }  // namespace
 
-void TcpTransport::send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) {
+void TcpTransport::send(int peer, Tag tag, std::span<const std::byte> bytes,
+                        const Deadline& deadline) {
   if (bytes.size() > kMaxMessage) {
     throw InvalidArgument("tcp transport: a message of " + std::to_string(bytes.size()) +
                           " bytes exceeds the 4 GiB limit of one message");

@@ -144,14 +144,14 @@ void TcpTransport::throw_timeout(int peer, const char* what) {
   throw PeerTimeout(peer, "rank " + std::to_string(peer) + " " + what);
 }
 
-void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline) {
+void TcpTransport::recv(int from, Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   receive(from, tag, out, deadline, nullptr);
 }
 
 // The receive is posted before the send starts, so that the peer's message, which in a ring
 // round arrives while this rank is still sending, lands in `out` instead of being copied.
 void TcpTransport::send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from,
-                             Tag recv_tag, std::span<std::byte> out, Deadline deadline) {
+                             Tag recv_tag, std::span<std::byte> out, const Deadline& deadline) {
   const std::function<void()> send_first = [&] { send(to, send_tag, bytes, deadline); };
   receive(from, recv_tag, out, deadline, &send_first);
 }
@@ -228,7 +228,7 @@ void TcpTransport::receive(int from, Tag tag, std::span<std::byte> out, const De
   }
 }
 
-int TcpTransport::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+int TcpTransport::recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   std::unique_lock lock(mu_);
   // Looks from the rank after the last one served, wrapping around, so that a busy low rank
   // cannot starve the others.

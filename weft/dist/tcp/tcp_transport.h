@@ -66,11 +66,11 @@ class TcpTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) override;
-  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override;
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override;
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& deadline) override;
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
-                 std::span<std::byte> out, Deadline deadline) override;
+                 std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
 
  private:

@@ -38,14 +38,14 @@ class ThreadTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
-  void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline) override {
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline&) override {
     hub_->mailbox(peer).deliver(rank_, tag, {bytes.begin(), bytes.end()});
   }
   bool sends_at_once(int, std::size_t) const override { return true; }
-  void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) override {
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override {
     hub_->mailbox(rank_).recv(peer, tag, out, deadline);
   }
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) override {
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override {
     return hub_->mailbox(rank_).recv_any(tag, out, deadline);
   }
   void abort(const std::string& reason) override { hub_->abort(reason); }

@@ -30,7 +30,7 @@ void Mailbox::throw_if_failed_locked(int from) const {
   if (it != failed_peers_.end()) throw PeerError(it->second);
 }
 
-void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline) {
+void Mailbox::recv(int from, Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   std::unique_lock lock(mu_);
   const auto key = std::make_pair(from, tag);
   bool have = false;
@@ -73,7 +73,7 @@ int Mailbox::take_any(Messages::iterator found, std::span<std::byte> out) {
   return from;
 }
 
-int Mailbox::recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) {
+int Mailbox::recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) {
   std::unique_lock lock(mu_);
   auto found = messages_.end();
   const auto ready = [&] {

@@ -21,8 +21,8 @@ class Mailbox {
  public:
   void deliver(int from, Tag tag, std::vector<std::byte> message);
   // As Transport::recv / recv_any (PeerTimeout, PeerError).
-  void recv(int from, Tag tag, std::span<std::byte> out, Deadline deadline);
-  int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline);
+  void recv(int from, Tag tag, std::span<std::byte> out, const Deadline& deadline);
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline);
   // Without waiting: true (or the sender) when a message was there and is now in `out`;
   // PeerError as recv when none is and none will come.
   bool try_recv(int from, Tag tag, std::span<std::byte> out);

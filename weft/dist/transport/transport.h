@@ -39,7 +39,8 @@ class Transport {
   virtual int size() const = 0;  // ranks in the whole job
 
   // Queues `bytes` for `peer` under `tag`. Throws PeerError if the peer is known to be gone.
-  virtual void send(int peer, Tag tag, std::span<const std::byte> bytes, Deadline deadline) = 0;
+  virtual void send(int peer, Tag tag, std::span<const std::byte> bytes,
+                    const Deadline& deadline) = 0;
 
   // Whether send(peer, ...) of `bytes` would return at once, without waiting for the peer to
   // make room: a process group then runs an asynchronous send on its caller's thread rather
@@ -49,16 +50,16 @@ class Transport {
   // Blocks for the next message from `peer` under `tag` and copies it into `out`, whose size
   // must equal the message's (else PeerError: the ranks disagree about the operation).
   // Throws PeerTimeout when `deadline` passes, PeerError if the peer failed.
-  virtual void recv(int peer, Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
+  virtual void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) = 0;
 
   // As recv, from whichever peer sends first under `tag`; returns that peer.
-  virtual int recv_any(Tag tag, std::span<std::byte> out, Deadline deadline) = 0;
+  virtual int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) = 0;
 
   // send(to, send_tag, bytes) and recv(from, recv_tag, out) as one round. This one sends and
   // then receives; a transport that can post the receive first (so that the message lands
   // in `out` rather than in a buffer of its own and is copied) overrides it.
   virtual void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from,
-                         Tag recv_tag, std::span<std::byte> out, Deadline deadline) {
+                         Tag recv_tag, std::span<std::byte> out, const Deadline& deadline) {
     send(to, send_tag, bytes, deadline);
     recv(from, recv_tag, out, deadline);
   }
