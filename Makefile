@@ -41,7 +41,7 @@ test: build
 	@$(MAKE) --no-print-directory race asan
 
 # The concurrency tests (label "race") again under ThreadSanitizer.
-RACE_TARGETS := flight_recorder_test future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test tcp_transport_test hierarchical_engine_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test tensor_parallel_test context_parallel_test
+RACE_TARGETS := flight_recorder_test future_test thread_pool_test process_pool_test collectives_test process_group_test call_check_test shm_transport_test tcp_transport_test hierarchical_engine_test socket_test store_test tcp_store_test file_store_test kernels_threads_test data_parallel_test tensor_parallel_test context_parallel_test
 race: deps build/tsan/build.ninja
 	@cmake --build build/tsan --target $(RACE_TARGETS) -- --quiet
 	@ctest --test-dir build/tsan -L race -j$(CTEST_JOBS) --output-on-failure --no-tests=error

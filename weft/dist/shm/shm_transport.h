@@ -120,6 +120,10 @@ class ShmTransport final : public Transport {
   std::vector<std::unique_ptr<Inbound>> inbound_;     // guarded by drain_mu_
   std::vector<Posted*> posted_;                       // guarded by drain_mu_; in posting order
   std::vector<std::atomic<bool>> dead_;
+  // Per peer: its ring's tail as this rank's sender last read it, never ahead of the real one.
+  // Room is counted against it first, so that the line the receiver writes is read only when
+  // the ring looks full (a producer's cached tail, as in any single-producer ring).
+  std::vector<std::atomic<std::uint64_t>> known_tail_;
   Mailbox mailbox_;
   std::atomic<bool> closing_{false};
   std::atomic<bool> aborted_{false};
