@@ -46,7 +46,7 @@ class Collectives final : public ForwardingEngine {
   // pick the same algorithms: an operation's number of steps depends on these.
   struct JobFacts {
     int size = 1;                 // ranks in the job
-    bool oversubscribed = false;  // some rank has fewer allowed CPUs than the job has ranks
+    bool oversubscribed = false;  // the ranks' allowed CPUs together are fewer than the ranks
     bool single_copy = false;     // every rank can read every other's memory (process_vm_readv)
   };
 
