@@ -18,36 +18,22 @@ namespace weft::recorder {
 namespace {
 
 constexpr std::size_t kSiteBytes = sizeof(Record::site);
-// NUL-padded to the end, so that issued() copies it whole, a word at a time.
-alignas(8) thread_local char t_site[kSiteBytes] = {};
+thread_local char t_site[kSiteBytes] = {};
 
 template <std::size_t N>
 void copy_text(char (&to)[N], std::string_view from) {
   const std::size_t n = std::min(from.size(), N - 1);
   std::memcpy(to, from.data(), n);
-  std::memset(to + n, 0, N - n);
+  to[n] = '\0';
 }
 
-// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word. The words are built in
-// registers: bytes copied into a word on the stack and read back at once stall the store
-// buffer's forwarding, which cost most of an operation's record.
+// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word.
 template <std::size_t Bytes>
 void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
   n = std::min(n, Bytes - 1);
   for (std::size_t w = 0; w < Bytes / 8; ++w) {
     std::uint64_t word = 0;
-    for (std::size_t i = 8 * w; i < std::min(n, 8 * w + 8); ++i) {
-      word |= std::uint64_t{static_cast<unsigned char>(from[i])} << (8 * (i - 8 * w));
-    }
-    to.words[w].store(word, std::memory_order_release);
-  }
-}
-
-// A thread's site, NUL-padded and aligned: copied word by word.
-void store_site(Text<kSiteBytes>& to) {
-  for (std::size_t w = 0; w < kSiteBytes / 8; ++w) {
-    std::uint64_t word;
-    std::memcpy(&word, t_site + 8 * w, 8);
+    if (8 * w < n) std::memcpy(&word, from + 8 * w, std::min<std::size_t>(8, n - 8 * w));
     to.words[w].store(word, std::memory_order_release);
   }
 }
@@ -163,7 +149,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   r.ended_ns.store(0, release);
   store_text(r.op, info.op.data(), info.op.size());
   store_text(r.reduce, info.reduce.data(), info.reduce.size());
-  store_site(r.site);
+  store_text(r.site, t_site, ::strnlen(t_site, kSiteBytes));
   r.id.store(id, std::memory_order_release);
   return id;
 }
