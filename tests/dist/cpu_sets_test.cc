@@ -1,9 +1,9 @@
-#include "weft/dist/shm/cpu_sets.h"
+#include "weft/dist/internal/cpu_sets.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
 
-namespace weft::dist::shm {
+namespace weft::dist::internal {
 namespace {
 
 TEST(CpuSetsTest, RanksBoundToACoreEachHaveOneEach) {
@@ -30,4 +30,4 @@ TEST(CpuSetsTest, ThisThreadsCpusParseBack) {
 }
 
 }  // namespace
-}  // namespace weft::dist::shm
+}  // namespace weft::dist::internal

@@ -12,7 +12,7 @@
 
 #include "weft/base/futex.h"
 #include "weft/base/spin.h"
-#include "weft/dist/shm/cpu_sets.h"
+#include "weft/dist/internal/cpu_sets.h"
 #include "weft/dist/shm/shm_collectives.h"
 
 namespace weft::dist {
@@ -155,7 +155,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   // Counted before "mapped", so the counts are complete once every rank has mapped: every
   // rank then reads the same facts, and its engines pick the same algorithms.
   store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
-  store_->set(key("cpus", rank), shm::allowed_cpus());
+  store_->set(key("cpus", rank), internal::allowed_cpus());
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
   store_->wait({"shm/all_mapped"}, options_.connect_timeout);
@@ -164,7 +164,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
   std::vector<std::string> cpus;
   for (int p = 0; p < world_size; ++p) cpus.push_back(store_->get(key("cpus", p)));
-  const std::size_t together = shm::cpus_together(cpus);
+  const std::size_t together = internal::cpus_together(cpus);
   job_.oversubscribed = together > 0 && together < n;
   for (int p = 0; p < world_size; ++p) {
     send_mu_.push_back(std::make_unique<std::mutex>());

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "weft/dist/internal/cpu_sets.h"
 #include "weft/dist/internal/machine_id.h"
 #include "weft/dist/tcp/tcp_handshake.h"
 #include "weft/dist/tcp/tcp_peer.h"
@@ -43,19 +44,27 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
                            TcpTransportOptions options)
     : rank_(rank) {
   peers_.resize(static_cast<std::size_t>(world_size));
-  // Counted before this rank publishes its address, so every count is in once the mesh is
-  // complete: each peer published (and counted) before anyone could connect to it.
+  // Counted (with this rank's CPUs) before this rank publishes its address, so every count is
+  // in once the mesh is complete: each peer published before anyone could connect to it.
   const std::string ranks_here = "tcp/ranks_on/" + internal::machine_id();
-  store->add(ranks_here, 1);
+  const std::int64_t index_here = store->add(ranks_here, 1) - 1;
+  store->set(ranks_here + "/cpus/" + std::to_string(index_here), internal::allowed_cpus());
   std::vector<net::Socket> sockets = tcp::connect_mesh(rank, world_size, *store, options,
                                                        Deadline::after(options.connect_timeout));
   for (int p = 0; p < world_size; ++p) {
     if (p != rank)
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>(std::move(sockets[p]));
   }
-  // The host's CPUs, not this process's mask: ranks pinned one per core have a core each.
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus > 0 && store->add(ranks_here, 0) <= cpus) spin_ = kSpin;
+  // The CPUs this host's ranks may run on, together (internal/cpu_sets.h); the host's count
+  // where a rank's are not known.
+  const std::int64_t ranks = store->add(ranks_here, 0);
+  std::vector<std::string> lists;
+  for (std::int64_t i = 0; i < ranks; ++i) {
+    lists.push_back(store->get(ranks_here + "/cpus/" + std::to_string(i)));
+  }
+  std::size_t cpus = internal::cpus_together(lists);
+  if (cpus == 0) cpus = static_cast<std::size_t>(std::max(0L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (static_cast<std::int64_t>(cpus) >= ranks) spin_ = kSpin;
   start();
 }
 

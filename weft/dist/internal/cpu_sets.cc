@@ -1,11 +1,11 @@
-#include "weft/dist/shm/cpu_sets.h"
+#include "weft/dist/internal/cpu_sets.h"
 
 #include <sched.h>
 
 #include <charconv>
 #include <string_view>
 
-namespace weft::dist::shm {
+namespace weft::dist::internal {
 
 std::string allowed_cpus() {
   cpu_set_t cpus;
@@ -40,4 +40,4 @@ std::size_t cpus_together(const std::vector<std::string>& lists) {
   return static_cast<std::size_t>(CPU_COUNT(&all));
 }
 
-}  // namespace weft::dist::shm
+}  // namespace weft::dist::internal
