@@ -258,8 +258,12 @@ DataParallel data_parallel(const Job& job, const Costs& c,
 // at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
 // between those two (linear in k up to m), and in proportion to the threads a rank computes
 // with (measured with Machine::threads).
+int ranks_here(const Placement& p, int world) {
+  return p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
+}
+
 double slowdown(const Machine& m, const Placement& p, int world) {
-  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
+  const int here = ranks_here(p, world);
   const double shared =
       m.ranks > 1 ? 1 + (m.shared_slowdown - 1) * (std::min(here, m.ranks) - 1) / (m.ranks - 1) : 1;
   const double threads_ratio = static_cast<double>(m.threads) / p.threads;
@@ -269,16 +273,14 @@ double slowdown(const Machine& m, const Placement& p, int world) {
 // Beyond its cores a host's ranks share them: how many times more ranks x threads want a core
 // than when the costs were measured (below 1 where the measurement was the more crowded).
 double contention(const Machine& m, const Placement& p, int world) {
-  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
   const auto oversubscribed = [&](int ranks, int threads) {
     return std::max(1.0, static_cast<double>(ranks * threads) / m.cores);
   };
-  return oversubscribed(here, p.threads) / oversubscribed(m.ranks, m.threads);
+  return oversubscribed(ranks_here(p, world), p.threads) / oversubscribed(m.ranks, m.threads);
 }
 
 bool spare_core(const Machine& m, const Placement& p, int world) {
-  const int here = p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
-  return here * p.threads < m.cores;
+  return ranks_here(p, world) * p.threads < m.cores;
 }
 
 // Background collectives hide behind compute only with a core to run on, and never all.
