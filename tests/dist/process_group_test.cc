@@ -444,7 +444,8 @@ TEST(AlgorithmsTest, AllReduceMatchesReference) {
   for (int n : {2, 3, 4, 5, 6, 7, 8}) {
     on_thread_transports(n, [n](Transport& t, const std::vector<int>& members, int r) {
       std::mt19937 rng(static_cast<unsigned>(r + 1));
-      for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u}) {
+      // 700,001: 2.8 MB, whose ring blocks go in pieces on 2 and 3 ranks.
+      for (std::size_t count : {1u, 13u, 16'383u, 16'384u, 50'001u, 700'001u}) {
         std::vector<std::int32_t> a(count);
         for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
         std::vector<std::int32_t> ring = a, tree = a, doubling = a;
@@ -498,8 +499,9 @@ TEST(AlgorithmsTest, RingAndTreeAlgorithmsMatchNaiveForms) {
       Tag tag = Tag{1} << 32;
       const auto comm = [&] { return Comm{t, members, r, tag += 4096, d}; };
       std::mt19937 rng(static_cast<unsigned>(r + 7));
-      // 70,001 int64s: blocks of 560 KB, over a tcp frame's 512 KiB.
-      for (std::size_t block : {0u, 1u, 5u, 3000u, 70'001u}) {
+      // 70,001 int64s: blocks of 560 KB, over a tcp frame's 512 KiB; 140,003: 1.1 MB, which
+      // the reduce-scatter moves in two pieces of different sizes.
+      for (std::size_t block : {0u, 1u, 5u, 3000u, 70'001u, 140'003u}) {
         const auto un = static_cast<std::size_t>(n);
         std::vector<std::int64_t> in(block * un);
         for (auto& x : in) x = static_cast<std::int64_t>(rng() % 100);

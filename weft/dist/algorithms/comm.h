@@ -12,6 +12,9 @@
 
 namespace weft::dist {
 
+// The steps one operation may number, 0 to kMaxSteps - 1: the low bits of its tag.
+inline constexpr int kMaxSteps = 1 << 12;
+
 struct Comm {
   Transport& transport;
   const std::vector<int>& members;  // global rank of each group rank

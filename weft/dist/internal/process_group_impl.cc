@@ -28,6 +28,7 @@ using Sig = internal::CallSignature;
 // harmlessly: operations of one group run one at a time, so no two in flight share one.
 constexpr Tag kP2PFlag = Tag{1} << 31;
 constexpr int kStepBits = 12;
+static_assert(kMaxSteps == 1 << kStepBits, "algorithms number steps in the tag's low bits");
 
 Tag collective_tag(std::uint32_t group, std::uint64_t seq) {
   return (Tag{group} << 32) | ((seq & 0x7ffff) << kStepBits);
