@@ -58,5 +58,27 @@ TEST(DeadlineTest, CopiesOfAnUnstartedDeadlineShareOneStart) {
   EXPECT_FALSE(assigned.is_never());
 }
 
+// budget() tells an unstarted deadline's whole timeout and leaves it unstarted; a started
+// one's budget is what remains; never()'s is unbounded, a huge timeout's saturates.
+TEST(DeadlineTest, BudgetLeavesAnUnstartedDeadlineUnstarted) {
+  const Deadline d = Deadline::after_first_use(200ms);
+  EXPECT_EQ(d.budget(), std::chrono::duration_cast<Clock::duration>(200ms));
+  std::this_thread::sleep_for(250ms);
+  const auto before = Clock::now();
+  EXPECT_GE(d.when(), before + std::chrono::duration_cast<Clock::duration>(200ms));
+  EXPECT_LE(d.budget(), std::chrono::duration_cast<Clock::duration>(200ms));
+  EXPECT_EQ(Deadline::never().budget(), Clock::duration::max());
+  EXPECT_EQ(Deadline::after_first_use(Seconds(1e300)).budget(), Clock::duration::max());
+  EXPECT_LE(Deadline::after(10ms).budget(), std::chrono::duration_cast<Clock::duration>(10ms));
+}
+
+// The coarse clock is steady_clock's, a tick behind at most.
+TEST(DeadlineTest, CoarseNowTracksTheSteadyClock) {
+  const auto fine = Clock::now();
+  const auto coarse = coarse_now();
+  EXPECT_LE(coarse, Clock::now());
+  EXPECT_GE(coarse, fine - std::chrono::duration_cast<Clock::duration>(50ms));
+}
+
 }  // namespace
 }  // namespace weft

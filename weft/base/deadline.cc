@@ -1,8 +1,11 @@
 #include "weft/base/deadline.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "weft/base/error.h"
 
@@ -49,6 +52,21 @@ void Deadline::start() const noexcept {
 Clock::duration Deadline::remaining() const {
   if (is_never()) return Clock::duration::max();
   return std::max(when() - Clock::now(), Clock::duration::zero());
+}
+
+Clock::duration Deadline::budget() const {
+  if (!pending_) return remaining();
+  if (*pending_ >= std::chrono::duration_cast<Seconds>(Clock::duration::max())) {
+    return Clock::duration::max();
+  }
+  return std::max(std::chrono::duration_cast<Clock::duration>(*pending_), Clock::duration::zero());
+}
+
+Clock::time_point coarse_now() noexcept {
+  static_assert(std::is_same_v<Clock, std::chrono::steady_clock>);
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
 }
 
 }  // namespace weft

@@ -5,11 +5,12 @@
 // this header, and the reader checks every count and index before using it (ring_reader.h).
 #pragma once
 
-#include <time.h>
-
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+
+#include "weft/base/deadline.h"
 
 namespace weft::recorder {
 
@@ -81,9 +82,8 @@ struct RingHeader {
 // to read, no TSC read; a tick's resolution, 1-4 ms, is plenty for what waits long enough to
 // matter). One clock for every process of a machine; machines' clocks are unrelated.
 inline std::int64_t coarse_clock_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(coarse_now().time_since_epoch())
+      .count();
 }
 
 // The ring's bytes: the header, then kRingRecords records.
