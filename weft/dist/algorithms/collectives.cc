@@ -32,24 +32,57 @@ std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) 
   return offsets;
 }
 
-// The ring's reduce-scatter moves a block in pieces of about this size, each reduced as it
-// arrives, so that while one is reduced the next lands in the transport's (the kernel's socket)
-// buffers instead of stalling its sender. Whole blocks of 32 MiB (a 64 MiB all-reduce on 2
-// ranks over tcp) measured 25-35 % slower (docs/PERFORMANCE.md).
+// The rings move a block in pieces of about this size, the reduce-scatter reducing each as it
+// arrives, so that while one is reduced the next lands in the transport's (the kernel's
+// socket) buffers instead of stalling its sender, and no exchange overruns those buffers.
+// Whole blocks of 32 MiB (a 64 MiB all-reduce on 2 ranks over tcp) measured 1.5-1.8x slower,
+// and an all-gather's 99th percentile 2-3x higher (docs/PERFORMANCE.md).
 constexpr std::size_t kRingPieceBytes = std::size_t{1} << 20;
 
 // How many pieces each block of a ring step goes in: the same on every rank (it follows the
-// largest block), and few enough that the reduce-scatter's and all-gather's steps together
+// largest block), and few enough that a reduce-scatter's and an all-gather's steps together
 // stay within the kMaxSteps an operation may number.
 int ring_pieces(std::size_t max_block_bytes, int n) {
   const auto wanted = static_cast<int>(
       std::min<std::size_t>((max_block_bytes + kRingPieceBytes - 1) / kRingPieceBytes, kMaxSteps));
-  const int room = kMaxSteps / std::max(n - 1, 1) - 1;
+  const int room = kMaxSteps / (2 * std::max(n - 1, 1));
   return std::max(1, std::min(wanted, room));
 }
 
-// Ring reduce-scatter over blocks [offsets[i], offsets[i+1]) of `acc` (in place), numbering
-// its messages from step_base. After it, this rank's block (rank + shift + 1) mod n is fully
+// One exchange of a ring: this rank sends elements [send_at, send_at + send_count) to the next
+// rank and receives [recv_at, recv_at + recv_count) from the previous one, under `step`.
+struct RingPiece {
+  std::size_t send_at, send_count, recv_at, recv_count;
+  int step;
+};
+
+// The ring's n - 1 steps over blocks [offsets[i], offsets[i+1]), each block in ring_pieces()
+// pieces (piece p of a block is piece p of the same block on the rank it goes to), numbered
+// from step_base; this rank sends block (rank + shift) mod n first. Calls fn(piece) in order
+// and returns the first step it left unused.
+template <class Fn>
+int for_each_ring_piece(const Comm& c, const std::vector<std::size_t>& offsets, std::size_t es,
+                        int shift, int step_base, Fn&& fn) {
+  const int n = c.size();
+  std::size_t max_block = 0;
+  for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
+  const int pieces = ring_pieces(max_block * es, n);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
+    const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
+    const auto send = split_offsets(offsets[send_block + 1] - offsets[send_block], pieces);
+    const auto recv = split_offsets(offsets[recv_block + 1] - offsets[recv_block], pieces);
+    for (std::size_t p = 0; p < static_cast<std::size_t>(pieces); ++p) {
+      fn(RingPiece{offsets[send_block] + send[p], send[p + 1] - send[p],
+                   offsets[recv_block] + recv[p], recv[p + 1] - recv[p],
+                   step_base + s * pieces + static_cast<int>(p)});
+    }
+  }
+  return step_base + (n - 1) * pieces;
+}
+
+// Ring reduce-scatter over blocks [offsets[i], offsets[i+1]) of `acc` (in place), each piece
+// reduced as it arrives. After it, this rank's block (rank + shift + 1) mod n is fully
 // reduced. Returns the first step it left unused.
 int ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
                         const std::vector<std::size_t>& offsets, ReduceOp op, int shift,
@@ -58,26 +91,14 @@ int ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
   const std::size_t es = dtype_size(dtype);
   std::size_t max_block = 0;
   for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
-  const int pieces = ring_pieces(max_block * es, n);
   std::byte* incoming = scratch(Scratch::kIncoming, max_block * es);
   const int next = mod(c.rank + 1, n);
   const int prev = mod(c.rank - 1, n);
-  for (int s = 0; s < n - 1; ++s) {
-    const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
-    const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
-    // Piece p of a block is piece p of the same block on the rank it goes to.
-    const auto send_pieces = split_offsets(offsets[send_block + 1] - offsets[send_block], pieces);
-    const auto recv_pieces = split_offsets(offsets[recv_block + 1] - offsets[recv_block], pieces);
-    for (std::size_t p = 0; p < static_cast<std::size_t>(pieces); ++p) {
-      const std::size_t send_count = send_pieces[p + 1] - send_pieces[p];
-      const std::size_t recv_count = recv_pieces[p + 1] - recv_pieces[p];
-      c.send_recv(next, acc + (offsets[send_block] + send_pieces[p]) * es, send_count * es, prev,
-                  incoming, recv_count * es, step_base + s * pieces + static_cast<int>(p));
-      reduce_into(acc + (offsets[recv_block] + recv_pieces[p]) * es, incoming, recv_count, dtype,
-                  op);
-    }
-  }
-  return step_base + (n - 1) * pieces;
+  return for_each_ring_piece(c, offsets, es, shift, step_base, [&](const RingPiece& p) {
+    c.send_recv(next, acc + p.send_at * es, p.send_count * es, prev, incoming, p.recv_count * es,
+                p.step);
+    reduce_into(acc + p.recv_at * es, incoming, p.recv_count, dtype, op);
+  });
 }
 
 // Ring all-gather of blocks in place in `out`; this rank starts owning block
@@ -87,14 +108,10 @@ void ring_all_gather(const Comm& c, std::byte* out, std::size_t es,
   const int n = c.size();
   const int next = mod(c.rank + 1, n);
   const int prev = mod(c.rank - 1, n);
-  for (int s = 0; s < n - 1; ++s) {
-    const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
-    const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
-    c.send_recv(next, out + offsets[send_block] * es,
-                (offsets[send_block + 1] - offsets[send_block]) * es, prev,
-                out + offsets[recv_block] * es,
-                (offsets[recv_block + 1] - offsets[recv_block]) * es, step_base + s);
-  }
+  for_each_ring_piece(c, offsets, es, shift, step_base, [&](const RingPiece& p) {
+    c.send_recv(next, out + p.send_at * es, p.send_count * es, prev, out + p.recv_at * es,
+                p.recv_count * es, p.step);
+  });
 }
 
 }  // namespace

@@ -24,16 +24,16 @@ void all_reduce_reduce_broadcast(const Comm& c, Buffer buf, ReduceOp op);
 // plus a round before and after for the n - 2^floor(log2 n) ranks folded into a neighbour.
 // Every rank evaluates the same expression tree, so results agree bitwise.
 void all_reduce_recursive_doubling(const Comm& c, Buffer buf, ReduceOp op);
-// Ring reduce-scatter + ring all-gather: 2 (n - 1) rounds of count / n elements (the
-// reduce-scatter's in pieces of about 1 MiB, each reduced as it arrives); needs count >= n to
-// be worth it (every block non-empty). Each element's sum is the ring's order whatever the
-// pieces, so results are those of whole blocks.
+// Ring reduce-scatter + ring all-gather: 2 (n - 1) rounds of count / n elements, each block
+// moved in pieces of about 1 MiB (the reduce-scatter reducing each as it arrives); needs
+// count >= n to be worth it (every block non-empty). Each element's sum is the ring's order
+// whatever the pieces, so results are those of whole blocks.
 void all_reduce_ring(const Comm& c, Buffer buf, ReduceOp op);
 // Ring reduce-scatter (in pieces, as above): `in` holds n blocks of out.count elements; rank r
 // gets block r.
 void reduce_scatter(const Comm& c, Buffer out, Buffer in, ReduceOp op);
-// Ring all-gather of blocks of (possibly different) sizes: block r is `in`, at offset
-// sum(counts[0..r)) of `out`.
+// Ring all-gather (in pieces, as above) of blocks of (possibly different) sizes: block r is
+// `in`, at offset sum(counts[0..r)) of `out`.
 void all_gather_v(const Comm& c, Buffer out, Buffer in, const std::vector<std::size_t>& counts);
 // Direct: every rank sends to (or receives from) the root.
 void gather(const Comm& c, Buffer out, Buffer in, int root);
