@@ -83,46 +83,64 @@ struct Stage {
   std::int64_t saved = 0, deferred = 0;  // one micro-batch's
 };
 
-// The most a pipeline rank keeps at once over its actions in order: an F adds its stage's
-// activations, a B frees them, an I adds the deferred copies, which its W frees with the
-// activations (PipelineRuntime's accounting).
-std::int64_t pipeline_peak(const std::vector<parallel::Action>& actions,
-                           const std::vector<Stage>& stages) {
-  std::int64_t held = 0, peak = 0;
-  for (const parallel::Action& a : actions) {
-    const Stage& s = stages[static_cast<std::size_t>(a.stage)];
-    switch (a.kind) {
-      case parallel::ActionKind::kForward:
-        held += s.saved;
-        break;
-      case parallel::ActionKind::kFullBackward:
-        held -= s.saved;
-        break;
-      case parallel::ActionKind::kBackwardInput:
-        held += s.deferred;
-        break;
-      case parallel::ActionKind::kBackwardWeight:
-        held -= s.saved + s.deferred;
-        break;
-      default:
-        break;
+// A pipeline rank's activations over its actions in order (PipelineRuntime): `held`, the
+// most its slots keep at once (an F adds its stage's activations, a B frees them, an I adds
+// the deferred copies, which its W frees with the activations: the runtime's accounting), and
+// `with_sets`, the most with the stages' other sets of activation buffers: the one the model
+// fills in a forward and the spent ones kept for the next forwards. A forward takes a spent set
+// for the model, if there is one (else the next forward makes a new one); a B or W gives its
+// set back, unless its I recomputed whole blocks into it (checkpointing), which is freed. Sets
+// persist from step to step, so the second of two steps is the one that counts.
+struct PipelinePeaks {
+  std::int64_t held = 0, with_sets = 0;
+};
+
+PipelinePeaks pipeline_peaks(const std::vector<parallel::Action>& actions,
+                             const std::vector<Stage>& stages, bool checkpointing) {
+  std::vector<std::int64_t> spent(stages.size(), 0), model_has(stages.size(), 0);
+  PipelinePeaks peaks;
+  for (int step = 0; step < 2; ++step) {
+    std::int64_t held = 0;
+    for (const parallel::Action& a : actions) {
+      const auto stage = static_cast<std::size_t>(a.stage);
+      const Stage& s = stages[stage];
+      switch (a.kind) {
+        case parallel::ActionKind::kForward:
+          held += s.saved;
+          model_has[stage] = spent[stage] > 0 ? 1 : 0;
+          spent[stage] -= model_has[stage];
+          break;
+        case parallel::ActionKind::kFullBackward:
+          held -= s.saved;
+          ++spent[stage];
+          break;
+        case parallel::ActionKind::kBackwardInput:
+          held += s.deferred;
+          break;
+        case parallel::ActionKind::kBackwardWeight:
+          held -= s.saved + s.deferred;
+          if (!checkpointing) ++spent[stage];
+          break;
+        default:
+          break;
+      }
+      std::int64_t sets = 0;
+      for (std::size_t t = 0; t < stages.size(); ++t)
+        sets += (spent[t] + model_has[t]) * stages[t].saved;
+      peaks.held = std::max(peaks.held, held);
+      peaks.with_sets = std::max(peaks.with_sets, held + sets);
     }
-    peak = std::max(peak, held);
   }
-  return peak;
+  return peaks;
 }
 
-// A pipeline rank's buffers besides the activations in flight: its stages' own set of
-// activation tensors (which the model fills while the slots hold the others), and each
-// (stage, micro-batch) slot's input and gradient buffers (PipelineRuntime).
+// Each (stage, micro-batch) slot's input and gradient buffers on a pipeline rank
+// (PipelineRuntime).
 std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
-                              const parallel::Schedule& schedule, const std::vector<Stage>& stages,
-                              int rank) {
+                              const parallel::Schedule& schedule, int rank) {
   std::int64_t n = 0;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    if (schedule.stage_to_rank[s] != rank) continue;
-    n += stages[s].saved + 2 * schedule.microbatches * w.local_rows(rows) * w.dim * kFloat;
-  }
+  for (const int r : schedule.stage_to_rank)
+    if (r == rank) n += 2 * schedule.microbatches * w.local_rows(rows) * w.dim * kFloat;
   return n;
 }
 
@@ -204,6 +222,15 @@ Stages saved_by_stage(const Job& job, const Widths& w, const StageCut& cut) {
   return out;
 }
 
+// Whether pipeline rank `rank` splits its backwards into I and W (zero bubble).
+bool splits_backward(const Job& job, const parallel::Schedule& schedule, int rank) {
+  if (job.options.dims.pp == 1) return false;
+  const auto& actions = schedule.actions[static_cast<std::size_t>(rank)];
+  return std::any_of(actions.begin(), actions.end(), [](const parallel::Action& a) {
+    return a.kind == parallel::ActionKind::kBackwardInput;
+  });
+}
+
 // What pipeline rank `stage` (every rank without pipeline parallelism) holds.
 RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& cut, int stage) {
   const parallel::ParallelDims& d = job.options.dims;
@@ -222,16 +249,22 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
   }
   add_state(job,
             local_parameters(*cut.parameters, static_cast<int>(job.model.n_layers), mine, d.tp), m);
-  m.activations =
-      d.pp > 1 ? pipeline_peak(cut.schedule.actions[static_cast<std::size_t>(stage)], cut.stages)
-               : cut.stages[0].saved + w.local_rows(rows) * w.dim * kFloat;
+  m.activations = cut.stages[0].saved + w.local_rows(rows) * w.dim * kFloat;
   m.scratch += (layers > 0 ? block_scratch(w, rows) : 0) + (head ? head_scratch(w, rows) : 0) +
                tensor_parallel_scratch(w, rows) + context_parallel_scratch(w, rows, job);
-  if (d.pp > 1) m.scratch += pipeline_scratch(w, rows, cut.schedule, cut.stages, stage);
-  // Backward recomputes a block's forward into a copy of its input, and frees it after.
+  if (d.pp > 1) {
+    const PipelinePeaks peaks =
+        pipeline_peaks(cut.schedule.actions[static_cast<std::size_t>(stage)], cut.stages,
+                       job.activation_checkpointing);
+    m.activations = peaks.held;
+    m.scratch += peaks.with_sets - peaks.held + pipeline_scratch(w, rows, cut.schedule, stage);
+  }
+  // Backward recomputes a block's forward into a copy of its input: a B frees the
+  // recomputation after the block, a zero-bubble I keeps it for its W (in the deferred copies).
   if (job.activation_checkpointing && layers > 0) {
-    m.working += block_activations(w, rows, false) - block_activations(w, rows, true) +
-                 w.local_rows(rows) * w.dim * kFloat;
+    m.working += w.local_rows(rows) * w.dim * kFloat;
+    if (!splits_backward(job, cut.schedule, stage))
+      m.working += block_activations(w, rows, false) - block_activations(w, rows, true);
   }
   m.program = job.program;
   return m;
