@@ -466,6 +466,55 @@ TEST(AlgorithmsTest, AllReduceMatchesReference) {
   }
 }
 
+// A transport over another that counts the messages it sends and says whether its ranks
+// share CPUs (where they do, the rings move whole blocks rather than pieces).
+class Counting final : public Transport {
+ public:
+  Counting(Transport& inner, bool share_cpus) : inner_(inner), share_cpus_(share_cpus) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& d) override {
+    ++messages;
+    inner_.send(peer, tag, bytes, d);
+  }
+  void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& d) override {
+    inner_.recv(peer, tag, out, d);
+  }
+  int recv_any(Tag tag, std::span<std::byte> out, const Deadline& d) override {
+    return inner_.recv_any(tag, out, d);
+  }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
+  bool ranks_share_cpus() const override { return share_cpus_; }
+  int messages = 0;
+
+ private:
+  Transport& inner_;
+  bool share_cpus_;
+};
+
+// The ring all-reduce of 2.8 MB on 2 ranks: in 1 MiB pieces (2 a block, 4 messages a rank),
+// or, where ranks share CPUs, in whole blocks (2 messages); the same sums either way.
+TEST(AlgorithmsTest, RingMovesPiecesUnlessRanksShareCpus) {
+  on_thread_transports(2, [](Transport& t, const std::vector<int>& members, int r) {
+    std::mt19937 rng(static_cast<unsigned>(r + 3));
+    std::vector<std::int32_t> a(700'001);
+    for (auto& x : a) x = static_cast<std::int32_t>(rng() % 1000);
+    std::vector<std::int32_t> pieces = a, whole = a;
+    const Deadline d = Deadline::after(Seconds(30));
+    Counting own_cpus(t, false), sharing(t, true);
+    algorithms::all_reduce_ring(Comm{own_cpus, members, r, Tag{1} << 32, d}, Buffer(pieces),
+                                ReduceOp::kSum);
+    algorithms::all_reduce_ring(Comm{sharing, members, r, Tag{2} << 32, d}, Buffer(whole),
+                                ReduceOp::kSum);
+    algorithms::reference_all_reduce(Comm{t, members, r, Tag{3} << 32, d}, Buffer(a),
+                                     ReduceOp::kSum);
+    EXPECT_EQ(pieces, a);
+    EXPECT_EQ(whole, a);
+    EXPECT_EQ(own_cpus.messages, 4);
+    EXPECT_EQ(sharing.messages, 2);
+  });
+}
+
 // Recursive doubling on floats, whose sums depend on their order: every rank must still end
 // with the same bits (each evaluates the same expression).
 TEST(AlgorithmsTest, RecursiveDoublingAgreesBitwiseOnFloats) {

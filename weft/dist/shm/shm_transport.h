@@ -55,6 +55,7 @@ class ShmTransport final : public Transport {
   void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
+  bool ranks_share_cpus() const override { return job_.oversubscribed; }
   // The step engine of the group of every rank, over each rank's first region; made once (the
   // world group's), and it starts this rank on a CPU of its own. `rings`: that group's
   // generic engine, for what the step engine leaves to it.

@@ -65,6 +65,9 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
   std::size_t cpus = internal::cpus_together(lists);
   if (cpus == 0) cpus = static_cast<std::size_t>(std::max(0L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (static_cast<std::int64_t>(cpus) >= ranks) spin_ = kSpin;
+  // Said only of a job on one host, so that every rank says the same (the rings' pieces must
+  // agree): across hosts each would judge its own.
+  ranks_share_cpus_ = ranks == world_size && static_cast<std::int64_t>(cpus) < ranks;
   start();
 }
 

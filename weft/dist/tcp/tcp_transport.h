@@ -72,6 +72,7 @@ class TcpTransport final : public Transport {
   void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
                  std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
+  bool ranks_share_cpus() const override { return ranks_share_cpus_; }
 
  private:
   struct Posted;
@@ -124,6 +125,7 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;  // index: rank; null for this rank
   UniqueFd wake_fd_;                          // an eventfd: wakes the thread in poll()
   Clock::duration spin_{};                    // how long a waiting call polls before sleeping
+  bool ranks_share_cpus_ = false;             // a job on one host, more ranks than CPUs
 
   std::vector<pollfd> pollfds_;             // the polling thread's set, reused
   std::vector<pollfd> pollfds_background_;  // the background thread's watch set

@@ -47,6 +47,10 @@ class Transport {
   // than handing it to a queue thread (a wake-up on each side). A hint: a send it allowed may
   // still wait, briefly, where another thread filled the room first.
   virtual bool sends_at_once(int /*peer*/, std::size_t /*bytes*/) const { return false; }
+  // Whether the job's ranks outnumber the CPUs they may run on, so that an exchange often
+  // waits for its peer to be scheduled: the rings then move whole blocks, not pieces. The
+  // same on every rank of the transport (the rings' pieces must agree); false where unknown.
+  virtual bool ranks_share_cpus() const { return false; }
   // Blocks for the next message from `peer` under `tag` and copies it into `out`, whose size
   // must equal the message's (else PeerError: the ranks disagree about the operation).
   // Throws PeerTimeout when `deadline` passes, PeerError if the peer failed.
