@@ -254,14 +254,15 @@ DataParallel data_parallel(const Job& job, const Costs& c,
   return out;
 }
 
-// Compute relative to the machine's costs, measured with m = Machine::ranks ranks computing
-// at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
-// between those two (linear in k up to m), and in proportion to the threads a rank computes
-// with (measured with Machine::threads).
+// The ranks of a world of `world` on one host.
 int ranks_here(const Placement& p, int world) {
   return p.ranks_per_host > 0 ? std::min(p.ranks_per_host, world) : world;
 }
 
+// Compute relative to the machine's costs, measured with m = Machine::ranks ranks computing
+// at once (each slowed by shared_slowdown against one alone): k ranks on a host share it
+// between those two (linear in k up to m), and in proportion to the threads a rank computes
+// with (measured with Machine::threads).
 double slowdown(const Machine& m, const Placement& p, int world) {
   const int here = ranks_here(p, world);
   const double shared =

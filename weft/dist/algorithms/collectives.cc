@@ -39,6 +39,14 @@ std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) 
 // and an all-gather's 99th percentile 2-3x higher (docs/PERFORMANCE.md).
 constexpr std::size_t kRingPieceBytes = std::size_t{1} << 20;
 
+// The elements of the largest block [offsets[i], offsets[i+1]).
+std::size_t largest_block(const std::vector<std::size_t>& offsets) {
+  std::size_t largest = 0;
+  for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
+    largest = std::max(largest, offsets[i + 1] - offsets[i]);
+  return largest;
+}
+
 // How many pieces each block of a ring step goes in: the same on every rank (it follows the
 // largest block), and few enough that a reduce-scatter's and an all-gather's steps together
 // stay within the kMaxSteps an operation may number. One where ranks share CPUs: there each
@@ -67,9 +75,7 @@ template <class Fn>
 int for_each_ring_piece(const Comm& c, const std::vector<std::size_t>& offsets, std::size_t es,
                         int shift, int step_base, Fn&& fn) {
   const int n = c.size();
-  std::size_t max_block = 0;
-  for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
-  const int pieces = ring_pieces(c, max_block * es, n);
+  const int pieces = ring_pieces(c, largest_block(offsets) * es, n);
   for (int s = 0; s < n - 1; ++s) {
     const auto send_block = static_cast<std::size_t>(mod(c.rank - s + shift, n));
     const auto recv_block = static_cast<std::size_t>(mod(c.rank - s - 1 + shift, n));
@@ -92,9 +98,7 @@ int ring_reduce_scatter(const Comm& c, std::byte* acc, DType dtype,
                         int step_base) {
   const int n = c.size();
   const std::size_t es = dtype_size(dtype);
-  std::size_t max_block = 0;
-  for (int i = 0; i < n; ++i) max_block = std::max(max_block, offsets[i + 1] - offsets[i]);
-  std::byte* incoming = scratch(Scratch::kIncoming, max_block * es);
+  std::byte* incoming = scratch(Scratch::kIncoming, largest_block(offsets) * es);
   const int next = mod(c.rank + 1, n);
   const int prev = mod(c.rank - 1, n);
   return for_each_ring_piece(c, offsets, es, shift, step_base, [&](const RingPiece& p) {

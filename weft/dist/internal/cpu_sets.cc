@@ -40,4 +40,10 @@ std::size_t cpus_together(const std::vector<std::string>& lists) {
   return static_cast<std::size_t>(CPU_COUNT(&all));
 }
 
+std::size_t cpus_together(store::Store& store, const std::string& prefix, std::int64_t ranks) {
+  std::vector<std::string> lists;
+  for (std::int64_t i = 0; i < ranks; ++i) lists.push_back(store.get(prefix + std::to_string(i)));
+  return cpus_together(lists);
+}
+
 }  // namespace weft::dist::internal

@@ -7,8 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "weft/store/store.h"
 
 namespace weft::dist::internal {
 
@@ -19,5 +22,9 @@ std::string allowed_cpus();
 // empty (not known). Numbers that do not parse, or lie past CPU_SETSIZE, are skipped: a peer's
 // text is never trusted to be well formed.
 std::size_t cpus_together(const std::vector<std::string>& lists);
+
+// cpus_together of the lists `ranks` ranks published under `prefix` + their index (0 to
+// ranks - 1) in `store`; each get waits as the store's gets do.
+std::size_t cpus_together(store::Store& store, const std::string& prefix, std::int64_t ranks);
 
 }  // namespace weft::dist::internal

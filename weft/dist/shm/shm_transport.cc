@@ -162,9 +162,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   segments_[static_cast<std::size_t>(rank)].unlink();
   job_.size = world_size;
   job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
-  std::vector<std::string> cpus;
-  for (int p = 0; p < world_size; ++p) cpus.push_back(store_->get(key("cpus", p)));
-  const std::size_t together = internal::cpus_together(cpus);
+  const std::size_t together = internal::cpus_together(*store_, "shm/cpus/", world_size);
   job_.oversubscribed = together > 0 && together < n;
   for (int p = 0; p < world_size; ++p) {
     send_mu_.push_back(std::make_unique<std::mutex>());

@@ -58,11 +58,7 @@ TcpTransport::TcpTransport(int rank, int world_size, std::shared_ptr<store::Stor
   // The CPUs this host's ranks may run on, together (internal/cpu_sets.h); the host's count
   // where a rank's are not known.
   const std::int64_t ranks = store->add(ranks_here, 0);
-  std::vector<std::string> lists;
-  for (std::int64_t i = 0; i < ranks; ++i) {
-    lists.push_back(store->get(ranks_here + "/cpus/" + std::to_string(i)));
-  }
-  std::size_t cpus = internal::cpus_together(lists);
+  std::size_t cpus = internal::cpus_together(*store, ranks_here + "/cpus/", ranks);
   if (cpus == 0) cpus = static_cast<std::size_t>(std::max(0L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (static_cast<std::int64_t>(cpus) >= ranks) spin_ = kSpin;
   // Said only of a job on one host, so that every rank says the same (the rings' pieces must
