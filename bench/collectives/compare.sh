@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs, in one go on this machine, the same sweep (all_reduce and broadcast of float32 with
-# sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and thread backends, Open MPI
-# (shared-memory transport: --mca btl self,vader) and torch.distributed's gloo, weft's mpi
+# Runs, in one go on this machine, the same sweep (all_reduce, broadcast, all_gather and
+# reduce_scatter of float32 with sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and
+# thread backends, Open MPI (shared-memory transport: --mca btl self,vader) and
+# torch.distributed's gloo (all_reduce, broadcast, all_gather, barrier), weft's mpi
 # backend against the same raw Open MPI calls, and weft's tcp backend against Gloo's C++
 # library over its tcp transport, both on loopback (all_reduce, broadcast, all_gather,
 # reduce_scatter), with 2 and 4 ranks, and prints one table per op and rank count with the
@@ -55,7 +56,7 @@ weft_lines() {  # op
 }
 
 for n in 2 4; do
-  for op in all_reduce broadcast barrier; do
+  for op in all_reduce broadcast all_gather reduce_scatter barrier; do
     "$build/tools/weft-bench" "$op" --threads "$n" -b 4 -e 64M -f 4 | weft_lines "$op" \
       > "$out/thread.$op.$n"
     "$build/tools/weftrun" --nproc-per-node "$n" --backend shm "$build/tools/weft-bench" "$op" \

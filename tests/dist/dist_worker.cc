@@ -91,9 +91,12 @@ void check_every_algorithm(ProcessGroup& pg) {
   single_copy.one_step_all_reduce_max = 0;
   single_copy.single_copy_all_reduce_min = single_copy.single_copy_broadcast_min = 0;
   single_copy.single_copy_all_reduce_max = single_copy.single_copy_broadcast_max = kNever;
+  single_copy.single_copy_all_gather_min = 0;
+  single_copy.single_copy_all_gather_max = kNever;
   one_step.one_step_all_reduce_max = kNever;  // at most a slot, whatever the table says
   sliced.one_step_all_reduce_max = 0;
   sliced.single_copy_all_reduce_min = sliced.single_copy_broadcast_min = kNever;
+  sliced.single_copy_all_gather_min = kNever;
   ring.ring_all_reduce_min = 0;
   const CollectiveTuning agreed = pg.tuning();
   for (const CollectiveTuning& t : {single_copy, one_step, sliced, ring}) {

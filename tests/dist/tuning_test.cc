@@ -28,6 +28,8 @@ CollectiveTuning changed() {
   t.single_copy_all_reduce_max = 0;  // never
   t.single_copy_broadcast_min = 128 << 10;
   t.single_copy_broadcast_max = std::size_t{64} << 20;
+  t.single_copy_all_gather_min = 64 << 10;
+  t.single_copy_all_gather_max = 512 << 10;
   t.ring_all_reduce_min = 0;
   return t;
 }

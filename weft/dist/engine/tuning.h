@@ -20,12 +20,15 @@ namespace weft::dist {
 struct CollectiveTuning {
   // shm engine: an all-reduce up to this size runs in one step (at most a slot, 64 KiB).
   std::size_t one_step_all_reduce_max = std::size_t{16} << 10;
-  // shm engine, where every rank can read the others' memory: all-reduces and broadcasts in
-  // [min, max] copy straight between the ranks' buffers (min > max: never).
+  // shm engine, where every rank can read the others' memory: all-reduces, broadcasts and
+  // all-gathers (sizes: the gathered whole) in [min, max] copy straight between the ranks'
+  // buffers (min > max: never).
   std::size_t single_copy_all_reduce_min = std::size_t{1} << 20;
   std::size_t single_copy_all_reduce_max = std::size_t{4} << 20;
   std::size_t single_copy_broadcast_min = std::size_t{64} << 10;
   std::size_t single_copy_broadcast_max = std::size_t{4} << 20;
+  std::size_t single_copy_all_gather_min = std::size_t{64} << 10;
+  std::size_t single_copy_all_gather_max = std::size_t{256} << 10;
   // generic engine (tcp, thread, shm's subgroups beyond its pool): all-reduces from this
   // size run the ring, smaller ones recursive doubling.
   std::size_t ring_all_reduce_min = std::size_t{1} << 20;

@@ -393,6 +393,12 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
                      within(tuning_.single_copy_broadcast_min, tuning_.single_copy_broadcast_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSlots;
+    case Op::all_gather:
+      // Oversubscribed, each rank's reads wait for every other to be scheduled: slower.
+      return can_read_peers_ && !oversubscribed_ &&
+                     within(tuning_.single_copy_all_gather_min, tuning_.single_copy_all_gather_max)
+                 ? Algorithm::kSingleCopy
+                 : Algorithm::kSlots;
     case Op::all_reduce:
       if (bytes <= std::min(tuning_.one_step_all_reduce_max, kSlotBytes))
         return Algorithm::kOneStep;
@@ -622,6 +628,9 @@ void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of
   const Deadline& deadline = context.deadline;
   start(Op::all_gather, in.count, in.dtype, -1);
   const std::size_t block = in.size_bytes();
+  if (choose(Op::all_gather, block * static_cast<std::size_t>(size())) == Algorithm::kSingleCopy) {
+    return gather_single_copy(in, block_of, deadline);
+  }
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
     begin_step(deadline);
@@ -632,6 +641,20 @@ void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of
       copy_bytes(block_of(q) + off, q == rank_ ? in.bytes() + off : payload(q, step_, len), len);
     }
   }
+}
+
+// Every rank publishes where its block lives, reads each other's straight into place (one
+// process_vm_readv each) and copies its own; the last step keeps everyone until nobody reads.
+// Measured against the slots, where each block crosses between cores twice through a slot the
+// writer's cache holds: docs/PERFORMANCE.md, "Collectives on shared memory".
+void Collectives::gather_single_copy(Buffer in, FunctionRef<std::byte*(int)> block_of,
+                                     const Deadline& deadline) {
+  const std::vector<std::uint64_t> at = exchange_addresses(in, deadline);
+  copy_bytes(block_of(rank_), in.bytes(), in.size_bytes());
+  for (int q = 0; q < size(); ++q) {
+    if (q != rank_) read_peer(q, at[static_cast<std::size_t>(q)], block_of(q), in.size_bytes());
+  }
+  wait_until_all_done(deadline);
 }
 
 void Collectives::all_to_all(Buffer out, Buffer in, const OpContext& context) {

@@ -9,12 +9,12 @@
 //   3. waits for the ranks it reads from to publish s, and reads their slots directly.
 // Small messages are one step (one cache-line transfer per peer, no system call); large ones
 // are chunked through the slots so that chunks stay in cache while they cross between cores;
-// mid-sized all-reduces and broadcasts copy once, straight between the ranks' buffers, where
-// the processes may read each other's memory. Reductions run in rank order (identical
-// results everywhere). Waiting spins, then yields, then sleeps on a futex (docs/COLLECTIVES.md
-// has the layout and the algorithm table; docs/PERFORMANCE_LOG.md, "Collective algorithm
-// choices", the measurements behind the constants). Gather, scatter and the _v forms run on
-// the generic engine over the transport's rings.
+// mid-sized all-reduces, broadcasts and all-gathers copy once, straight between the ranks' buffers,
+// where the processes may read each other's memory. Reductions run in rank order (identical results
+// everywhere). Waiting spins, then yields, then sleeps on a futex (docs/COLLECTIVES.md has the
+// layout and the algorithm table; docs/PERFORMANCE_LOG.md, "Collective algorithm choices", the
+// measurements behind the constants). Gather, scatter and the _v forms run on the generic engine
+// over the transport's rings.
 #pragma once
 
 #include <sched.h>
@@ -56,9 +56,9 @@ class Collectives final : public ForwardingEngine {
   // rank died. The engine of the whole job starts rank r on the (r mod CPUs)-th allowed CPU
   // (unbound afterwards). With more ranks than cores, waits do not spin and barriers are
   // released by rank 0. Where every rank can read every other's memory, all-reduces of 1-4 MiB
-  // and (with a core per rank) mid-sized broadcasts copy straight between the ranks' buffers
-  // (one copy instead of two through the slots). `rings`: the same group's generic engine, for the
-  // operations not done here.
+  // and (with a core per rank) mid-sized broadcasts and all-gathers copy straight between the
+  // ranks' buffers (one copy instead of two through the slots). `rings`: the same group's generic
+  // engine, for the operations not done here.
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids,
               std::unique_ptr<CollectiveEngine> rings);
@@ -129,6 +129,8 @@ class Collectives final : public ForwardingEngine {
                             ReduceOp op) const;
   // all_gather with rank q's block going to block_of(q).
   void gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of, const OpContext& context);
+  void gather_single_copy(Buffer in, FunctionRef<std::byte*(int)> block_of,
+                          const Deadline& deadline);
   void all_reduce_one_step(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline);
