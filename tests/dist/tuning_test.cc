@@ -97,5 +97,21 @@ TEST(TuningTest, JobsReadTheTableForTheirMachine) {
   std::filesystem::remove_all(dir);
 }
 
+// A table that lacks a threshold (one written before that threshold existed) is not used,
+// and the warning says how to replace it.
+TEST(TuningTest, ATableMissingAThresholdSaysToMeasureAgain) {
+  const auto path = std::filesystem::temp_directory_path() / "weft_tuning_old.table";
+  const TuningKey key{cpu_model(), "shm", 2};
+  std::string text = format_table(key, CollectiveTuning{});
+  text.erase(text.find("single_copy_all_gather_max"));
+  std::ofstream(path) << text;
+  const ScopedEnv table("WEFT_COLLECTIVE_TABLE", path.c_str());
+  std::string why;
+  EXPECT_FALSE(read_table(key, &why).has_value());
+  EXPECT_THAT(why, HasSubstr("no 'single_copy_all_gather_max'"));
+  EXPECT_THAT(why, HasSubstr("weft-bench --tune"));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace weft::dist

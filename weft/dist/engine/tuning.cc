@@ -161,7 +161,10 @@ std::optional<CollectiveTuning> read_table(const TuningKey& key, std::string* wh
     }
     return tuning;
   } catch (const Error& e) {
-    if (why != nullptr) *why = path->string() + ": " + e.what() + "; using the defaults";
+    if (why != nullptr) {
+      *why = path->string() + ": " + e.what() +
+             "; using the defaults; weft-bench --tune measures this machine again";
+    }
     return std::nullopt;
   }
 }
