@@ -21,7 +21,7 @@ struct BenchOptions {
   DType dtype = DType::kFloat32;
   dist::ReduceOp redop = dist::ReduceOp::kSum;
   bool check = false;
-  std::string group = "all";  // --group: all, host or cross
+  std::string group = "all";  // --group: all, host, cross or generic
   // Run before each iteration instead of a barrier (untimed): the ranks then arrive as that
   // work lets them, as in training (weft-bench machine times collectives after compute).
   std::function<void()> between;

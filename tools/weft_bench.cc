@@ -4,6 +4,7 @@
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench all_reduce -b 8 -e 64M -f 4
 //   build/release/tools/weft-bench broadcast --threads 4 --check
 //   weftrun --nnodes 2 ... weft-bench all_reduce --group host   (each host's ranks at once)
+//   weftrun --nproc-per-node 2 ... weft-bench all_gather --group generic   (shm's rings)
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench machine --out machine.json
 //   weftrun --nproc-per-node 2 build/release/tools/weft-bench --tune
 //
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,9 +98,24 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
 // rank's local index, one per host (a tensor- and a data-parallel group of a mesh over whole
 // hosts). Ranks are numbered host by host, the launcher's local world size per host, as
 // weftrun, mpirun and srun number them.
+// Every rank, on the generic engine over the transport's rings: on shm the first subgroup made
+// once the pool of step-engine regions is spent (as a job's later subgroups are).
+std::shared_ptr<ProcessGroup> generic_group(ProcessGroup& world) {
+  std::vector<int> all(static_cast<std::size_t>(world.size()));
+  std::iota(all.begin(), all.end(), 0);
+  for (int made = 0; made < 64; ++made) {
+    auto group = world.new_group(all);
+    if (group->engine_name() == "generic") return group;
+    if (group->engine_name() != "shm") break;
+  }
+  throw CLI::ValidationError("--group generic: the " + std::string(world.backend_name()) +
+                             " backend's groups do not run on the generic engine");
+}
+
 std::shared_ptr<ProcessGroup> bench_group(const std::shared_ptr<ProcessGroup>& world,
                                           const std::string& group) {
   if (group == "all") return world;
+  if (group == "generic") return generic_group(*world);
   const auto launched = weft::dist::launch_environment();
   const int per_host = launched ? launched->local_world_size : 0;
   if (per_host <= 0 || world->size() % per_host != 0) {
@@ -162,9 +179,11 @@ int main(int argc, char** argv) {
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
   app.add_option("--group", o.group,
                  "Time the collective on: all (the world), host (each host's ranks, all hosts "
-                 "at once) or cross (the ranks with one local index, one per host); host and "
-                 "cross under a launcher (weftrun, mpirun, srun) only")
-      ->check(CLI::IsMember({"all", "host", "cross"}));
+                 "at once), cross (the ranks with one local index, one per host), or generic "
+                 "(every rank on the generic engine: on shm, a subgroup beyond the pool of "
+                 "step-engine regions); host and cross under a launcher (weftrun, mpirun, "
+                 "srun) only")
+      ->check(CLI::IsMember({"all", "host", "cross", "generic"}));
   CLI11_PARSE(app, argc, argv);
   if (tune && !o.op.empty() && o.op != "tune") {
     std::fprintf(stderr, "weft-bench: --tune takes no operation (given: %s)\n", o.op.c_str());
@@ -200,7 +219,8 @@ int main(int argc, char** argv) {
     };
     if (threads > 0 && o.group != "all") {
       throw CLI::ValidationError(
-          "--group host and cross run under a launcher (weftrun, mpirun, srun), not --threads");
+          "--group host, cross and generic run under a launcher (weftrun, mpirun, srun), not "
+          "--threads (whose groups run on the generic engine already)");
     }
     if (threads > 0) {
       weft::dist::run_threads(threads, [&](ProcessGroup& pg) {

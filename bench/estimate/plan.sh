@@ -1,14 +1,18 @@
 #!/bin/bash
 # weft-plan's choice against measurement: for debug and llama_512 on 2 ranks, weft-plan's five
 # fastest layouts and five common ones (FSDP, DDP, TP, CP, 1F1B) each train STEPS steps at
-# the same global batch; one line a layout (estimated and measured median step), then how far
-# the plan's first choice is from the fastest measured. About 6 minutes on 2 cores.
+# the same global batch, in ROUNDS rounds (each round runs every layout once, so that a slow
+# spell of the host falls on one run of each layout, not on all runs of one); one line a layout
+# (estimated step, and the median over the rounds of each run's median step), then how far the
+# plan's first choice is from the fastest measured. About 6 minutes a round on 2 cores.
 #
 #   bench/estimate/plan.sh            # after make run or make test
+#   ROUNDS=1 STEPS=8 bench/estimate/plan.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=build/release/tools
 steps=${STEPS:-6}
+rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$T/weftrun" --nproc-per-node 2 "$T/weft-bench" machine --out "$work/machine.json" >/dev/null
@@ -33,28 +37,40 @@ common = {
 for name, rest in common.items():
     print(f"common\t{name}\t{P}{rest}")
 PY
-  printf '%-10s %-7s %-70s %8s %8s\n' "$config" which layout 'est s' 'meas s'
-  while IFS=$'\t' read -r which name flags; do
-    rm -f "$work/metrics.jsonl"
-    # shellcheck disable=SC2086
-    "$T/weftrun" --nproc-per-node 2 "$T/weft-train" --config "configs/$config.toml" \
-      --training.steps "$steps" --checkpoint.enable false --validation.enable false \
-      --metrics.log_freq 1 --metrics.jsonl_path "$work/metrics.jsonl" $flags >/dev/null 2>&1
-    measured=$(python3 -c "import json, statistics, sys
+  printf '%-10s %-7s %-70s %8s %8s  %s\n' "$config" which layout 'est s' 'meas s' 'each round'
+  for _ in $(seq "$rounds"); do
+    n=0
+    while IFS=$'\t' read -r which name flags; do
+      n=$((n + 1))
+      rm -f "$work/metrics.jsonl"
+      # shellcheck disable=SC2086
+      "$T/weftrun" --nproc-per-node 2 "$T/weft-train" --config "configs/$config.toml" \
+        --training.steps "$steps" --checkpoint.enable false --validation.enable false \
+        --metrics.log_freq 1 --metrics.jsonl_path "$work/metrics.jsonl" $flags </dev/null \
+        >/dev/null 2>&1
+      python3 -c "import json, statistics, sys
 print('%.3f' % statistics.median(r['time_s'] for r in map(json.loads, open(sys.argv[1])) if r.get('step', 0) > 1))" \
-      "$work/metrics.jsonl")
+        "$work/metrics.jsonl" >>"$work/$config.$n.measured"
+    done <"$work/layouts"
+  done
+  n=0
+  while IFS=$'\t' read -r which name flags; do
+    n=$((n + 1))
+    measured=$(python3 -c "import statistics, sys
+print('%.3f' % statistics.median(float(l) for l in open(sys.argv[1])))" "$work/$config.$n.measured")
     # shellcheck disable=SC2086
     estimated=$("$T/weft-estimate" --config "configs/$config.toml" --nproc 2 \
       --machine "$work/machine.json" $flags | sed -nE 's/^step ([0-9.]+) ms.*/\1/p')
-    printf '%-10s %-7s %-70s %8.3f %8s\n' "" "$which" "$name" "$(bc -l <<<"$estimated / 1000")" \
-      "$measured" | tee -a "$work/$config.results"
+    printf '%-10s %-7s %-70s %8.3f %8s  %s\n' "" "$which" "$name" "$(bc -l <<<"$estimated / 1000")" \
+      "$measured" "$(paste -sd' ' "$work/$config.$n.measured")"
+    printf '%s\t%s\t%s\n' "$which" "$name" "$measured" >>"$work/$config.results"
   done <"$work/layouts"
   python3 - "$work/$config.results" <<'PY'
 import sys
-rows = [l.split() for l in open(sys.argv[1])]
-first = next(float(r[-1]) for r in rows if r[0] == "plan1")
-fastest = min(float(r[-1]) for r in rows)
-print(f"  the plan's first choice: {first:.3f} s, the fastest measured {fastest:.3f} s: "
-      f"{100 * (first - fastest) / fastest:+.1f} %")
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+first = next(float(r[2]) for r in rows if r[0] == "plan1")
+fastest = min(rows, key=lambda r: float(r[2]))
+print(f"  the plan's first choice: {first:.3f} s, the fastest measured {float(fastest[2]):.3f} s "
+      f"({fastest[1]}): {100 * (first - float(fastest[2])) / float(fastest[2]):+.1f} %")
 PY
 done

@@ -62,6 +62,13 @@ TEST(TcpTransportTest, MeshCarriesMessagesLargerThanASegmentBothWays) {
   check_both_send_first(*t[0], *t[1], 3 * tcp::kMaxSegment + 17);
 }
 
+TEST(TcpTransportTest, SendRecvAroundARingDeliversEveryRound) {
+  auto t = mesh(3, {"tok", "tok", "tok"});
+  for (std::size_t n : {std::size_t{100}, 2 * tcp::kMaxSegment + 5}) {
+    check_send_recv_around_a_ring({t[0].get(), t[1].get(), t[2].get()}, n);
+  }
+}
+
 TEST(TcpTransportTest, ThreadsSendingToOnePeerTakeTurnsBySegment) {
   auto t = mesh(2, {"", ""});
   const auto big = pattern(4 * tcp::kMaxSegment, 3);

@@ -37,6 +37,25 @@ inline void check_both_send_first(Transport& a, Transport& b, std::size_t n) {
   EXPECT_EQ(got_b, pattern(n, 0));
 }
 
+// Every rank send_recv()s `n` bytes to the next and from the previous at once, three rounds
+// under one tag (a ring's steps): each gets its predecessor's message of that round.
+inline void check_send_recv_around_a_ring(const std::vector<Transport*>& ts, std::size_t n) {
+  const int size = static_cast<int>(ts.size());
+  std::vector<std::future<void>> running;
+  for (int r = 0; r < size; ++r) {
+    running.push_back(std::async(std::launch::async, [&, r] {
+      const int next = (r + 1) % size, prev = (r + size - 1) % size;
+      for (int round = 0; round < 3; ++round) {
+        std::vector<std::byte> got(n);
+        ts[static_cast<std::size_t>(r)]->send_recv(next, 6, pattern(n, 10 * round + r), prev, 6,
+                                                   got, soon());
+        EXPECT_EQ(got, pattern(n, 10 * round + prev)) << "rank " << r << ", round " << round;
+      }
+    }));
+  }
+  for (auto& f : running) f.get();
+}
+
 // Three messages from `first` under one tag arrive in order; recv_any finds `second`'s.
 inline void check_order_and_recv_any(Transport& to, Transport& first, Transport& second) {
   for (int i = 0; i < 3; ++i) first.send(to.rank(), 5, pattern(100, i), soon());

@@ -197,7 +197,7 @@ TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {
                                    {"--threads", "]=0"},
                                    {"--timeout", "]=0"},
                                    {"-c,--check", ""},
-                                   {"--group", "cross}=all"}});
+                                   {"--group", "generic}=all"}});
 }
 
 }  // namespace

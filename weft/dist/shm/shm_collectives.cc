@@ -645,8 +645,9 @@ void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of
 
 // Every rank publishes where its block lives, reads each other's straight into place (one
 // process_vm_readv each) and copies its own; the last step keeps everyone until nobody reads.
-// Measured against the slots, where each block crosses between cores twice through a slot the
-// writer's cache holds: docs/PERFORMANCE.md, "Collectives on shared memory".
+// The slots copy each block twice (into its owner's slot, out of it), the reader taking every
+// line from the writer's cache; this copies it once, from the owner's buffer. Faster from 64 to
+// 256 KiB on the machines measured (docs/COLLECTIVES.md, "Single copy").
 void Collectives::gather_single_copy(Buffer in, FunctionRef<std::byte*(int)> block_of,
                                      const Deadline& deadline) {
   const std::vector<std::uint64_t> at = exchange_addresses(in, deadline);

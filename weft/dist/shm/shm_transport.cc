@@ -458,7 +458,22 @@ int ShmTransport::receive(int peer, const Deadline& deadline, const Take& take) 
 }
 
 void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) {
+  recv_after(peer, tag, out, deadline, [] {});
+}
+
+// The receive is posted before the send starts: in a ring round the peer's message arrives
+// while this rank is still sending, and one larger than the ring is drained (by the drain
+// thread) before the receive would otherwise be posted, into a buffer of the mailbox's from
+// which it is copied again.
+void ShmTransport::send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from,
+                             Tag recv_tag, std::span<std::byte> out, const Deadline& deadline) {
+  recv_after(from, recv_tag, out, deadline, [&] { send(to, send_tag, bytes, deadline); });
+}
+
+void ShmTransport::recv_after(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline,
+                              FunctionRef<void()> send_first) {
   if (out.size() < kDirectBytes) {
+    send_first();
     receive(peer, deadline, [&] { return mailbox_.try_recv(peer, tag, out) ? peer : -1; });
     return;
   }
@@ -472,6 +487,7 @@ void ShmTransport::recv(int peer, Tag tag, std::span<std::byte> out, const Deadl
     Posted& posted;
     ~Unpost() { transport.unpost(posted); }
   } unpost{*this, posted};
+  send_first();
   receive(peer, deadline, [&] { return take_posted(posted) ? peer : -1; });
 }
 

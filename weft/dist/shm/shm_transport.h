@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "weft/base/function_ref.h"
 #include "weft/dist/shm/shm_collectives.h"
 #include "weft/dist/shm/shm_segment.h"
 #include "weft/dist/transport/mailbox.h"
@@ -53,6 +54,9 @@ class ShmTransport final : public Transport {
   void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline& deadline) override;
   bool sends_at_once(int peer, std::size_t bytes) const override;
   void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
+  // Posts the receive, then sends: a large message lands straight in `out`.
+  void send_recv(int to, Tag send_tag, std::span<const std::byte> bytes, int from, Tag recv_tag,
+                 std::span<std::byte> out, const Deadline& deadline) override;
   int recv_any(Tag tag, std::span<std::byte> out, const Deadline& deadline) override;
   void abort(const std::string& reason) override;
   bool ranks_share_cpus() const override { return job_.oversubscribed; }
@@ -103,6 +107,9 @@ class ShmTransport final : public Transport {
   bool take_posted(Posted& posted);
   Posted* claim(int from, const shm::MessageHeader& header);  // requires drain_mu_
   bool adopt(Posted& posted);                                 // requires drain_mu_
+  // recv, running `send_first` once the receive is posted (large messages) or before it waits.
+  void recv_after(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline,
+                  FunctionRef<void()> send_first);
   void unpost(Posted& posted);
   void check_peers();
   // Whether this rank can read every peer's memory with process_vm_readv.
