@@ -94,10 +94,6 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
   return wrong_total;
 }
 
-// The group --group names: the world, the ranks of this rank's host, or the ranks with this
-// rank's local index, one per host (a tensor- and a data-parallel group of a mesh over whole
-// hosts). Ranks are numbered host by host, the launcher's local world size per host, as
-// weftrun, mpirun and srun number them.
 // Every rank, on the generic engine over the transport's rings: on shm the first subgroup made
 // once the pool of step-engine regions is spent (as a job's later subgroups are).
 std::shared_ptr<ProcessGroup> generic_group(ProcessGroup& world) {
@@ -112,6 +108,10 @@ std::shared_ptr<ProcessGroup> generic_group(ProcessGroup& world) {
                              " backend's groups do not run on the generic engine");
 }
 
+// The group --group names: the world, the ranks of this rank's host, the ranks with this
+// rank's local index, one per host (a tensor- and a data-parallel group of a mesh over whole
+// hosts), or every rank on the generic engine. Ranks are numbered host by host, the launcher's
+// local world size per host, as weftrun, mpirun and srun number them.
 std::shared_ptr<ProcessGroup> bench_group(const std::shared_ptr<ProcessGroup>& world,
                                           const std::string& group) {
   if (group == "all") return world;
