@@ -105,7 +105,8 @@ std::shared_ptr<ProcessGroup> generic_group(ProcessGroup& world) {
     if (group->engine_name() != "shm") break;
   }
   throw CLI::ValidationError("--group generic: the " + std::string(world.backend_name()) +
-                             " backend's groups do not run on the generic engine");
+                             " backend's groups do not run on the generic engine; run it with "
+                             "--backend shm or tcp");
 }
 
 // The group --group names: the world, the ranks of this rank's host, the ranks with this

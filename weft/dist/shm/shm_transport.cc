@@ -91,8 +91,11 @@ bool process_alive(int pid) {
   return state != 'Z' && state != 'X';
 }
 
+// A rank's entry `what` in the store is key_prefix(what) + its rank.
+std::string key_prefix(const std::string& what) { return "shm/" + what + "/"; }
+
 std::string key(const std::string& what, int rank) {
-  return "shm/" + what + "/" + std::to_string(rank);
+  return key_prefix(what) + std::to_string(rank);
 }
 
 }  // namespace
@@ -162,7 +165,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   segments_[static_cast<std::size_t>(rank)].unlink();
   job_.size = world_size;
   job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
-  const std::size_t together = internal::cpus_together(*store_, "shm/cpus/", world_size);
+  const std::size_t together = internal::cpus_together(*store_, key_prefix("cpus"), world_size);
   job_.oversubscribed = together > 0 && together < n;
   for (int p = 0; p < world_size; ++p) {
     send_mu_.push_back(std::make_unique<std::mutex>());
