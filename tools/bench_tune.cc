@@ -35,6 +35,9 @@ struct Decision {
   // set() writes them.
   enum class Shape { kUpTo, kFrom, kRange } shape;
   std::function<void(CollectiveTuning&, std::size_t lo, std::size_t hi)> set;
+  // A threshold set() writes: where the group's engine does not read it, it never takes the
+  // second algorithm, and the decision is not measured.
+  std::size_t CollectiveTuning::*threshold;
 };
 
 struct Timed {
@@ -73,7 +76,8 @@ Decision single_copy(const char* what, const char* op, std::size_t from, const c
           [=](CollectiveTuning& t, std::size_t lo, std::size_t hi) {
             t.*min = lo;
             t.*max = hi;
-          }};
+          },
+          min};
 }
 
 std::vector<Decision> decisions(std::string_view engine) {
@@ -93,7 +97,8 @@ std::vector<Decision> decisions(std::string_view engine) {
          },
          [](const CollectiveTuning& t, std::size_t s) { return s <= t.one_step_all_reduce_max; },
          Decision::Shape::kUpTo,
-         [](CollectiveTuning& t, std::size_t, std::size_t hi) { t.one_step_all_reduce_max = hi; }},
+         [](CollectiveTuning& t, std::size_t, std::size_t hi) { t.one_step_all_reduce_max = hi; },
+         &CollectiveTuning::one_step_all_reduce_max},
         single_copy("all_reduce single copy", "all_reduce", 64 << 10, "sliced", sliced,
                     &CollectiveTuning::single_copy_all_reduce_min,
                     &CollectiveTuning::single_copy_all_reduce_max),
@@ -120,7 +125,8 @@ std::vector<Decision> decisions(std::string_view engine) {
              },
              [](const CollectiveTuning& t, std::size_t s) { return s >= t.ring_all_reduce_min; },
              Decision::Shape::kFrom,
-             [](CollectiveTuning& t, std::size_t lo, std::size_t) { t.ring_all_reduce_min = lo; }}};
+             [](CollectiveTuning& t, std::size_t lo, std::size_t) { t.ring_all_reduce_min = lo; },
+             &CollectiveTuning::ring_all_reduce_min}};
   }
   return {};
 }
@@ -285,10 +291,16 @@ void tune_collectives(dist::ProcessGroup& pg, const std::string& out, std::size_
                       std::size_t max_bytes) {
   const dist::TuningKey key{cpu_model(), std::string(pg.backend_name()), pg.size()};
   std::vector<Decision> ds;
+  std::vector<const char*> never_taken;
   for (Decision& d : decisions(pg.engine_name())) {
     d.from = std::max(d.from, min_bytes);
     d.to = std::min(d.to, max_bytes);
-    if (d.from <= d.to) ds.push_back(std::move(d));
+    if (d.from > d.to) continue;
+    if (pg.reads_tuning(d.threshold)) {
+      ds.push_back(std::move(d));
+    } else {
+      never_taken.push_back(d.what);
+    }
   }
   if (ds.empty()) {
     if (pg.rank() == 0) {
@@ -300,6 +312,12 @@ void tune_collectives(dist::ProcessGroup& pg, const std::string& out, std::size_
   if (pg.rank() == 0) {
     std::printf("# weft-bench tune: %s, backend %s, %d ranks, engine %s\n", key.cpu.c_str(),
                 key.backend.c_str(), key.ranks, std::string(pg.engine_name()).c_str());
+    for (const char* what : never_taken) {
+      std::printf(
+          "# %s: not measured, the table keeps the defaults: the engine never takes it "
+          "on this job (its ranks share CPUs, or cannot read each other's memory)\n",
+          what);
+    }
   }
   const CollectiveTuning started = pg.tuning();
   CollectiveTuning tuned;

@@ -28,6 +28,9 @@ std::string_view ProcessGroup::backend_name() const { return impl_->backend_->na
 std::string_view ProcessGroup::engine_name() const { return impl_->engine_->name(); }
 const CollectiveTuning& ProcessGroup::tuning() const { return impl_->tuning_; }
 void ProcessGroup::tune(const CollectiveTuning& tuning) { impl_->tune(tuning); }
+bool ProcessGroup::reads_tuning(std::size_t CollectiveTuning::*member) const {
+  return impl_->engine_->reads(member);
+}
 const std::string& ProcessGroup::name() const { return impl_->options_.name; }
 Seconds ProcessGroup::timeout() const { return impl_->timeout(); }
 void ProcessGroup::set_timeout(Seconds timeout) { impl_->set_timeout(timeout); }

@@ -83,6 +83,9 @@ class ProcessGroup {
   // every rank alike, with no operation in flight.
   const CollectiveTuning& tuning() const;
   void tune(const CollectiveTuning& tuning);
+  // Whether the threshold `member` can change what this group's engine does: not where it
+  // never takes the algorithm (single copy on ranks that share CPUs, say).
+  bool reads_tuning(std::size_t CollectiveTuning::*member) const;
   const std::string& name() const;
   Seconds timeout() const;
   void set_timeout(Seconds timeout);

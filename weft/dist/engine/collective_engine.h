@@ -78,6 +78,10 @@ class CollectiveEngine {
   // The thresholds at which this engine changes algorithm; the same on every rank of the
   // group, with no operation in flight. Engines without a choice ignore it.
   virtual void tune(const CollectiveTuning& /*tuning*/) {}
+  // Whether the threshold `member` can change what this engine does on this group: one that
+  // never takes an algorithm here ignores its thresholds (weft-bench --tune measures only
+  // the others).
+  virtual bool reads(std::size_t CollectiveTuning::* /*member*/) const { return false; }
   virtual std::optional<std::vector<int>> not_arrived(Tag /*tag*/) { return std::nullopt; }
 };
 

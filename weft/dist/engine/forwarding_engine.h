@@ -60,6 +60,7 @@ class ForwardingEngine : public CollectiveEngine {
   void note_arrival(Tag tag) override { base_->note_arrival(tag); }
   std::optional<std::vector<int>> not_arrived(Tag tag) override { return base_->not_arrived(tag); }
   void tune(const CollectiveTuning& tuning) override { base_->tune(tuning); }
+  bool reads(std::size_t CollectiveTuning::*member) const override { return base_->reads(member); }
 
  protected:
   CollectiveEngine& base() const { return *base_; }

@@ -49,6 +49,9 @@ class GenericEngine final : public CollectiveEngine {
   void note_arrival(Tag tag) override;
   std::optional<std::vector<int>> not_arrived(Tag tag) override;
   void tune(const CollectiveTuning& tuning) override { ring_min_ = tuning.ring_all_reduce_min; }
+  bool reads(std::size_t CollectiveTuning::*member) const override {
+    return member == &CollectiveTuning::ring_all_reduce_min;
+  }
 
  private:
   Comm comm(const OpContext& op) const;

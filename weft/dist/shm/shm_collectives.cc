@@ -382,36 +382,50 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, const OpContext& context) 
 // that measured faster (single copy; broadcasts only with a core per rank); all-reduces small
 // enough to fit one slot run in one step; everything else goes through the slots in chunks.
 Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
-  const auto within = [bytes](std::size_t lo, std::size_t hi) {
-    return bytes >= lo && bytes <= hi;
+  const auto single_copy = [&](std::size_t lo, std::size_t hi) {
+    return single_copy_possible(op) && bytes >= lo && bytes <= hi;
   };
   switch (op) {
     case Op::broadcast:
-      // With more ranks than cores a reader waits for the root to be scheduled and the root
-      // for every reader: the slots' pipelining measured faster.
-      return can_read_peers_ && !oversubscribed_ &&
-                     within(tuning_.single_copy_broadcast_min, tuning_.single_copy_broadcast_max)
+      return single_copy(tuning_.single_copy_broadcast_min, tuning_.single_copy_broadcast_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSlots;
     case Op::all_gather:
-      // Oversubscribed, each rank's reads wait for every other to be scheduled: slower.
-      return can_read_peers_ && !oversubscribed_ &&
-                     within(tuning_.single_copy_all_gather_min, tuning_.single_copy_all_gather_max)
+      return single_copy(tuning_.single_copy_all_gather_min, tuning_.single_copy_all_gather_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSlots;
     case Op::all_reduce:
       if (bytes <= std::min(tuning_.one_step_all_reduce_max, kSlotBytes))
         return Algorithm::kOneStep;
-      // With more ranks than cores too: each of the slots' steps (one per 64 KiB chunk) then
-      // costs a round of the scheduler, single copy's three in all do not; oversubscribed, 1
-      // and 4 MiB measured faster, 2 MiB level (docs/PERFORMANCE_LOG.md, "Single copy").
-      return can_read_peers_ &&
-                     within(tuning_.single_copy_all_reduce_min, tuning_.single_copy_all_reduce_max)
+      return single_copy(tuning_.single_copy_all_reduce_min, tuning_.single_copy_all_reduce_max)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kSliced;
     default:
       return Algorithm::kSlots;
   }
+}
+
+// With more ranks than cores a broadcast's reader waits for the root to be scheduled and the
+// root for every reader, and an all-gather's reads wait for every other rank: the slots'
+// pipelining measured faster. An all-reduce takes single copy there too: each of the slots'
+// steps (one per 64 KiB chunk) then costs a round of the scheduler, single copy's three in
+// all do not; oversubscribed, 1 and 4 MiB measured faster, 2 MiB level
+// (docs/PERFORMANCE_LOG.md, "Single copy").
+bool Collectives::single_copy_possible(Op op) const {
+  return can_read_peers_ && (op == Op::all_reduce || !oversubscribed_);
+}
+
+bool Collectives::reads(std::size_t CollectiveTuning::*member) const {
+  using T = CollectiveTuning;
+  const auto any_of = [member](auto... members) { return ((member == members) || ...); };
+  if (member == &T::one_step_all_reduce_max) return true;
+  if (any_of(&T::single_copy_all_reduce_min, &T::single_copy_all_reduce_max))
+    return single_copy_possible(Op::all_reduce);
+  if (any_of(&T::single_copy_broadcast_min, &T::single_copy_broadcast_max))
+    return single_copy_possible(Op::broadcast);
+  if (any_of(&T::single_copy_all_gather_min, &T::single_copy_all_gather_max))
+    return single_copy_possible(Op::all_gather);
+  return ForwardingEngine::reads(member);
 }
 
 // Every rank publishes its whole buffer and reduces all of them: one step, n reads each.

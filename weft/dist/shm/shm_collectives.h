@@ -79,6 +79,7 @@ class Collectives final : public ForwardingEngine {
     tuning_ = tuning;
     ForwardingEngine::tune(tuning);
   }
+  bool reads(std::size_t CollectiveTuning::*member) const override;
   // What a step belongs to, in each slot's header (the cache line that also holds the step
   // number and a small message, so checking it costs no extra transfer): readers compare the
   // peer's with their own, so ranks making different calls fail at once instead of reading
@@ -96,6 +97,8 @@ class Collectives final : public ForwardingEngine {
   // The algorithm table's entries (choose(), in shm_collectives.cc).
   enum class Algorithm { kOneStep, kSliced, kSlots, kSingleCopy };
   Algorithm choose(Op op, std::size_t bytes) const;
+  // Whether single copy can run `op` on this job at all (then the table's range decides).
+  bool single_copy_possible(Op op) const;
   void start(Op op, std::uint64_t count, DType dtype, int root);  // at the top of each op
   void start_on_own_cpu(const cpu_set_t& allowed);
   SlotHeader& header(int rank, std::uint32_t step) const;
