@@ -841,6 +841,30 @@ void train_steps(nn::Llama& model, FullyShardedDataParallel& fsdp, dist::Process
   }
 }
 
+// The gathers' and reductions' buffers (float32 and bfloat16 ones, of several sizes) are
+// reused from step to step, and the spares kept for reuse never raise their peak: what they
+// hold at once, spares included, is what those in use reach, which the estimate counts.
+TEST(FsdpTest, SpareBuffersServeLaterStepsAndNeverRaiseThePeak) {
+  struct MixedPrecision {
+    MixedPrecision() { nn::set_matmul_dtype(DType::kBFloat16); }
+    ~MixedPrecision() { nn::set_matmul_dtype(DType::kFloat32); }
+  } mixed;
+  dist::run_threads(2, [&](dist::ProcessGroup& pg) {
+    nn::Llama model(config());
+    model.init_weights(3);
+    FullyShardedDataParallel fsdp(model, pg, nullptr, ShardingMode::kFullShard, {});
+    fsdp.set_param_dtype(DType::kBFloat16);
+    train_steps(model, fsdp, pg, 0, 2, nullptr);
+    const ShardedMemory after_two = fsdp.memory();
+    train_steps(model, fsdp, pg, 2, 5, nullptr);
+    const ShardedMemory m = fsdp.memory();
+    EXPECT_GT(m.buffers_made, 0);
+    EXPECT_EQ(m.buffers_made, after_two.buffers_made);  // no buffer allocated after step 2
+    EXPECT_GT(m.spare_buffers, 0);
+    EXPECT_EQ(m.buffers_peak, m.buffers_in_use_peak);
+  });
+}
+
 // The full state gathered from 3 ranks (zero2), loaded into 2 (full_shard), trains on as the
 // 3 ranks do: the checkpoint path of weft-train, resharded.
 TEST(FsdpTest, FullStateMovesBetweenRankCountsAndModes) {

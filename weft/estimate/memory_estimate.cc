@@ -147,8 +147,9 @@ std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
 // FSDP's working memory in backward, from its sequence of events (parallel/fsdp.cc): the
 // unit in backward whole (values and gradients), the next one's gather in flight, and up to
 // three reductions (each a whole unit to reduce-scatter and a shard to receive); the root
-// stays whole for the step; released units are kept for reuse only within the peak
-// (tensor/mappings.h), so they add nothing to it. Under pipeline parallelism
+// stays whole for the step; released units (tensor/mappings.h) and spare buffers
+// (FullyShardedDataParallel::take_buffer) are kept for reuse only within the peak, so they add
+// nothing to it. Under pipeline parallelism
 // every unit stays whole from its first forward to its last backward of the step. Without
 // full_shard the values are already counted in the state and nothing is gathered; with zero1
 // the gradients too.

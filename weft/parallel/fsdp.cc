@@ -238,22 +238,47 @@ FullyShardedDataParallel::Unit& FullyShardedDataParallel::unit_for(int model_uni
   return *units_[static_cast<std::size_t>(index)];
 }
 
-// Gathers and reductions reuse their buffers from step to step: fresh ones of a few MiB would
-// cost a page fault per 4 KiB each time, and a pooled one of a larger size serves.
+// Gathers and reductions reuse their buffers from step to step: a fresh mapping of a few MiB
+// costs a page fault per 4 KiB each time. A request takes the smallest spare that holds it.
+// Where none does, spares are dropped (to the mappings, which keep them for their size) until
+// the new buffer fits within the most ever held: spares never raise the buffers' peak above
+// what those in use reach, which is what weft/estimate counts. Spares kept regardless raised
+// it; buffers left to the mappings alone, kept by exact size, were evicted and mapped again
+// every step under PP x FSDP (docs/ESTIMATE.md, "How close to the measured peak and step").
 MappedVector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
-  MappedVector<float> b;
-  const auto fits = std::find_if(spare_.begin(), spare_.end(),
-                                 [n](const MappedVector<float>& s) { return s.capacity() >= n; });
-  if (fits != spare_.end()) {
-    b = std::move(*fits);
-    spare_.erase(fits);
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->capacity() >= n && (best == spare_.end() || it->capacity() < best->capacity()))
+      best = it;
   }
-  b.assign(n, 0.0f);  // within the capacity: no allocation
+  MappedVector<float> b;
+  if (best != spare_.end()) {
+    b = std::move(*best);
+    spare_.erase(best);
+  } else {
+    while (!spare_.empty() && buffers_.held + n > buffers_.held_peak) {
+      buffers_.held -= spare_.front().capacity();
+      spare_.erase(spare_.begin());
+    }
+    ++buffers_.made;
+  }
+  const std::size_t had = b.capacity();
+  b.assign(n, 0.0f);
+  buffers_.held += b.capacity() - had;
+  buffers_.in_use += b.capacity();
+  buffers_.held_peak = std::max(buffers_.held_peak, buffers_.held);
+  buffers_.in_use_peak = std::max(buffers_.in_use_peak, buffers_.in_use);
   return b;
 }
 
 void FullyShardedDataParallel::give_back(MappedVector<float>&& buffer) {
-  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
+  buffers_.in_use -= buffer.capacity();
+  if (spare_.size() < kSpareBuffers) {
+    spare_.push_back(std::move(buffer));
+    return;
+  }
+  buffers_.held -= buffer.capacity();
+  MappedVector<float>().swap(buffer);
 }
 
 void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
@@ -826,6 +851,9 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   m.optimizer = 2 * shard;
   m.unsharded_peak = unsharded_peak_;
   for (const auto& b : spare_) m.spare_buffers += bytes_of(static_cast<std::int64_t>(b.capacity()));
+  m.buffers_peak = bytes_of(static_cast<std::int64_t>(buffers_.held_peak));
+  m.buffers_in_use_peak = bytes_of(static_cast<std::int64_t>(buffers_.in_use_peak));
+  m.buffers_made = buffers_.made;
   for (const auto& u : units_) {
     for (const auto& user : u->leaf_blocks) m.leaf_blocks += user->bytes();
   }

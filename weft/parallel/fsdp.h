@@ -62,9 +62,12 @@ struct ShardedMemory {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0;  // kept between steps
   std::int64_t unsharded_peak = 0;  // the most in use at once in units' full copies and buffers
   std::int64_t spare_buffers = 0;   // gather and reduction buffers kept for the next step
-  std::int64_t leaf_blocks = 0;     // the layout-invariant mode's blocks of the shards' sums
-  std::int64_t one_process = 0;     // what one process holds: 4 bytes x 4 x P (params,
-                                    // grads, two moments)
+  // The most those buffers held at once, the spares included, and in use at once: equal, as
+  // spares are dropped rather than raise the peak. How many were ever allocated.
+  std::int64_t buffers_peak = 0, buffers_in_use_peak = 0, buffers_made = 0;
+  std::int64_t leaf_blocks = 0;  // the layout-invariant mode's blocks of the shards' sums
+  std::int64_t one_process = 0;  // what one process holds: 4 bytes x 4 x P (params,
+                                 // grads, two moments)
 };
 
 class FullyShardedDataParallel {
@@ -186,7 +189,7 @@ class FullyShardedDataParallel {
   void combine_leaf_blocks(Unit& u);
   void combine_leaf_blocks(Unit& u, nn::LeafSums<float>& sums);
   void count_unsharded(std::int64_t bytes);        // + in use, - done with: for memory()
-  MappedVector<float> take_buffer(std::size_t n);  // zero-filled, from spare_ when one fits
+  MappedVector<float> take_buffer(std::size_t n);  // zero-filled; see fsdp.cc
   void give_back(MappedVector<float>&& buffer);
 
   nn::Llama& model_;
@@ -203,6 +206,11 @@ class FullyShardedDataParallel {
   // Two gathers (each with its rounded block in bf16) and two reductions in flight.
   static constexpr std::size_t kSpareBuffers = 8;
   std::vector<MappedVector<float>> spare_;
+  struct BufferCounts {
+    std::size_t in_use = 0, held = 0;  // floats: taken and not given back; those and the spares
+    std::size_t in_use_peak = 0, held_peak = 0;
+    std::int64_t made = 0;  // buffers allocated rather than taken from the spares
+  } buffers_;
   int hooks_ = -1;
   bool syncing_ = false, pipelined_ = false, held_ = false, layout_invariant_ = false;
   std::int64_t steps_ = 0;
