@@ -378,9 +378,9 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, const OpContext& context) 
 }
 
 // The table. Every rank picks the same entry: the inputs are the call's and the facts the
-// ranks agreed on at start-up. Broadcast and all-reduce copy straight between buffers where
-// that measured faster (single copy; broadcasts only with a core per rank); all-reduces small
-// enough to fit one slot run in one step; everything else goes through the slots in chunks.
+// ranks agreed on at start-up. All-reduces, broadcasts and all-gathers copy straight between
+// buffers in the table's ranges where single_copy_possible(); all-reduces small enough to fit
+// one slot run in one step; everything else goes through the slots in chunks.
 Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
   const auto single_copy = [&](std::size_t lo, std::size_t hi) {
     return single_copy_possible(op) && bytes >= lo && bytes <= hi;
