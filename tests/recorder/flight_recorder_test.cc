@@ -111,6 +111,20 @@ TEST(FlightRecorderTest, RejectsMemoryThatIsNotARing) {
 }
 
 // Writers on several threads while a reader copies the ring: every record read is whole.
+// A writer between claiming an operation's number and stamping its record: the reader sees
+// a record not yet written (the ring's zero-filled memory) as no operation's, the first one's
+// included.
+TEST(FlightRecorderTest, ARecordClaimedAndNotYetWrittenIsNotRead) {
+  Ring ring;
+  auto& header = *reinterpret_cast<RingHeader*>(ring.bytes.get());
+  header.next.store(1);  // operation 0 claimed, its record untouched
+  EXPECT_TRUE(ring.read().records.empty());
+  header.next.store(0);
+  ring.recorder.issued(all_reduce(0, 0));
+  ASSERT_EQ(ring.read().records.size(), 1u);
+  EXPECT_EQ(ring.read().records[0].op, "all_reduce");
+}
+
 TEST(FlightRecorderTest, AReaderSeesWholeRecordsWhileThreadsWrite) {
   Ring ring;
   const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);

@@ -131,7 +131,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   if (ring_ == nullptr) return kWriting;
   const std::uint64_t id = ring_->next.fetch_add(1, std::memory_order_relaxed);
   Record& r = *record_of(id);
-  r.id.store(kWriting, std::memory_order_relaxed);
+  r.stamp.store(kWriting, std::memory_order_relaxed);
   // Release stores: a reader that sees any of them sees kWriting too (ring.h).
   constexpr auto release = std::memory_order_release;
   r.seq.store(info.seq, release);
@@ -150,7 +150,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   store_text(r.op, info.op.data(), info.op.size());
   store_text(r.reduce, info.reduce.data(), info.reduce.size());
   store_text(r.site, t_site, ::strnlen(t_site, kSiteBytes));
-  r.id.store(id, std::memory_order_release);
+  r.stamp.store(stamp_of(id), std::memory_order_release);
   return id;
 }
 
@@ -159,7 +159,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
 void FlightRecorder::started(std::uint64_t id) {
   if (id == kWriting) return;
   Record& r = *record_of(id);
-  if (r.id.load(std::memory_order_relaxed) != id) return;
+  if (r.stamp.load(std::memory_order_relaxed) != stamp_of(id)) return;
   r.started_ns.store(coarse_clock_ns(), std::memory_order_relaxed);
   r.state.store(static_cast<std::uint8_t>(OpState::kStarted), std::memory_order_release);
 }
@@ -167,7 +167,7 @@ void FlightRecorder::started(std::uint64_t id) {
 void FlightRecorder::finished(std::uint64_t id, bool ok) {
   if (id == kWriting) return;
   Record& r = *record_of(id);
-  if (r.id.load(std::memory_order_relaxed) != id) return;
+  if (r.stamp.load(std::memory_order_relaxed) != stamp_of(id)) return;
   r.ended_ns.store(coarse_clock_ns(), std::memory_order_relaxed);
   r.state.store(static_cast<std::uint8_t>(ok ? OpState::kCompleted : OpState::kFailed),
                 std::memory_order_release);

@@ -15,10 +15,10 @@
 namespace weft::recorder {
 
 inline constexpr std::uint64_t kRingMagic = 0x3152465446455757ull;  // "WWEFTFR1"
-inline constexpr std::uint32_t kRingVersion = 2;
+inline constexpr std::uint32_t kRingVersion = 3;
 inline constexpr std::uint32_t kRingRecords = 4096;  // the last 4096 operations of the process
 inline constexpr std::uint32_t kMaxGroups = 64;      // groups named in the table; more count
-inline constexpr std::uint64_t kWriting = ~0ull;     // a record's id while it is being written
+inline constexpr std::uint64_t kWriting = ~0ull;     // a record's stamp while it is being written
 // Record::count of an operation whose count varies by rank (all_to_all_v).
 inline constexpr std::uint64_t kAnyCount = ~0ull;
 // RingHeader::rank of a process holding several ranks (the threads backend): no one rank's.
@@ -47,11 +47,11 @@ struct Text {
 };
 
 // One operation. Every field is an atomic (relaxed loads and stores cost what plain ones do
-// on x86-64): id is set to kWriting first and to the operation's id last, each field written
-// with release and read with acquire, so a reader that reads the same id before and after
-// copying a record has its issue fields whole (a seqlock without fences).
+// on x86-64): stamp is set to kWriting first and to stamp_of(the operation's id) last, each
+// field written with release and read with acquire, so a reader that reads the same stamp
+// before and after copying a record has its issue fields whole (a seqlock without fences).
 struct Record {
-  std::atomic<std::uint64_t> id;         // the operation's number in this process (0, 1, ...)
+  std::atomic<std::uint64_t> stamp;      // stamp_of(the operation's number in this process)
   std::atomic<std::uint64_t> seq;        // its sequence number in its group (collectives)
   std::atomic<std::uint64_t> count;      // elements
   std::atomic<std::uint32_t> group;      // index in the group table; kMaxGroups: not in the table
@@ -65,6 +65,10 @@ struct Record {
   Text<16> reduce;  // "sum"; empty when the operation does not reduce
   Text<48> site;    // the issuing thread's label (FlightRecorder::Site)
 };
+
+// A record's stamp for operation `id` (0, 1, ...): id + 1, so that a record not yet written
+// (the ring's zero-filled pages) is no operation's, operation 0's included.
+inline constexpr std::uint64_t stamp_of(std::uint64_t id) { return id + 1; }
 
 struct RingHeader {
   std::uint64_t magic;

@@ -60,7 +60,7 @@ std::vector<GroupInfo> read_groups(const RingHeader& h) {
 // Record `id` as it is now, or false when it is being written or holds another id.
 bool read_record(const Record& r, std::uint64_t id, const std::vector<GroupInfo>& groups,
                  OpRecord& out) {
-  if (r.id.load(std::memory_order_acquire) != id) return false;
+  if (r.stamp.load(std::memory_order_acquire) != stamp_of(id)) return false;
   constexpr auto acquire = std::memory_order_acquire;
   out.id = id;
   out.seq = r.seq.load(acquire);
@@ -81,7 +81,7 @@ bool read_record(const Record& r, std::uint64_t id, const std::vector<GroupInfo>
   out.op = text_of(r.op);
   out.reduce = text_of(r.reduce);
   out.site = text_of(r.site);
-  return r.id.load(std::memory_order_relaxed) == id;  // not rewritten while copied
+  return r.stamp.load(std::memory_order_relaxed) == stamp_of(id);  // not rewritten while copied
 }
 
 }  // namespace
