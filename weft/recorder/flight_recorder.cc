@@ -155,7 +155,7 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
 }
 
 // An operation still running when kRingRecords newer ones were issued has lost its record:
-// the id check leaves the newer one alone.
+// the stamp check leaves the newer one alone.
 void FlightRecorder::started(std::uint64_t id) {
   if (id == kWriting) return;
   Record& r = *record_of(id);
