@@ -256,29 +256,27 @@ MappedVector<float> FullyShardedDataParallel::take_buffer(std::size_t n) {
     b = std::move(*best);
     spare_.erase(best);
   } else {
-    while (!spare_.empty() && buffers_.held + n > buffers_.held_peak) {
-      buffers_.held -= spare_.front().capacity();
+    while (!spare_.empty() && buffers_.in_use + spare_floats() + n > buffers_.peak)
       spare_.erase(spare_.begin());
-    }
     ++buffers_.made;
   }
-  const std::size_t had = b.capacity();
   b.assign(n, 0.0f);
-  buffers_.held += b.capacity() - had;
   buffers_.in_use += b.capacity();
-  buffers_.held_peak = std::max(buffers_.held_peak, buffers_.held);
   buffers_.in_use_peak = std::max(buffers_.in_use_peak, buffers_.in_use);
+  buffers_.peak = std::max(buffers_.peak, buffers_.in_use + spare_floats());
   return b;
 }
 
 void FullyShardedDataParallel::give_back(MappedVector<float>&& buffer) {
   buffers_.in_use -= buffer.capacity();
-  if (spare_.size() < kSpareBuffers) {
-    spare_.push_back(std::move(buffer));
-    return;
-  }
-  buffers_.held -= buffer.capacity();
-  MappedVector<float>().swap(buffer);
+  MappedVector<float> spare = std::move(buffer);
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(spare));
+}
+
+std::size_t FullyShardedDataParallel::spare_floats() const {
+  std::size_t n = 0;
+  for (const auto& b : spare_) n += b.capacity();
+  return n;
 }
 
 void FullyShardedDataParallel::count_unsharded(std::int64_t bytes) {
@@ -850,8 +848,8 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   m.gradients = shard + (mode_ == ShardingMode::kZero1 ? full : 0);
   m.optimizer = 2 * shard;
   m.unsharded_peak = unsharded_peak_;
-  for (const auto& b : spare_) m.spare_buffers += bytes_of(static_cast<std::int64_t>(b.capacity()));
-  m.buffers_peak = bytes_of(static_cast<std::int64_t>(buffers_.held_peak));
+  m.spare_buffers = bytes_of(static_cast<std::int64_t>(spare_floats()));
+  m.buffers_peak = bytes_of(static_cast<std::int64_t>(buffers_.peak));
   m.buffers_in_use_peak = bytes_of(static_cast<std::int64_t>(buffers_.in_use_peak));
   m.buffers_made = buffers_.made;
   for (const auto& u : units_) {

@@ -191,6 +191,7 @@ class FullyShardedDataParallel {
   void count_unsharded(std::int64_t bytes);        // + in use, - done with: for memory()
   MappedVector<float> take_buffer(std::size_t n);  // zero-filled; see fsdp.cc
   void give_back(MappedVector<float>&& buffer);
+  std::size_t spare_floats() const;
 
   nn::Llama& model_;
   dist::ProcessGroup& shard_;
@@ -207,9 +208,10 @@ class FullyShardedDataParallel {
   static constexpr std::size_t kSpareBuffers = 8;
   std::vector<MappedVector<float>> spare_;
   struct BufferCounts {
-    std::size_t in_use = 0, held = 0;  // floats: taken and not given back; those and the spares
-    std::size_t in_use_peak = 0, held_peak = 0;
-    std::int64_t made = 0;  // buffers allocated rather than taken from the spares
+    std::size_t in_use = 0;       // floats of the buffers taken and not given back
+    std::size_t in_use_peak = 0;  // the most of them at once
+    std::size_t peak = 0;         // the most of them and the spares at once
+    std::int64_t made = 0;        // buffers allocated rather than taken from the spares
   } buffers_;
   int hooks_ = -1;
   bool syncing_ = false, pipelined_ = false, held_ = false, layout_invariant_ = false;
