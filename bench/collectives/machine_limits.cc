@@ -1,17 +1,23 @@
 // The two limits collectives on one host meet, measured in the same run as them
 // (compare.sh prints them above its tables):
-//  - one thread's copy bandwidth (memcpy of 16 and 64 MiB, bytes copied per second, the best
-//    of 20): moving a message from one process to another is at least one such copy, so a
-//    large all-reduce's or broadcast's bus bandwidth is bounded by it;
+//  - one thread's copy bandwidth (memcpy of 1, 16 and 64 MiB, bytes copied per second, the
+//    best of 20): moving a message from one process to another is at least one such copy, so
+//    a large all-reduce's or broadcast's bus bandwidth is bounded by it;
+//  - the kernel's copy (process_vm_readv of 1 and 16 MiB out of this process's own memory,
+//    the best of 20): what a single copy out of a peer's buffer runs at, the kernel copying
+//    page by page;
 //  - the round trip of a cache line between two threads on the first two CPUs this process
 //    may use (median of 5 runs of 200,000 exchanges): the least a 2-rank collective that
 //    waits for its peer can take. Hypervisors move vCPUs between cores that share a cache and
 //    cores that do not, so it changes between runs, and small collectives with it.
 // Built by compare.sh with g++; not part of weft's build.
 //
-//   machine_limits            prints "limit copy_gbps <MiB> <GB/s>" and "limit round_trip_ns <ns>"
+//   machine_limits            prints "limit copy_gbps <MiB> <GB/s>", "limit kernel_copy_gbps
+//                             <MiB> <GB/s>" and "limit round_trip_ns <ns>"
 #include <pthread.h>
 #include <sched.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,17 +31,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double copy_gbps(std::size_t bytes) {
+// The best of 20 runs of copy(to, from, bytes), in GB/s; 0 if a copy fails.
+template <class Copy>
+double best_gbps(std::size_t bytes, const Copy& copy) {
   std::vector<char> from(bytes, 1), to(bytes, 0);
   double best = 0;
   for (int i = 0; i < 20; ++i) {
     const auto start = Clock::now();
-    std::memcpy(to.data(), from.data(), bytes);
+    if (!copy(to.data(), from.data(), bytes)) return 0;
     const std::chrono::duration<double> took = Clock::now() - start;
     best = std::max(best, static_cast<double>(bytes) / took.count() / 1e9);
     from[i] = to[bytes - 1 - i];  // keeps the copies from being optimised away
   }
   return best;
+}
+
+bool user_copy(char* to, const char* from, std::size_t bytes) {
+  std::memcpy(to, from, bytes);
+  return true;
+}
+
+bool kernel_copy(char* to, const char* from, std::size_t bytes) {
+  iovec local{to, bytes}, remote{const_cast<char*>(from), bytes};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(bytes);
 }
 
 bool pin(int cpu) {
@@ -74,8 +92,11 @@ double round_trip_ns(int cpu_a, int cpu_b) {
 }  // namespace
 
 int main() {
-  for (std::size_t mib : {16, 64}) {
-    std::printf("limit copy_gbps %zu %.2f\n", mib, copy_gbps(mib << 20));
+  for (std::size_t mib : {1, 16, 64}) {
+    std::printf("limit copy_gbps %zu %.2f\n", mib, best_gbps(mib << 20, user_copy));
+  }
+  for (std::size_t mib : {1, 16}) {
+    std::printf("limit kernel_copy_gbps %zu %.2f\n", mib, best_gbps(mib << 20, kernel_copy));
   }
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
