@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
@@ -180,6 +182,34 @@ void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
   call_ = Call{count, root, static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(dtype)};
 }
 
+class Collectives::TimedStores {
+ public:
+  // writes: whether this rank writes its slots in the operation (a broadcast's root only).
+  TimedStores(Collectives& c, Op op, std::size_t bytes, bool writes = true) : c_(c) {
+    c.stream_ = writes && c.slot_stores_.streaming(op, bytes);
+    if (writes && c.slot_stores_.timing()) start_ = std::chrono::steady_clock::now();
+  }
+  TimedStores(const TimedStores&) = delete;
+  TimedStores& operator=(const TimedStores&) = delete;
+  ~TimedStores() {
+    c_.stream_ = false;
+    if (start_ == std::chrono::steady_clock::time_point{} || std::uncaught_exceptions() > 0) return;
+    c_.slot_stores_.finished(std::chrono::steady_clock::now() - start_);
+  }
+
+ private:
+  Collectives& c_;
+  std::chrono::steady_clock::time_point start_{};  // the epoch when not timed
+};
+
+void Collectives::write_slot(std::byte* dst, const std::byte* src, std::size_t bytes) const {
+  if (stream_) {
+    stream_copy(dst, src, bytes);
+  } else {
+    copy_chunk(dst, src, bytes);
+  }
+}
+
 void Collectives::check_same_call(int rank, std::uint32_t step) const {
   const Call theirs = call_of(rank, step);
   if (theirs == call_) return;
@@ -295,7 +325,7 @@ void Collectives::reduce_in_rank_order(std::byte* out, std::byte* also_out,
     }
     for (int q = 2; q < size(); ++q) reduce_into(acc, src(q) + at, n, dtype, op);
     if (out_is_late_source) copy_bytes(out + at, acc, n * esz);
-    if (also_out != nullptr) copy_chunk(also_out + at, acc, n * esz);
+    if (also_out != nullptr) write_slot(also_out + at, acc, n * esz);
   }
 }
 
@@ -329,12 +359,13 @@ void Collectives::broadcast(Buffer buf, int root, const OpContext& context) {
     broadcast_single_copy(buf, root, deadline);
     return;
   }
+  const TimedStores stores(*this, Op::broadcast, total, /*writes=*/rank_ == root);
   const std::size_t piece = (total / kBroadcastPieces + 63) / 64 * 64;
   const std::size_t chunk = std::clamp(piece, kMinBroadcastChunk, kSlotBytes);
   for (std::size_t off = 0; off < total; off += chunk) {
     const std::size_t len = std::min(chunk, total - off);
     begin_step(deadline);
-    if (rank_ == root) copy_chunk(payload(rank_, step_, len), buf.bytes() + off, len);
+    if (rank_ == root) write_slot(payload(rank_, step_, len), buf.bytes() + off, len);
     publish();
     if (rank_ == root) continue;
     wait_for(root, step_, deadline);
@@ -348,11 +379,12 @@ void Collectives::reduce(Buffer buf, int root, ReduceOp op, const OpContext& con
   start(Op::reduce, buf.count, buf.dtype, root);
   const std::size_t esz = dtype_size(buf.dtype);
   const std::size_t chunk = kSlotBytes / esz;
+  const TimedStores stores(*this, Op::reduce, buf.size_bytes());
   for (std::size_t first = 0; first < buf.count; first += chunk) {
     const std::size_t count = std::min(chunk, buf.count - first);
     const std::size_t bytes = count * esz;
     begin_step(deadline);
-    copy_chunk(payload(rank_, step_, bytes), buf.bytes() + first * esz, bytes);
+    write_slot(payload(rank_, step_, bytes), buf.bytes() + first * esz, bytes);
     publish();
     if (rank_ != root) continue;
     wait_all(step_, deadline, /*check=*/true);
@@ -458,6 +490,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     const std::size_t first = std::min(end, static_cast<std::size_t>(q) * slice + at);
     return std::pair{first, std::min(chunk, end - first)};
   };
+  const TimedStores stores(*this, Op::all_reduce, buf.size_bytes());
   std::optional<std::size_t> waiting;  // the chunk whose reductions wait in the slots
   for (std::size_t at = 0;; at += chunk) {
     const bool more = at < slice;
@@ -465,7 +498,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     for (int q = 0; more && q < size(); ++q) {
       const auto [first, count] = range(q, at);
       if (q != rank_) {
-        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
+        write_slot(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
                    count * esz);
       }
     }
@@ -601,6 +634,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpCon
   const std::size_t esz = dtype_size(out.dtype);
   const std::size_t chunk = block_chunk(esz);
   const std::size_t block = out.count;
+  const TimedStores stores(*this, Op::reduce_scatter, in.size_bytes());
   for (std::size_t at = 0; at < block; at += chunk) {
     const std::size_t count = std::min(chunk, block - at);
     auto input = [&](int q) {
@@ -609,7 +643,7 @@ void Collectives::reduce_scatter(Buffer out, Buffer in, ReduceOp op, const OpCon
     std::byte* mine = begin_step(deadline);
     for (int q = 0; q < size(); ++q) {
       if (q != rank_)
-        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
+        write_slot(mine + static_cast<std::size_t>(q) * chunk * esz, input(q), count * esz);
     }
     publish();
     wait_all(step_, deadline, /*check=*/true);
@@ -645,10 +679,11 @@ void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of
   if (choose(Op::all_gather, block * static_cast<std::size_t>(size())) == Algorithm::kSingleCopy) {
     return gather_single_copy(in, block_of, deadline);
   }
+  const TimedStores stores(*this, Op::all_gather, block * static_cast<std::size_t>(size()));
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
     begin_step(deadline);
-    copy_chunk(payload(rank_, step_, len), in.bytes() + off, len);
+    write_slot(payload(rank_, step_, len), in.bytes() + off, len);
     publish();
     wait_all(step_, deadline, /*check=*/true);
     for (int q = 0; q < size(); ++q) {
@@ -679,13 +714,14 @@ void Collectives::all_to_all(Buffer out, Buffer in, const OpContext& context) {
   const std::size_t esz = dtype_size(in.dtype);
   const std::size_t block = in.count / n;
   const std::size_t chunk = block_chunk(esz);
+  const TimedStores stores(*this, Op::all_to_all, in.size_bytes());
   for (std::size_t at = 0; at < block; at += chunk) {
     const std::size_t count = std::min(chunk, block - at);
     auto offset = [&](int q) { return (static_cast<std::size_t>(q) * block + at) * esz; };
     std::byte* mine = begin_step(deadline);
     for (int q = 0; q < size(); ++q) {
       if (q != rank_) {
-        copy_chunk(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
+        write_slot(mine + static_cast<std::size_t>(q) * chunk * esz, in.bytes() + offset(q),
                    count * esz);
       }
     }

@@ -29,6 +29,7 @@
 #include "weft/base/function_ref.h"
 #include "weft/dist/engine/forwarding_engine.h"
 #include "weft/dist/op.h"
+#include "weft/dist/shm/slot_stores.h"
 
 namespace weft::dist::shm {
 
@@ -147,6 +148,11 @@ class Collectives final : public ForwardingEngine {
   void read_peer(int rank, std::uint64_t address, std::byte* into, std::size_t bytes) const;
   // An empty step every rank waits for: nobody returns while a peer may still read its buffer.
   void wait_until_all_done(const Deadline& deadline);
+  // Copies into this rank's slot with the stores chosen for the running operation.
+  void write_slot(std::byte* dst, const std::byte* src, std::size_t bytes) const;
+  // Chooses the running operation's slot stores and, if slot_stores_ times it, reports its
+  // time when it returns (not when it throws).
+  class TimedStores;
 
   std::vector<std::byte*> regions_;
   int rank_;
@@ -160,6 +166,8 @@ class Collectives final : public ForwardingEngine {
   std::vector<int> pids_;           // by group rank
   std::vector<std::byte> scratch_;  // peers' parts of a chunk, for single-copy reduction
   Call call_;                       // the operation running now
+  SlotStores slot_stores_;
+  bool stream_ = false;  // the running operation writes its slots with streaming stores
 };
 
 }  // namespace weft::dist::shm

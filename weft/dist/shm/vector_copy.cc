@@ -3,9 +3,11 @@
 #define HWY_TARGET_INCLUDE "weft/dist/shm/vector_copy.cc"
 #include "weft/dist/shm/vector_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -34,6 +36,24 @@ WEFT_NO_MEMCPY_IDIOM void VectorCopy(std::byte* dst, const std::byte* src, std::
   if (i < bytes) std::memcpy(out + i, in + i, bytes - i);
 }
 
+// Ordinary stores up to dst's first vector-aligned byte (Stream needs alignment), then
+// streaming ones; the fence orders them before the caller publishes the data.
+WEFT_NO_MEMCPY_IDIOM void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const hn::ScalableTag<std::uint8_t> d;
+  const std::size_t n = hn::Lanes(d);
+  auto* out = reinterpret_cast<std::uint8_t*>(dst);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(src);
+  std::size_t i = std::min(bytes, (n - reinterpret_cast<std::uintptr_t>(out) % n) % n);
+  if (i > 0) std::memcpy(out, in, i);
+  for (; i + 2 * n <= bytes; i += 2 * n) {
+    const auto a = hn::LoadU(d, in + i), b = hn::LoadU(d, in + i + n);
+    hn::Stream(a, d, out + i);
+    hn::Stream(b, d, out + i + n);
+  }
+  if (i < bytes) std::memcpy(out + i, in + i, bytes - i);
+  hwy::FlushStream();
+}
+
 }  // namespace weft::dist::shm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -44,6 +64,12 @@ HWY_EXPORT(VectorCopy);
 
 void vector_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
   HWY_DYNAMIC_DISPATCH(VectorCopy)(dst, src, bytes);
+}
+
+HWY_EXPORT(StreamCopy);
+
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  HWY_DYNAMIC_DISPATCH(StreamCopy)(dst, src, bytes);
 }
 
 }  // namespace weft::dist::shm

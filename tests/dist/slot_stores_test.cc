@@ -1,0 +1,110 @@
+// The shm engine's choice of slot stores, fed made-up timings, and the streaming copy against
+// memcpy.
+#include "weft/dist/shm/slot_stores.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "weft/dist/shm/vector_copy.h"
+
+namespace weft::dist::shm {
+namespace {
+
+constexpr std::size_t kBytes = std::size_t{1} << 20;
+
+// Runs `calls` operations of kBytes whose time is `ns_per_byte(streaming)`; returns how many
+// of them streamed.
+template <class Cost>
+int run(SlotStores& stores, int calls, const Cost& ns_per_byte) {
+  int streamed = 0;
+  for (int i = 0; i < calls; ++i) {
+    const bool streaming = stores.streaming(Op::broadcast, kBytes);
+    EXPECT_TRUE(stores.timing());
+    streamed += streaming ? 1 : 0;
+    stores.finished(std::chrono::nanoseconds(static_cast<long>(ns_per_byte(streaming) * kBytes)));
+  }
+  return streamed;
+}
+
+TEST(SlotStoresTest, SmallOperationsUseOrdinaryStoresUntimed) {
+  SlotStores stores;
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_FALSE(stores.streaming(Op::all_reduce, SlotStores::kMinBytes - 1));
+    EXPECT_FALSE(stores.timing());
+  }
+}
+
+TEST(SlotStoresTest, TriesBothThenKeepsTheQuickerExploringTheOther) {
+  SlotStores stores;
+  for (std::uint32_t call = 0; call < SlotStores::kProbeCalls; ++call) {
+    EXPECT_EQ(stores.streaming(Op::broadcast, kBytes), call % 2 == 1);  // alternating
+    // The first streaming call is slow (as if something else ran): the quicker of the two
+    // streaming calls counts.
+    stores.finished(std::chrono::nanoseconds((call == 1 ? 8 : call == 3 ? 1 : 4) * kBytes));
+  }
+  // Streaming is 4x quicker: it is kept, with one ordinary call in every kExploreEvery.
+  const int calls = 4 * static_cast<int>(SlotStores::kExploreEvery) - 4;
+  const int streamed = run(stores, calls, [](bool s) { return s ? 1.0 : 4.0; });
+  EXPECT_EQ(streamed, calls - 3);
+}
+
+TEST(SlotStoresTest, FollowsTheMachineWhenItChanges) {
+  SlotStores stores;
+  const int calls = 8 * static_cast<int>(SlotStores::kExploreEvery);
+  run(stores, calls, [](bool s) { return s ? 1.0 : 4.0; });
+  // The vCPUs move: ordinary stores become the quicker. Within a few explorations the choice
+  // follows; afterwards only explorations stream.
+  run(stores, calls, [](bool s) { return s ? 1.4 : 1.0; });
+  EXPECT_EQ(run(stores, calls, [](bool s) { return s ? 1.4 : 1.0; }), 8);
+}
+
+TEST(SlotStoresTest, OneSlowCallDoesNotSwitch) {
+  SlotStores stores;
+  const int calls = 2 * static_cast<int>(SlotStores::kExploreEvery);
+  run(stores, calls, [](bool s) { return s ? 1.0 : 2.0; });
+  int call = 0;  // one preempted streaming call, 10x its time
+  const int streamed =
+      run(stores, calls, [&](bool s) { return s ? (++call == 3 ? 10.0 : 1.0) : 2.0; });
+  EXPECT_EQ(streamed, calls - 2);
+}
+
+TEST(SlotStoresTest, ClassesAreKeptApartByOperationAndSize) {
+  SlotStores stores;
+  run(stores, 40, [](bool s) { return s ? 1.0 : 4.0; });       // broadcasts of 1 MiB stream
+  EXPECT_FALSE(stores.streaming(Op::broadcast, 64 * kBytes));  // a new class starts ordinary
+  stores.finished(std::chrono::nanoseconds(1));
+  EXPECT_FALSE(stores.streaming(Op::all_gather, kBytes));
+}
+
+TEST(SlotStoresTest, AThrownOperationIsNotRecorded) {
+  SlotStores stores;
+  for (std::uint32_t call = 0; call < SlotStores::kProbeCalls; ++call) {
+    EXPECT_EQ(stores.streaming(Op::broadcast, kBytes), call % 2 == 1);
+    if (call % 2 == 1) stores.finished(std::chrono::nanoseconds(kBytes));  // ordinary ones throw
+  }
+  // The ordinary store has no time: the streaming one is kept (bar explorations).
+  for (int i = 4; i < 30; ++i) {
+    EXPECT_TRUE(stores.streaming(Op::broadcast, kBytes)) << "call " << i;
+    stores.finished(std::chrono::nanoseconds(kBytes));
+  }
+}
+
+TEST(StreamCopyTest, CopiesLikeMemcpyAtEveryAlignmentAndLength) {
+  std::vector<std::byte> src(4096 + 256), dst(4096 + 256), expect(4096 + 256);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7 + 3);
+  for (std::size_t offset : {0, 1, 7, 31, 63, 64}) {
+    for (std::size_t bytes : {0, 1, 63, 64, 65, 127, 128, 1000, 4096}) {
+      std::memset(dst.data(), 0, dst.size());
+      std::memset(expect.data(), 0, expect.size());
+      std::memcpy(expect.data() + offset, src.data() + 3, bytes);
+      stream_copy(dst.data() + offset, src.data() + 3, bytes);
+      ASSERT_EQ(dst, expect) << "offset " << offset << " bytes " << bytes;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft::dist::shm
