@@ -21,10 +21,11 @@ template <class Cost>
 int run(SlotStores& stores, int calls, const Cost& ns_per_byte) {
   int streamed = 0;
   for (int i = 0; i < calls; ++i) {
-    const bool streaming = stores.streaming(Op::broadcast, kBytes);
-    EXPECT_TRUE(stores.timing());
-    streamed += streaming ? 1 : 0;
-    stores.finished(std::chrono::nanoseconds(static_cast<long>(ns_per_byte(streaming) * kBytes)));
+    const SlotStores::Choice choice = stores.choose(Op::broadcast, kBytes);
+    EXPECT_TRUE(choice.timed);
+    streamed += choice.streaming ? 1 : 0;
+    stores.record(choice, std::chrono::nanoseconds(
+                              static_cast<long>(ns_per_byte(choice.streaming) * kBytes)));
   }
   return streamed;
 }
@@ -32,18 +33,20 @@ int run(SlotStores& stores, int calls, const Cost& ns_per_byte) {
 TEST(SlotStoresTest, SmallOperationsUseOrdinaryStoresUntimed) {
   SlotStores stores;
   for (int i = 0; i < 40; ++i) {
-    EXPECT_FALSE(stores.streaming(Op::all_reduce, SlotStores::kMinBytes - 1));
-    EXPECT_FALSE(stores.timing());
+    const SlotStores::Choice choice = stores.choose(Op::all_reduce, SlotStores::kMinBytes - 1);
+    EXPECT_FALSE(choice.streaming);
+    EXPECT_FALSE(choice.timed);
   }
 }
 
 TEST(SlotStoresTest, TriesBothThenKeepsTheQuickerExploringTheOther) {
   SlotStores stores;
   for (std::uint32_t call = 0; call < SlotStores::kProbeCalls; ++call) {
-    EXPECT_EQ(stores.streaming(Op::broadcast, kBytes), call % 2 == 1);  // alternating
+    const SlotStores::Choice choice = stores.choose(Op::broadcast, kBytes);
+    EXPECT_EQ(choice.streaming, call % 2 == 1);  // alternating
     // The first streaming call is slow (as if something else ran): the quicker of the two
     // streaming calls counts.
-    stores.finished(std::chrono::nanoseconds((call == 1 ? 8 : call == 3 ? 1 : 4) * kBytes));
+    stores.record(choice, std::chrono::nanoseconds((call == 1 ? 8 : call == 3 ? 1 : 4) * kBytes));
   }
   // Streaming is 4x quicker: it is kept, with one ordinary call in every kExploreEvery.
   const int calls = 4 * static_cast<int>(SlotStores::kExploreEvery) - 4;
@@ -73,22 +76,23 @@ TEST(SlotStoresTest, OneSlowCallDoesNotSwitch) {
 
 TEST(SlotStoresTest, ClassesAreKeptApartByOperationAndSize) {
   SlotStores stores;
-  run(stores, 40, [](bool s) { return s ? 1.0 : 4.0; });       // broadcasts of 1 MiB stream
-  EXPECT_FALSE(stores.streaming(Op::broadcast, 64 * kBytes));  // a new class starts ordinary
-  stores.finished(std::chrono::nanoseconds(1));
-  EXPECT_FALSE(stores.streaming(Op::all_gather, kBytes));
+  run(stores, 40, [](bool s) { return s ? 1.0 : 4.0; });              // broadcasts of 1 MiB stream
+  EXPECT_FALSE(stores.choose(Op::broadcast, 64 * kBytes).streaming);  // a new class: ordinary
+  EXPECT_FALSE(stores.choose(Op::all_gather, kBytes).streaming);
 }
 
 TEST(SlotStoresTest, AThrownOperationIsNotRecorded) {
   SlotStores stores;
   for (std::uint32_t call = 0; call < SlotStores::kProbeCalls; ++call) {
-    EXPECT_EQ(stores.streaming(Op::broadcast, kBytes), call % 2 == 1);
-    if (call % 2 == 1) stores.finished(std::chrono::nanoseconds(kBytes));  // ordinary ones throw
+    const SlotStores::Choice choice = stores.choose(Op::broadcast, kBytes);
+    EXPECT_EQ(choice.streaming, call % 2 == 1);
+    if (choice.streaming) stores.record(choice, std::chrono::nanoseconds(kBytes));  // others throw
   }
   // The ordinary store has no time: the streaming one is kept (bar explorations).
   for (int i = 4; i < 30; ++i) {
-    EXPECT_TRUE(stores.streaming(Op::broadcast, kBytes)) << "call " << i;
-    stores.finished(std::chrono::nanoseconds(kBytes));
+    const SlotStores::Choice choice = stores.choose(Op::broadcast, kBytes);
+    EXPECT_TRUE(choice.streaming) << "call " << i;
+    stores.record(choice, std::chrono::nanoseconds(kBytes));
   }
 }
 

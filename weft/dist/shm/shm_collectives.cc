@@ -186,20 +186,22 @@ class Collectives::TimedStores {
  public:
   // writes: whether this rank writes its slots in the operation (a broadcast's root only).
   TimedStores(Collectives& c, Op op, std::size_t bytes, bool writes = true) : c_(c) {
-    c.stream_ = writes && c.slot_stores_.streaming(op, bytes);
-    if (writes && c.slot_stores_.timing()) start_ = std::chrono::steady_clock::now();
+    if (writes) choice_ = c.slot_stores_.choose(op, bytes);
+    c.stream_ = choice_.streaming;
+    if (choice_.timed) start_ = std::chrono::steady_clock::now();
   }
   TimedStores(const TimedStores&) = delete;
   TimedStores& operator=(const TimedStores&) = delete;
   ~TimedStores() {
     c_.stream_ = false;
-    if (start_ == std::chrono::steady_clock::time_point{} || std::uncaught_exceptions() > 0) return;
-    c_.slot_stores_.finished(std::chrono::steady_clock::now() - start_);
+    if (choice_.timed && std::uncaught_exceptions() == 0)
+      c_.slot_stores_.record(choice_, std::chrono::steady_clock::now() - start_);
   }
 
  private:
   Collectives& c_;
-  std::chrono::steady_clock::time_point start_{};  // the epoch when not timed
+  SlotStores::Choice choice_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 void Collectives::write_slot(std::byte* dst, const std::byte* src, std::size_t bytes) const {

@@ -17,31 +17,28 @@ double SlotStores::Samples::recent() const {
 
 void SlotStores::Samples::add(double ns) { ns_per_byte[count++ % 3] = ns; }
 
-bool SlotStores::streaming(Op op, std::size_t bytes) {
-  timing_ = nullptr;
-  if (bytes < kMinBytes) return false;
+SlotStores::Choice SlotStores::choose(Op op, std::size_t bytes) {
+  if (bytes < kMinBytes) return {};
   std::size_t size_class = 0;
   for (std::size_t b = bytes / kMinBytes; b >= 4 && size_class + 1 < kClassesPerOp; b /= 4)
     ++size_class;
-  Class& c = classes_[static_cast<std::size_t>(op) * kClassesPerOp + size_class];
+  const std::size_t index = static_cast<std::size_t>(op) * kClassesPerOp + size_class;
+  Class& c = classes_[index];
   const std::uint32_t call = c.calls++;
   if (call >= kProbeCalls) {
     const double ordinary = c.by_store[0].recent(), streamed = c.by_store[1].recent();
     if (c.streaming && ordinary < 0.9 * streamed) c.streaming = false;
     if (!c.streaming && streamed < 0.9 * ordinary) c.streaming = true;
   }
-  timing_ = &c;
-  timed_bytes_ = bytes;
-  timed_streaming_ =
+  const bool streaming =
       call < kProbeCalls ? call % 2 == 1 : c.streaming != (call % kExploreEvery == 0);
-  return timed_streaming_;
+  return {streaming, /*timed=*/true, index, bytes};
 }
 
-void SlotStores::finished(std::chrono::nanoseconds took) {
-  if (timing_ == nullptr) return;
-  timing_->by_store[timed_streaming_ ? 1 : 0].add(static_cast<double>(took.count()) /
-                                                  static_cast<double>(timed_bytes_));
-  timing_ = nullptr;
+void SlotStores::record(const Choice& choice, std::chrono::nanoseconds took) {
+  if (!choice.timed) return;
+  classes_[choice.class_index].by_store[choice.streaming ? 1 : 0].add(
+      static_cast<double>(took.count()) / static_cast<double>(choice.bytes));
 }
 
 }  // namespace weft::dist::shm

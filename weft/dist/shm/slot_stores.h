@@ -28,15 +28,20 @@ class SlotStores {
   // The first kProbeCalls of a class alternate, ordinary first.
   static constexpr std::uint32_t kProbeCalls = 4;
 
-  // Whether the operation about to run (`op`, `bytes`) writes with streaming stores; then
-  // finished() takes its time. Per class (operation, and size in factors of 4 from kMinBytes):
-  // after the probe calls, a call uses the store whose recent calls took less a byte,
-  // switching when the other is 10 % quicker; every kExploreEvery-th call uses the other.
-  bool streaming(Op op, std::size_t bytes);
-  // The time of the operation streaming() last answered for; nothing if it was not timed.
-  void finished(std::chrono::nanoseconds took);
-  // Whether the operation streaming() last answered for is being timed.
-  bool timing() const { return timing_ != nullptr; }
+  // What choose() decided for one operation; record() takes its time.
+  struct Choice {
+    bool streaming = false;
+    bool timed = false;  // operations under kMinBytes are not
+    std::size_t class_index = 0;
+    std::size_t bytes = 0;
+  };
+  // Whether the operation about to run (`op`, `bytes`) writes with streaming stores. Per class
+  // (operation, and size in factors of 4 from kMinBytes): after the probe calls, a call uses
+  // the store whose recent calls took less a byte, switching when the other is 10 % quicker;
+  // every kExploreEvery-th call uses the other.
+  Choice choose(Op op, std::size_t bytes);
+  // The time the operation `choice` was made for took; nothing if it was not timed.
+  void record(const Choice& choice, std::chrono::nanoseconds took);
 
  private:
   static constexpr std::size_t kClassesPerOp = 6;  // 64 KiB, 256 KiB, ..., 16 MiB and more
@@ -52,9 +57,6 @@ class SlotStores {
     std::array<Samples, 2> by_store;  // [ordinary, streaming]
   };
   std::array<Class, kOpCount * kClassesPerOp> classes_{};
-  Class* timing_ = nullptr;  // the class of the operation being timed
-  bool timed_streaming_ = false;
-  std::size_t timed_bytes_ = 0;
 };
 
 }  // namespace weft::dist::shm

@@ -22,36 +22,40 @@ HWY_BEFORE_NAMESPACE();
 namespace weft::dist::shm::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-WEFT_NO_MEMCPY_IDIOM void VectorCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+// Two vectors a round. Streaming: ordinary stores up to dst's first vector-aligned byte (Stream
+// needs alignment), and a fence after the streaming ones, which orders them before the caller
+// publishes the data.
+template <bool kStream>
+WEFT_NO_MEMCPY_IDIOM void CopyVectors(std::byte* dst, const std::byte* src, std::size_t bytes) {
   const hn::ScalableTag<std::uint8_t> d;
   const std::size_t n = hn::Lanes(d);
   auto* out = reinterpret_cast<std::uint8_t*>(dst);
   const auto* in = reinterpret_cast<const std::uint8_t*>(src);
   std::size_t i = 0;
+  if constexpr (kStream) {
+    i = std::min(bytes, (n - reinterpret_cast<std::uintptr_t>(out) % n) % n);
+    if (i > 0) std::memcpy(out, in, i);
+  }
   for (; i + 2 * n <= bytes; i += 2 * n) {
     const auto a = hn::LoadU(d, in + i), b = hn::LoadU(d, in + i + n);
-    hn::StoreU(a, d, out + i);
-    hn::StoreU(b, d, out + i + n);
+    if constexpr (kStream) {
+      hn::Stream(a, d, out + i);
+      hn::Stream(b, d, out + i + n);
+    } else {
+      hn::StoreU(a, d, out + i);
+      hn::StoreU(b, d, out + i + n);
+    }
   }
   if (i < bytes) std::memcpy(out + i, in + i, bytes - i);
+  if constexpr (kStream) hwy::FlushStream();
 }
 
-// Ordinary stores up to dst's first vector-aligned byte (Stream needs alignment), then
-// streaming ones; the fence orders them before the caller publishes the data.
-WEFT_NO_MEMCPY_IDIOM void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
-  const hn::ScalableTag<std::uint8_t> d;
-  const std::size_t n = hn::Lanes(d);
-  auto* out = reinterpret_cast<std::uint8_t*>(dst);
-  const auto* in = reinterpret_cast<const std::uint8_t*>(src);
-  std::size_t i = std::min(bytes, (n - reinterpret_cast<std::uintptr_t>(out) % n) % n);
-  if (i > 0) std::memcpy(out, in, i);
-  for (; i + 2 * n <= bytes; i += 2 * n) {
-    const auto a = hn::LoadU(d, in + i), b = hn::LoadU(d, in + i + n);
-    hn::Stream(a, d, out + i);
-    hn::Stream(b, d, out + i + n);
-  }
-  if (i < bytes) std::memcpy(out + i, in + i, bytes - i);
-  hwy::FlushStream();
+void VectorCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  CopyVectors<false>(dst, src, bytes);
+}
+
+void StreamCopy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  CopyVectors<true>(dst, src, bytes);
 }
 
 }  // namespace weft::dist::shm::HWY_NAMESPACE
