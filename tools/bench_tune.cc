@@ -16,7 +16,7 @@ namespace {
 
 using dist::CollectiveTuning;
 
-constexpr std::size_t kNever = std::size_t{1} << 48;  // a threshold no buffer reaches
+using dist::kNeverBytes;
 constexpr double kMargin = 0.95;  // a size leaves the defaults' algorithm only if 5 % faster
 
 // One decision: the operation, the sizes to try, the tuning that forces each of the two
@@ -47,9 +47,9 @@ struct Timed {
 };
 
 CollectiveTuning never_single_copy(CollectiveTuning t) {
-  t.single_copy_all_reduce_min = t.single_copy_broadcast_min = kNever;
+  t.single_copy_all_reduce_min = t.single_copy_broadcast_min = kNeverBytes;
   t.single_copy_all_reduce_max = t.single_copy_broadcast_max = 0;
-  t.single_copy_all_gather_min = kNever;
+  t.single_copy_all_gather_min = kNeverBytes;
   t.single_copy_all_gather_max = 0;
   return t;
 }
@@ -114,7 +114,7 @@ std::vector<Decision> decisions(std::string_view engine) {
     return {{"all_reduce ring", "all_reduce", 4 << 10, 16 << 20, "recursive doubling",
              [](std::size_t) {
                CollectiveTuning t;
-               t.ring_all_reduce_min = kNever;
+               t.ring_all_reduce_min = kNeverBytes;
                return t;
              },
              "ring",
@@ -161,14 +161,14 @@ std::vector<Timed> measure(dist::ProcessGroup& pg, const Decision& d) {
 // The defaults' (lo, hi) for a decision: which sizes they give the second algorithm.
 std::pair<std::size_t, std::size_t> default_bounds(const Decision& d) {
   const CollectiveTuning defaults;
-  std::size_t lo = kNever, hi = 0;
-  for (std::size_t s = 1; s < kNever; s *= 2) {
+  std::size_t lo = kNeverBytes, hi = 0;
+  for (std::size_t s = 1; s < kNeverBytes; s *= 2) {
     if (!d.picks_second(defaults, s)) continue;
     lo = std::min(lo, s);
     hi = s;
   }
   if (d.shape == Decision::Shape::kUpTo) lo = 0;
-  if (d.shape == Decision::Shape::kFrom && lo != kNever) hi = kNever;
+  if (d.shape == Decision::Shape::kFrom && lo != kNeverBytes) hi = kNeverBytes;
   return {lo, hi};
 }
 
@@ -183,10 +183,11 @@ std::pair<std::size_t, std::size_t> beyond_as_defaults(const Decision& d, std::s
       if (hi >= d.to && default_hi > d.to) hi = default_hi;
       return {0, hi};
     case Decision::Shape::kFrom:
-      if (lo == kNever)
-        return {default_lo == kNever ? kNever : std::max(default_lo, d.to * 2), kNever};
+      if (lo == kNeverBytes)
+        return {default_lo == kNeverBytes ? kNeverBytes : std::max(default_lo, d.to * 2),
+                kNeverBytes};
       if (lo <= d.from && default_lo < d.from) lo = default_lo;
-      return {lo, kNever};
+      return {lo, kNeverBytes};
     case Decision::Shape::kRange:
       break;
   }
@@ -212,10 +213,10 @@ void decide(const Decision& d, const std::vector<Timed>& timed, CollectiveTuning
   using Shape = Decision::Shape;
   if (d.shape == Shape::kUpTo) candidates.emplace_back(0, d.from / 2);
   if (d.shape != Shape::kUpTo)
-    candidates.emplace_back(kNever, d.shape == Shape::kFrom ? kNever : 0);
+    candidates.emplace_back(kNeverBytes, d.shape == Shape::kFrom ? kNeverBytes : 0);
   for (std::size_t i = 0; i < edges.size(); ++i) {
     if (d.shape == Shape::kUpTo) candidates.emplace_back(0, edges[i]);
-    if (d.shape == Shape::kFrom) candidates.emplace_back(edges[i], kNever);
+    if (d.shape == Shape::kFrom) candidates.emplace_back(edges[i], kNeverBytes);
     for (std::size_t j = i; d.shape == Shape::kRange && j < edges.size(); ++j) {
       candidates.emplace_back(edges[i], edges[j]);
     }
@@ -239,7 +240,7 @@ void decide(const Decision& d, const std::vector<Timed>& timed, CollectiveTuning
 }
 
 std::string size_text(std::size_t bytes) {
-  if (bytes >= kNever) return "never";
+  if (bytes >= kNeverBytes) return "never";
   if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
   if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
   return std::to_string(bytes) + " B";

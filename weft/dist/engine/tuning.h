@@ -17,14 +17,17 @@
 
 namespace weft::dist {
 
+// A threshold no buffer reaches: a range [kNeverBytes, 0] is empty.
+inline constexpr std::size_t kNeverBytes = std::size_t{1} << 48;
+
 struct CollectiveTuning {
   // shm engine: an all-reduce up to this size runs in one step (at most a slot, 64 KiB).
   std::size_t one_step_all_reduce_max = std::size_t{16} << 10;
   // shm engine, where every rank can read the others' memory: all-reduces, broadcasts and
   // all-gathers (sizes: the gathered whole) in [min, max] copy straight between the ranks'
-  // buffers (min > max: never).
-  std::size_t single_copy_all_reduce_min = std::size_t{1} << 20;
-  std::size_t single_copy_all_reduce_max = std::size_t{4} << 20;
+  // buffers (min > max: never; all-reduces by default, since the slots' streaming stores).
+  std::size_t single_copy_all_reduce_min = kNeverBytes;
+  std::size_t single_copy_all_reduce_max = 0;
   std::size_t single_copy_broadcast_min = std::size_t{64} << 10;
   std::size_t single_copy_broadcast_max = std::size_t{4} << 20;
   std::size_t single_copy_all_gather_min = std::size_t{64} << 10;

@@ -441,10 +441,9 @@ Collectives::Algorithm Collectives::choose(Op op, std::size_t bytes) const {
 
 // With more ranks than cores a broadcast's reader waits for the root to be scheduled and the
 // root for every reader, and an all-gather's reads wait for every other rank: the slots'
-// pipelining measured faster. An all-reduce takes single copy there too: each of the slots'
-// steps (one per 64 KiB chunk) then costs a round of the scheduler, single copy's three in
-// all do not; oversubscribed, 1 and 4 MiB measured faster, 2 MiB level
-// (docs/PERFORMANCE_LOG.md, "Single copy").
+// pipelining measured faster. An all-reduce may take single copy there too (where a table
+// says so): each of the slots' steps (one per 64 KiB chunk) then costs a round of the
+// scheduler, single copy's three in all do not (docs/PERFORMANCE_LOG.md, "Single copy").
 bool Collectives::single_copy_possible(Op op) const {
   return can_read_peers_ && (op == Op::all_reduce || !oversubscribed_);
 }
@@ -672,7 +671,10 @@ void Collectives::all_gather_list(const std::vector<Buffer>& outs, Buffer in,
       in, [&](int q) { return outs[static_cast<std::size_t>(q)].bytes(); }, context);
 }
 
-// Each rank's block through its slot, chunk by chunk, copied out to where block q goes.
+// Each rank's block through its slot, chunk by chunk. In step k a rank writes chunk k into its
+// slot, copies its own chunk k into place, and then copies the others' chunk k - 1 out of
+// their slots (step t reads slot t - 1, as the sliced all-reduce does): it waits for peers one
+// step behind it instead of moving in lockstep with them.
 void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of,
                                 const OpContext& context) {
   const Deadline& deadline = context.deadline;
@@ -682,16 +684,22 @@ void Collectives::gather_blocks(Buffer in, FunctionRef<std::byte*(int)> block_of
     return gather_single_copy(in, block_of, deadline);
   }
   const TimedStores stores(*this, Op::all_gather, block * static_cast<std::size_t>(size()));
+  const auto copy_out = [&](std::size_t off, std::uint32_t step) {
+    const std::size_t len = std::min(kSlotBytes, block - off);
+    wait_all(step, deadline, /*check=*/true);
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_) copy_bytes(block_of(q) + off, payload(q, step, len), len);
+    }
+  };
   for (std::size_t off = 0; off < block; off += kSlotBytes) {
     const std::size_t len = std::min(kSlotBytes, block - off);
     begin_step(deadline);
     write_slot(payload(rank_, step_, len), in.bytes() + off, len);
     publish();
-    wait_all(step_, deadline, /*check=*/true);
-    for (int q = 0; q < size(); ++q) {
-      copy_bytes(block_of(q) + off, q == rank_ ? in.bytes() + off : payload(q, step_, len), len);
-    }
+    copy_bytes(block_of(rank_) + off, in.bytes() + off, len);
+    if (off > 0) copy_out(off - kSlotBytes, step_ - 1);
   }
+  if (block > 0) copy_out((block - 1) / kSlotBytes * kSlotBytes, step_);
 }
 
 // Every rank publishes where its block lives, reads each other's straight into place (one
