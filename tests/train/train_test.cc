@@ -5,6 +5,7 @@
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "tests/support/subprocess.h"
@@ -272,6 +273,13 @@ TEST_F(TrainTest, LogsStepsValidationAndJsonLines) {
                                                 "loss [0-9.]+ at step 4; peak memory [0-9]+ MiB "
                                                 "a rank\n"));
   EXPECT_THAT(log.str(), HasSubstr("step: 4  validation loss: "));
+  // The program's share is measured: what the process held at start-up plus what a run adds.
+  std::smatch m;
+  const std::string text = log.str();
+  ASSERT_TRUE(
+      std::regex_search(text, m, std::regex("program ([0-9.]+)\\); peak resident ([0-9.]+)")));
+  EXPECT_GT(std::stod(m[1]), 10.5);
+  EXPECT_LT(std::stod(m[1]), std::stod(m[2]));
   std::ifstream in(dir_ / "m.jsonl");
   std::string line;
   int steps = 0, validations = 0, summaries = 0;

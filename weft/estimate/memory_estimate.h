@@ -31,8 +31,9 @@ struct Job {
   std::int64_t batch = 8;  // sequences per forward on each data-parallel rank (batch_size)
   std::int64_t seq = 256;  // positions per sequence (seq_len)
   bool activation_checkpointing = false;
-  // The process itself: code, libraries, the data's tokens, the start-up peak measurement
-  // (weft-train's peak resident memory with a one-layer model of width 32, x86-64 Debian 12).
+  // The process itself: code, libraries, the data's tokens, the transport, oneDNN's kernels
+  // (weft-train's peak resident memory beyond its tensors with a one-layer model of width 32,
+  // a rank of 2, x86-64 Debian 12). weft-train measures its own instead (docs/ESTIMATE.md).
   std::int64_t program = std::int64_t{32} << 20;
 };
 

@@ -25,6 +25,8 @@ namespace weft::train {
 double measure_peak_gflops(DType dtype);
 // The process's peak resident memory so far, in bytes (getrusage).
 std::int64_t peak_memory_bytes();
+// The process's resident memory now, in bytes; 0 where /proc/self/statm cannot be read.
+std::int64_t resident_memory_bytes();
 
 struct StepMetrics {
   std::int64_t step;  // 1-based, as printed

@@ -241,6 +241,21 @@ estimate::Job estimate_job(const Config& config, const parallel::ParallelOptions
           .activation_checkpointing = config.training.activation_checkpointing};
 }
 
+namespace {
+
+// What the program itself will hold at its peak, measured where it can be: what it holds now,
+// before the layout allocates anything (code, libraries, the data's tokens; in a job of several
+// processes also more of the libraries' pages and the transport's shared memory), plus what a
+// run adds besides its tensors (oneDNN's kernels and working memory, the heap's baseline, the
+// threads' stacks), measured once (docs/ESTIMATE.md, "What it counts"). Else `otherwise`.
+std::int64_t program_bytes(std::int64_t otherwise) {
+  constexpr std::int64_t kRunAddsBytes = std::int64_t{21} << 19;  // 10.5 MiB
+  const std::int64_t now = resident_memory_bytes();
+  return now > 0 ? now + kRunAddsBytes : otherwise;
+}
+
+}  // namespace
+
 Config with_tokenizer_vocabulary(Config config) {
   if (config.model.vocab_size != 0) return config;
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer(config);  // before the move
@@ -258,8 +273,9 @@ void Trainer::setup_parallelism(bool rejoining) {
   // any rank's layout takes some (the check's all-reduce waits for every rank's reading).
   available_at_start_ = available_memory_bytes();
   try {
-    const std::vector<estimate::RankMemory> ranks =
-        estimate::estimate_memory(estimate_job(config_, options));
+    estimate::Job job = estimate_job(config_, options);
+    if (!rejoining) job.program = program_bytes(job.program);
+    const std::vector<estimate::RankMemory> ranks = estimate::estimate_memory(job);
     estimated_ = ranks[static_cast<std::size_t>(world_ ? world_->rank() : 0)];
   } catch (const InvalidArgument& e) {
     throw ConfigError(std::string("parallelism: ") + e.what());
