@@ -1,8 +1,13 @@
 #include "weft/base/system.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -18,6 +23,23 @@ std::size_t available_cores() {
   }
   const unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? hw : 1;
+}
+
+std::int64_t resident_memory_bytes() {
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128] = {};
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  const char* resident = n > 0 ? std::strchr(text, ' ') : nullptr;  // the second field, pages
+  if (resident == nullptr) return 0;
+  return std::strtoll(resident + 1, nullptr, 10) * static_cast<std::int64_t>(::getpagesize());
+}
+
+std::int64_t peak_resident_memory_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
 std::string cpu_model() {

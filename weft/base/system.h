@@ -16,6 +16,13 @@ std::size_t available_cores();
 // memory.current, plus the page cache it can reclaim); -1 when neither can be read.
 std::int64_t available_memory_bytes();
 
+// The process's resident memory now (/proc/self/statm, opened each time: a forked child's
+// "self" is its own), in bytes; 0 where it cannot be read.
+std::int64_t resident_memory_bytes();
+
+// The process's peak resident memory so far (getrusage), in bytes.
+std::int64_t peak_resident_memory_bytes();
+
 // The CPU's model name (/proc/cpuinfo's first "model name"), or "unknown".
 std::string cpu_model();
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,29 +12,12 @@
 #include <new>
 #include <vector>
 
+#include "weft/base/system.h"
+
 namespace weft::mappings {
 namespace {
 
 constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
-
-// The resident set now and its peak, in bytes; 0 where /proc is unreadable (nothing is kept
-// then beyond what a new block needs). Opened each time: a forked child's "self" is its own.
-std::size_t resident_now() {
-  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char text[128] = {};
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  const char* resident = n > 0 ? std::strchr(text, ' ') : nullptr;  // the second field, pages
-  if (resident == nullptr) return 0;
-  return std::strtoull(resident + 1, nullptr, 10) * static_cast<std::size_t>(::getpagesize());
-}
-
-std::size_t resident_peak() {
-  rusage r{};
-  ::getrusage(RUSAGE_SELF, &r);
-  return static_cast<std::size_t>(r.ru_maxrss) * 1024;
-}
 
 struct Block {
   void* address;
@@ -61,8 +43,9 @@ class Registry {
     peak_before = usage_.peak;
     usage_.peak = std::max(usage_.peak, usage_.in_use);
     if (kept_.empty()) return nullptr;
-    std::size_t resident = resident_now();
-    const std::size_t most_resident = resident_peak();
+    // 0 where /proc is unreadable: nothing is kept then beyond what a new block needs.
+    std::size_t resident = static_cast<std::size_t>(resident_memory_bytes());
+    const std::size_t most_resident = static_cast<std::size_t>(peak_resident_memory_bytes());
     const auto over = [&] {
       return usage_.in_use + usage_.kept > usage_.peak || resident == 0 ||
              resident + bytes > most_resident;

@@ -1,12 +1,8 @@
 #include "weft/train/metrics.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <vector>
@@ -39,19 +35,6 @@ std::string clock(double seconds) {
 double measure_peak_gflops(DType dtype) {
   // About half a second: enough for the clock to ramp up and for a representative best.
   return estimate::measure_product_gflops(dtype, std::chrono::milliseconds(500));
-}
-
-std::int64_t peak_memory_bytes() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
-}
-
-std::int64_t resident_memory_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::int64_t size = 0, resident = 0;  // pages
-  if (!(statm >> size >> resident)) return 0;
-  return resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 MetricsLogger::MetricsLogger(std::ostream& out, Progress progress, const std::string& jsonl_path,

@@ -23,10 +23,6 @@ namespace weft::train {
 // uses: at 1024 rows a call the once-a-call packing would weigh several % on the measure, and
 // the products themselves differ by a few % (docs/PERFORMANCE.md, BM_LinearBF16).
 double measure_peak_gflops(DType dtype);
-// The process's peak resident memory so far, in bytes (getrusage).
-std::int64_t peak_memory_bytes();
-// The process's resident memory now, in bytes; 0 where /proc/self/statm cannot be read.
-std::int64_t resident_memory_bytes();
 
 struct StepMetrics {
   std::int64_t step;  // 1-based, as printed

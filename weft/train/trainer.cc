@@ -540,7 +540,7 @@ void Trainer::log_parallelism(bool at_end) {
                 "resident %.1f MiB",
                 mib(estimated_.total()), mib(estimated_.state()), mib(estimated_.activations),
                 mib(estimated_.scratch), mib(estimated_.working), mib(estimated_.program),
-                mib(peak_memory_bytes()));
+                mib(peak_resident_memory_bytes()));
   *out_ << line << std::endl;
   if (m.canonical_sums > 0) {
     std::snprintf(line, sizeof(line),
@@ -681,7 +681,7 @@ StepMetrics Trainer::step_metrics(double loss, double grad_norm, double lr, doub
   const double tps = tokens / seconds;
   const double mfu = model_->flops_per_token(config_.training.seq_len) * tps /
                      (peak_gflops_ * 1e9 * static_cast<double>(world_size_) * core_share_);
-  return {state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_memory_bytes()};
+  return {state_.step, loss, grad_norm, lr, tps, mfu, seconds, peak_resident_memory_bytes()};
 }
 
 void Trainer::log_step(double loss, double grad_norm, double lr, double seconds, double blocked) {
@@ -819,7 +819,7 @@ void Trainer::run_until(std::int64_t stop) {
 // Collective (the peak memory is the largest rank's).
 void Trainer::summarize(std::int64_t first, double wall_seconds, double steps_seconds,
                         double communication_seconds) {
-  std::vector<std::int64_t> memory{peak_memory_bytes()};
+  std::vector<std::int64_t> memory{peak_resident_memory_bytes()};
   if (world_) world_->all_reduce(memory, dist::ReduceOp::kMax);
   const double tokens = static_cast<double>(config_.training.batch_size * config_.training.seq_len *
                                             slots_ * (state_.step - first + 1));
