@@ -47,7 +47,10 @@ std::vector<std::vector<float>> run_all() {
   std::vector<float> m(rows, -1e30f), l(rows, 0.0f), correction(rows);
   internal::softmax_block(soft.data(), dim, rows, dim, m.data(), l.data(), correction.data());
   const double squares = sum_squares(x.data(), static_cast<std::int64_t>(n));
+  auto added = x;  // rows of 40 of 72, strided
+  add_rows(added.data(), dim, dy.data() + 3, dim, rows, 40);
   return {y,
+          added,
           rstd,
           dx,
           dw,

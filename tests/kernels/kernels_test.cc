@@ -121,6 +121,23 @@ TEST(EmbeddingTest, ForwardGathersRowsAndBackwardAccumulates) {
   EXPECT_THROW(embedding_forward(&bad, 1, table.data(), vocab, dim, out.data()), InvalidArgument);
 }
 
+class AddRowsTest : public weft::testing::OnEveryTarget {};
+WEFT_ON_EVERY_TARGET(AddRowsTest);
+
+TEST_P(AddRowsTest, GivesAPlainLoopsBitsOnStridedRows) {
+  const std::int64_t rows = 9, cols = 37, y_stride = 50, x_stride = 41;  // 37 = 2 x 16 + 5
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> y(rows * y_stride), x(rows * x_stride);
+  for (float& v : y) v = normal(gen);
+  for (float& v : x) v = normal(gen);
+  std::vector<float> expected = y;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) expected[r * y_stride + c] += x[r * x_stride + c];
+  add_rows(y.data(), y_stride, x.data(), x_stride, rows, cols);
+  EXPECT_EQ(y, expected);  // the columns past `cols` untouched too
+}
+
 TEST_P(RmsNormTest, MatchesTheFormulaAndItsGradients) {
   const std::int64_t rows = 3, dim = 8;
   Vec x = random_vec(rows * dim, 1), w = random_vec(dim, 2), r = random_vec(rows * dim, 3);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -100,9 +101,23 @@ double measure_product_gflops(DType dtype, std::chrono::milliseconds budget);
 // measurement and returns when every rank of the job has called it (a barrier), so that the
 // ranks measure each kernel at once, sharing the host as training does.
 ComputeCosts measure_compute(DType products, const std::function<void()>& together = {});
-// Seconds of a small mix of a step's compute (products in float32 and bfloat16, SwiGLU,
-// attention), for Machine::shared_slowdown: timed alone, then with every rank at once.
-double sample_compute_seconds();
+// A small mix of a step's compute (products in float32 and bfloat16, SwiGLU, attention) on
+// a block of llama_512's size, for Machine::shared_slowdown: timed alone, then with every rank
+// at once. Its buffers are made once, so that every timing works on the same warm pages.
+class ComputeSample {
+ public:
+  ComputeSample();
+  ~ComputeSample();
+  ComputeSample(const ComputeSample&) = delete;
+  ComputeSample& operator=(const ComputeSample&) = delete;
+
+  // The median of `runs` runs after one untimed, in seconds.
+  double seconds(std::size_t runs) const;
+
+ private:
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;
+};
 // This host's CPU model name, cores, and weft's vector target, with the compute costs left
 // empty (Machine::ranks and threads as given).
 Machine describe_host(int ranks, int threads);

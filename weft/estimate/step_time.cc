@@ -49,6 +49,8 @@ struct Costs {
     return slowdown * compute.kernel_ns(name) * elements * 1e-9;
   }
   double copy(double bytes) const { return slowdown * 2 * bytes / (compute.bandwidth_gbs * 1e9); }
+  // y += x over n floats: two read, one written.
+  double add(double n) const { return slowdown * 3 * n * kFloat / (compute.bandwidth_gbs * 1e9); }
   Group group(int size, int stride) const {
     return mesh_group(size, stride, world, placement.ranks_per_host);
   }
@@ -100,16 +102,19 @@ Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
     return c.product(k, R, D, w.qkv()) + c.product(k, R, A, D) + c.product(k, R, D, 2 * H) +
            c.product(k, R, H, D);
   };
+  // RoPE in mixed precision rounds the whole q|k|v row as it rotates q and k.
+  const std::int64_t rope = R * (w.operand == 2 ? w.qkv() : (w.heads + w.kv_heads) * w.head_dim);
   Pass p;
   p.forward = products(ProductKind::kForward) + 2 * c.kernel("rmsnorm_forward", L * D) +
-              2 * c.copy(L * D * kFloat) +
-              c.kernel("rope_forward", R * (w.heads + w.kv_heads) * w.head_dim) +
+              2 * c.copy(L * D * kFloat) + c.kernel("rope_forward", rope) +
               c.kernel("attention_forward", units) + c.kernel("swiglu_forward", R * H);
-  if (w.operand == 2) p.forward += c.kernel("to_bfloat16", R * A);
   p.backward_input = products(ProductKind::kBackwardInput) +
-                     2 * c.kernel("rmsnorm_backward", L * D) +
-                     c.kernel("rope_backward", R * (w.heads + w.kv_heads) * w.head_dim) +
+                     2 * c.kernel("rmsnorm_backward", L * D) + c.kernel("rope_backward", rope) +
                      c.kernel("attention_backward", units) + c.kernel("swiglu_backward", R * H);
+  if (w.operand == 2) {  // the attention's output, and the output projection's and w2's gradients
+    p.forward += c.kernel("to_bfloat16", R * A);
+    p.backward_input += c.kernel("to_bfloat16", 2 * R * D);
+  }
   p.backward_weight = products(ProductKind::kBackwardWeight);
   // Tensor parallelism: each region's input gathered (sequence parallelism) and its partial
   // output reduce-scattered, or all-reduced; backward the same for the gradients.
@@ -136,6 +141,17 @@ Pass block_pass(const Shape& s, const Costs& c, bool checkpointing) {
     p.forward_comm += c.collective("all_gather", s.cp_group, s.cp * kv * w.operand);
     p.backward_comm += c.collective("all_gather", s.cp_group, s.cp * kv * w.operand) +
                        c.collective("reduce_scatter", s.cp_group, s.cp * kv * kFloat);
+  }
+  if (s.cp > 1) {
+    // A rank's two query chunks meet 2 cp + 1 chunks of keys (their own and the earlier ones):
+    // forward merges each result after the first into the chunk's output; backward adds each
+    // pair's query and key-value gradients into the rank's, and packs the keys and values.
+    const double chunk_pairs = 2.0 * s.cp + 1, chunk_rows = static_cast<double>(R) / 2;
+    const double kv_width = 2.0 * static_cast<double>(w.kv_heads * w.head_dim);
+    p.forward += c.add((chunk_pairs - 2) * chunk_rows * static_cast<double>(A)) +
+                 c.copy(static_cast<double>(R) * kv_width * static_cast<double>(w.operand));
+    p.backward_input += c.add(chunk_pairs * chunk_rows * (static_cast<double>(A) + kv_width)) +
+                        c.copy(static_cast<double>(R) * kv_width * (w.operand + kFloat));
   }
   if (checkpointing) {  // backward runs the forward again first
     p.backward_input += p.forward;

@@ -28,6 +28,20 @@ double block_sum_squares(const T* x, std::int64_t n) {
 double BlockSumSquaresF32(const float* x, std::int64_t n) { return block_sum_squares(x, n); }
 double BlockSumSquaresF64(const double* x, std::int64_t n) { return block_sum_squares(x, n); }
 
+void AddRowsF32(float* y, std::int64_t y_stride, const float* x, std::int64_t x_stride,
+                std::int64_t rows, std::int64_t cols) {
+  const hn::ScalableTag<float> d;
+  const auto w = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* to = y + r * y_stride;
+    const float* from = x + r * x_stride;
+    std::int64_t c = 0;
+    for (; c + w <= cols; c += w)
+      hn::StoreU(hn::Add(hn::LoadU(d, to + c), hn::LoadU(d, from + c)), d, to + c);
+    for (; c < cols; ++c) to[c] += from[c];
+  }
+}
+
 }  // namespace weft::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -42,11 +56,22 @@ namespace weft::kernels {
 
 HWY_EXPORT(BlockSumSquaresF32);
 HWY_EXPORT(BlockSumSquaresF64);
+HWY_EXPORT(AddRowsF32);
 
 template <class T>
 void scale(T* y, T factor, std::int64_t n) {
   parallel_for(n, 1 << 15, [&](std::int64_t first, std::int64_t end) {
     for (std::int64_t i = first; i < end; ++i) y[i] *= factor;
+  });
+}
+
+void add_rows(float* y, std::int64_t y_stride, const float* x, std::int64_t x_stride,
+              std::int64_t rows, std::int64_t cols) {
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](std::int64_t first, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(AddRowsF32)
+    (y + first * y_stride, y_stride, x + first * x_stride, x_stride, end - first, cols);
   });
 }
 

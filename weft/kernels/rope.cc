@@ -4,6 +4,7 @@
 #include "weft/kernels/rope.h"
 
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -21,8 +22,9 @@ namespace weft::kernels {
 namespace {
 
 // cos and sin of p * theta^(-2i / head_dim) for the positions [first, first + seq): computed
-// in double (as PyTorch's reference does before casting) once, and kept for the next call
-// with the same sizes: a training step asks for the same table 2 x n_layers times. Both are
+// in double (as PyTorch's reference does before casting) once, and kept for later calls with
+// the same sizes: a training step asks for the same table 2 x n_layers times, and for one a
+// chunk under context parallelism (the last kKeptTables asked for are kept). Both are
 // laid out as the rows they rotate, each value twice (for x[2i] and x[2i+1]), and the sines
 // signed as they enter the rotation: -sin for x[2i], +sin for x[2i+1].
 template <class T>
@@ -32,16 +34,19 @@ struct Table {
   std::vector<T> cos, sin;
 };
 
+constexpr std::size_t kKeptTables = 8;
+
 template <class T>
 std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_dim, double theta,
                                           std::int64_t first) {
   static std::mutex mu;
-  static std::shared_ptr<const Table<T>> last;
+  static std::deque<std::shared_ptr<const Table<T>>> kept;  // the latest first
   {
     std::lock_guard lock(mu);
-    if (last && last->seq == seq && last->head_dim == head_dim && last->theta == theta &&
-        last->first == first) {
-      return last;
+    for (const auto& t : kept) {
+      if (t->seq == seq && t->head_dim == head_dim && t->theta == theta && t->first == first) {
+        return t;
+      }
     }
   }
   auto t = std::make_shared<Table<T>>();
@@ -60,7 +65,8 @@ std::shared_ptr<const Table<T>> table_for(std::int64_t seq, std::int64_t head_di
     }
   }
   std::lock_guard lock(mu);
-  last = t;
+  kept.push_front(t);
+  if (kept.size() > kKeptTables) kept.pop_back();
   return t;
 }
 

@@ -5,6 +5,7 @@
 
 #include "weft/base/check.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/elementwise.h"
 #include "weft/kernels/rope.h"
 #include "weft/nn/layers.h"
 
@@ -100,13 +101,10 @@ void attend_backward(const ContextParallel& cp, const RingShape& s, const T* qkv
                                   k + s.kv_heads * s.head_dim, out + q_row * at.out_width(),
                                   dout + q_row * at.out_width(), lse + at.lse(q_local), grad_q,
                                   grad_kv, grad_kv + s.kv_heads * s.head_dim);
-      for (std::int64_t r = 0; r < at.rows(); ++r) {
-        float* dq = dqkv + (q_row + r) * s.width();
-        const float* g = grad_q + r * s.width();
-        for (std::int64_t x = 0; x < at.out_width(); ++x) dq[x] += g[x];
-      }
-      float* dk = grads + kv_row * at.kv_width();
-      for (std::int64_t x = 0; x < at.rows() * at.kv_width(); ++x) dk[x] += grad_kv[x];
+      kernels::add_rows(dqkv + q_row * s.width(), s.width(), grad_q, s.width(), at.rows(),
+                        at.out_width());
+      kernels::add_rows(grads + kv_row * at.kv_width(), at.kv_width(), grad_kv, at.kv_width(),
+                        at.rows(), at.kv_width());
     }
   }
 }
