@@ -5,7 +5,9 @@
 namespace weft::tools {
 
 void PlacementOptions::add_to(CLI::App& app) {
-  app.add_option("--backend", backend, "the collectives' backend in the machine's costs")
+  app.add_option(
+         "--backend", backend,
+         "the job's backend: whose collectives' costs apply, and whose point-to-point rings count")
       ->capture_default_str();
   app.add_option("--ranks-per-host", ranks_per_host,
                  "ranks on each host, numbered host by host (0: all on one)")

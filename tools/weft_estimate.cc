@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
     if (nproc == 0) nproc = train::configured_ranks(config);
     if (!svg_path.empty() && machine_path.empty())
       throw weft::InvalidArgument("--svg draws the step time's timeline: give --machine too");
-    const weft::estimate::Job job =
-        train::estimate_job(config, train::parallel_options(config, nproc));
+    weft::estimate::Job job = train::estimate_job(config, train::parallel_options(config, nproc));
+    job.p2p_ring_bytes = weft::estimate::p2p_ring_bytes(where.backend);
     const std::vector<RankMemory> ranks = weft::estimate::estimate_memory(job);
     std::fputs(train::describe_job(config, nproc).c_str(), stdout);
     std::fputs(table(ranks).c_str(), stdout);

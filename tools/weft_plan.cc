@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
                                                : std::max<std::int64_t>(available / here, 1);
     weft::estimate::PlanRequest request = train::plan_request(config, nproc, budget, global_batch);
     request.keep = keep;
+    request.base.p2p_ring_bytes = weft::estimate::p2p_ring_bytes(where.backend);
     const auto start = std::chrono::steady_clock::now();
     const weft::estimate::Plan plan =
         weft::estimate::plan(request, weft::estimate::read_machine(machine_path), placement);

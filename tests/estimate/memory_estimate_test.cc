@@ -8,9 +8,11 @@
 
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/dist/run_threads.h"
+#include "weft/dist/shm/shm_transport.h"
 #include "weft/nn/layers.h"
 #include "weft/parallel/device_mesh.h"
 #include "weft/parallel/parallelize.h"
@@ -145,6 +147,34 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{.name = "pp2_zbv_tp2", .dims = dims(2, 1, 1, 1, 2), .schedule = "ZBVZeroBubble"},
         Layout{.name = "pp2_fsdp2", .dims = dims(2, 1, 2, 1, 1)}),
     [](const testing::TestParamInfo<Layout>& p) { return p.param.name; });
+
+// The shm transport's rings, one each way with every rank a rank exchanges point-to-point
+// messages with: a pipeline's neighbouring stages and context parallelism's ring; none for the
+// collectives' layouts or a transport without rings.
+TEST(MemoryEstimateRingsTest, PointToPointPeersCountTheTransportsRingsEachWay) {
+  const auto scratch = [](Job job, std::string_view backend, int rank = 0) {
+    job.p2p_ring_bytes = p2p_ring_bytes(backend);
+    return estimate_memory(job)[static_cast<std::size_t>(rank)].scratch;
+  };
+  const std::int64_t ring = static_cast<std::int64_t>(dist::ShmTransportOptions{}.ring_bytes);
+  EXPECT_EQ(p2p_ring_bytes("shm"), ring);
+  EXPECT_EQ(p2p_ring_bytes("auto"), ring);
+  EXPECT_EQ(Job{}.p2p_ring_bytes, ring);  // the default backend's
+  for (const Layout& layout :
+       {Layout{.name = "pp2", .dims = dims(2, 1, 1, 1, 1)},
+        Layout{.name = "zbv", .dims = dims(2, 1, 1, 1, 1), .schedule = "ZBVZeroBubble"},
+        Layout{.name = "cp2", .dims = dims(1, 1, 1, 2, 1)}}) {
+    EXPECT_EQ(scratch(job_of(layout), "shm"), scratch(job_of(layout), "tcp") + 2 * ring)
+        << layout.name;
+  }
+  // The middle of three stages talks to both neighbours.
+  const Job pp3 = job_of({.name = "pp3", .dims = dims(3, 1, 1, 1, 1)});
+  EXPECT_EQ(scratch(pp3, "shm", 1), scratch(pp3, "mpi", 1) + 4 * ring);
+  for (const Layout& layout : {Layout{.name = "fsdp2", .dims = dims(1, 1, 2, 1, 1)},
+                               Layout{.name = "tp2", .dims = dims(1, 1, 1, 1, 2)}}) {
+    EXPECT_EQ(scratch(job_of(layout), "shm"), scratch(job_of(layout), "tcp")) << layout.name;
+  }
+}
 
 TEST(MemoryEstimateErrorsTest, NameWhatDoesNotFit) {
   Job heads = job_of({.name = "tp3", .dims = dims(1, 1, 1, 1, 3)});

@@ -1,9 +1,11 @@
 #include "weft/estimate/memory_estimate.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 
+#include "weft/dist/shm/shm_transport.h"
 #include "weft/estimate/layout.h"
 #include "weft/parallel/pipeline_schedule.h"
 #include "weft/tensor/tensor.h"
@@ -136,6 +138,26 @@ PipelinePeaks pipeline_peaks(const std::vector<parallel::Action>& actions,
 
 // Each (stage, micro-batch) slot's input and gradient buffers on a pipeline rank
 // (PipelineRuntime).
+// The transport's rings a rank's point-to-point messages stream through (Job::p2p_ring_bytes
+// each): into every peer it sends to and from every one it receives from, which is both ways
+// between a pipeline rank and each rank holding a stage next to one of its own (activations
+// one way, gradients the other), and context parallelism's ring (to the next rank, from the
+// previous one). Their pages are touched in the run, not before the program's share is measured.
+std::int64_t p2p_rings(const Job& job, const parallel::Schedule* schedule, int rank) {
+  std::set<int> pipeline_peers;
+  if (schedule != nullptr) {
+    const std::vector<int>& at = schedule->stage_to_rank;
+    for (std::size_t s = 0; s + 1 < at.size(); ++s) {
+      if (at[s] == rank && at[s + 1] != rank) pipeline_peers.insert(at[s + 1]);
+      if (at[s + 1] == rank && at[s] != rank) pipeline_peers.insert(at[s]);
+    }
+  }
+  const bool cp_ring = job.options.dims.cp > 1 && !job.options.layout_invariant &&
+                       job.options.cp_exchange == nn::KeyValueExchange::kRing;
+  const auto rings = static_cast<std::int64_t>(2 * pipeline_peers.size() + (cp_ring ? 2 : 0));
+  return rings * job.p2p_ring_bytes;
+}
+
 std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
                               const parallel::Schedule& schedule, int rank) {
   std::int64_t n = 0;
@@ -260,6 +282,7 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
     m.activations = peaks.held;
     m.scratch += peaks.with_sets - peaks.held + pipeline_scratch(w, rows, cut.schedule, stage);
   }
+  m.scratch += p2p_rings(job, d.pp > 1 ? &cut.schedule : nullptr, stage);
   // Backward recomputes a block's forward into a copy of its input: a B frees the
   // recomputation after the block, a zero-bubble I keeps it for its W (in the deferred copies).
   if (job.activation_checkpointing && layers > 0) {
@@ -272,6 +295,11 @@ RankMemory pipeline_rank_memory(const Job& job, const Widths& w, const Stages& c
 }
 
 }  // namespace
+
+std::int64_t p2p_ring_bytes(std::string_view backend) {
+  if (backend != "shm" && backend != "auto") return 0;
+  return static_cast<std::int64_t>(dist::ShmTransportOptions{}.ring_bytes);
+}
 
 // The ranks of one pipeline rank hold the same: the mesh is [pp, ...], so world rank r is
 // pipeline rank r / (world / pp).

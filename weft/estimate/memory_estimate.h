@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "weft/nn/llama.h"
@@ -35,7 +36,15 @@ struct Job {
   // (weft-train's peak resident memory beyond its tensors with a one-layer model of width 32,
   // a rank of 2, x86-64 Debian 12). weft-train measures its own instead (docs/ESTIMATE.md).
   std::int64_t program = std::int64_t{32} << 20;
+  // The transport's ring for point-to-point messages from one rank to another on a host, whose
+  // pages a pipeline's transfers and context parallelism's ring touch as they stream through:
+  // p2p_ring_bytes(backend), the shm backend's by default.
+  std::int64_t p2p_ring_bytes = std::int64_t{1} << 20;
 };
+
+// The point-to-point ring of `backend` ("shm", and "auto" within a host: ShmTransportOptions's
+// ring_bytes); 0 for the transports without one (tcp, mpi, threads).
+std::int64_t p2p_ring_bytes(std::string_view backend);
 
 // Bytes one rank holds.
 struct RankMemory {
@@ -46,7 +55,8 @@ struct RankMemory {
   // Kept by forward for backward at the most (MemoryReport::activations).
   std::int64_t activations = 0;
   // Kept between steps: the layers' buffers for backward and collectives, DDP's buckets, a
-  // pipeline stage's own activation tensors and transfer buffers.
+  // pipeline stage's own activation tensors and transfer buffers, the transport's rings that
+  // point-to-point messages pass through.
   std::int64_t scratch = 0;
   // Held for a moment on top: activation checkpointing's recomputed block, FSDP's whole units
   // and reductions in flight.

@@ -275,6 +275,7 @@ void Trainer::setup_parallelism(bool rejoining) {
   try {
     estimate::Job job = estimate_job(config_, options);
     if (!rejoining) job.program = program_bytes(job.program);
+    if (world_) job.p2p_ring_bytes = estimate::p2p_ring_bytes(world_->backend_name());
     const std::vector<estimate::RankMemory> ranks = estimate::estimate_memory(job);
     estimated_ = ranks[static_cast<std::size_t>(world_ ? world_->rank() : 0)];
   } catch (const InvalidArgument& e) {
