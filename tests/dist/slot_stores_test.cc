@@ -1,5 +1,5 @@
-// The shm engine's choice of slot stores, fed made-up timings, and the streaming copy against
-// memcpy.
+// The shm engine's choice of slot stores, fed made-up timings, and the vector and streaming
+// copies against memcpy on every SIMD target.
 #include "weft/dist/shm/slot_stores.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/support/simd_targets.h"
 #include "weft/dist/shm/vector_copy.h"
 
 namespace weft::dist::shm {
@@ -96,16 +97,22 @@ TEST(SlotStoresTest, AThrownOperationIsNotRecorded) {
   }
 }
 
-TEST(StreamCopyTest, CopiesLikeMemcpyAtEveryAlignmentAndLength) {
+class CopyTest : public weft::testing::OnEveryTarget {};
+WEFT_ON_EVERY_TARGET(CopyTest);
+
+TEST_P(CopyTest, VectorAndStreamingCopiesCopyLikeMemcpyAtEveryAlignmentAndLength) {
   std::vector<std::byte> src(4096 + 256), dst(4096 + 256), expect(4096 + 256);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7 + 3);
-  for (std::size_t offset : {0, 1, 7, 31, 63, 64}) {
-    for (std::size_t bytes : {0, 1, 63, 64, 65, 127, 128, 1000, 4096}) {
-      std::memset(dst.data(), 0, dst.size());
-      std::memset(expect.data(), 0, expect.size());
-      std::memcpy(expect.data() + offset, src.data() + 3, bytes);
-      stream_copy(dst.data() + offset, src.data() + 3, bytes);
-      ASSERT_EQ(dst, expect) << "offset " << offset << " bytes " << bytes;
+  for (const auto copy : {&vector_copy, &stream_copy}) {
+    for (std::size_t offset : {0, 1, 7, 31, 63, 64}) {
+      for (std::size_t bytes : {0, 1, 63, 64, 65, 127, 128, 1000, 4096}) {
+        std::memset(dst.data(), 0, dst.size());
+        std::memset(expect.data(), 0, expect.size());
+        std::memcpy(expect.data() + offset, src.data() + 3, bytes);
+        copy(dst.data() + offset, src.data() + 3, bytes);
+        ASSERT_EQ(dst, expect) << (copy == &vector_copy ? "vector" : "stream") << " offset "
+                               << offset << " bytes " << bytes;
+      }
     }
   }
 }
