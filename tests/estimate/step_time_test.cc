@@ -138,6 +138,22 @@ TEST(StepTimeTest, DataParallelCollectivesHideOnlyWithACoreToSpare) {
   EXPECT_LT(spare.seconds, estimate_step_time(job, synthetic(/*cores=*/2), {}).seconds);
 }
 
+TEST(StepTimeTest, DdpCopiesTheGradientsIntoItsBucketsAndBack) {
+  Job job = debug_job();
+  const Machine m = test::described_machine({.product_gflops = kRate, .bandwidth_gbs = 10});
+  const double alone = estimate_step_time(job, m, {}).ranks[0].optimizer;
+  job.options.dims.dp_replicate = 2;
+  double params = 0;
+  for (const auto& [name, shape] : job.model.parameter_shapes()) {
+    double n = 1;
+    for (const std::int64_t d : shape) n *= static_cast<double>(d);
+    params += n;
+  }
+  // Two copies of every gradient's 4 bytes, each read and written at 10 GB/s.
+  EXPECT_NEAR(estimate_step_time(job, m, {}).ranks[0].optimizer - alone, 2 * 2 * params * 4 / 10e9,
+              1e-12);
+}
+
 TEST(StepTimeTest, APipelineIsItsScheduleSimulatedWithTheEstimatedCosts) {
   Job job = debug_job();
   job.options.dims.pp = 2;

@@ -212,8 +212,8 @@ Pass stage_pass(const Job& job, const Shape& s, const Costs& c, const nn::LayerR
   return p;
 }
 
-// Data parallelism's collectives over one step, and the optimizer's compute, for a rank
-// holding `params`.
+// Data parallelism's collectives over one step, and the optimizer's compute (with DDP's copies
+// of the gradients), for a rank holding `params`.
 struct DataParallel {
   double background = 0, optimizer = 0;
   // Of the collectives behind `background`, the share compute cannot hide: DDP's last
@@ -239,8 +239,10 @@ DataParallel data_parallel(const Job& job, const Costs& c,
   // The mesh is [pp, dp_replicate, dp_shard, cp, tp]: DDP's group (replicas x cp) and FSDP's
   // (dp_shard x cp) are tp apart, the replicas dp_shard x cp x tp apart.
   const Group shard = c.group(shards, d.tp), replicas = c.group(d.dp_replicate, shards * d.tp);
+  double copies = 0;  // DDP's: each gradient into its bucket and the reduced bucket back
   if (d.dp_shard == 1) {
     const Group ddp = c.group(d.dp_replicate * d.cp, d.tp);
+    if (ddp.size > 1) copies = 2 * c.copy(numel * kFloat);
     const double bytes = numel * reduce, bucket = static_cast<double>(job.options.bucket_bytes);
     const double full = std::floor(bytes / bucket), rest = bytes - full * bucket;
     out.background = full * c.collective("all_reduce", ddp, bucket) +
@@ -266,7 +268,7 @@ DataParallel data_parallel(const Job& job, const Costs& c,
       out.background += c.collective("all_reduce", replicas, u / shards * reduce);
     }
   }
-  out.optimizer = c.kernel("adamw", local) + 2 * c.kernel("sum_squares", local);
+  out.optimizer = c.kernel("adamw", local) + 2 * c.kernel("sum_squares", local) + copies;
   return out;
 }
 

@@ -39,7 +39,7 @@ struct RankTime {
   int stage = 0;
   double forward = 0;        // compute, every micro-batch
   double backward = 0;       // compute, recomputation under checkpointing included
-  double optimizer = 0;      // the gradients' norm and clipping, AdamW
+  double optimizer = 0;      // the gradients' norm and clipping, AdamW, DDP's bucket copies
   double blocking = 0;       // tensor and context parallelism's collectives, which compute waits on
   double background = 0;     // data parallelism's collectives, all of them
   double exposed = 0;        // of `background`, what compute does not hide
