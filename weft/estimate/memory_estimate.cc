@@ -136,8 +136,6 @@ PipelinePeaks pipeline_peaks(const std::vector<parallel::Action>& actions,
   return peaks;
 }
 
-// Each (stage, micro-batch) slot's input and gradient buffers on a pipeline rank
-// (PipelineRuntime).
 // The transport's rings a rank's point-to-point messages stream through (Job::p2p_ring_bytes
 // each): into every peer it sends to and from every one it receives from, which is both ways
 // between a pipeline rank and each rank holding a stage next to one of its own (activations
@@ -158,6 +156,8 @@ std::int64_t p2p_rings(const Job& job, const parallel::Schedule* schedule, int r
   return rings * job.p2p_ring_bytes;
 }
 
+// Each (stage, micro-batch) slot's input and gradient buffers on a pipeline rank
+// (PipelineRuntime).
 std::int64_t pipeline_scratch(const Widths& w, std::int64_t rows,
                               const parallel::Schedule& schedule, int rank) {
   std::int64_t n = 0;

@@ -24,7 +24,7 @@ namespace {
 // cos and sin of p * theta^(-2i / head_dim) for the positions [first, first + seq): computed
 // in double (as PyTorch's reference does before casting) once, and kept for later calls with
 // the same sizes: a training step asks for the same table 2 x n_layers times, and for one a
-// chunk under context parallelism (the last kKeptTables asked for are kept). Both are
+// chunk under context parallelism (the last kKeptTables made are kept). Both are
 // laid out as the rows they rotate, each value twice (for x[2i] and x[2i+1]), and the sines
 // signed as they enter the rotation: -sin for x[2i], +sin for x[2i+1].
 template <class T>
