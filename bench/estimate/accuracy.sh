@@ -2,7 +2,8 @@
 # weft-train's start-up memory estimate (weft-estimate's figures) against the peak resident
 # memory rank 0 reaches, and weft-estimate's step time (from this machine's costs, measured
 # first by weft-bench machine) against the median of the measured steps after the first,
-# over layouts and configs: one line a run (36 runs, about 5 minutes on 2 cores).
+# over layouts and configs: one line a run (36 runs, about 5 minutes on 2 cores), then how many
+# are within 2 % (memory) and 10 and 20 % (step time), the median and the worst.
 #
 #   bench/estimate/accuracy.sh            # after make run or make test
 #   STEPS=8 bench/estimate/accuracy.sh
@@ -37,6 +38,18 @@ print(statistics.median(r['time_s'] for r in map(json.loads, open(sys.argv[1])) 
   printf '%-10s %2d  %-88s %8s %8s %+6.1f %%  %7.3f %7.3f %+6.1f %%\n' "$config" "$n" "$*" \
     "$estimated" "$measured" "$(error "$estimated" "$measured")" "$step_estimated" \
     "$step_measured" "$(error "$step_estimated" "$step_measured")"
+  echo "$(error "$estimated" "$measured") $(error "$step_estimated" "$step_measured")" \
+    >>"$work/errors"
+}
+# The errors against the targets: memory within 2 % a rank, step time within 10 % at the median
+# and 20 % at worst.
+summary() {
+  python3 -c "import statistics, sys
+rows = [tuple(map(float, line.split())) for line in open(sys.argv[1])]
+memory, step = [r[0] for r in rows], [r[1] for r in rows]
+print(f'memory: {sum(abs(e) <= 2 for e in memory)} of {len(rows)} within 2 %, worst {max(memory, key=abs):+.1f} %')
+print(f'step time: median {statistics.median(step):+.1f} %, {sum(abs(e) <= 10 for e in step)} within 10 %, '
+      f'{sum(abs(e) <= 20 for e in step)} within 20 %, worst {max(step, key=abs):+.1f} %')" "$work/errors"
 }
 printf '%-10s %2s  %-88s %8s %8s %8s  %7s %7s %8s\n' config n overrides 'MiB est' measured error \
   's est' measured error
@@ -67,3 +80,4 @@ for config in debug llama_512; do
   run 2 $config $P.pipeline_parallel_degree 2 $P.pipeline_parallel_microbatch_size 2 \
     $P.pipeline_parallel_schedule InterleavedZeroBubble "${ckpt[@]}"
 done
+summary
