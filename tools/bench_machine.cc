@@ -98,7 +98,9 @@ double measure_shared_slowdown(dist::ProcessGroup& pg) {
     pg.barrier();
     if (pg.rank() == 0) {
       alone.push_back(sample.seconds(kRuns));
-    } else {  // while rank 0 takes kRuns + 1 runs, each faster than a shared one
+    } else {
+      // Asleep while rank 0 takes kRuns + 1 runs, each no slower than a shared one: three times
+      // that, so that a slow moment of rank 0's does not find the others awake.
       std::this_thread::sleep_for(std::chrono::duration<double>(3 * (kRuns + 1) * shared.back()));
     }
   }
