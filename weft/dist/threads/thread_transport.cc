@@ -5,7 +5,8 @@
 namespace weft::dist {
 
 ThreadHub::ThreadHub(int world_size) {
-  for (int i = 0; i < world_size; ++i) boxes_.push_back(std::make_unique<Mailbox>());
+  for (int i = 0; i < world_size; ++i)
+    boxes_.push_back(std::make_unique<Mailbox>(/*recycles=*/true));
 }
 
 void ThreadHub::abort(const std::string& reason) {

@@ -39,7 +39,7 @@ class ThreadTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
   void send(int peer, Tag tag, std::span<const std::byte> bytes, const Deadline&) override {
-    hub_->mailbox(peer).deliver(rank_, tag, {bytes.begin(), bytes.end()});
+    hub_->mailbox(peer).deliver_copy(rank_, tag, bytes);
   }
   bool sends_at_once(int, std::size_t) const override { return true; }
   void recv(int peer, Tag tag, std::span<std::byte> out, const Deadline& deadline) override {

@@ -1,5 +1,6 @@
 #include "weft/dist/transport/mailbox.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace weft::dist {
@@ -12,6 +13,45 @@ void Mailbox::deliver(int from, Tag tag, std::vector<std::byte> message) {
   cv_.notify_all();
 }
 
+void Mailbox::deliver_copy(int from, Tag tag, std::span<const std::byte> bytes) {
+  std::vector<std::byte> buffer;
+  if (recycles_ && bytes.size() >= kSpareMinBytes) {
+    std::lock_guard lock(mu_);
+    auto fits = spares_.end();
+    for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+      if (it->capacity() >= bytes.size() &&
+          (fits == spares_.end() || it->capacity() < fits->capacity()))
+        fits = it;
+    }
+    if (fits != spares_.end()) {
+      buffer = std::move(*fits);
+      spares_.erase(fits);
+    }
+  }
+  buffer.assign(bytes.begin(), bytes.end());  // within its capacity: no allocation, no zeroing
+  deliver(from, tag, std::move(buffer));
+}
+
+std::size_t Mailbox::spare_bytes() {
+  std::lock_guard lock(mu_);
+  std::size_t bytes = 0;
+  for (const auto& spare : spares_) bytes += spare.capacity();
+  return bytes;
+}
+
+// Keeps the kSpares largest buffers.
+void Mailbox::keep_spare(std::vector<std::byte> buffer) {
+  if (!recycles_ || buffer.capacity() < kSpareMinBytes) return;
+  if (spares_.size() == kSpares) {
+    const auto smallest =
+        std::min_element(spares_.begin(), spares_.end(),
+                         [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+    if (smallest->capacity() >= buffer.capacity()) return;
+    spares_.erase(smallest);
+  }
+  spares_.push_back(std::move(buffer));
+}
+
 void Mailbox::take(Queue& queue, int from, std::span<std::byte> out) {
   std::vector<std::byte>& message = queue.front();
   if (message.size() != out.size()) {
@@ -21,6 +61,7 @@ void Mailbox::take(Queue& queue, int from, std::span<std::byte> out) {
                     "with WEFT_DIST_DEBUG=detail to see each rank's call)");
   }
   if (!out.empty()) std::memcpy(out.data(), message.data(), out.size());
+  keep_spare(std::move(message));
   queue.pop_front();
 }
 
