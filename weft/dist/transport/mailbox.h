@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -19,18 +20,20 @@ namespace weft::dist {
 
 class Mailbox {
  public:
+  static constexpr std::size_t kSpares = 2;
+  static constexpr std::size_t kSpareMinBytes = std::size_t{256} << 10;
+
   // `recycles`: received messages' buffers are kept (the kSpares largest, from kSpareMinBytes
   // up) for deliver_copy to write into, so that a transport that copies every message (the
   // thread backend) allocates nothing per large message. glibc maps a buffer from 32 MiB up
   // afresh every time, paid in page faults: a 64 MiB broadcast on the thread backend took
-  // 240 ms that way. Off for transports whose messages arrive in buffers of their own.
+  // 241 ms that way on 2 ranks of a Zen 5, 12 ms with the spares (docs/PERFORMANCE.md). Off
+  // for transports whose messages arrive in buffers of their own.
   explicit Mailbox(bool recycles = false) : recycles_(recycles) {}
 
   void deliver(int from, Tag tag, std::vector<std::byte> message);
   // Delivers a copy of `bytes` (into a kept buffer large enough, if any).
   void deliver_copy(int from, Tag tag, std::span<const std::byte> bytes);
-  static constexpr std::size_t kSpares = 2;
-  static constexpr std::size_t kSpareMinBytes = std::size_t{256} << 10;
   // The capacity of the buffers kept for deliver_copy.
   std::size_t spare_bytes();
   // As Transport::recv / recv_any (PeerTimeout, PeerError).
