@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,6 +88,32 @@ TEST(FlightRecorderTest, NestedLabelsJoinTheOuterOne) {
   EXPECT_EQ(s.records[0].site, "step 3 / pipeline 1SEND_B0");
   EXPECT_EQ(s.records[1].site, "DDP bucket 2");
   EXPECT_THAT(s.groups[0].members, ElementsAre(0, 1));
+}
+
+TEST(FlightRecorderTest, CutsTextToItsFieldAndLeavesNothingOfALongerOne) {
+  Ring ring;
+  const std::uint32_t g = ring.recorder.add_group(0, "world", kTwo, 0);
+  const std::string long_label(60, 'x');
+  {
+    const FlightRecorder::Site site(long_label);
+    ring.recorder.issued({.group = g, .op = "reduce_scatter_tensor_coalesced", .reduce = "avg"});
+  }
+  RingSnapshot s = ring.read();
+  ASSERT_EQ(s.records.size(), 1u);
+  EXPECT_EQ(s.records[0].site, long_label.substr(0, sizeof(Record::site) - 1));
+  EXPECT_EQ(s.records[0].op, std::string("reduce_scatter_tensor_coalesced").substr(0, 23));
+  EXPECT_EQ(s.records[0].reduce, "avg");
+  // Around the ring to the same record, with shorter text.
+  for (std::uint32_t i = 1; i < kRingRecords; ++i) ring.recorder.issued(all_reduce(g, i));
+  {
+    const FlightRecorder::Site site("short");
+    ring.recorder.issued({.group = g, .op = "send", .collective = false});
+  }
+  s = ring.read();
+  ASSERT_EQ(s.records.size(), kRingRecords);
+  EXPECT_EQ(s.records.back().site, "short");
+  EXPECT_EQ(s.records.back().op, "send");
+  EXPECT_EQ(s.records.back().reduce, "");
 }
 
 TEST(FlightRecorderTest, KeepsTheLastRecordsAndNeverWritesWhenDisabled) {

@@ -18,22 +18,36 @@ namespace weft::recorder {
 namespace {
 
 constexpr std::size_t kSiteBytes = sizeof(Record::site);
-thread_local char t_site[kSiteBytes] = {};
+// The thread's label, NUL-padded to the end: a record copies it whole, a word at a time.
+alignas(8) thread_local char t_site[kSiteBytes] = {};
 
+// `from`'s first N - 1 bytes at most, NUL-padded.
 template <std::size_t N>
 void copy_text(char (&to)[N], std::string_view from) {
   const std::size_t n = std::min(from.size(), N - 1);
   std::memcpy(to, from.data(), n);
-  to[n] = '\0';
+  std::memset(to + n, 0, N - n);
 }
 
-// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word.
+// `from`'s first Bytes - 1 bytes at most, NUL-padded, word by word. The words are put
+// together in registers: a word memcpy'd in pieces and read back whole stalls store
+// forwarding, which cost more than the rest of the record.
 template <std::size_t Bytes>
-void store_text(Text<Bytes>& to, const char* from, std::size_t n) {
-  n = std::min(n, Bytes - 1);
+void store_text(Text<Bytes>& to, std::string_view from) {
+  const std::size_t n = std::min(from.size(), Bytes - 1);
   for (std::size_t w = 0; w < Bytes / 8; ++w) {
     std::uint64_t word = 0;
-    if (8 * w < n) std::memcpy(&word, from + 8 * w, std::min<std::size_t>(8, n - 8 * w));
+    for (std::size_t b = 8 * w; b < std::min(n, 8 * w + 8); ++b) {
+      word |= std::uint64_t{static_cast<unsigned char>(from[b])} << (8 * (b - 8 * w));
+    }
+    to.words[w].store(word, std::memory_order_release);
+  }
+}
+
+void store_site(Text<kSiteBytes>& to) {
+  for (std::size_t w = 0; w < kSiteBytes / 8; ++w) {
+    std::uint64_t word;
+    std::memcpy(&word, t_site + 8 * w, 8);
     to.words[w].store(word, std::memory_order_release);
   }
 }
@@ -147,9 +161,9 @@ std::uint64_t FlightRecorder::issued(const OpInfo& info) {
   r.issued_ns.store(now, release);
   r.started_ns.store(info.started ? now : 0, release);
   r.ended_ns.store(0, release);
-  store_text(r.op, info.op.data(), info.op.size());
-  store_text(r.reduce, info.reduce.data(), info.reduce.size());
-  store_text(r.site, t_site, ::strnlen(t_site, kSiteBytes));
+  store_text(r.op, info.op);
+  store_text(r.reduce, info.reduce);
+  store_site(r.site);
   r.stamp.store(stamp_of(id), std::memory_order_release);
   return id;
 }
