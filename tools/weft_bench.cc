@@ -79,7 +79,7 @@ long run(ProcessGroup& pg, const BenchOptions& o) {
     busbw_sum += r.busbw;
     ++sizes;
     if (pg.rank() == 0) {
-      std::printf("  %12zu %12zu %9s %7s %5d %10.2f %8.3f %8.3f %7ld %10.2f %10.2f\n", r.bytes,
+      std::printf("  %12zu %12zu %9s %7s %5d %10.3f %8.3f %8.3f %7ld %10.3f %10.3f\n", r.bytes,
                   r.count, std::string(weft::dtype_name(o.dtype)).c_str(),
                   std::string(weft::dist::reduce_op_name(o.redop)).c_str(), r.root, r.time_us,
                   r.algbw, r.busbw, o.check ? r.wrong : 0L, r.best_us, r.p99_us);

@@ -9,13 +9,18 @@
 //  - the round trip of a cache line between two threads on the first two CPUs this process
 //    may use (median of 5 runs of 200,000 exchanges): the least a 2-rank collective that
 //    waits for its peer can take. Hypervisors move vCPUs between cores that share a cache and
-//    cores that do not, so it changes between runs, and small collectives with it.
+//    cores that do not, so it changes between runs, and small collectives with it;
+//  - a system call's cost (getppid, median of 5 runs of 100,000): what every futex wake, yield,
+//    kernel copy and socket call pays besides its work. Some hypervisors make it 10-20 times a
+//    bare machine's (1.0-1.2 us on a 2-vCPU Zen 5 VM, docs/PERFORMANCE.md).
 // Built by compare.sh with g++; not part of weft's build.
 //
 //   machine_limits            prints "limit copy_gbps <MiB> <GB/s>", "limit kernel_copy_gbps
-//                             <MiB> <GB/s>" and "limit round_trip_ns <ns>"
+//                             <MiB> <GB/s>", "limit round_trip_ns <ns>" and
+//                             "limit syscall_ns <ns>"
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -89,9 +94,23 @@ double round_trip_ns(int cpu_a, int cpu_b) {
   return placed ? took.count() / kExchanges : -1;
 }
 
+double syscall_ns() {
+  constexpr int kCalls = 100000;
+  std::vector<double> runs;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = Clock::now();
+    for (int i = 0; i < kCalls; ++i) ::syscall(SYS_getppid);  // never cached by libc
+    const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+    runs.push_back(took.count() / kCalls);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[2];
+}
+
 }  // namespace
 
 int main() {
+  std::printf("limit syscall_ns %.0f\n", syscall_ns());
   for (std::size_t mib : {1, 16, 64}) {
     std::printf("limit copy_gbps %zu %.2f\n", mib, best_gbps(mib << 20, user_copy));
   }

@@ -48,10 +48,11 @@ std::vector<double> timed_runs(const std::function<void()>& run, std::chrono::mi
   return times;
 }
 
-// A pass over 64 MiB (beyond the 32 MiB of L3 a Zen core shares): what a kernel's operands
-// meet in training, where the products and layers between two uses of them fill the caches
-// with other data. Timed with its operands in cache instead, RoPE ran 3.8 times faster than
-// within a step, RMSNorm's backward 2.5 times (perf, debug in bfloat16 on a Zen 5).
+// A pass over 64 MiB (beyond the 32 MiB of L3 a Zen core shares; fixed, as VMs report their
+// socket's whole L3, 508 MiB on a 2-vCPU Zen 5): what a kernel's operands meet in training, where
+// the products and layers between two uses of them fill the caches with other data. Timed with its
+// operands in cache instead, RoPE ran 3.8 times faster than within a step, RMSNorm's backward 2.5
+// times (perf, debug in bfloat16 on a Zen 5).
 class CacheEvictor {
  public:
   void operator()() { std::fill(pass_.begin(), pass_.end(), pass_[0] + 1.0f); }
