@@ -1,4 +1,4 @@
-// The two limits collectives on one host meet, measured in the same run as them
+// The limits collectives on one host meet, measured in the same run as them
 // (compare.sh prints them above its tables):
 //  - one thread's copy bandwidth (memcpy of 1, 16 and 64 MiB, bytes copied per second, the
 //    best of 20): moving a message from one process to another is at least one such copy, so
