@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,10 @@ void store_text(Text<Bytes>& to, std::string_view from) {
   for (std::size_t w = 0; w < Bytes / 8; ++w) {
     std::uint64_t word = 0;
     for (std::size_t b = 8 * w; b < std::min(n, 8 * w + 8); ++b) {
-      word |= std::uint64_t{static_cast<unsigned char>(from[b])} << (8 * (b - 8 * w));
+      // Byte b - 8w of the word in memory, as the reader copies it out (ring_reader.cc).
+      const std::size_t at =
+          std::endian::native == std::endian::little ? b - 8 * w : 7 - (b - 8 * w);
+      word |= std::uint64_t{static_cast<unsigned char>(from[b])} << (8 * at);
     }
     to.words[w].store(word, std::memory_order_release);
   }
