@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <type_traits>
 
 #include "weft/base/check.h"
@@ -106,9 +107,29 @@ T expected(ReduceOp op, int n, std::size_t i) {
   return to<T>(static_cast<double>(result));
 }
 
+// A buffer of a case: private memory, or a SharedBuffer (--shared).
+class Bytes {
+ public:
+  void assign(std::size_t bytes, bool shared) {
+    if (shared && bytes > 0) {
+      shared_ = dist::SharedBuffer(bytes);
+      span_ = {shared_.data(), bytes};
+    } else {
+      owned_.assign(bytes, std::byte{0});
+      span_ = owned_;
+    }
+  }
+  std::span<std::byte> span() const { return span_; }
+
+ private:
+  std::vector<std::byte> owned_;
+  dist::SharedBuffer shared_;
+  std::span<std::byte> span_;
+};
+
 // Buffers of one operation at one size, and how to run and check it.
 struct Case {
-  std::vector<std::byte> in, out;
+  Bytes in, out;
   std::size_t count = 0;  // elements of the largest buffer
   int root = -1;
   double bus_factor = 1;
@@ -118,19 +139,19 @@ struct Case {
 };
 
 template <class T>
-Buffer view(std::vector<std::byte>& bytes) {
-  return Buffer(bytes.data(), bytes.size() / sizeof(T), dtype_of<T>());
+Buffer view(const Bytes& bytes) {
+  return Buffer(bytes.span().data(), bytes.span().size() / sizeof(T), dtype_of<T>());
 }
 
 template <class T>
-void fill_inputs(std::vector<std::byte>& bytes, int rank, std::size_t block) {
+void fill_inputs(std::span<std::byte> bytes, int rank, std::size_t block) {
   T* p = reinterpret_cast<T*>(bytes.data());
   const std::size_t n = bytes.size() / sizeof(T);
   for (std::size_t i = 0; i < n; ++i) p[i] = to<T>(input(rank, block == 0 ? i : i % block));
 }
 
 template <class T>
-long count_wrong(const std::vector<std::byte>& bytes, const std::function<T(std::size_t)>& want) {
+long count_wrong(std::span<const std::byte> bytes, const std::function<T(std::size_t)>& want) {
   const T* p = reinterpret_cast<const T*>(bytes.data());
   long wrong = 0;
   for (std::size_t i = 0; i < bytes.size() / sizeof(T); ++i) wrong += from(p[i]) != from(want(i));
@@ -149,12 +170,12 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
   const auto is = [&kind](Op x) { return kind == x; };
   std::size_t count = bytes / sizeof(T);
   const auto sized = [&](std::size_t in_elems, std::size_t out_elems) {
-    c.in.assign(in_elems * sizeof(T), std::byte{0});
-    c.out.assign(out_elems * sizeof(T), std::byte{0});
+    c.in.assign(in_elems * sizeof(T), o.shared);
+    c.out.assign(out_elems * sizeof(T), o.shared);
   };
   if (!kind || is(Op::all_reduce) || is(Op::broadcast) || is(Op::reduce)) {
     sized(count, kind ? 0 : count);
-    c.fill = [&c, r] { fill_inputs<T>(c.in, r, 0); };
+    c.fill = [&c, r] { fill_inputs<T>(c.in.span(), r, 0); };
   } else {
     count -= count % un;  // these split their buffer into n blocks
     const std::size_t block = count / un;
@@ -162,7 +183,7 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
     if (is(Op::reduce_scatter)) sized(count, block);
     if (is(Op::all_to_all)) sized(count, count);
     c.fill = [&c, r, block, all_to_all = is(Op::all_to_all)] {
-      fill_inputs<T>(c.in, all_to_all ? r * 7 : r, block);
+      fill_inputs<T>(c.in.span(), all_to_all ? r * 7 : r, block);
     };
   }
   c.count = count;
@@ -170,20 +191,21 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
     c.bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0;
     c.run = [&pg, &c, op] { pg.all_reduce(view<T>(c.in), op); };
     c.wrong = [&c, op, n] {
-      return count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
+      return count_wrong<T>(c.in.span(), [&](std::size_t i) { return expected<T>(op, n, i); });
     };
   } else if (is(Op::reduce)) {
     c.root = 0;
     c.run = [&pg, &c, op] { pg.reduce(view<T>(c.in), 0, op); };
     c.wrong = [&c, op, n, r] {
-      return r != 0 ? 0
-                    : count_wrong<T>(c.in, [&](std::size_t i) { return expected<T>(op, n, i); });
+      return r != 0 ? 0 : count_wrong<T>(c.in.span(), [&](std::size_t i) {
+        return expected<T>(op, n, i);
+      });
     };
   } else if (is(Op::broadcast)) {
     c.root = 0;
     c.run = [&pg, &c] { pg.broadcast(view<T>(c.in), 0); };
     c.wrong = [&c] {
-      return count_wrong<T>(c.in, [](std::size_t i) { return to<T>(input(0, i)); });
+      return count_wrong<T>(c.in.span(), [](std::size_t i) { return to<T>(input(0, i)); });
     };
   } else if (!kind) {
     c.run = [&pg, &c, n, r] {
@@ -192,14 +214,15 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
       w->wait();
     };
     c.wrong = [&c, n, r] {
-      return count_wrong<T>(c.out, [&](std::size_t i) { return to<T>(input((r + n - 1) % n, i)); });
+      return count_wrong<T>(c.out.span(),
+                            [&](std::size_t i) { return to<T>(input((r + n - 1) % n, i)); });
     };
   } else if (is(Op::all_gather)) {
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
     c.run = [&pg, &c] { pg.all_gather(view<T>(c.out), view<T>(c.in)); };
     const std::size_t block = count / un;
     c.wrong = [&c, block] {
-      return count_wrong<T>(c.out, [&](std::size_t i) {
+      return count_wrong<T>(c.out.span(), [&](std::size_t i) {
         return to<T>(input(static_cast<int>(i / block), i % block));
       });
     };
@@ -207,7 +230,7 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
     c.run = [&pg, &c, op] { pg.reduce_scatter(view<T>(c.out), view<T>(c.in), op); };
     c.wrong = [&c, op, n] {
-      return count_wrong<T>(c.out, [&](std::size_t i) { return expected<T>(op, n, i); });
+      return count_wrong<T>(c.out.span(), [&](std::size_t i) { return expected<T>(op, n, i); });
     };
   } else if (is(Op::all_to_all)) {
     c.bus_factor = n > 1 ? 1.0 * (n - 1) / n : 0;
@@ -215,7 +238,7 @@ void make_case(Case& c, ProcessGroup& pg, const BenchOptions& o, std::size_t byt
     c.run = [&pg, &c] { pg.all_to_all(view<T>(c.out), view<T>(c.in)); };
     c.wrong = [&c, block] {
       // Every block of rank k's input holds input(k * 7, i); block j of the output is rank j's.
-      return count_wrong<T>(c.out, [&](std::size_t i) {
+      return count_wrong<T>(c.out.span(), [&](std::size_t i) {
         return to<T>(input(static_cast<int>(i / block) * 7, i % block));
       });
     };

@@ -22,6 +22,7 @@ struct BenchOptions {
   dist::ReduceOp redop = dist::ReduceOp::kSum;
   bool check = false;
   std::string group = "all";  // --group: all, host, cross or generic
+  bool shared = false;        // --shared: the buffers are dist::SharedBuffers
   // Run before each iteration instead of a barrier (untimed): the ranks then arrive as that
   // work lets them, as in training (weft-bench machine times collectives after compute).
   std::function<void()> between;

@@ -38,6 +38,7 @@ struct Decision {
   // A threshold set() writes: where the group's engine does not read it, it never takes the
   // second algorithm, and the decision is not measured.
   std::size_t CollectiveTuning::*threshold;
+  bool shared = false;  // timed on SharedBuffers
 };
 
 struct Timed {
@@ -80,6 +81,33 @@ Decision single_copy(const char* what, const char* op, std::size_t from, const c
           min};
 }
 
+// The shm engine's in-place `op` on SharedBuffers from *min, tried from `from` to 256 KiB (past
+// which it is far ahead) against the engine's other algorithms.
+Decision in_place(const char* what, const char* op, std::size_t from,
+                  std::size_t CollectiveTuning::*min) {
+  return {what,
+          op,
+          from,
+          std::size_t{256} << 10,
+          "otherwise",
+          [=](std::size_t) {
+            CollectiveTuning t;
+            t.*min = kNeverBytes;
+            return t;
+          },
+          "in place",
+          [=](std::size_t s) {
+            CollectiveTuning t;
+            t.*min = s;
+            return t;
+          },
+          [=](const CollectiveTuning& t, std::size_t s) { return s >= t.*min; },
+          Decision::Shape::kFrom,
+          [=](CollectiveTuning& t, std::size_t lo, std::size_t) { t.*min = lo; },
+          min,
+          /*shared=*/true};
+}
+
 std::vector<Decision> decisions(std::string_view engine) {
   const CollectiveTuning sliced = [] {
     CollectiveTuning t = never_single_copy({});
@@ -108,6 +136,10 @@ std::vector<Decision> decisions(std::string_view engine) {
         single_copy("all_gather single copy", "all_gather", 16 << 10, "slots", sliced,
                     &CollectiveTuning::single_copy_all_gather_min,
                     &CollectiveTuning::single_copy_all_gather_max),
+        in_place("all_reduce of shared buffers in place", "all_reduce", 32 << 10,
+                 &CollectiveTuning::in_place_all_reduce_min),
+        in_place("broadcast of shared buffers in place", "broadcast", 4 << 10,
+                 &CollectiveTuning::in_place_broadcast_min),
     };
   }
   if (engine == "generic") {
@@ -132,10 +164,11 @@ std::vector<Decision> decisions(std::string_view engine) {
 }
 
 double time_us(dist::ProcessGroup& pg, const char* op, std::size_t bytes,
-               const CollectiveTuning& tuning) {
+               const CollectiveTuning& tuning, bool shared) {
   pg.tune(tuning);
   BenchOptions o;
   o.op = op;
+  o.shared = shared;
   o.iters = bytes >= (std::size_t{16} << 20) ? 10 : 30;
   o.warmup = 3;
   return bench_size(pg, o, bytes).time_us;
@@ -151,8 +184,8 @@ std::vector<Timed> measure(dist::ProcessGroup& pg, const Decision& d) {
   }
   for (int sweep = 0; sweep < 2; ++sweep) {
     for (Timed& t : out) {
-      t.first_us = std::min(t.first_us, time_us(pg, d.op, t.bytes, d.first(t.bytes)));
-      t.second_us = std::min(t.second_us, time_us(pg, d.op, t.bytes, d.second(t.bytes)));
+      t.first_us = std::min(t.first_us, time_us(pg, d.op, t.bytes, d.first(t.bytes), d.shared));
+      t.second_us = std::min(t.second_us, time_us(pg, d.op, t.bytes, d.second(t.bytes), d.shared));
     }
   }
   return out;
@@ -264,10 +297,19 @@ void print_effect(dist::ProcessGroup& pg, const std::vector<Decision>& ds,
     std::printf("# the table's effect: %-10s %10s %12s %12s %8s\n", "op", "size", "defaults us",
                 "table us", "speedup");
   }
-  for (const char* op : {"all_reduce", "broadcast", "all_gather"}) {
+  struct Effect {
+    const char* op;
+    bool shared;
+    const char* label;
+  };
+  for (const auto& [op, shared, label] :
+       {Effect{"all_reduce", false, "all_reduce"}, Effect{"broadcast", false, "broadcast"},
+        Effect{"all_gather", false, "all_gather"},
+        Effect{"all_reduce", true, "all_reduce (shared buffers)"},
+        Effect{"broadcast", true, "broadcast (shared buffers)"}}) {
     std::vector<std::size_t> sizes;
     for (const Decision& d : ds) {
-      if (std::string(d.op) != op) continue;
+      if (std::string(d.op) != op || d.shared != shared) continue;
       for (std::size_t s = d.from; s <= d.to; s *= 2) sizes.push_back(s);
     }
     std::sort(sizes.begin(), sizes.end());
@@ -275,13 +317,13 @@ void print_effect(dist::ProcessGroup& pg, const std::vector<Decision>& ds,
     std::vector<double> before(sizes.size(), 1e30), after(sizes.size(), 1e30);
     for (int sweep = 0; sweep < 2; ++sweep) {  // as measure() does
       for (std::size_t i = 0; i < sizes.size(); ++i) {
-        before[i] = std::min(before[i], time_us(pg, op, sizes[i], CollectiveTuning{}));
-        after[i] = std::min(after[i], time_us(pg, op, sizes[i], tuned));
+        before[i] = std::min(before[i], time_us(pg, op, sizes[i], CollectiveTuning{}, shared));
+        after[i] = std::min(after[i], time_us(pg, op, sizes[i], tuned, shared));
       }
     }
     for (std::size_t i = 0; i < sizes.size() && pg.rank() == 0; ++i) {
-      std::printf("  %30s %10s %12.1f %12.1f %7.2fx\n", op, size_text(sizes[i]).c_str(), before[i],
-                  after[i], before[i] / after[i]);
+      std::printf("  %30s %10s %12.1f %12.1f %7.2fx\n", label, size_text(sizes[i]).c_str(),
+                  before[i], after[i], before[i] / after[i]);
     }
   }
 }

@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
                  "Seconds each collective may wait for its peers; 0: the library's default")
       ->check(CLI::Range(0.0, 1e6));
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
+  app.add_flag("--shared", o.shared,
+               "Put the buffers in SharedBuffers, which the shm backend's peers map: its "
+               "all-reduce then runs in place");
   app.add_option("--group", o.group,
                  "Time the collective on: all (the world), host (each host's ranks, all hosts "
                  "at once), cross (the ranks with one local index, one per host), or generic "

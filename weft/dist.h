@@ -9,4 +9,5 @@
 #include "weft/dist/process_group.h"
 #include "weft/dist/reduce_op.h"
 #include "weft/dist/run_threads.h"
+#include "weft/dist/shared_buffer.h"
 #include "weft/dist/work.h"

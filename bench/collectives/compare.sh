@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs, in one go on this machine, the same sweep (all_reduce, broadcast, all_gather and
 # reduce_scatter of float32 with sum, 4 B to 64 MiB by x4, plus barrier) for weft's shm and
-# thread backends, Open MPI (shared-memory transport: --mca btl self,vader) and
+# thread backends (shm's all_reduce and broadcast also on SharedBuffers, which run in place),
+# Open MPI (shared-memory transport: --mca btl self,vader) and
 # torch.distributed's gloo (all_reduce, broadcast, all_gather, barrier), weft's mpi
 # backend against the same raw Open MPI calls, and weft's tcp backend against Gloo's C++
 # library over its tcp transport, both on loopback (all_reduce, broadcast, all_gather,
@@ -61,6 +62,10 @@ for n in 2 4; do
       > "$out/thread.$op.$n"
     "$build/tools/weftrun" --nproc-per-node "$n" --backend shm "$build/tools/weft-bench" "$op" \
       -b 4 -e 64M -f 4 | weft_lines "$op" > "$out/shm.$op.$n"
+  done
+  for op in all_reduce broadcast; do  # buffers in SharedBuffers: these two run in place
+    "$build/tools/weftrun" --nproc-per-node "$n" --backend shm "$build/tools/weft-bench" "$op" \
+      -b 4 -e 64M -f 4 --shared | weft_lines "$op" > "$out/shared.$op.$n"
   done
   if [ "$have_mpi" = 1 ]; then
     # One op a process, as weft-bench runs: Open MPI's reduce_scatter runs 10-30x faster

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints compare.sh's results as two tables per (op, ranks): the median time and busbw of each
-implementation at each size, with weft shm's and weft mpi's ratios to Open MPI and weft tcp's to
+implementation at each size, with weft shm's (private buffers, and SharedBuffers: "shared") and
+weft mpi's ratios to Open MPI and weft tcp's to
 Gloo's C++ library and to torch's gloo (time: <1 is faster); then each one's best and 99th
 percentile time, so that a tail shows. Above them, the machine's limits measured before and
 after the sweep (machine_limits.cc), and below them each large message's busbw over one thread's
@@ -46,14 +47,15 @@ def print_limits(found):
 
 def print_bound(impls, found, n):
     """shm's busbw at 16 and 64 MiB over the lower of the two copy bandwidths measured."""
-    for op in ("all_reduce", "broadcast"):
-        for mib in (16, 64):
-            copies = [v[f"copy_gbps {mib}"] for v in found.values() if f"copy_gbps {mib}" in v]
-            t = impls["shm"].get((op, mib << 20))
-            if copies and t:
-                copy = min(copies)
-                print(f"{op} {mib} MiB, {n} ranks: shm busbw {t[1]:.2f} GB/s = "
-                      f"{t[1] / copy:.2f} of one thread's copy ({copy:.2f} GB/s)")
+    for name in ("shm", "shared"):
+        for op in ("all_reduce", "broadcast"):
+            for mib in (16, 64):
+                copies = [v[f"copy_gbps {mib}"] for v in found.values() if f"copy_gbps {mib}" in v]
+                t = impls[name].get((op, mib << 20))
+                if copies and t:
+                    copy = min(copies)
+                    print(f"{op} {mib} MiB, {n} ranks: {name} busbw {t[1]:.2f} GB/s = "
+                          f"{t[1] / copy:.2f} of one thread's copy ({copy:.2f} GB/s)")
 
 
 def main(out):
@@ -63,7 +65,7 @@ def main(out):
         impls = collections.OrderedDict()
         ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
         for op in ops:
-            for name in ("shm", "thread", "weftmpi", "tcp"):
+            for name in ("shm", "shared", "thread", "weftmpi", "tcp"):
                 impls.setdefault(name, {}).update(read(f"{out}/{name}.{op}.{n}"))
         impls["ompi"] = read(f"{out}/mpi.{n}")
         impls["gloo"] = read(f"{out}/gloo.{n}")
@@ -74,13 +76,15 @@ def main(out):
                 continue
             print(f"\n{op}, {n} ranks: median time (us) / busbw (GB/s)")
             header = f"{'size':>10}" + "".join(f"{name:>20}" for name in impls)
-            print(header + f"{'shm/ompi':>10}{'wmpi/ompi':>10}{'tcp/glc':>10}{'tcp/gloo':>10}")
+            print(header + f"{'shm/ompi':>10}{'shrd/ompi':>10}{'wmpi/ompi':>10}{'tcp/glc':>10}"
+                  f"{'tcp/gloo':>10}")
             for size in sizes:
                 line = f"{size:>10}"
                 for rows in impls.values():
                     t = rows.get((op, size))
                     line += f"{t[0]:>11.2f} /{t[1]:>6.2f}" if t else f"{'-':>20}"
-                pairs = (("shm", "ompi"), ("weftmpi", "ompi"), ("tcp", "gloocpp"), ("tcp", "gloo"))
+                pairs = (("shm", "ompi"), ("shared", "ompi"), ("weftmpi", "ompi"),
+                         ("tcp", "gloocpp"), ("tcp", "gloo"))
                 for name, peer in pairs:
                     mine = impls[name].get((op, size))
                     theirs = impls[peer].get((op, size))

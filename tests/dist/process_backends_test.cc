@@ -65,6 +65,80 @@ INSTANTIATE_TEST_SUITE_P(Backends, ValuesTest,
                                   std::to_string(std::get<1>(p.param)) + "ranks";
                          });
 
+// All-reduces and broadcasts of SharedBuffers run in place (all-reduces: each rank writes its
+// slice into the others' buffers), at every size (the table's thresholds at 0, no one-step
+// all-reduce). All-reduces:
+// sums and maxima from one element (slices left empty) to sizes around the chunks and slices,
+// against each element's value computed on every rank; then with one rank's buffer private,
+// which every rank sees and answers with its usual algorithms, the same values.
+class SharedBufferTest : public testing::TestWithParam<int> {};
+
+template <class T>
+void shared_all_reduce_checks(ProcessGroup& pg, bool private_on_last) {
+  const int n = pg.size();
+  auto value = [](int rank, std::size_t i) {
+    return static_cast<T>((i * 7 + static_cast<std::size_t>(rank) * 3) % 101);
+  };
+  for (const std::size_t count : {1, 7, 1000, 70'001, 1'000'003, 4'194'305}) {
+    const bool shared = !(private_on_last && pg.rank() == n - 1);
+    SharedBuffer memory(shared ? count * sizeof(T) : 0);
+    std::vector<T> own(shared ? 0 : count);
+    const std::span<T> v = shared ? memory.as<T>().first(count) : std::span<T>(own);
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      for (std::size_t i = 0; i < count; ++i) v[i] = value(pg.rank(), i);
+      pg.all_reduce(v, op);
+      long wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        T want = value(0, i);
+        for (int q = 1; q < n; ++q) {
+          want = op == ReduceOp::kSum ? static_cast<T>(want + value(q, i))
+                                      : std::max(want, value(q, i));
+        }
+        wrong += v[i] != want;
+      }
+      EXPECT_EQ(wrong, 0) << count << " elements, op " << static_cast<int>(op);
+    }
+  }
+}
+
+// Broadcasts from every root: in place where the root's buffer is shared (whatever the
+// others' are), the usual way where it is private (the last rank's).
+void shared_broadcast_checks(ProcessGroup& pg) {
+  const int n = pg.size();
+  for (const std::size_t count : {1, 1000, 70'001, 1'000'003}) {
+    for (int root = 0; root < n; ++root) {
+      const bool shared = pg.rank() != n - 1;
+      SharedBuffer memory(shared ? count * sizeof(std::int32_t) : 0);
+      std::vector<std::int32_t> own(shared ? 0 : count);
+      const std::span<std::int32_t> v =
+          shared ? memory.as<std::int32_t>().first(count) : std::span<std::int32_t>(own);
+      for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<std::int32_t>(i) * (pg.rank() + 1);
+      pg.broadcast(v, root);
+      long wrong = 0;
+      for (std::size_t i = 0; i < count; ++i)
+        wrong += v[i] != static_cast<std::int32_t>(i) * (root + 1);
+      EXPECT_EQ(wrong, 0) << count << " elements from root " << root;
+    }
+  }
+}
+
+TEST_P(SharedBufferTest, AllReducesAndBroadcastsInPlace) {
+  expect_all_exited_zero(weft::test::run_forked_ranks(GetParam(), [&](int) {
+    auto pg = init_process_group({.backend = "shm", .timeout = Seconds(60)});
+    CollectiveTuning every_size = pg->tuning();
+    every_size.in_place_all_reduce_min = every_size.in_place_broadcast_min = 0;
+    every_size.one_step_all_reduce_max = 0;  // in place from one element on
+    pg->tune(every_size);
+    shared_all_reduce_checks<float>(*pg, /*private_on_last=*/false);
+    shared_all_reduce_checks<std::int64_t>(*pg, /*private_on_last=*/false);
+    shared_all_reduce_checks<float>(*pg, /*private_on_last=*/true);
+    shared_broadcast_checks(*pg);
+    return testing::Test::HasFailure() ? 1 : 0;
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SharedBufferTest, testing::Values(2, 3, 4));
+
 // shm gives subgroups engines of their own from a pool of regions per rank: the two
 // dimensions of a 2 x 2 mesh get one each, run every collective right, also concurrently
 // with the world's, and once the pool is spent later groups fall back to the general

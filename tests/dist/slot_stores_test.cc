@@ -75,11 +75,12 @@ TEST(SlotStoresTest, OneSlowCallDoesNotSwitch) {
   EXPECT_EQ(streamed, calls - 2);
 }
 
-TEST(SlotStoresTest, ClassesAreKeptApartByOperationAndSize) {
+TEST(SlotStoresTest, ClassesAreKeptApartByOperationSizeAndAlgorithm) {
   SlotStores stores;
   run(stores, 40, [](bool s) { return s ? 1.0 : 4.0; });              // broadcasts of 1 MiB stream
   EXPECT_FALSE(stores.choose(Op::broadcast, 64 * kBytes).streaming);  // a new class: ordinary
   EXPECT_FALSE(stores.choose(Op::all_gather, kBytes).streaming);
+  EXPECT_FALSE(stores.choose(Op::broadcast, kBytes, /*in_place=*/true).streaming);
 }
 
 TEST(SlotStoresTest, AThrownOperationIsNotRecorded) {

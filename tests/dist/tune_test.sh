@@ -11,11 +11,15 @@ echo "$out"
 echo "$out" | grep -q "the table's effect"
 grep -qx 'backend = shm' "$table"
 grep -qx 'ranks = 2' "$table"
+grep -q '^in_place_all_reduce_min = ' "$table"
 out=$(WEFT_COLLECTIVE_TABLE="$table" "$weftrun" --nproc-per-node 2 --backend shm "$bench" \
   all_reduce -b 4 -e 1M -f 16 -n 2 -w 1 --check 2>&1)
 echo "$out"
 echo "$out" | grep -q 'Out of bounds values : 0 OK'
 if echo "$out" | grep -q 'using the defaults'; then exit 1; fi
+out=$(WEFT_COLLECTIVE_TABLE="$table" "$weftrun" --nproc-per-node 2 --backend shm "$bench" \
+  all_reduce -b 4 -e 1M -f 16 -n 2 -w 1 --check --shared 2>&1)
+echo "$out" | grep -q 'Out of bounds values : 0 OK'
 # A table for other ranks is refused, with the reason.
 out=$(WEFT_COLLECTIVE_TABLE="$table" "$weftrun" --nproc-per-node 3 --backend shm "$bench" \
   all_reduce -b 4 -e 4 -n 1 -w 0 2>&1)

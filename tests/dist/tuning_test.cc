@@ -31,6 +31,8 @@ CollectiveTuning changed() {
   t.single_copy_all_gather_min = 64 << 10;
   t.single_copy_all_gather_max = 512 << 10;
   t.ring_all_reduce_min = 0;
+  t.in_place_all_reduce_min = 64 << 10;
+  t.in_place_broadcast_min = 1;
   return t;
 }
 

@@ -27,6 +27,8 @@ std::vector<std::pair<const char*, std::size_t CollectiveTuning::*>> thresholds(
           {"single_copy_broadcast_max", &CollectiveTuning::single_copy_broadcast_max},
           {"single_copy_all_gather_min", &CollectiveTuning::single_copy_all_gather_min},
           {"single_copy_all_gather_max", &CollectiveTuning::single_copy_all_gather_max},
+          {"in_place_all_reduce_min", &CollectiveTuning::in_place_all_reduce_min},
+          {"in_place_broadcast_min", &CollectiveTuning::in_place_broadcast_min},
           {"ring_all_reduce_min", &CollectiveTuning::ring_all_reduce_min}};
 }
 

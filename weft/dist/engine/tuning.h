@@ -32,6 +32,12 @@ struct CollectiveTuning {
   std::size_t single_copy_broadcast_max = std::size_t{4} << 20;
   std::size_t single_copy_all_gather_min = std::size_t{64} << 10;
   std::size_t single_copy_all_gather_max = std::size_t{256} << 10;
+  // shm engine, where every rank maps the others' shared arenas: all-reduces of buffers in
+  // SharedBuffers on every rank past the one-step range and from this size run in place (each
+  // rank writing its slice into the others' buffers), and broadcasts from a root's SharedBuffer
+  // (the others copying it out).
+  std::size_t in_place_all_reduce_min = 0;
+  std::size_t in_place_broadcast_min = std::size_t{16} << 10;
   // generic engine (tcp, thread, shm's subgroups beyond its pool): all-reduces from this
   // size run the ring, smaller ones recursive doubling.
   std::size_t ring_all_reduce_min = std::size_t{1} << 20;

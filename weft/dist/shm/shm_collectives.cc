@@ -15,6 +15,7 @@
 
 #include "weft/base/futex.h"
 #include "weft/base/spin.h"
+#include "weft/dist/shm/arena.h"
 #include "weft/dist/shm/vector_copy.h"
 #include "weft/dist/transport/transport.h"
 
@@ -45,6 +46,9 @@ constexpr std::size_t kReduceBlockBytes = 4096;
 // all-reduce, docs/PERFORMANCE_LOG.md, "Single copy's chunk": 4 MiB in 386-391 us with 1-2 MiB
 // chunks, 393-405 with 512 KiB, 403-405 with 256 KiB).
 constexpr std::size_t kSingleCopyChunkBytes = std::size_t{1} << 20;
+// An in-place all-reduce's chunk: reduced into this rank's buffer and the next's, then copied
+// to the others' from L2 (docs/COLLECTIVES.md, "Shared buffers").
+constexpr std::size_t kMappedChunkBytes = std::size_t{64} << 10;
 // Broadcast chunks through the slots: measured in docs/PERFORMANCE_LOG.md, "Slots and chunks"
 // (64 KiB: 6.8-7.0 GB/s in one chunk, 7.8-8.1 in four).
 constexpr std::size_t kBroadcastPieces = 4;
@@ -80,6 +84,7 @@ struct Collectives::SlotHeader {
   std::atomic<std::uint32_t> step;
   std::uint32_t unused;
   Call call;
+  std::int64_t arena_offset;  // where the call's buffer lies in its rank's arena, or -1
 };
 
 namespace {
@@ -114,6 +119,7 @@ void Collectives::wake_all(const std::vector<std::byte*>& regions) {
 
 Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks,
                          JobFacts job, std::function<void(int)> check_peer, std::vector<int> pids,
+                         std::vector<std::span<std::byte>> arenas,
                          std::unique_ptr<CollectiveEngine> rings)
     : ForwardingEngine(std::move(rings)),
       regions_(std::move(regions)),
@@ -123,7 +129,8 @@ Collectives::Collectives(std::vector<std::byte*> regions, int rank, std::vector<
       oversubscribed_(job.oversubscribed),
       known_(regions_.size(), 0),
       can_read_peers_(job.single_copy),
-      pids_(std::move(pids)) {
+      pids_(std::move(pids)),
+      arenas_(std::move(arenas)) {
   cpu_set_t cpus;
   if (size() == job.size && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
     start_on_own_cpu(cpus);
@@ -180,18 +187,63 @@ void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
   // rank published for the operation it then gave up.
   check_peer_(job_rank(rank_));
   call_ = Call{count, root, static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(dtype)};
+  offset_ = -1;
+}
+
+void Collectives::offer_in_place(const Buffer& buf, std::size_t from) {
+  if (arenas_.empty() || buf.size_bytes() < from) return;
+  const std::span<std::byte> own = arenas_[static_cast<std::size_t>(rank_)];
+  if (buf.bytes() >= own.data() && buf.size_bytes() <= own.size() &&
+      static_cast<std::size_t>(buf.bytes() - own.data()) <= own.size() - buf.size_bytes()) {
+    offset_ = buf.bytes() - own.data();
+  }
+}
+
+std::byte* Collectives::mapped_buffer(int rank, std::uint32_t step, std::size_t bytes) const {
+  const std::int64_t at = header(rank, step).arena_offset;
+  if (at < 0) return nullptr;
+  const std::span<std::byte> arena = arenas_[static_cast<std::size_t>(rank)];
+  if (bytes > arena.size() || static_cast<std::size_t>(at) > arena.size() - bytes) {
+    throw PeerError("dist: rank " + std::to_string(job_rank(rank)) + " published a buffer of " +
+                    std::to_string(bytes) + " bytes at " + std::to_string(at) +
+                    ", outside its shared arena of " + std::to_string(arena.size()) +
+                    " bytes (a corrupted segment or mismatched weft builds)");
+  }
+  return arena.data() + at;
+}
+
+bool Collectives::any_buffer_shared(std::uint32_t step) const {
+  for (int q = 0; q < size() && !arenas_.empty(); ++q) {
+    if (header(q, step).arena_offset >= 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::byte*> Collectives::mapped_buffers(std::uint32_t step, std::size_t bytes) const {
+  if (offset_ < 0) return {};  // then some rank's is not: this one's
+  std::vector<std::byte*> bufs;
+  for (int q = 0; q < size(); ++q) {
+    std::byte* b = mapped_buffer(q, step, bytes);
+    if (b == nullptr) return {};
+    bufs.push_back(b);
+  }
+  return bufs;
 }
 
 class Collectives::TimedStores {
  public:
   // writes: whether this rank writes its slots in the operation (a broadcast's root only).
-  TimedStores(Collectives& c, Op op, std::size_t bytes, bool writes = true) : c_(c) {
-    if (writes) choice_ = c.slot_stores_.choose(op, bytes);
+  // in_place: an in-place operation on SharedBuffers (timed apart from the slots').
+  TimedStores(Collectives& c, Op op, std::size_t bytes, bool writes = true, bool in_place = false)
+      : c_(c) {
+    if (writes) choice_ = c.slot_stores_.choose(op, bytes, in_place);
     c.stream_ = choice_.streaming;
     if (choice_.timed) start_ = std::chrono::steady_clock::now();
   }
   TimedStores(const TimedStores&) = delete;
   TimedStores& operator=(const TimedStores&) = delete;
+  // The operation went on in place: its time says nothing of this choice.
+  void forget() { choice_.timed = false; }
   ~TimedStores() {
     c_.stream_ = false;
     if (choice_.timed && std::uncaught_exceptions() == 0)
@@ -228,6 +280,7 @@ std::byte* Collectives::begin_step(const Deadline& deadline) {
   wait_all(step_ + 3 - kSlots, deadline, /*check=*/false);
   ++step_;
   call_of(rank_, step_) = call_;  // published with the step
+  header(rank_, step_).arena_offset = offset_;
   return slot(rank_, step_);
 }
 
@@ -357,8 +410,17 @@ void Collectives::broadcast(Buffer buf, int root, const OpContext& context) {
   const Deadline& deadline = context.deadline;
   start(Op::broadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
+  offer_in_place(buf, tuning_.in_place_broadcast_min);
   if (choose(Op::broadcast, total) == Algorithm::kSingleCopy) {
     broadcast_single_copy(buf, root, deadline);
+    return;
+  }
+  // In place, the root's first step carries no chunk, only where its buffer lies; the others
+  // copy it out of the root's arena, and the root returns once they have.
+  if (rank_ == root && offset_ >= 0) {
+    begin_step(deadline);
+    publish();
+    wait_until_all_done(deadline);
     return;
   }
   const TimedStores stores(*this, Op::broadcast, total, /*writes=*/rank_ == root);
@@ -372,6 +434,11 @@ void Collectives::broadcast(Buffer buf, int root, const OpContext& context) {
     if (rank_ == root) continue;
     wait_for(root, step_, deadline);
     check_same_call(root, step_);
+    if (const std::byte* from = off == 0 ? mapped_buffer(root, step_, total) : nullptr) {
+      copy_from_root(buf, from);
+      wait_until_all_done(deadline);
+      return;
+    }
     copy_chunk(buf.bytes() + off, payload(root, step_, len), len);
   }
 }
@@ -401,6 +468,7 @@ void Collectives::all_reduce(Buffer buf, ReduceOp op, const OpContext& context) 
   const Deadline& deadline = context.deadline;
   start(Op::all_reduce, buf.count, buf.dtype, -1);
   if (size() == 1 || buf.count == 0) return;
+  offer_in_place(buf, tuning_.in_place_all_reduce_min);
   switch (choose(Op::all_reduce, buf.size_bytes())) {
     case Algorithm::kOneStep:
       return all_reduce_one_step(buf, op, deadline);
@@ -452,6 +520,9 @@ bool Collectives::reads(std::size_t CollectiveTuning::*member) const {
   using T = CollectiveTuning;
   const auto any_of = [member](auto... members) { return ((member == members) || ...); };
   if (member == &T::one_step_all_reduce_max) return true;
+  if (member == &T::in_place_all_reduce_min || member == &T::in_place_broadcast_min) {
+    return !arenas_.empty();
+  }
   if (any_of(&T::single_copy_all_reduce_min, &T::single_copy_all_reduce_max))
     return single_copy_possible(Op::all_reduce);
   if (any_of(&T::single_copy_broadcast_min, &T::single_copy_broadcast_max))
@@ -491,12 +562,17 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     const std::size_t first = std::min(end, static_cast<std::size_t>(q) * slice + at);
     return std::pair{first, std::min(chunk, end - first)};
   };
-  const TimedStores stores(*this, Op::all_reduce, buf.size_bytes());
+  TimedStores stores(*this, Op::all_reduce, buf.size_bytes());
   std::optional<std::size_t> waiting;  // the chunk whose reductions wait in the slots
-  for (std::size_t at = 0;; at += chunk) {
+  // The first step also says where each rank's buffer lies, and a rank whose buffer is shared
+  // stages nothing in it: if all are shared, the all-reduce goes on in place; if only some are,
+  // the first step is taken again with every rank staging (a step lost, in that mix only).
+  bool first_step = true;
+  for (std::size_t at = 0;;) {
     const bool more = at < slice;
+    const bool stage = more && !(first_step && offset_ >= 0);
     std::byte* mine = begin_step(deadline);
-    for (int q = 0; more && q < size(); ++q) {
+    for (int q = 0; stage && q < size(); ++q) {
       const auto [first, count] = range(q, at);
       if (q != rank_) {
         write_slot(mine + static_cast<std::size_t>(q) * chunk * esz, buf.bytes() + first * esz,
@@ -506,6 +582,14 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
     publish();
     wait_all(step_, deadline, /*check=*/true);
     const std::uint32_t s = step_;
+    if (std::exchange(first_step, false) && any_buffer_shared(s)) {
+      if (const std::vector<std::byte*> bufs = mapped_buffers(s, buf.size_bytes()); !bufs.empty()) {
+        stores.forget();
+        return all_reduce_mapped(buf, op, bufs, deadline);
+      }
+      offset_ = -1;
+      continue;
+    }
     for (int q = 0; waiting && q < size(); ++q) {
       const auto [first, count] = range(q, *waiting);
       if (q != rank_)
@@ -521,6 +605,7 @@ void Collectives::all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& dea
         },
         own_count, buf.dtype, op);
     waiting = at;
+    at += chunk;
   }
 }
 
@@ -573,6 +658,42 @@ void Collectives::wait_until_all_done(const Deadline& deadline) {
   wait_all(step_, deadline, /*check=*/true);
 }
 
+// Rank r owns slice r: chunk by chunk it reduces slice r of every rank's buffer, in rank order,
+// into its own buffer and the next rank's (reduce_in_rank_order's second output), and copies the
+// chunk, still in cache, into the other ranks'. Each rank reads and writes only its own slice of
+// the buffers, so nobody writes what another still reads; the last step keeps everyone until
+// nobody writes. A rank moves as many bytes as one copy of the buffer: half of what the slots
+// move for private buffers.
+void Collectives::all_reduce_mapped(Buffer buf, ReduceOp op, const std::vector<std::byte*>& bufs,
+                                    const Deadline& deadline) {
+  const std::size_t esz = dtype_size(buf.dtype);
+  const auto n = static_cast<std::size_t>(size());
+  const std::size_t slice = (buf.count + n - 1) / n;
+  const std::size_t first = std::min(buf.count, static_cast<std::size_t>(rank_) * slice);
+  const std::size_t own = std::min(buf.count, first + slice) - first;
+  const std::size_t chunk = std::max<std::size_t>(1, kMappedChunkBytes / esz);
+  const int next = (rank_ + 1) % size();
+  const TimedStores stores(*this, Op::all_reduce, buf.size_bytes(), true, /*in_place=*/true);
+  for (std::size_t done = 0; done < own; done += chunk) {
+    const std::size_t count = std::min(chunk, own - done);
+    const std::size_t at = (first + done) * esz;
+    std::byte* const mine = bufs[static_cast<std::size_t>(rank_)] + at;
+    reduce_in_rank_order(
+        mine, bufs[static_cast<std::size_t>(next)] + at,
+        [&](int q) { return bufs[static_cast<std::size_t>(q)] + at; }, count, buf.dtype, op);
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_ && q != next)
+        write_slot(bufs[static_cast<std::size_t>(q)] + at, mine, count * esz);
+    }
+  }
+  wait_until_all_done(deadline);
+}
+
+void Collectives::copy_from_root(Buffer buf, const std::byte* from) {
+  const TimedStores stores(*this, Op::broadcast, buf.size_bytes(), true, /*in_place=*/true);
+  write_slot(buf.bytes(), from, buf.size_bytes());
+}
+
 // The root publishes its buffer's address; every other rank copies the whole buffer out of
 // the root's memory in one process_vm_readv (the kernel copies page by page: one pass, no
 // staging), then says so; the root returns once every rank has.
@@ -581,7 +702,11 @@ void Collectives::broadcast_single_copy(Buffer buf, int root, const Deadline& de
   if (rank_ != root) {
     wait_for(root, step_, deadline);
     check_same_call(root, step_);
-    read_peer(root, address_of(root), buf.bytes(), buf.size_bytes());
+    if (const std::byte* from = mapped_buffer(root, step_, buf.size_bytes())) {
+      copy_from_root(buf, from);
+    } else {
+      read_peer(root, address_of(root), buf.bytes(), buf.size_bytes());
+    }
   }
   begin_step(deadline);
   publish();
@@ -602,6 +727,9 @@ void Collectives::all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline
     return std::pair{first, std::min(buf.count, first + slice) - first};
   };
   const std::vector<std::uint64_t> at = exchange_addresses(buf, deadline);
+  if (const std::vector<std::byte*> bufs = mapped_buffers(step_, buf.size_bytes()); !bufs.empty()) {
+    return all_reduce_mapped(buf, op, bufs, deadline);
+  }
   // A part per rank (this rank's stays unused), no larger than a slice: n parts of a 1 MiB
   // chunk would be n MiB per rank for a 4 MiB message.
   const std::size_t part_bytes = std::min(kSingleCopyChunkBytes, (slice * esz + 63) / 64 * 64);

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "weft/base/function_ref.h"
@@ -49,6 +50,7 @@ class Collectives final : public ForwardingEngine {
     int size = 1;                 // ranks in the job
     bool oversubscribed = false;  // the ranks' allowed CPUs together are fewer than the ranks
     bool single_copy = false;     // every rank can read every other's memory (process_vm_readv)
+    bool peer_arenas = false;     // every rank maps every other's shared arena (arena.h)
   };
 
   // A group of the job's ranks: `regions[r]` is group rank r's region, mapped here and
@@ -59,10 +61,12 @@ class Collectives final : public ForwardingEngine {
   // released by rank 0. Where every rank can read every other's memory, all-reduces of 1-4 MiB
   // and (with a core per rank) mid-sized broadcasts and all-gathers copy straight between the
   // ranks' buffers (one copy instead of two through the slots). `rings`: the same group's generic
-  // engine, for the operations not done here.
+  // engine, for the operations not done here. `arenas[r]`: group rank r's shared arena as
+  // mapped here (empty unless every rank maps every other's): all-reduces and broadcasts of
+  // buffers in them run in place (docs/COLLECTIVES.md, "Shared buffers").
   Collectives(std::vector<std::byte*> regions, int rank, std::vector<int> job_ranks, JobFacts job,
               std::function<void(int)> check_peer, std::vector<int> pids,
-              std::unique_ptr<CollectiveEngine> rings);
+              std::vector<std::span<std::byte>> arenas, std::unique_ptr<CollectiveEngine> rings);
 
   std::string_view name() const override { return "shm"; }
   void all_reduce(Buffer buf, ReduceOp op, const OpContext& context) override;
@@ -139,6 +143,23 @@ class Collectives final : public ForwardingEngine {
   void all_reduce_sliced(Buffer buf, ReduceOp op, const Deadline& deadline);
   void all_reduce_single_copy(Buffer buf, ReduceOp op, const Deadline& deadline);
   void broadcast_single_copy(Buffer buf, int root, const Deadline& deadline);
+  // In place. Where `buf` lies in this rank's arena (and is at least `from` bytes), the running
+  // operation's steps say so in their headers (offset_), and after its first step every rank
+  // knows whose buffers are shared: the operation goes on in place where they are (all of them
+  // for an all-reduce, the root's for a broadcast), with no step added where they are not.
+  void offer_in_place(const Buffer& buf, std::size_t from);
+  // `rank`'s buffer of `bytes` as mapped here, from its header of `step`; null if not shared.
+  // PeerError if the header places it outside that rank's arena.
+  std::byte* mapped_buffer(int rank, std::uint32_t step, std::size_t bytes) const;
+  // Every rank's, or empty unless all are shared.
+  std::vector<std::byte*> mapped_buffers(std::uint32_t step, std::size_t bytes) const;
+  bool any_buffer_shared(std::uint32_t step) const;  // in some rank's header of `step`
+  // A broadcast's copy out of the root's buffer, with the stores measured quicker.
+  void copy_from_root(Buffer buf, const std::byte* from);
+  // Rank r reduces slice r of every rank's buffer (`bufs`, as mapped here) and writes the result
+  // into each: one pass, no slots.
+  void all_reduce_mapped(Buffer buf, ReduceOp op, const std::vector<std::byte*>& bufs,
+                         const Deadline& deadline);
   // A step publishing where this rank's `buf` lives (single copy); address_of reads a rank's
   // from the current step, exchange_addresses waits for and returns every rank's.
   void publish_address(const Buffer& buf, const Deadline& deadline);
@@ -162,8 +183,10 @@ class Collectives final : public ForwardingEngine {
   std::uint32_t step_ = 0;            // the current step; every rank counts the same steps
   std::vector<std::uint32_t> known_;  // per rank, a step it is known to have published
   CollectiveTuning tuning_;
-  bool can_read_peers_;             // every rank can read every other's memory (single copy)
-  std::vector<int> pids_;           // by group rank
+  bool can_read_peers_;    // every rank can read every other's memory (single copy)
+  std::vector<int> pids_;  // by group rank
+  std::vector<std::span<std::byte>> arenas_;  // by group rank: its arena as mapped here, or none
+  std::int64_t offset_ = -1;        // the running operation's buffer in this rank's arena, or -1
   std::vector<std::byte> scratch_;  // peers' parts of a chunk, for single-copy reduction
   Call call_;                       // the operation running now
   SlotStores slot_stores_;

@@ -18,7 +18,7 @@
 namespace weft::dist {
 namespace shm {
 
-constexpr std::uint32_t kMagic = 0x34534657;  // "WFS4"; changed with every change of layout
+constexpr std::uint32_t kMagic = 0x35534657;  // "WFS5"; changed with every change of layout
 constexpr Tag kAbortTag = ~Tag{0};            // an abort notice, not a message
 
 // A word that is bumped to wake the threads waiting on it.
@@ -41,6 +41,8 @@ struct alignas(64) Control {
   std::uint64_t ring_bytes;
   std::int32_t pid;
   std::uint64_t self_address;  // where this segment is mapped in its owner (single-copy probe)
+  std::int32_t arena_fd;       // its shared arena's descriptor there (arena.h), and size
+  std::uint64_t arena_bytes;
 };
 
 // One single-producer, single-consumer byte ring; the data follows the header.
@@ -136,6 +138,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
       known_tail_(static_cast<std::size_t>(world_size)) {
   const auto n = static_cast<std::size_t>(world_size);
   segments_.resize(n);
+  peer_arenas_.resize(n);
   segments_[static_cast<std::size_t>(rank)] = shm::Segment::create(segment_bytes_);
   Control& me = control(rank);
   me.magic = shm::kMagic;
@@ -143,7 +146,11 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   me.ring_bytes = options_.ring_bytes;
   me.pid = ::getpid();
   me.self_address = reinterpret_cast<std::uintptr_t>(&me);
+  const shm::Arena& arena = shm::Arena::instance();
+  me.arena_fd = arena.fd();
+  me.arena_bytes = arena.capacity();
   store_->set(key("name", rank), segments_[static_cast<std::size_t>(rank)].name());
+  int mapped_arenas = 0;
   for (int p = 0; p < world_size; ++p) {
     if (p == rank) continue;
     segments_[static_cast<std::size_t>(p)] =
@@ -154,10 +161,14 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
                       "'s segment does not match this one "
                       "(different weft builds or options)");
     }
+    peer_arenas_[static_cast<std::size_t>(p)] =
+        shm::PeerArena::map(c.pid, c.arena_fd, c.arena_bytes);
+    mapped_arenas += peer_arenas_[static_cast<std::size_t>(p)].base() != nullptr ? 1 : 0;
   }
   // Counted before "mapped", so the counts are complete once every rank has mapped: every
   // rank then reads the same facts, and its engines pick the same algorithms.
   store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
+  store_->add("shm/peer_arenas", mapped_arenas == world_size - 1 ? 1 : 0);
   store_->set(key("cpus", rank), internal::allowed_cpus());
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
@@ -165,6 +176,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   segments_[static_cast<std::size_t>(rank)].unlink();
   job_.size = world_size;
   job_.single_copy = store_->add("shm/single_copy", 0) == world_size;
+  job_.peer_arenas = store_->add("shm/peer_arenas", 0) == world_size;
   const std::size_t together = internal::cpus_together(*store_, key_prefix("cpus"), world_size);
   job_.oversubscribed = together > 0 && together < n;
   for (int p = 0; p < world_size; ++p) {
@@ -213,7 +225,7 @@ std::unique_ptr<shm::Collectives> ShmTransport::world_collectives(
   std::iota(everyone.begin(), everyone.end(), 0);
   return std::make_unique<shm::Collectives>(
       collective_regions(), rank_, everyone, job_, [this](int peer) { check_peer(peer); },
-      pids_of(everyone), std::move(rings));
+      pids_of(everyone), arenas_of(everyone), std::move(rings));
 }
 
 // A region is used by one group for good: a step count restarting at zero in a region that
@@ -237,7 +249,7 @@ std::unique_ptr<shm::Collectives> ShmTransport::collectives_for(
   if (me < 0) return nullptr;
   return std::make_unique<shm::Collectives>(
       group_regions, me, members, job_, [this](int peer) { check_peer(peer); }, pids_of(members),
-      std::move(rings));
+      arenas_of(members), std::move(rings));
 }
 
 // Reads each peer's magic number out of the peer's own address space: process_vm_readv works
@@ -265,6 +277,18 @@ std::vector<int> ShmTransport::pids_of(const std::vector<int>& ranks) const {
   std::vector<int> pids;
   for (int r : ranks) pids.push_back(control(r).pid);
   return pids;
+}
+
+std::vector<std::span<std::byte>> ShmTransport::arenas_of(const std::vector<int>& ranks) const {
+  std::vector<std::span<std::byte>> arenas;
+  if (!job_.peer_arenas) return arenas;
+  const shm::Arena& own = shm::Arena::instance();
+  for (int r : ranks) {
+    const shm::PeerArena& peer = peer_arenas_[static_cast<std::size_t>(r)];
+    arenas.push_back(r == rank_ ? std::span(own.base(), own.capacity())
+                                : std::span(peer.base(), peer.size()));
+  }
+  return arenas;
 }
 
 void ShmTransport::check_peer(int peer) {

@@ -16,11 +16,13 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "weft/base/function_ref.h"
+#include "weft/dist/shm/arena.h"
 #include "weft/dist/shm/shm_collectives.h"
 #include "weft/dist/shm/shm_segment.h"
 #include "weft/dist/transport/mailbox.h"
@@ -115,6 +117,8 @@ class ShmTransport final : public Transport {
   // Whether this rank can read every peer's memory with process_vm_readv.
   bool can_read_peers() const;
   std::vector<int> pids_of(const std::vector<int>& ranks) const;
+  // Where each of `ranks`' arenas is mapped here; empty unless every rank maps every other's.
+  std::vector<std::span<std::byte>> arenas_of(const std::vector<int>& ranks) const;
 
   int rank_;
   int world_size_;
@@ -123,6 +127,7 @@ class ShmTransport final : public Transport {
   std::size_t segment_bytes_;
   std::atomic<int> next_group_region_{1};
   std::vector<shm::Segment> segments_;                // index: rank
+  std::vector<shm::PeerArena> peer_arenas_;           // index: rank (this rank's stays empty)
   std::vector<std::unique_ptr<std::mutex>> send_mu_;  // whole messages per peer
   std::mutex drain_mu_;                               // one drainer at a time
   std::vector<std::unique_ptr<Inbound>> inbound_;     // guarded by drain_mu_

@@ -17,12 +17,13 @@ double SlotStores::Samples::recent() const {
 
 void SlotStores::Samples::add(double ns) { ns_per_byte[count++ % 3] = ns; }
 
-SlotStores::Choice SlotStores::choose(Op op, std::size_t bytes) {
+SlotStores::Choice SlotStores::choose(Op op, std::size_t bytes, bool in_place) {
   if (bytes < kMinBytes) return {};
   std::size_t size_class = 0;
   for (std::size_t b = bytes / kMinBytes; b >= 4 && size_class + 1 < kClassesPerOp; b /= 4)
     ++size_class;
-  const std::size_t index = static_cast<std::size_t>(op) * kClassesPerOp + size_class;
+  const std::size_t kind = static_cast<std::size_t>(op) + (in_place ? kOpCount : 0);
+  const std::size_t index = kind * kClassesPerOp + size_class;
   Class& c = classes_[index];
   const std::uint32_t call = c.calls++;
   if (call >= kProbeCalls) {

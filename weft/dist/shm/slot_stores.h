@@ -39,7 +39,8 @@ class SlotStores {
   // (operation, and size in factors of 4 from kMinBytes): after the probe calls, a call uses
   // the store whose recent calls took less a byte, switching when the other is 10 % quicker;
   // every kExploreEvery-th call uses the other.
-  Choice choose(Op op, std::size_t bytes);
+  // `in_place`: an in-place operation on SharedBuffers, whose classes are apart from the slots'.
+  Choice choose(Op op, std::size_t bytes, bool in_place = false);
   // The time the operation `choice` was made for took; nothing if it was not timed.
   void record(const Choice& choice, std::chrono::nanoseconds took);
 
@@ -56,7 +57,7 @@ class SlotStores {
     bool streaming = false;           // the store used between explorations
     std::array<Samples, 2> by_store;  // [ordinary, streaming]
   };
-  std::array<Class, kOpCount * kClassesPerOp> classes_{};
+  std::array<Class, 2 * kOpCount * kClassesPerOp> classes_{};  // the slots' first
 };
 
 }  // namespace weft::dist::shm
