@@ -138,7 +138,7 @@ std::vector<Decision> decisions(std::string_view engine) {
                     &CollectiveTuning::single_copy_all_gather_max),
         in_place("all_reduce of shared buffers in place", "all_reduce", 32 << 10,
                  &CollectiveTuning::in_place_all_reduce_min),
-        in_place("broadcast of shared buffers in place", "broadcast", 4 << 10,
+        in_place("broadcast of shared buffers in place", "broadcast", 1 << 10,
                  &CollectiveTuning::in_place_broadcast_min),
     };
   }

@@ -37,7 +37,7 @@ struct CollectiveTuning {
   // rank writing its slice into the others' buffers), and broadcasts from a root's SharedBuffer
   // (the others copying it out).
   std::size_t in_place_all_reduce_min = 0;
-  std::size_t in_place_broadcast_min = std::size_t{16} << 10;
+  std::size_t in_place_broadcast_min = std::size_t{4} << 10;  // at least 512 KiB oversubscribed
   // generic engine (tcp, thread, shm's subgroups beyond its pool): all-reduces from this
   // size run the ring, smaller ones recursive doubling.
   std::size_t ring_all_reduce_min = std::size_t{1} << 20;

@@ -49,6 +49,11 @@ constexpr std::size_t kSingleCopyChunkBytes = std::size_t{1} << 20;
 // An in-place all-reduce's chunk: reduced into this rank's buffer and the next's, then copied
 // to the others' from L2 (docs/COLLECTIVES.md, "Shared buffers").
 constexpr std::size_t kMappedChunkBytes = std::size_t{64} << 10;
+// With more ranks than cores, broadcasts of SharedBuffers run in place only from this size:
+// the root of one must wait for the others to copy, a round of the scheduler (16 us on 4 ranks
+// of 2 vCPUs), where through the slots it leaves up to 6 chunks ahead of them
+// (docs/COLLECTIVES.md, "Shared buffers").
+constexpr std::size_t kOversubscribedInPlaceBroadcastMin = std::size_t{512} << 10;
 // Broadcast chunks through the slots: measured in docs/PERFORMANCE_LOG.md, "Slots and chunks"
 // (64 KiB: 6.8-7.0 GB/s in one chunk, 7.8-8.1 in four).
 constexpr std::size_t kBroadcastPieces = 4;
@@ -410,7 +415,9 @@ void Collectives::broadcast(Buffer buf, int root, const OpContext& context) {
   const Deadline& deadline = context.deadline;
   start(Op::broadcast, buf.count, buf.dtype, root);
   const std::size_t total = buf.size_bytes();
-  offer_in_place(buf, tuning_.in_place_broadcast_min);
+  offer_in_place(buf, oversubscribed_ ? std::max(tuning_.in_place_broadcast_min,
+                                                 kOversubscribedInPlaceBroadcastMin)
+                                      : tuning_.in_place_broadcast_min);
   if (choose(Op::broadcast, total) == Algorithm::kSingleCopy) {
     broadcast_single_copy(buf, root, deadline);
     return;

@@ -38,12 +38,13 @@ struct alignas(64) Control {
   std::atomic<std::int32_t> receiving;  // threads of this rank in a receive, draining the rings
   std::uint32_t magic;
   std::uint32_t world_size;
-  std::uint64_t ring_bytes;
   std::int32_t pid;
+  std::uint64_t ring_bytes;
   std::uint64_t self_address;  // where this segment is mapped in its owner (single-copy probe)
-  std::int32_t arena_fd;       // its shared arena's descriptor there (arena.h), and size
-  std::uint64_t arena_bytes;
+  std::uint64_t arena_bytes;   // its shared arena's size (arena.h), and descriptor there
+  std::int32_t arena_fd;
 };
+static_assert(sizeof(Control) == 64);
 
 // One single-producer, single-consumer byte ring; the data follows the header.
 struct Ring {
