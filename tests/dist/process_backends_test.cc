@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -138,6 +140,21 @@ TEST_P(SharedBufferTest, AllReducesAndBroadcastsInPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SharedBufferTest, testing::Values(2, 3, 4));
+
+// Ranks whose address space is limited (ulimit -v) have no room for an arena: the job runs
+// without in-place collectives, and a SharedBuffer is refused with an error saying why.
+TEST(SharedBufferLimits, RanksWithoutRoomForAnArenaRunWithout) {
+  expect_all_exited_zero(weft::test::run_forked_ranks(2, [&](int rank) {
+    const rlimit limit{std::size_t{4} << 30, std::size_t{4} << 30};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) return 2;
+    auto pg = init_process_group({.backend = "shm", .timeout = Seconds(60)});
+    std::vector<float> v(1 << 20, static_cast<float>(rank + 1));
+    pg->all_reduce(v);
+    EXPECT_EQ(std::count(v.begin(), v.end(), 3.0f), static_cast<long>(v.size()));
+    EXPECT_THROW(SharedBuffer(1 << 20), Error);
+    return testing::Test::HasFailure() ? 1 : 0;
+  }));
+}
 
 // shm gives subgroups engines of their own from a pool of regions per rank: the two
 // dimensions of a 2 x 2 mesh get one each, run every collective right, also concurrently

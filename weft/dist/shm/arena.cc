@@ -68,7 +68,11 @@ Arena::Arena()
     throw SystemError("shm: sizing the shared arena", errno);
   }
   base_ = map_shared(fd_.get(), capacity_);
-  if (base_ == nullptr) throw SystemError("shm: mapping the shared arena", errno);
+  if (base_ == nullptr) {
+    throw SystemError("shm: mapping the shared arena (" + std::to_string(capacity_ >> 30) +
+                          " GiB of address space, no memory until used; is `ulimit -v` set?)",
+                      errno);
+  }
   free_.emplace(0, capacity_);
 }
 

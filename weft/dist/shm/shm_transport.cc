@@ -147,9 +147,14 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   me.ring_bytes = options_.ring_bytes;
   me.pid = ::getpid();
   me.self_address = reinterpret_cast<std::uintptr_t>(&me);
-  const shm::Arena& arena = shm::Arena::instance();
-  me.arena_fd = arena.fd();
-  me.arena_bytes = arena.capacity();
+  me.arena_fd = -1;    // none: a process whose address space is limited (ulimit -v) may have no
+  me.arena_bytes = 0;  // room for one, and the job then runs without in-place collectives
+  try {
+    const shm::Arena& arena = shm::Arena::instance();
+    me.arena_fd = arena.fd();
+    me.arena_bytes = arena.capacity();
+  } catch (const Error&) {
+  }
   store_->set(key("name", rank), segments_[static_cast<std::size_t>(rank)].name());
   int mapped_arenas = 0;
   for (int p = 0; p < world_size; ++p) {
@@ -169,7 +174,7 @@ ShmTransport::ShmTransport(int rank, int world_size, std::shared_ptr<store::Stor
   // Counted before "mapped", so the counts are complete once every rank has mapped: every
   // rank then reads the same facts, and its engines pick the same algorithms.
   store_->add("shm/single_copy", can_read_peers() ? 1 : 0);
-  store_->add("shm/peer_arenas", mapped_arenas == world_size - 1 ? 1 : 0);
+  store_->add("shm/peer_arenas", me.arena_fd >= 0 && mapped_arenas == world_size - 1 ? 1 : 0);
   store_->set(key("cpus", rank), internal::allowed_cpus());
   // Every rank has mapped every segment: the names can go, nothing is left in /dev/shm.
   if (store_->add("shm/mapped", 1) == world_size) store_->set("shm/all_mapped", "1");
