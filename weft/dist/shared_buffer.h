@@ -1,9 +1,9 @@
 // dist::SharedBuffer: memory that the other processes of an shm job can map, the counterpart
-// of NCCL's registered buffers. A collective whose buffers lie in SharedBuffers on every rank
-// runs in place: each rank reduces its slice of every rank's buffer and writes the result
-// straight into the others', one pass over memory where buffers of private memory take two
-// through the shared slots (docs/COLLECTIVES.md, "Shared buffers"). Today that is the all-reduce
-// from 64 KiB; every other backend and operation takes a SharedBuffer as any other memory.
+// of NCCL's registered buffers. On the shm backend, an all-reduce whose buffers are SharedBuffers
+// on every rank runs in place: each rank reduces its slice of every rank's buffer and writes the
+// result straight into the others', one pass over memory where private buffers take two through the
+// shared slots; a broadcast from a root's SharedBuffer is one copy out of it (docs/COLLECTIVES.md,
+// "Shared buffers"). Other operations and backends take a SharedBuffer as any other memory.
 //
 //   weft::dist::SharedBuffer grads(n * sizeof(float));  // zero-filled
 //   pg.all_reduce(grads.as<float>(), weft::dist::ReduceOp::kSum);

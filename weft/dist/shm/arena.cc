@@ -39,6 +39,7 @@ std::byte* map_shared(int fd, std::size_t bytes) {
 // across fork (pthread_atfork) so that a child never inherits it taken.
 std::mutex instance_mu;
 Arena* current = nullptr;
+Arena* inherited = nullptr;  // the parent's, in a forked child
 pid_t current_pid = 0;
 
 void register_fork_handlers() {
@@ -53,8 +54,13 @@ Arena& Arena::instance() {
   register_fork_handlers();
   const std::lock_guard lock(instance_mu);
   // A forked child has no mapping of its parent's arena (MADV_DONTFORK), and may by now have
-  // mapped other memory where it was: the parent's object is left as it is, never used again.
-  if (current == nullptr || current_pid != ::getpid()) {
+  // mapped other memory where it was. The parent's object only closes the child's copy of its
+  // descriptor; it is kept (reachable), as another thread may have been changing it at the fork.
+  if (current != nullptr && current_pid != ::getpid()) {
+    current->fd_.reset();
+    inherited = std::exchange(current, nullptr);
+  }
+  if (current == nullptr) {
     current = new Arena();  // lives as long as the process: buffers may be freed at its exit
     current_pid = ::getpid();
   }
@@ -69,9 +75,10 @@ Arena::Arena()
   }
   base_ = map_shared(fd_.get(), capacity_);
   if (base_ == nullptr) {
+    const int error = errno;
     throw SystemError("shm: mapping the shared arena (" + std::to_string(capacity_ >> 30) +
                           " GiB of address space, no memory until used; is `ulimit -v` set?)",
-                      errno);
+                      error);
   }
   free_.emplace(0, capacity_);
 }
