@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   app.add_flag("-c,--check", o.check, "Verify every result; exit 1 if any element is wrong");
   app.add_flag("--shared", o.shared,
                "Put the buffers in SharedBuffers, which the shm backend's peers map: its "
-               "all-reduce then runs in place");
+               "all-reduce and broadcast then run in place");
   app.add_option("--group", o.group,
                  "Time the collective on: all (the world), host (each host's ranks, all hosts "
                  "at once), cross (the ranks with one local index, one per host), or generic "

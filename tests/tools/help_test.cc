@@ -197,6 +197,7 @@ TEST(HelpTest, WeftBenchShowsEveryOptionsDefault) {
                                    {"--threads", "]=0"},
                                    {"--timeout", "]=0"},
                                    {"-c,--check", ""},
+                                   {"--shared", ""},
                                    {"--group", "generic}=all"}});
 }
 
