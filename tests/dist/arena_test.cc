@@ -16,6 +16,8 @@
 namespace weft::dist::shm {
 namespace {
 
+std::span<const std::byte> whole(const Arena& arena) { return {arena.base(), arena.capacity()}; }
+
 TEST(ArenaTest, BlocksAreZeroPageAlignedAndInside) {
   Arena& arena = Arena::instance();
   const SharedBuffer a(100), b(5000);
@@ -24,10 +26,10 @@ TEST(ArenaTest, BlocksAreZeroPageAlignedAndInside) {
   EXPECT_GE(static_cast<std::size_t>(std::abs(b.data() - a.data())), page);
   EXPECT_TRUE(
       std::all_of(b.data(), b.data() + b.size(), [](std::byte x) { return x == std::byte{0}; }));
-  EXPECT_GE(arena.offset_of(b.data(), b.size()), 0);
-  EXPECT_EQ(arena.offset_of(b.data() + 1, arena.capacity()), -1);
+  EXPECT_GE(offset_in(whole(arena), b.data(), b.size()), 0);
+  EXPECT_EQ(offset_in(whole(arena), b.data() + 1, arena.capacity()), -1);
   int outside = 0;
-  EXPECT_EQ(arena.offset_of(&outside, sizeof outside), -1);
+  EXPECT_EQ(offset_in(whole(arena), &outside, sizeof outside), -1);
 }
 
 TEST(ArenaTest, FreedBlocksAreReusedAsZeros) {
@@ -82,7 +84,7 @@ TEST(ArenaTest, MovedBufferFreesOnce) {
 TEST(ArenaTest, AForkedChildMapsTheParentsArenaAndHasItsOwn) {
   const SharedBuffer shared(4096);
   Arena& parent = Arena::instance();
-  const std::int64_t at = parent.offset_of(shared.data(), shared.size());
+  const std::int64_t at = offset_in(whole(parent), shared.data(), shared.size());
   const int parent_pid = ::getpid();
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);

@@ -125,13 +125,13 @@ void Arena::free(std::byte* block, std::size_t bytes) noexcept {
   (void)inserted;
 }
 
-std::int64_t Arena::offset_of(const void* p, std::size_t bytes) const {
+std::int64_t offset_in(std::span<const std::byte> arena, const void* p, std::size_t bytes) {
   const auto* b = static_cast<const std::byte*>(p);
-  if (b < base_ || b > base_ + capacity_ ||
-      bytes > static_cast<std::size_t>(base_ + capacity_ - b)) {
+  if (b < arena.data() || bytes > arena.size() ||
+      static_cast<std::size_t>(b - arena.data()) > arena.size() - bytes) {
     return -1;
   }
-  return b - base_;
+  return b - arena.data();
 }
 
 PeerArena PeerArena::map(int pid, int fd, std::size_t bytes) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 
 #include "weft/base/unique_fd.h"
 
@@ -36,8 +37,6 @@ class Arena {
   std::byte* allocate(std::size_t bytes);
   // Gives back what allocate(bytes) returned: its pages go back to the system.
   void free(std::byte* block, std::size_t bytes) noexcept;
-  // Where [p, p + bytes) starts in the arena, or -1 unless it lies wholly inside.
-  std::int64_t offset_of(const void* p, std::size_t bytes) const;
 
  private:
   Arena();
@@ -49,6 +48,10 @@ class Arena {
   std::mutex mu_;
   std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced; guarded by mu_
 };
+
+// Where [p, p + bytes) starts in `arena` (an arena as mapped here), or -1 unless it lies
+// wholly inside.
+std::int64_t offset_in(std::span<const std::byte> arena, const void* p, std::size_t bytes);
 
 // Another process's arena, mapped here for as long as this object lives.
 class PeerArena {

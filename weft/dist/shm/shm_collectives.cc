@@ -197,11 +197,7 @@ void Collectives::start(Op op, std::uint64_t count, DType dtype, int root) {
 
 void Collectives::offer_in_place(const Buffer& buf, std::size_t from) {
   if (arenas_.empty() || buf.size_bytes() < from) return;
-  const std::span<std::byte> own = arenas_[static_cast<std::size_t>(rank_)];
-  if (buf.bytes() >= own.data() && buf.size_bytes() <= own.size() &&
-      static_cast<std::size_t>(buf.bytes() - own.data()) <= own.size() - buf.size_bytes()) {
-    offset_ = buf.bytes() - own.data();
-  }
+  offset_ = offset_in(arenas_[static_cast<std::size_t>(rank_)], buf.data, buf.size_bytes());
 }
 
 std::byte* Collectives::mapped_buffer(int rank, std::uint32_t step, std::size_t bytes) const {
